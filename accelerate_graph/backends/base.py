@@ -1,0 +1,36 @@
+"""The interface both graph backends implement: capture a zero-argument step, replay it later.
+
+A step reads only static tensors (the session's input buffers and cache) and returns a tensor.
+After capture, `replay()` re-executes the recorded work and writes into `output`, the same tensor
+object every time: callers copy out what they keep before the next replay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import torch
+
+Step = Callable[[], torch.Tensor]
+
+
+@dataclass
+class CaptureStats:
+    seconds: float  # warm-ups + capture, wall clock
+    memory_bytes: int  # memory the graph holds beyond what existed before it
+
+
+class CapturedGraph(Protocol):
+    output: torch.Tensor
+    stats: CaptureStats
+
+    def replay(self) -> torch.Tensor: ...
+
+
+class GraphBackend(Protocol):
+    name: str  # "cuda-graph" or "emulated"
+
+    def capture(self, step: Step, warmups: int = 2) -> CapturedGraph: ...
+
+    def synchronize(self) -> None: ...

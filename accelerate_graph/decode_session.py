@@ -1,0 +1,99 @@
+"""The static decode step: fixed input buffers, a static KV cache, next-token logits out.
+
+A graph can only replay reads of the same memory, so everything a decode step consumes lives in
+buffers allocated once at the largest batch; a step for batch b reads their first b rows.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from .backends import Step
+from .errors import BadOptionError, UnsupportedModelError
+from .static_cache import SharedStaticCache, cache_argument_name
+
+PAD_TOKEN = 0  # padding rows need some valid token id; their outputs are discarded
+
+
+class DecodeSession:
+    def __init__(self, model: torch.nn.Module, max_batch: int, max_cache_len: int):
+        if max_cache_len < 2:
+            raise BadOptionError(f"--max-cache-len {max_cache_len} is too small.", "Use at least 2 slots.")
+        self.model = model.eval()
+        self.device = next(model.parameters()).device
+        self.max_batch = max_batch
+        self.max_cache_len = max_cache_len
+        self.cache_arg = cache_argument_name(model)
+        self._keeps_last_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.kv = SharedStaticCache(model.config, max_batch, max_cache_len)
+        longs = {"dtype": torch.long, "device": self.device}
+        self.input_ids = torch.zeros(max_batch, 1, **longs)  # [B, 1]
+        self.position_ids = torch.zeros(max_batch, 1, **longs)  # [B, 1]
+        # [B, L]: 1 where a row may attend a cache slot; causality hides slots not yet written,
+        # so this only changes for left-padded prompts and stays constant while decoding.
+        self.attention_mask = torch.ones(max_batch, max_cache_len, **longs)
+        self._allocate_cache()
+
+    def _allocate_cache(self) -> None:
+        """Allocate the cache now, with one eager token: an allocation must never happen inside a capture."""
+        with torch.no_grad():
+            try:
+                self.forward(self.max_batch, self.input_ids, self.position_ids, self.attention_mask)
+            except (RuntimeError, ValueError, TypeError, AttributeError, IndexError) as err:
+                raise UnsupportedModelError(
+                    f"{type(self.model).__name__} could not run a decode step with a static cache: "
+                    f"{str(err).splitlines()[0] if str(err) else type(err).__name__}.",
+                    "Try --attn eager, or --mode eager.",
+                ) from err
+        self.kv.check_allocated()
+        self.kv.reset()
+
+    def forward(self, batch: int, input_ids, position_ids, attention_mask) -> torch.Tensor:
+        """One eager forward of `batch` rows through the shared cache; returns last-position logits [b, V]."""
+        kwargs = {self.cache_arg: self.kv.view(batch), "use_cache": True}
+        if self._keeps_last_logits:
+            kwargs["logits_to_keep"] = 1
+        out = self.model(
+            input_ids=input_ids[:batch],
+            position_ids=position_ids[:batch],
+            attention_mask=attention_mask[:batch],
+            **kwargs,
+        )
+        return out.logits[:, -1, :]
+
+    def step_fn(self, batch: int) -> Step:
+        """The decode step for `batch` rows, reading only the static buffers: what a graph captures."""
+
+        def step() -> torch.Tensor:
+            return self.forward(batch, self.input_ids, self.position_ids, self.attention_mask)
+
+        return step
+
+    def load_inputs(self, bucket: int, tokens: torch.Tensor, positions: torch.Tensor) -> None:
+        """Write a batch's next tokens and positions ([b] each) into the buffers, padding up to `bucket`."""
+        b = tokens.shape[0]
+        self.input_ids[:b, 0].copy_(tokens)
+        self.position_ids[:b, 0].copy_(positions)
+        if bucket > b:
+            self.input_ids[b:bucket].fill_(PAD_TOKEN)
+            # padding rows share the batch's write slot, in rows no sequence owns
+            self.position_ids[b:bucket].copy_(self.position_ids[:1].expand(bucket - b, 1))
+
+    def prefill(self, prompt: torch.Tensor) -> torch.Tensor:
+        """Eagerly run a prompt [b, P] from slot 0 into rows [:b]; returns last-position logits [b, V]."""
+        b, length = prompt.shape
+        if length >= self.max_cache_len:
+            raise BadOptionError(
+                f"prompt length {length} leaves no room in a cache of {self.max_cache_len} slots.",
+                "Raise --max-cache-len or lower --prompt-len.",
+            )
+        self.kv.rewind(0)
+        positions = torch.arange(length, device=self.device).expand(b, length)
+        with torch.no_grad():
+            return self.forward(b, prompt.to(self.device), positions, self.attention_mask)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.get_text_config().vocab_size)

@@ -1,0 +1,62 @@
+"""Domain errors: each carries one actionable sentence and the exit code the CLI should use.
+
+The CLI maps these to a single stderr line; library users catch `CugraphAccelError`.
+"""
+
+from __future__ import annotations
+
+USAGE_EXIT = 2  # the user asked for something malformed
+RUNTIME_EXIT = 1  # the request was fine but could not be carried out
+
+
+class CugraphAccelError(Exception):
+    """Base class: `str(err)` is the whole message a user sees."""
+
+    exit_code = RUNTIME_EXIT
+
+    def __init__(self, message: str, hint: str | None = None):
+        self.message = message
+        self.hint = hint
+        super().__init__(f"{message} {hint}".strip() if hint else message)
+
+
+class BadOptionError(CugraphAccelError):
+    """A malformed command-line value (buckets, dtype, device, ...)."""
+
+    exit_code = USAGE_EXIT
+
+
+class ModelNotFoundError(CugraphAccelError):
+    """MODEL is neither a recipe, a local folder nor a reachable hub id."""
+
+
+class UnsupportedModelError(CugraphAccelError):
+    """The model loads but cannot run a static-cache decode step (not a causal LM, ...)."""
+
+
+class RecipeError(CugraphAccelError):
+    """A recipe file is malformed (unknown key, wrong type)."""
+
+    exit_code = USAGE_EXIT
+
+
+class PlanError(CugraphAccelError):
+    """The plan file is missing, corrupt or does not match this environment."""
+
+
+class DeviceError(CugraphAccelError):
+    """The requested device is not available."""
+
+
+class CaptureError(CugraphAccelError):
+    """An operation in the decode step cannot be recorded into a graph."""
+
+
+class VerificationError(CugraphAccelError):
+    """Replay disagreed with eager execution."""
+
+
+class CpuTimingRefused(CugraphAccelError):
+    """Timings on the CPU say nothing about CUDA graphs; refused unless asked for."""
+
+    exit_code = USAGE_EXIT

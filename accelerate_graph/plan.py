@@ -1,0 +1,97 @@
+"""The plan file: what `capture` decided and measured, enough for `verify`/`bench` to re-capture.
+
+CUDA graphs cannot leave the process that captured them, so a plan stores the recipe for the graphs
+(model, dtype, device, buckets, regions), never the graphs.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+
+import torch
+import yaml
+
+from .atomic_io import atomic_write_text
+from .environment import environment_info, major_minor
+from .errors import PlanError
+
+PLAN_FORMAT = "cugraph-accel-plan/1"
+DEFAULT_PLAN_PATH = Path("cugraph-accel.plan.yaml")
+MODES = ("full", "eager")
+
+
+@dataclass
+class Plan:
+    model: str
+    model_kind: str  # recipe | folder | hub
+    model_type: str
+    random_weights: bool
+    dtype: str
+    device: str
+    attn: str
+    mode: str  # full: the whole step is one graph; eager: no graphs
+    buckets: list[int]
+    max_cache_len: int
+    prompt_len: int
+    regions: list[dict]  # [{path, class, run: graph|eager, reason}]
+    captures: list[dict]  # [{bucket, seconds, memory_bytes}]
+    environment: dict
+    revision: str | None = None
+    backend: str = ""
+    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    format: str = PLAN_FORMAT
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise PlanError(f"plan mode {self.mode!r} is not one of {', '.join(MODES)}.")
+        if not self.buckets or any(not isinstance(b, int) or b < 1 for b in self.buckets):
+            raise PlanError(f"plan buckets {self.buckets!r} must be whole numbers >= 1.")
+        for key in ("max_cache_len", "prompt_len"):
+            if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
+                raise PlanError(f"plan {key} must be a whole number >= 1.")
+
+
+def write_plan(plan: Plan, path: Path | str) -> None:
+    header = "# Written by cugraph-accel capture. `cugraph-accel verify` / `bench` re-capture from it.\n"
+    atomic_write_text(path, header + yaml.safe_dump(asdict(plan), sort_keys=False))
+
+
+def read_plan(path: Path | str) -> Plan:
+    path = Path(path)
+    if not path.exists():
+        raise PlanError(
+            f"no plan file at {path}.", "Run `cugraph-accel capture MODEL` first, or pass MODEL or --plan PATH."
+        )
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise PlanError(f"plan file {path} cannot be read: {str(err).splitlines()[0]}.",
+                        "Re-run `cugraph-accel capture`.") from err
+    if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
+        raise PlanError(f"{path} is not a cugraph-accel plan (format {PLAN_FORMAT}).", "Re-run `cugraph-accel capture`.")
+    known = {f.name for f in fields(Plan)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise PlanError(f"plan file {path} has an unknown key {unknown[0]!r}.", "Re-run `cugraph-accel capture`.")
+    required = [f.name for f in fields(Plan) if f.default is MISSING and f.default_factory is MISSING]
+    missing = sorted(name for name in required if name not in data)
+    if missing:
+        raise PlanError(f"plan file {path} lacks the key {missing[0]!r}.", "Re-run `cugraph-accel capture`.")
+    try:
+        return Plan(**data)
+    except TypeError as err:
+        raise PlanError(f"plan file {path} is malformed: {err}.", "Re-run `cugraph-accel capture`.") from err
+
+
+def check_plan_compatible(plan: Plan, device: torch.device) -> None:
+    """Graphs re-captured under another torch/transformers could differ from what was verified."""
+    here = environment_info(device)
+    for package in ("torch", "transformers"):
+        then = str(plan.environment.get(package, "?"))
+        if major_minor(then) != major_minor(here[package]):
+            raise PlanError(
+                f"the plan was written with {package} {then}, this is {package} {here[package]}.",
+                "Re-run `cugraph-accel capture` in this environment.",
+            )

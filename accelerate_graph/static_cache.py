@@ -1,0 +1,112 @@
+"""One HF StaticCache sized for the largest batch, and per-batch views of its first rows.
+
+Every bucket's graph sees a cache whose K/V tensors are `[:b]` views of the same storage and whose
+per-layer write position (`cumulative_length`, a device tensor HF advances in place) is the very
+same tensor. So a sequence in row i keeps its state whichever bucket runs it, and the buckets cost
+no extra cache memory.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import torch
+from transformers import StaticCache
+
+from .errors import UnsupportedModelError
+
+
+def cache_argument_name(model: torch.nn.Module) -> str:
+    """transformers renamed `past_key_values=` to `cache=` after 5.22: ask the signature."""
+    params = inspect.signature(model.forward).parameters
+    if "cache" in params:
+        return "cache"
+    if "past_key_values" in params:
+        return "past_key_values"
+    raise UnsupportedModelError(
+        f"{type(model).__name__}.forward takes neither `cache` nor `past_key_values`.",
+        "This model cannot run a static-cache decode step; use --mode eager.",
+    )
+
+
+class SharedStaticCache:
+    """Owns the storage; hands out views for any batch size up to `max_batch`."""
+
+    def __init__(self, config, max_batch: int, max_cache_len: int):
+        self.max_batch = max_batch
+        self.max_cache_len = max_cache_len
+        self.cache = StaticCache(config=config, max_cache_len=max_cache_len)
+        self._views: dict[int, StaticCache] = {}
+
+    @property
+    def layers(self) -> list:
+        return list(self.cache.layers)
+
+    def is_allocated(self) -> bool:
+        return all(getattr(layer, "is_initialized", False) for layer in self.layers)
+
+    def check_allocated(self) -> None:
+        for i, layer in enumerate(self.layers):
+            if not getattr(layer, "is_initialized", False) or not hasattr(layer, "keys"):
+                raise UnsupportedModelError(
+                    f"cache layer {i} ({type(layer).__name__}) was not allocated by a forward pass.",
+                    "This model's layers do not all use the static cache; use --mode eager.",
+                )
+            if not isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
+                raise UnsupportedModelError(
+                    f"cache layer {i} ({type(layer).__name__}) keeps its write position in a Python int, "
+                    "which a graph replay would never advance.",
+                    "Use --mode eager for this model.",
+                )
+
+    def view(self, batch: int) -> StaticCache:
+        """A cache whose layers are views of rows [:batch]; position counters are shared."""
+        if batch == self.max_batch:
+            return self.cache
+        if batch not in self._views:
+            view = copy.copy(self.cache)
+            view.layers = [self._layer_view(layer, batch) for layer in self.cache.layers]
+            self._views[batch] = view
+        return self._views[batch]
+
+    @staticmethod
+    def _layer_view(layer, batch: int):
+        clone = copy.copy(layer)
+        clone.keys = layer.keys[:batch]
+        clone.values = layer.values[:batch]
+        clone.batch_size = batch
+        return clone
+
+    def positions(self) -> list[torch.Tensor]:
+        return [layer.cumulative_length for layer in self.layers]
+
+    def rewind(self, position: int) -> None:
+        """Set every layer's write position (the next token goes to slot `position`)."""
+        for counter in self.positions():
+            counter.fill_(position)
+
+    def reset(self) -> None:
+        for layer in self.layers:
+            layer.keys.zero_()
+            layer.values.zero_()
+        self.rewind(0)
+
+    def snapshot(self, rows: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        return [
+            (layer.keys[:rows].clone(), layer.values[:rows].clone(), layer.cumulative_length.clone())
+            for layer in self.layers
+        ]
+
+    def restore(self, snap: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> None:
+        for layer, (keys, values, position) in zip(self.layers, snap):
+            rows = keys.shape[0]
+            layer.keys[:rows].copy_(keys)
+            layer.values[:rows].copy_(values)
+            layer.cumulative_length.copy_(position)
+
+    def nbytes(self) -> int:
+        return sum(
+            layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
+            for layer in self.layers
+        )

@@ -1,0 +1,116 @@
+"""Prove replay == eager: the same decode steps from the same cache state, logits and cache compared.
+
+For each bucket: a full batch, and the smallest batch padded up to it. The eager reference runs
+only the real rows, so a pass also proves padding rows change nothing in real rows. Inputs are
+drawn up front (teacher forcing): near-uniform logits of random weights would make greedy tokens
+diverge between two numerically equivalent runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .buckets import padded_batch
+from .capture import DecodeGraphs
+
+# (rtol, atol) per dtype: replay of the same bucket is usually bit-exact; a padded batch runs other
+# matmul shapes than its eager reference, so rounding of the dtype must be allowed.
+TOLERANCES = {
+    torch.float32: (1e-4, 1e-4),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (2e-2, 2e-2),
+}
+
+
+@dataclass
+class VerifyRow:
+    bucket: int
+    batch: int
+    steps: int
+    max_abs: float  # worst |replay - eager| over all steps
+    max_rel: float  # worst max|replay - eager| / max|eager| of one step
+    rtol: float
+    atol: float
+    cache_max_abs: float
+    passed: bool
+    detail: str = ""  # where and how it failed
+
+
+def _compare(actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> str:
+    try:
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
+        return ""
+    except AssertionError as err:
+        return " ".join(str(err).split())
+
+
+def _draw_inputs(batch: int, steps: int, prompt_len: int, vocab: int, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, vocab, (batch, prompt_len), generator=generator)
+    tokens = torch.randint(0, vocab, (steps, batch), generator=generator)
+    return prompt, tokens
+
+
+def verify_batch(graphs: DecodeGraphs, bucket: int, batch: int, steps: int, prompt_len: int, seed: int = 0) -> VerifyRow:
+    session = graphs.session
+    if prompt_len + steps > session.max_cache_len:
+        steps = session.max_cache_len - prompt_len
+    prompt, tokens = _draw_inputs(batch, steps, prompt_len, session.vocab_size, seed + 1000 * bucket + batch)
+    tokens = tokens.to(session.device)
+    rtol, atol = TOLERANCES.get(session.model.dtype, (1e-4, 1e-4))
+
+    session.kv.reset()
+    session.prefill(prompt)
+    start = session.kv.snapshot(bucket)
+
+    def run(step_once: Callable) -> tuple[list[torch.Tensor], list]:
+        logits = []
+        for i in range(steps):
+            positions = torch.full((batch,), prompt_len + i, device=session.device)
+            logits.append(step_once(tokens[i], positions).float().clone())
+        return logits, session.kv.snapshot(batch)
+
+    eager_logits, eager_cache = run(graphs.eager)
+    session.kv.restore(start)
+    replay_logits, replay_cache = run(graphs.run)
+
+    max_abs = max_rel = 0.0
+    detail = ""
+    for i, (replayed, expected) in enumerate(zip(replay_logits, eager_logits)):
+        diff = (replayed - expected).abs().max().item()
+        max_abs = max(max_abs, diff)
+        max_rel = max(max_rel, diff / max(expected.abs().max().item(), 1e-12))
+        if not detail and (problem := _compare(replayed, expected, rtol, atol)):
+            detail = f"logits differ at step {i + 1}: {problem}"
+    cache_abs = 0.0
+    for layer, ((rk, rv, rpos), (ek, ev, epos)) in enumerate(zip(replay_cache, eager_cache)):
+        cache_abs = max(cache_abs, (rk.float() - ek.float()).abs().max().item(), (rv.float() - ev.float()).abs().max().item())
+        if not detail and not torch.equal(rpos, epos):
+            detail = f"cache layer {layer} write position {rpos.item()} after replay, {epos.item()} after eager"
+        if not detail and (problem := _compare(rk, ek, rtol, atol) or _compare(rv, ev, rtol, atol)):
+            detail = f"cache layer {layer} differs after {steps} steps: {problem}"
+    session.kv.reset()
+    return VerifyRow(bucket, batch, steps, max_abs, max_rel, rtol, atol, cache_abs, not detail, detail)
+
+
+def verify_graphs(
+    graphs: DecodeGraphs,
+    steps: int = 8,
+    prompt_len: int = 16,
+    seed: int = 0,
+    on_row: Callable[[VerifyRow], None] | None = None,
+) -> list[VerifyRow]:
+    """Every bucket at full size and at its most-padded size."""
+    rows = []
+    for bucket in graphs.buckets:
+        for batch in (bucket, padded_batch(bucket, graphs.buckets)):
+            if batch is None:
+                continue
+            row = verify_batch(graphs, bucket, batch, steps, prompt_len, seed)
+            rows.append(row)
+            if on_row:
+                on_row(row)
+    return rows

@@ -1,0 +1,1 @@
+"""The cugraph-accel command line: wiring only; the work lives in accelerate_graph."""

@@ -1,0 +1,62 @@
+"""`cugraph-accel capture`: detect, capture every bucket, write the plan."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from accelerate_graph.pipeline import CaptureRequest
+from accelerate_graph.plan import DEFAULT_PLAN_PATH, write_plan
+from accelerate_graph.recipes import DEFAULT_RECIPE
+
+from .common import prepare_with_progress
+from .errors import guarded
+from .options import (AttnOpt, BucketsOpt, CacheLenOpt, DeviceOpt, DtypeOpt, EmulateFlag, JsonFlag, ModelArg,
+                      PlanOpt, PromptLenOpt, RevisionOpt, buckets_or_none)
+from .output import Output
+from .tables import capture_table, region_tree
+
+from typing import Annotated
+
+import typer
+
+ModeOpt = Annotated[str, typer.Option("--mode", help="auto (graphs where safe), full (refuse if unsafe) or eager.")]
+
+
+@guarded
+def capture(
+    model: ModelArg = None,
+    buckets: BucketsOpt = None,
+    mode: ModeOpt = "auto",
+    dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
+    attn: AttnOpt = "sdpa",
+    max_cache_len: CacheLenOpt = None,
+    prompt_len: PromptLenOpt = None,
+    revision: RevisionOpt = None,
+    plan: PlanOpt = None,
+    emulate: EmulateFlag = False,
+    json: JsonFlag = False,
+) -> None:
+    """Capture decode graphs for MODEL (default: the built-in `tiny` recipe) and write a plan.
+
+    Examples:
+
+      cugraph-accel capture                                   # tiny built-in model, GPU if present
+
+      cugraph-accel capture qwen2.5-0.5b --buckets 1,8,16,32
+
+      cugraph-accel capture ./my-model --dtype bf16 --plan my.plan.yaml
+    """
+    out = Output(json)
+    request = CaptureRequest(
+        model=model or DEFAULT_RECIPE, buckets=buckets_or_none(buckets), mode=mode, dtype=dtype, device=device,
+        attn=attn, max_cache_len=max_cache_len, prompt_len=prompt_len, revision=revision, emulate=emulate,
+    )
+    prepared = prepare_with_progress(request, out)
+    path = plan or DEFAULT_PLAN_PATH
+    out.show(region_tree(prepared.plan))
+    if prepared.graphs:
+        out.show(capture_table(prepared.graphs.captures()))
+    write_plan(prepared.plan, path)
+    out.line(f"plan written to {path}; next: cugraph-accel verify" + (f" --plan {path}" if plan else ""))
+    out.emit_json({"plan_path": str(path), "plan": asdict(prepared.plan)})

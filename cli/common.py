@@ -1,0 +1,48 @@
+"""What verify and bench share: find the plan or MODEL, re-capture, narrate it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from accelerate_graph.errors import PlanError
+from accelerate_graph.pipeline import CaptureRequest, Hooks, Prepared, prepare, request_from_plan
+from accelerate_graph.plan import DEFAULT_PLAN_PATH, check_plan_compatible, read_plan
+from accelerate_graph.devices import device_label, dtype_name, resolve_device
+
+from .output import Output
+
+
+def request_for(model: str | None, plan_path: Path | None, out: Output, **overrides) -> CaptureRequest:
+    """MODEL wins; else --plan; else ./cugraph-accel.plan.yaml."""
+    if model is not None and plan_path is None:
+        return CaptureRequest(model=model, **{k: v for k, v in overrides.items() if v is not None})
+    plan = read_plan(plan_path or DEFAULT_PLAN_PATH)
+    if model is not None and model != plan.model:
+        raise PlanError(f"the plan {plan_path} is for {plan.model!r}, not {model!r}.",
+                        "Drop MODEL, or capture a plan for it.")
+    check_plan_compatible(plan, resolve_device(plan.device))
+    out.line(f"graphs cannot cross processes: re-capturing from plan {plan_path or DEFAULT_PLAN_PATH}")
+    return request_from_plan(plan, **overrides)
+
+
+def prepare_with_progress(request: CaptureRequest, out: Output) -> Prepared:
+    with out.progress() as progress:
+        stage = progress.add_task("starting", total=None)
+        captures = {}
+
+        def bucket_count(count: int) -> None:
+            progress.update(stage, visible=False)
+            captures["task"] = progress.add_task("capturing buckets", total=count)
+
+        hooks = Hooks(
+            stage=lambda text: progress.update(stage, description=text),
+            bucket_count=bucket_count,
+            captured=lambda c: progress.advance(captures["task"]),
+        )
+        prepared = prepare(request, hooks)
+    loaded = prepared.loaded
+    out.line(f"model   {loaded.label}")
+    out.line(f"device  {device_label(loaded.device)}; dtype {dtype_name(loaded.dtype)}; attention {loaded.attn}")
+    for note in prepared.notes:
+        out.note(note)
+    return prepared

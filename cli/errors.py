@@ -1,0 +1,65 @@
+"""One table from failures to the single line a user sees, and the exit code."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+from typing import Callable
+
+import typer
+
+from accelerate_graph.errors import RUNTIME_EXIT, CugraphAccelError
+
+INTERRUPTED_EXIT = 130
+DEBUG_ENV = "CUGRAPH_ACCEL_DEBUG"
+
+# Raw runtime failures we can explain better than their first line does.
+KNOWN_RUNTIME = (
+    ("out of memory", "the GPU ran out of memory. Lower the largest --buckets value or --max-cache-len."),
+    ("device-side assert", "a device-side assert fired on the GPU; this CUDA context is unusable and the "
+     "process must end. Re-run with --mode eager, and report the model."),
+    ("illegal memory access", "an illegal memory access on the GPU; this CUDA context is unusable and the "
+     "process must end. Re-run with --mode eager, and report the model."),
+    ("operation not permitted when stream is capturing", "an operation in the decode step is not allowed "
+     "inside a CUDA graph capture. Re-run with --mode eager."),
+)
+
+
+def debug_enabled() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def describe(err: BaseException) -> tuple[str, int]:
+    """(message, exit code) for any exception."""
+    if isinstance(err, CugraphAccelError):
+        return str(err), err.exit_code
+    text = str(err)
+    for needle, explanation in KNOWN_RUNTIME:
+        if needle in text.lower():
+            return explanation, RUNTIME_EXIT
+    first = text.splitlines()[0] if text else ""
+    return (f"unexpected {type(err).__name__}: {first} (run with --debug for the traceback)", RUNTIME_EXIT)
+
+
+def guarded(command: Callable) -> Callable:
+    """Run a command; turn any failure into one stderr line and an exit code."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except KeyboardInterrupt:
+            print("interrupted: nothing was written.", file=sys.stderr)
+            raise typer.Exit(INTERRUPTED_EXIT) from None
+        except Exception as err:  # noqa: BLE001 - this is the one place every failure ends up
+            if debug_enabled():
+                traceback.print_exc()
+            message, code = describe(err)
+            print(f"error: {message}", file=sys.stderr)
+            raise typer.Exit(code) from None
+
+    return wrapper

@@ -1,0 +1,40 @@
+"""One output object per command: rich tables and progress for people, JSON for machines."""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+
+class Output:
+    """Human mode: everything on stdout. JSON mode: only the JSON document on stdout, chatter on stderr."""
+
+    def __init__(self, json_mode: bool = False):
+        self.json_mode = json_mode
+        self.console = Console(stderr=json_mode, highlight=False)
+
+    def line(self, text: str = "") -> None:
+        self.console.print(text)
+
+    def note(self, text: str) -> None:
+        self.console.print(f"[yellow]note:[/yellow] {text}")
+
+    def show(self, renderable) -> None:
+        if not self.json_mode:
+            self.console.print(renderable)
+
+    def emit_json(self, data: dict) -> None:
+        if self.json_mode:
+            sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+    @contextmanager
+    def progress(self) -> Iterator[Progress]:
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn())
+        with Progress(*columns, console=self.console, transient=True) as progress:
+            yield progress

@@ -1,0 +1,56 @@
+"""Rich tables for each command's results."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.tree import Tree
+
+from accelerate_graph.bench import BenchRow
+from accelerate_graph.capture import BucketCapture
+from accelerate_graph.plan import Plan
+from accelerate_graph.verify import VerifyRow
+
+MIB = 1024 * 1024
+
+
+def capture_table(captures: list[BucketCapture]) -> Table:
+    table = Table(title="captured decode graphs (largest bucket first, one shared pool)")
+    for name in ("bucket", "capture ms", "graph MiB"):
+        table.add_column(name, justify="right")
+    for c in captures:
+        table.add_row(str(c.bucket), f"{c.seconds * 1000:.1f}", f"{c.memory_bytes / MIB:.2f}")
+    table.add_row("total", f"{sum(c.seconds for c in captures) * 1000:.1f}",
+                  f"{sum(c.memory_bytes for c in captures) / MIB:.2f}", style="bold")
+    return table
+
+
+def region_tree(plan: Plan) -> Tree:
+    tree = Tree(f"decode step of {plan.model} ({plan.model_type}): mode [bold]{plan.mode}[/bold]")
+    for region in plan.regions:
+        colour = "green" if region["run"] == "graph" else "yellow"
+        path = region["path"] or "<model>"
+        tree.add(f"{path} {region['class']}: [{colour}]{region['run']}[/{colour}] ({region['reason']})")
+    return tree
+
+
+def verify_table(rows: list[VerifyRow]) -> Table:
+    table = Table(title="replay vs eager")
+    for name in ("bucket", "batch", "steps", "max abs err", "max rel err", "cache max abs", "rtol/atol", "result"):
+        table.add_column(name, justify="right")
+    for r in rows:
+        verdict = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
+        table.add_row(str(r.bucket), str(r.batch), str(r.steps), f"{r.max_abs:.2e}", f"{r.max_rel:.2e}",
+                      f"{r.cache_max_abs:.2e}", f"{r.rtol:g}/{r.atol:g}", verdict)
+    return table
+
+
+def bench_table(rows: list[BenchRow], device: str) -> Table:
+    table = Table(title=f"decode step latency on {device} (median of timed steps, ms)")
+    for name in ("bucket", "eager ms", "eager p90", "graph ms", "graph p90", "speedup", "graph tok/s",
+                 "capture ms", "graph MiB"):
+        table.add_column(name, justify="right")
+    for r in rows:
+        table.add_row(str(r.bucket), f"{r.eager.median_ms:.3f}", f"{r.eager.p90_ms:.3f}", f"{r.graph.median_ms:.3f}",
+                      f"{r.graph.p90_ms:.3f}", f"{r.speedup:.2f}x", f"{r.graph_tokens_per_s:,.0f}",
+                      f"{r.capture_seconds * 1000:.1f}", f"{r.graph_memory_bytes / MIB:.2f}")
+    return table

@@ -1,0 +1,1 @@
+"""Built-in model recipes (YAML files beside this one), shipped as package data."""
