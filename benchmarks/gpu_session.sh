@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One device call: the GPU test suite, then the reference benchmark. Details under $OUT, short table last.
+# Usage on the device machine: OUT=/some/dir bash benchmarks/gpu_session.sh [extra bench args]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/cugraph-accel-out}
+mkdir -p "$OUT"
+ca() { python3 -m cli "$@"; }
+
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv;
+  python3 -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"; } 2>&1 | tee "$OUT/env.txt"
+
+echo "== GPU tests"
+python3 -m pytest -m cuda -q -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu-tests.log" | tail -n 25
+
+echo "== capture + verify + bench: qwen2.5-0.5b"
+ca capture qwen2.5-0.5b --buckets 1,8,16,32 --plan "$OUT/qwen.plan.yaml" 2>&1 | tee "$OUT/capture.log"
+ca verify --plan "$OUT/qwen.plan.yaml" 2>&1 | tee "$OUT/verify.log" | tail -n 15
+ca bench --plan "$OUT/qwen.plan.yaml" --json "$OUT/bench-qwen.json" "$@" 2>&1 | tee "$OUT/bench.log"
+grep -E "passed|failed" "$OUT/gpu-tests.log" | tail -n 1

@@ -1,0 +1,36 @@
+"""Tiny models built from configs, saved with save_pretrained, loaded through the real path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+TINY_CONFIGS = {
+    "llama": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=256, max_position_embeddings=512),
+    "qwen2": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=256, max_position_embeddings=512),
+    "gpt2": dict(n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=512, bos_token_id=0, eos_token_id=0),
+}
+
+
+def save_tiny_model(model_type: str, folder) -> str:
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(model_type, **TINY_CONFIGS[model_type])
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """model_type -> a saved tiny model folder (built once per session)."""
+    made: dict[str, str] = {}
+
+    def get(model_type: str) -> str:
+        if model_type not in made:
+            made[model_type] = save_tiny_model(model_type, tmp_path_factory.mktemp(f"tiny-{model_type}"))
+        return made[model_type]
+
+    return get
+
