@@ -6,6 +6,23 @@ import os
 import tempfile
 from pathlib import Path
 
+from .errors import BadOptionError
+
+
+def check_writable(path: Path | str, what: str = "file") -> None:
+    """Fail before long work, not after it, when `path` cannot be written."""
+    path = Path(path)
+    parent = next((p for p in path.parents if p.exists()), Path("."))
+    problem = None
+    if path.is_dir():
+        problem = "it is a folder"
+    elif not parent.is_dir():
+        problem = f"{parent} is a file, not a folder"
+    elif not os.access(parent, os.W_OK):
+        problem = f"{parent} is not writable"
+    if problem:
+        raise BadOptionError(f"cannot write the {what} to {path}: {problem}.", "Choose another path.")
+
 
 def atomic_write_text(path: Path | str, text: str) -> None:
     """Replace `path` with `text` in one step; on any failure (Ctrl-C too) the old file stays."""

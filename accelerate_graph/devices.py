@@ -26,18 +26,18 @@ def resolve_device(text: str = "auto") -> torch.device:
     text = text.strip().lower()
     if text == "auto":
         return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", text):
+    match = re.fullmatch(r"cpu|cuda(?::([0-9]{1,3}))?", text, flags=re.ASCII)
+    if not match:
         raise BadOptionError(f"--device {text!r} is not a device.", "Use auto, cpu, cuda or cuda:N.")
-    device = torch.device(text)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise DeviceError("--device cuda was asked for, but this machine has no usable CUDA GPU.",
-                              "Use --device cpu (graphs are then emulated) or run on a GPU machine.")
-        index = device.index or 0
-        if index >= torch.cuda.device_count():
-            raise DeviceError(f"--device {text}: only {torch.cuda.device_count()} CUDA device(s) exist.")
-        device = torch.device("cuda", index)
-    return device
+    if text == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise DeviceError(f"--device {text} was asked for, but this machine has no usable CUDA GPU.",
+                          "Use --device cpu (graphs are then emulated) or run on a GPU machine.")
+    index = int(match.group(1) or 0)
+    if index >= torch.cuda.device_count():
+        raise DeviceError(f"--device {text}: only {torch.cuda.device_count()} CUDA device(s) exist.")
+    return torch.device("cuda", index)
 
 
 def resolve_dtype(text: str, device: torch.device) -> torch.dtype:

@@ -10,9 +10,10 @@ from urllib.parse import urlparse
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from .errors import ModelNotFoundError, UnsupportedModelError
+from .errors import BadOptionError, ModelNotFoundError, RecipeError, UnsupportedModelError
 from .recipes import Recipe, find_recipe
 
 # Encoders whose "causal LM" head only works when configured as a decoder.
@@ -85,8 +86,19 @@ def _with_attn_fallback(build, attn: str, notes: list[str]):
         return build("eager"), "eager"
 
 
+def _recipe_config(recipe: Recipe):
+    if recipe.model_type not in CONFIG_MAPPING:
+        raise RecipeError(f"recipe {recipe.name}: unknown model_type {recipe.model_type!r}.",
+                          "Use a model type transformers knows, e.g. llama or qwen2.")
+    try:
+        return AutoConfig.for_model(recipe.model_type, **recipe.config)
+    except Exception as err:  # noqa: BLE001 - config classes raise many types on bad values
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise RecipeError(f"recipe {recipe.name}: its config is invalid: {first[:200]}") from err
+
+
 def _load_recipe(recipe: Recipe, device, dtype, attn, notes):
-    config = AutoConfig.for_model(recipe.model_type, **recipe.config)
+    config = _recipe_config(recipe)
     check_causal_lm(config, recipe.name)
     torch.manual_seed(recipe.seed)
 
@@ -153,6 +165,8 @@ def load_model(
 ) -> LoadedModel:
     """Resolve MODEL in this order: an existing path, a recipe (name or .yaml), a hub id."""
     notes: list[str] = []
+    if not reference.strip():
+        raise BadOptionError("MODEL is empty.", "Give a recipe name, a model folder or a hub id.")
     if _looks_like_path(reference) and not reference.endswith((".yaml", ".yml")):
         model, impl = _load_folder(reference, device, dtype, attn, notes)
         kind, recipe = "folder", None

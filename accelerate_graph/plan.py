@@ -7,6 +7,7 @@ CUDA graphs cannot leave the process that captured them, so a plan stores the re
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import torch
 import yaml
 
 from .atomic_io import atomic_write_text
+from .devices import DTYPE_NAMES
 from .environment import environment_info, major_minor
 from .errors import PlanError
 
@@ -44,13 +46,30 @@ class Plan:
     format: str = PLAN_FORMAT
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise PlanError(f"plan mode {self.mode!r} is not one of {', '.join(MODES)}.")
-        if not self.buckets or any(not isinstance(b, int) or b < 1 for b in self.buckets):
-            raise PlanError(f"plan buckets {self.buckets!r} must be whole numbers >= 1.")
-        for key in ("max_cache_len", "prompt_len"):
-            if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
-                raise PlanError(f"plan {key} must be a whole number >= 1.")
+        for f in fields(self):
+            value, kind = getattr(self, f.name), FIELD_TYPES[f.name]
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise PlanError(f"plan key {f.name!r} has the wrong type ({type(value).__name__}).")
+        checks = (
+            (self.mode in MODES, f"mode {self.mode!r} is not one of {', '.join(MODES)}"),
+            (self.dtype in DTYPE_NAMES.values(), f"dtype {self.dtype!r} is not one of {', '.join(DTYPE_NAMES.values())}"),
+            (re.fullmatch(r"cpu|cuda:[0-9]{1,3}", self.device, flags=re.ASCII), f"device {self.device!r} is not a device"),
+            (self.attn in ("sdpa", "eager"), f"attn {self.attn!r} is not sdpa or eager"),
+            (self.buckets and all(type(b) is int and b >= 1 for b in self.buckets), "buckets must be whole numbers >= 1"),
+            (self.max_cache_len >= 2, "max_cache_len must be at least 2"),
+            (1 <= self.prompt_len < self.max_cache_len, "prompt_len must be at least 1 and below max_cache_len"),
+        )
+        for ok, problem in checks:
+            if not ok:
+                raise PlanError(f"the plan's {problem}.", "Re-run `cugraph-accel capture`.")
+
+
+FIELD_TYPES = {
+    "model": str, "model_kind": str, "model_type": str, "random_weights": bool, "dtype": str, "device": str,
+    "attn": str, "mode": str, "buckets": list, "max_cache_len": int, "prompt_len": int, "regions": list,
+    "captures": list, "environment": dict, "revision": (str, type(None)), "backend": str, "created": str,
+    "format": str,
+}  # fmt: skip
 
 
 def write_plan(plan: Plan, path: Path | str) -> None:
@@ -81,6 +100,8 @@ def read_plan(path: Path | str) -> Plan:
         raise PlanError(f"plan file {path} lacks the key {missing[0]!r}.", "Re-run `cugraph-accel capture`.")
     try:
         return Plan(**data)
+    except PlanError as err:
+        raise PlanError(f"plan file {path}: {err.message}", err.hint) from None
     except TypeError as err:
         raise PlanError(f"plan file {path} is malformed: {err}.", "Re-run `cugraph-accel capture`.") from err
 

@@ -43,8 +43,9 @@ class Recipe:
     def __post_init__(self) -> None:
         for key, kind in (("name", str), ("model_type", str), ("config", dict), ("description", str), ("seed", int)):
             if not isinstance(getattr(self, key), kind):
+                article = "an" if kind.__name__[0] in "aeiou" else "a"
                 raise RecipeError(
-                    f"recipe key {key!r} must be a {kind.__name__}, got {type(getattr(self, key)).__name__}."
+                    f"recipe key {key!r} must be {article} {kind.__name__}, got {type(getattr(self, key)).__name__}."
                 )
 
 
@@ -69,9 +70,10 @@ def load_recipe_file(path: Path) -> Recipe:
         raise RecipeError(f"recipe {path}: 'defaults' must be a mapping.")
     _checked_keys(defaults, RecipeDefaults, f"recipe {path} defaults")
     if "buckets" in defaults:
-        if not isinstance(defaults["buckets"], list):
-            raise RecipeError(f"recipe {path}: defaults.buckets must be a list of batch sizes.")
-        defaults["buckets"] = tuple(sorted(defaults["buckets"]))
+        buckets = defaults["buckets"]
+        if not isinstance(buckets, list) or any(type(b) is not int or b < 1 for b in buckets):
+            raise RecipeError(f"recipe {path}: defaults.buckets must be a list of whole numbers >= 1.")
+        defaults["buckets"] = tuple(sorted(buckets))
     missing = [key for key in ("name", "model_type", "config") if key not in data]
     if missing:
         raise RecipeError(f"recipe {path} lacks the key {missing[0]!r}.")

@@ -16,13 +16,18 @@ import torch
 from .buckets import padded_batch
 from .capture import DecodeGraphs
 
-# (rtol, atol) per dtype: replay of the same bucket is usually bit-exact; a padded batch runs other
-# matmul shapes than its eager reference, so rounding of the dtype must be allowed.
-TOLERANCES = {
-    torch.float32: (1e-4, 1e-4),
-    torch.float16: (1e-2, 1e-2),
-    torch.bfloat16: (2e-2, 2e-2),
-}
+# Relative tolerance per dtype; the absolute tolerance is the same fraction of the largest eager
+# value, because one rounding difference in a hidden state moves every logit by about the same
+# amount, near zero too. A padded batch runs other matmul shapes than its eager reference, and bf16
+# eager runs on the H200 were seen to differ from each other by ~2 ulps (docs/PERF.md), so the
+# budget is a few ulps; real bugs (a frozen value, a wrong cache slot) move logits by their own scale.
+RTOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+
+
+def tolerance(dtype: torch.dtype, expected: torch.Tensor) -> tuple[float, float]:
+    """(rtol, atol) for comparing against `expected`."""
+    rtol = RTOL.get(dtype, 1e-4)
+    return rtol, rtol * max(expected.abs().max().item(), 1e-6)
 
 
 @dataclass
@@ -33,13 +38,15 @@ class VerifyRow:
     max_abs: float  # worst |replay - eager| over all steps
     max_rel: float  # worst max|replay - eager| / max|eager| of one step
     rtol: float
-    atol: float
+    atol: float  # of the step with the largest logits
     cache_max_abs: float
+    eager_noise_abs: float  # worst |eager - eager| of two identical eager runs: the reference's own noise
     passed: bool
     detail: str = ""  # where and how it failed
 
 
-def _compare(actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> str:
+def _compare(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> str:
+    rtol, atol = tolerance(dtype, expected.float())
     try:
         torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
         return ""
@@ -60,7 +67,7 @@ def verify_batch(graphs: DecodeGraphs, bucket: int, batch: int, steps: int, prom
         steps = session.max_cache_len - prompt_len
     prompt, tokens = _draw_inputs(batch, steps, prompt_len, session.vocab_size, seed + 1000 * bucket + batch)
     tokens = tokens.to(session.device)
-    rtol, atol = TOLERANCES.get(session.model.dtype, (1e-4, 1e-4))
+    dtype = session.model.dtype
 
     session.kv.reset()
     session.prefill(prompt)
@@ -75,25 +82,29 @@ def verify_batch(graphs: DecodeGraphs, bucket: int, batch: int, steps: int, prom
 
     eager_logits, eager_cache = run(graphs.eager)
     session.kv.restore(start)
+    again_logits, _ = run(graphs.eager)
+    session.kv.restore(start)
     replay_logits, replay_cache = run(graphs.run)
 
+    noise = max((a - b).abs().max().item() for a, b in zip(again_logits, eager_logits))
     max_abs = max_rel = 0.0
     detail = ""
     for i, (replayed, expected) in enumerate(zip(replay_logits, eager_logits)):
         diff = (replayed - expected).abs().max().item()
         max_abs = max(max_abs, diff)
         max_rel = max(max_rel, diff / max(expected.abs().max().item(), 1e-12))
-        if not detail and (problem := _compare(replayed, expected, rtol, atol)):
+        if not detail and (problem := _compare(replayed, expected, dtype)):
             detail = f"logits differ at step {i + 1}: {problem}"
+    rtol, atol = tolerance(dtype, torch.stack(eager_logits))
     cache_abs = 0.0
     for layer, ((rk, rv, rpos), (ek, ev, epos)) in enumerate(zip(replay_cache, eager_cache)):
         cache_abs = max(cache_abs, (rk.float() - ek.float()).abs().max().item(), (rv.float() - ev.float()).abs().max().item())
         if not detail and not torch.equal(rpos, epos):
             detail = f"cache layer {layer} write position {rpos.item()} after replay, {epos.item()} after eager"
-        if not detail and (problem := _compare(rk, ek, rtol, atol) or _compare(rv, ev, rtol, atol)):
+        if not detail and (problem := _compare(rk, ek, dtype) or _compare(rv, ev, dtype)):
             detail = f"cache layer {layer} differs after {steps} steps: {problem}"
     session.kv.reset()
-    return VerifyRow(bucket, batch, steps, max_abs, max_rel, rtol, atol, cache_abs, not detail, detail)
+    return VerifyRow(bucket, batch, steps, max_abs, max_rel, rtol, atol, cache_abs, noise, not detail, detail)
 
 
 def verify_graphs(

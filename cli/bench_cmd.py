@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from accelerate_graph.atomic_io import atomic_write_text
+from accelerate_graph.atomic_io import atomic_write_text, check_writable
 from accelerate_graph.bench import bench_graphs
 from accelerate_graph.devices import resolve_device
 from accelerate_graph.errors import CpuTimingRefused
@@ -57,6 +57,8 @@ def bench(
       cugraph-accel bench qwen2.5-0.5b --buckets 1,8,16,32 --json results.json
     """
     out = Output(False)
+    if json:
+        check_writable(json, "results")
     target = resolve_device(_device_text(model, plan, device))
     if target.type != "cuda" and not allow_cpu:
         raise CpuTimingRefused("bench needs a CUDA GPU: CPU timings say nothing about CUDA graphs.",

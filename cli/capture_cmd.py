@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from accelerate_graph.atomic_io import check_writable
 from accelerate_graph.pipeline import CaptureRequest
 from accelerate_graph.plan import DEFAULT_PLAN_PATH, write_plan
 from accelerate_graph.recipes import DEFAULT_RECIPE
@@ -48,12 +49,13 @@ def capture(
       cugraph-accel capture ./my-model --dtype bf16 --plan my.plan.yaml
     """
     out = Output(json)
+    path = plan or DEFAULT_PLAN_PATH
+    check_writable(path, "plan")
     request = CaptureRequest(
-        model=model or DEFAULT_RECIPE, buckets=buckets_or_none(buckets), mode=mode, dtype=dtype, device=device,
+        model=DEFAULT_RECIPE if model is None else model, buckets=buckets_or_none(buckets), mode=mode, dtype=dtype, device=device,
         attn=attn, max_cache_len=max_cache_len, prompt_len=prompt_len, revision=revision, emulate=emulate,
     )
     prepared = prepare_with_progress(request, out)
-    path = plan or DEFAULT_PLAN_PATH
     out.show(region_tree(prepared.plan))
     if prepared.graphs:
         out.show(capture_table(prepared.graphs.captures()))

@@ -17,7 +17,8 @@ DEBUG_ENV = "CUGRAPH_ACCEL_DEBUG"
 
 # Raw runtime failures we can explain better than their first line does.
 KNOWN_RUNTIME = (
-    ("out of memory", "the GPU ran out of memory. Lower the largest --buckets value or --max-cache-len."),
+    ("out of memory", "the device ran out of memory. Lower the largest --buckets value or --max-cache-len."),
+    ("can't allocate memory", "the machine ran out of memory. Lower the largest --buckets value or --max-cache-len."),
     ("device-side assert", "a device-side assert fired on the GPU; this CUDA context is unusable and the "
      "process must end. Re-run with --mode eager, and report the model."),
     ("illegal memory access", "an illegal memory access on the GPU; this CUDA context is unusable and the "
@@ -27,8 +28,17 @@ KNOWN_RUNTIME = (
 )
 
 
+_debug_flag = False
+
+
+def set_debug(enabled: bool) -> None:
+    """--debug for this invocation only (the app may be called several times in one process)."""
+    global _debug_flag
+    _debug_flag = enabled
+
+
 def debug_enabled() -> bool:
-    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    return _debug_flag or os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
 def describe(err: BaseException) -> tuple[str, int]:

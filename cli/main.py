@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
 import typer
@@ -11,7 +10,7 @@ from accelerate_graph import __version__
 
 from .bench_cmd import bench
 from .capture_cmd import capture
-from .errors import DEBUG_ENV
+from .errors import DEBUG_ENV, set_debug
 from .recipes_cmd import recipes
 from .verify_cmd import verify
 
@@ -36,8 +35,7 @@ def main(
     debug: Annotated[bool, typer.Option("--debug", help=f"Show tracebacks (or set {DEBUG_ENV}=1).")] = False,
 ) -> None:
     """Detect, capture, verify and benchmark decode-step CUDA graphs."""
-    if debug:
-        os.environ[DEBUG_ENV] = "1"
+    set_debug(debug)
 
 
 app.command()(capture)

@@ -40,6 +40,9 @@ class CudaGraphBackend:
                 step()
         torch.cuda.current_stream(self.device).wait_stream(self._side_stream)
         torch.cuda.synchronize(self.device)
+        # torch.cuda.graph empties the allocator's cache on entry; do it first so the difference
+        # below is the pool's growth alone
+        torch.cuda.empty_cache()
         reserved_before = torch.cuda.memory_reserved(self.device)
         graph = torch.cuda.CUDAGraph()
         with torch.no_grad(), torch.cuda.graph(graph, pool=self.pool):
