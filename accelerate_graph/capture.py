@@ -6,7 +6,7 @@ import gc
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -81,6 +81,7 @@ def capture_decode_graphs(
     backend: GraphBackend,
     buckets: tuple[int, ...],
     on_captured: Callable[[BucketCapture], None] | None = None,
+    islands: Sequence[torch.nn.Module] = (),
 ) -> DecodeGraphs:
     """Capture every bucket, largest first (smaller graphs reuse the pool it grew), then reset the
     cache: warm-ups wrote into it."""
@@ -88,7 +89,7 @@ def capture_decode_graphs(
     with frozen_gc():
         for bucket in sorted(buckets, reverse=True):
             session.kv.rewind(0)
-            graphs[bucket] = backend.capture(session.step_fn(bucket))
+            graphs[bucket] = backend.capture(session.step_fn(bucket), islands=islands)
             if on_captured:
                 stats = graphs[bucket].stats
                 on_captured(BucketCapture(bucket, stats.seconds, stats.memory_bytes))

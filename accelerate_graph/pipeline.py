@@ -7,17 +7,21 @@ from typing import Callable
 
 import torch
 
-from .backends import EmulatedBackend, backend_for
+from .backends import backend_for
 from .capture import BucketCapture, DecodeGraphs, capture_decode_graphs
 from .decode_session import DecodeSession
 from .devices import dtype_name, resolve_device, resolve_dtype
 from .environment import environment_info
-from .errors import BadOptionError, CaptureError
+from .errors import BadOptionError, CaptureError, VerificationError
+from .hazards import Hazard, find_hazards
 from .loading import LoadedModel, load_model
+from .model_fixes import use_capture_safe_experts
 from .plan import Plan
 from .recipes import DEFAULT_RECIPE, RecipeDefaults
+from .regions import RegionPlan, plan_regions
+from .verify import VerifyRow, verify_batch
 
-MODES = ("auto", "full", "eager")
+MODES = ("auto", "full", "piecewise", "eager")
 
 
 @dataclass
@@ -41,6 +45,8 @@ class Hooks:
     stage: Callable[[str], None] = lambda text: None
     captured: Callable[[BucketCapture], None] = lambda capture: None
     bucket_count: Callable[[int], None] = lambda count: None
+    loaded: Callable[[LoadedModel], None] = lambda loaded: None
+    decided: Callable[["Decision"], None] = lambda decision: None  # the region plan, before any capture
 
 
 @dataclass
@@ -50,6 +56,7 @@ class Prepared:
     graphs: DecodeGraphs | None  # None in eager mode
     session: DecodeSession
     notes: list[str] = field(default_factory=list)
+    hazards: list[Hazard] = field(default_factory=list)
 
 
 def _settings(request: CaptureRequest, loaded: LoadedModel) -> tuple[tuple[int, ...], int, int]:
@@ -67,17 +74,37 @@ def _settings(request: CaptureRequest, loaded: LoadedModel) -> tuple[tuple[int, 
     return buckets, cache_len, prompt_len
 
 
-def _detect_hazard(session: DecodeSession, bucket: int) -> str | None:
-    """Record one step with the emulator (on any device): it refuses host syncs exactly as a capture
-    would, without risking the CUDA context. Returns the reason, or None when the step looks safe."""
-    snapshot = session.kv.snapshot(session.max_batch)
-    try:
-        EmulatedBackend().capture(session.step_fn(bucket), warmups=0)
-    except CaptureError as err:
-        return str(err)
-    finally:
-        session.kv.restore(snapshot)
-    return None
+@dataclass
+class Decision:
+    regions: RegionPlan
+    hazards: list[Hazard]
+    fixes: list[str]
+
+
+def decide_regions(session: DecodeSession, request_mode: str, bucket: int) -> Decision:
+    """Detect hazards, apply the fixes that keep the step whole, and choose full / piecewise / eager."""
+    fixes = list(session.kv.fixes)
+    if request_mode == "eager":
+        regions = RegionPlan("eager", [], [{"path": "", "class": type(session.model).__name__, "run": "eager",
+                                            "reason": "--mode eager"}])
+        return Decision(regions, [], fixes)
+    hazards = find_hazards(session, bucket)
+    if hazards and (fix := use_capture_safe_experts(session.model, hazards)):
+        fixes.append(fix)
+        hazards = find_hazards(session, bucket)
+    if hazards and request_mode == "full":
+        raise CaptureError(f"--mode full refused: {hazards[0].describe()}",
+                           "Use --mode auto (graph segments around the hazard) or --mode eager.")
+    regions = plan_regions(session.model, hazards)
+    if regions.mode == "eager" and request_mode == "piecewise":
+        raise CaptureError(f"--mode piecewise refused: {regions.reason}", "Use --mode eager.")
+    return Decision(regions, hazards, fixes)
+
+
+def _quick_check(graphs: DecodeGraphs, prompt_len: int) -> VerifyRow:
+    """A short replay-vs-eager run on the largest bucket: no plan claims graphs that were never checked."""
+    bucket = graphs.buckets[-1]
+    return verify_batch(graphs, bucket, bucket, steps=3, prompt_len=min(prompt_len, 8))
 
 
 def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
@@ -90,28 +117,31 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         raise BadOptionError(f"--attn {request.attn!r} is not supported.", "Use sdpa or eager.")
     hooks.stage(f"loading {request.model}")
     loaded = load_model(request.model, device, dtype, request.attn, request.revision)
+    hooks.loaded(loaded)
     buckets, cache_len, prompt_len = _settings(request, loaded)
     hooks.stage("allocating the static cache")
     session = DecodeSession(loaded.model, max(buckets), cache_len)
-    notes = list(loaded.notes)
-
-    mode, reason = ("eager", "--mode eager") if request.mode == "eager" else ("full", "whole decode step")
-    if mode == "full":
-        hooks.stage("checking the decode step for graph hazards")
-        hazard = _detect_hazard(session, buckets[0])
-        if hazard and request.mode == "full":
-            raise CaptureError(f"--mode full refused: {hazard}")
-        if hazard:
-            mode, reason = "eager", hazard
-            notes.append(f"running eagerly: {hazard}")
+    hooks.stage("looking for graph hazards")
+    decision = decide_regions(session, request.mode, buckets[0])
+    hooks.decided(decision)
+    notes = list(loaded.notes) + decision.fixes
+    mode = decision.regions.mode
+    if mode == "eager" and request.mode == "auto":
+        notes.append(f"running eagerly: {decision.regions.reason}")
 
     graphs = None
     backend_name = "none"
-    if mode == "full":
+    if mode != "eager":
         backend = backend_for(device, emulate=request.emulate)
         backend_name = backend.name
         hooks.bucket_count(len(buckets))
-        graphs = capture_decode_graphs(session, backend, buckets, hooks.captured)
+        islands = [session.model.get_submodule(path) for path in decision.regions.islands]
+        graphs = capture_decode_graphs(session, backend, buckets, hooks.captured, islands)
+        hooks.stage("checking replay against eager")
+        check = _quick_check(graphs, prompt_len)
+        if not check.passed:
+            raise VerificationError(f"replay disagreed with eager right after capture (bucket {check.bucket}): "
+                                    f"{check.detail[:300]}", "Use --mode eager and report the model.")
 
     plan = Plan(
         model=loaded.reference,
@@ -126,13 +156,13 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         buckets=list(buckets),
         max_cache_len=cache_len,
         prompt_len=prompt_len,
-        regions=[{"path": "", "class": type(loaded.model).__name__, "run": "graph" if mode == "full" else "eager",
-                  "reason": reason}],
+        regions=decision.regions.regions,
         captures=[vars(c) for c in graphs.captures()] if graphs else [],
         environment=environment_info(device),
         backend=backend_name,
+        fixes=decision.fixes,
     )
-    return Prepared(loaded, plan, graphs, session, notes)
+    return Prepared(loaded, plan, graphs, session, notes, decision.hazards)
 
 
 def request_from_plan(plan: Plan, **overrides) -> CaptureRequest:
@@ -140,7 +170,7 @@ def request_from_plan(plan: Plan, **overrides) -> CaptureRequest:
     request = CaptureRequest(
         model=plan.model,
         buckets=tuple(plan.buckets),
-        mode="full" if plan.mode == "full" else "eager",
+        mode=plan.mode,
         dtype=plan.dtype,
         device=plan.device,
         attn=plan.attn,
@@ -152,12 +182,3 @@ def request_from_plan(plan: Plan, **overrides) -> CaptureRequest:
         if value is not None:
             setattr(request, key, value)
     return request
-
-
-def total_graph_memory(graphs: DecodeGraphs) -> int:
-    return sum(c.memory_bytes for c in graphs.captures())
-
-
-def free_device_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()

@@ -21,7 +21,7 @@ from .errors import PlanError
 
 PLAN_FORMAT = "cugraph-accel-plan/1"
 DEFAULT_PLAN_PATH = Path("cugraph-accel.plan.yaml")
-MODES = ("full", "eager")
+MODES = ("full", "piecewise", "eager")
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Plan:
     dtype: str
     device: str
     attn: str
-    mode: str  # full: the whole step is one graph; eager: no graphs
+    mode: str  # full: one graph; piecewise: graph segments around eager islands; eager: no graphs
     buckets: list[int]
     max_cache_len: int
     prompt_len: int
@@ -42,6 +42,7 @@ class Plan:
     environment: dict
     revision: str | None = None
     backend: str = ""
+    fixes: list = field(default_factory=list)  # what was changed to keep the step capturable, and why
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     format: str = PLAN_FORMAT
 
@@ -68,7 +69,7 @@ FIELD_TYPES = {
     "model": str, "model_kind": str, "model_type": str, "random_weights": bool, "dtype": str, "device": str,
     "attn": str, "mode": str, "buckets": list, "max_cache_len": int, "prompt_len": int, "regions": list,
     "captures": list, "environment": dict, "revision": (str, type(None)), "backend": str, "created": str,
-    "format": str,
+    "format": str, "fixes": list,
 }  # fmt: skip
 
 

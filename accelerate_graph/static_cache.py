@@ -13,6 +13,7 @@ import inspect
 
 import torch
 from transformers import StaticCache
+from transformers.cache_utils import StaticLayer
 
 from .errors import UnsupportedModelError
 
@@ -37,7 +38,21 @@ class SharedStaticCache:
         self.max_batch = max_batch
         self.max_cache_len = max_cache_len
         self.cache = StaticCache(config=config, max_cache_len=max_cache_len)
+        self.fixes = self._unslide_layers()
         self._views: dict[int, StaticCache] = {}
+
+    def _unslide_layers(self) -> list[str]:
+        """HF's static sliding-window layer keeps its write position in a Python int, which a replay
+        freezes (past the window: a device-side assert). Full-length layers keep it on the device, and
+        the sliding-window mask, built from that position, still limits what each token attends."""
+        sliding = [i for i, layer in enumerate(self.cache.layers)
+                   if isinstance(layer, StaticLayer) and getattr(layer, "is_sliding", False)]
+        for i in sliding:
+            self.cache.layers[i] = StaticLayer(max_cache_len=self.max_cache_len)
+        if not sliding:
+            return []
+        return [f"{len(sliding)} sliding-window cache layer(s) keep their position in a Python int: replaced by "
+                f"full-length layers with a device-side position (the mask still applies the window)"]
 
     @property
     def layers(self) -> list:

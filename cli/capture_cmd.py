@@ -14,13 +14,14 @@ from .errors import guarded
 from .options import (AttnOpt, BucketsOpt, CacheLenOpt, DeviceOpt, DtypeOpt, EmulateFlag, JsonFlag, ModelArg,
                       PlanOpt, PromptLenOpt, RevisionOpt, buckets_or_none)
 from .output import Output
-from .tables import capture_table, region_tree
+from .tables import capture_table
 
 from typing import Annotated
 
 import typer
 
-ModeOpt = Annotated[str, typer.Option("--mode", help="auto (graphs where safe), full (refuse if unsafe) or eager.")]
+ModeOpt = Annotated[str, typer.Option("--mode", help="auto (one graph if safe, else graph segments around eager "
+                                                     "islands, else eager), full, piecewise or eager.")]
 
 
 @guarded
@@ -56,7 +57,6 @@ def capture(
         attn=attn, max_cache_len=max_cache_len, prompt_len=prompt_len, revision=revision, emulate=emulate,
     )
     prepared = prepare_with_progress(request, out)
-    out.show(region_tree(prepared.plan))
     if prepared.graphs:
         out.show(capture_table(prepared.graphs.captures()))
     write_plan(prepared.plan, path)

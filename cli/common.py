@@ -10,6 +10,7 @@ from accelerate_graph.plan import DEFAULT_PLAN_PATH, check_plan_compatible, read
 from accelerate_graph.devices import device_label, dtype_name, resolve_device
 
 from .output import Output
+from .tables import region_tree
 
 
 def request_for(model: str | None, plan_path: Path | None, out: Output, **overrides) -> CaptureRequest:
@@ -25,7 +26,13 @@ def request_for(model: str | None, plan_path: Path | None, out: Output, **overri
     return request_from_plan(plan, **overrides)
 
 
+def describe_model(loaded, out: Output) -> None:
+    out.line(f"model   {loaded.label}")
+    out.line(f"device  {device_label(loaded.device)}; dtype {dtype_name(loaded.dtype)}; attention {loaded.attn}")
+
+
 def prepare_with_progress(request: CaptureRequest, out: Output) -> Prepared:
+    """prepare() with a progress display, the model and the region plan shown as soon as known."""
     with out.progress() as progress:
         stage = progress.add_task("starting", total=None)
         captures = {}
@@ -34,15 +41,17 @@ def prepare_with_progress(request: CaptureRequest, out: Output) -> Prepared:
             progress.update(stage, visible=False)
             captures["task"] = progress.add_task("capturing buckets", total=count)
 
+        def decided(decision) -> None:
+            out.show(region_tree(request.model, decision.regions.mode, decision.regions.regions, decision.fixes))
+
         hooks = Hooks(
+            loaded=lambda loaded: describe_model(loaded, out),
+            decided=decided,
             stage=lambda text: progress.update(stage, description=text),
             bucket_count=bucket_count,
             captured=lambda c: progress.advance(captures["task"]),
         )
         prepared = prepare(request, hooks)
-    loaded = prepared.loaded
-    out.line(f"model   {loaded.label}")
-    out.line(f"device  {device_label(loaded.device)}; dtype {dtype_name(loaded.dtype)}; attention {loaded.attn}")
-    for note in prepared.notes:
+    for note in prepared.loaded.notes:
         out.note(note)
     return prepared

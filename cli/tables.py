@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
 from accelerate_graph.bench import BenchRow
 from accelerate_graph.capture import BucketCapture
-from accelerate_graph.plan import Plan
 from accelerate_graph.verify import VerifyRow
 
 MIB = 1024 * 1024
@@ -24,12 +24,15 @@ def capture_table(captures: list[BucketCapture]) -> Table:
     return table
 
 
-def region_tree(plan: Plan) -> Tree:
-    tree = Tree(f"decode step of {plan.model} ({plan.model_type}): mode [bold]{plan.mode}[/bold]")
-    for region in plan.regions:
+def region_tree(model: str, mode: str, regions: list[dict], fixes: list[str]) -> Tree:
+    """The region plan: each region graph or eager, each island with its reason and file:line."""
+    tree = Tree(f"decode step of {model}: mode [bold]{mode}[/bold]")
+    for region in regions:
         colour = "green" if region["run"] == "graph" else "yellow"
         path = region["path"] or "<model>"
-        tree.add(f"{path} {region['class']}: [{colour}]{region['run']}[/{colour}] ({region['reason']})")
+        tree.add(f"{path} {region['class']}: [{colour}]{region['run']}[/{colour}] ({escape(region['reason'])})")
+    for fix in fixes:
+        tree.add(f"[cyan]fix[/cyan]: {escape(fix)}")
     return tree
 
 

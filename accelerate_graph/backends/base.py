@@ -8,7 +8,7 @@ object every time: callers copy out what they keep before the next replay.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 import torch
 
@@ -31,6 +31,8 @@ class CapturedGraph(Protocol):
 class GraphBackend(Protocol):
     name: str  # "cuda-graph" or "emulated"
 
-    def capture(self, step: Step, warmups: int = 2) -> CapturedGraph: ...
+    def capture(self, step: Step, warmups: int = 2, islands: Sequence[torch.nn.Module] = ()) -> CapturedGraph:
+        """Record `step`; each module in `islands` runs eagerly between graph segments."""
+        ...
 
     def synchronize(self) -> None: ...

@@ -9,9 +9,10 @@ static tensors (the cache, its position counter) repeat on every replay.
 
 from __future__ import annotations
 
+import sys
 import time
-import traceback
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -19,6 +20,7 @@ from torch.utils._pytree import tree_flatten
 
 from ..errors import CaptureError
 from .base import CaptureStats, Step
+from .islands import IslandCall, island_hooks
 
 aten = torch.ops.aten
 
@@ -37,12 +39,19 @@ HOST_SYNC_OPS = {
 
 def caller_location() -> str:
     """file:line of the innermost frame outside torch and this package: where the model called the op."""
-    for frame in reversed(traceback.extract_stack()):
-        name = frame.filename.replace("\\", "/")
-        if "/torch/" in name or "/accelerate_graph/" in name:
-            continue
-        return f"{name}:{frame.lineno}"
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename.replace("\\", "/")
+        if "/torch/" not in name and "/accelerate_graph/" not in name:
+            return f"{_short(name)}:{frame.f_lineno}"
+        frame = frame.f_back
     return "unknown location"
+
+
+def _short(path: str) -> str:
+    """transformers/models/llama/modeling_llama.py rather than the whole site-packages path."""
+    marker = "/site-packages/"
+    return path.split(marker, 1)[1] if marker in path else path
 
 
 def _storage_ptr(t: torch.Tensor) -> int:
@@ -60,16 +69,28 @@ class RecordedOp:
 
 
 class _Recorder(TorchDispatchMode):
+    """Logs ops; while an island runs it only passes them through and logs the island call instead."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.ops: list[RecordedOp] = []
+        self.ops: list[RecordedOp | IslandCall] = []
+        self.in_island = False
+
+    def enter_island(self, call: IslandCall) -> None:
+        self.ops.append(call)
+        self.in_island = True
+
+    def exit_island(self, call: IslandCall) -> None:
+        self.in_island = False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.in_island:
+            return func(*args, **kwargs)
         if func in HOST_SYNC_OPS:
             raise CaptureError(
                 f"cannot capture {func.name()} at {caller_location()}: {HOST_SYNC_OPS[func]}.",
-                "Use --mode eager for this model.",
+                "Use --mode piecewise or --mode eager for this model.",
             )
         out = func(*args, **kwargs)
         inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
@@ -84,21 +105,26 @@ class _Recorder(TorchDispatchMode):
         return sum(
             t.numel() * t.element_size()
             for op in self.ops
+            if isinstance(op, RecordedOp)
             for t, is_fresh in zip(op.outputs, op.fresh)
             if is_fresh
         )
 
 
 class EmulatedGraph:
-    def __init__(self, ops: list[RecordedOp], output: torch.Tensor, stats: CaptureStats):
-        self._ops = [op for op in ops if op.run_at_replay]
+    def __init__(self, ops: list[RecordedOp | IslandCall], output: torch.Tensor, stats: CaptureStats):
+        self._ops = [op for op in ops if isinstance(op, IslandCall) or op.run_at_replay]
         self.output = output
         self.stats = stats
         self.op_count = len(ops)
+        self.island_count = sum(isinstance(op, IslandCall) for op in ops)
 
     def replay(self) -> torch.Tensor:
         with torch.no_grad():
             for op in self._ops:
+                if isinstance(op, IslandCall):
+                    op.run()
+                    continue
                 result = op.func(*op.args, **op.kwargs)
                 if not any(op.fresh):
                     continue
@@ -114,13 +140,13 @@ class EmulatedBackend:
 
     name = "emulated"
 
-    def capture(self, step: Step, warmups: int = 2) -> EmulatedGraph:
+    def capture(self, step: Step, warmups: int = 2, islands: Sequence[torch.nn.Module] = ()) -> EmulatedGraph:
         start = time.perf_counter()
         with torch.no_grad():
             for _ in range(warmups):
                 step()
             recorder = _Recorder()
-            with recorder:
+            with island_hooks(islands, recorder.enter_island, recorder.exit_island), recorder:
                 output = step()
         stats = CaptureStats(seconds=time.perf_counter() - start, memory_bytes=recorder.held_bytes())
         return EmulatedGraph(recorder.ops, output, stats)

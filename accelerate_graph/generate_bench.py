@@ -1,0 +1,95 @@
+"""End to end: HF `generate` with a static cache next to our own decode loop, same new tokens.
+
+`generate(cache_implementation="static")` compiles its decode forward with
+torch.compile(mode="reduce-overhead") on a GPU, so its first call pays the compilation: reported
+apart, the steady rate comes from later calls. Our loop: eager prefill, then one graph replay per
+new token with the argmax outside the graph. Both run the same prompts with the same cache length,
+dtype and attention implementation (the same model object).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .bench_results import GENERATE, BenchRow
+from .capture import DecodeGraphs
+from .compiled_step import forget_compiled
+from .decode_session import PAD_TOKEN
+from .errors import UnsupportedModelError
+from .timing import Latency, wall_seconds
+
+GENERATE_REPEATS = 5  # timed calls after the first one, per contender
+
+
+def new_token_budget(cache_len: int, prompt_len: int, requested: int) -> int:
+    """New tokens that fit the cache: the prompt fills `prompt_len` slots, and every new token after
+    the first is fed back through one more slot."""
+    return max(1, min(requested, cache_len - prompt_len + 1))
+
+
+def hf_generate_call(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, cache_len: int) -> Callable:
+    mask = torch.ones_like(prompt)
+
+    def call() -> torch.Tensor:
+        with torch.no_grad():
+            return model.generate(
+                input_ids=prompt, attention_mask=mask, max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,  # an early EOS would shorten the work being timed
+                do_sample=False, cache_implementation="static", max_cache_len=cache_len, pad_token_id=PAD_TOKEN,
+            )
+
+    return call
+
+
+def our_loop_call(graphs: DecodeGraphs, prompt: torch.Tensor, new_tokens: int) -> Callable:
+    session = graphs.session
+    batch, prompt_len = prompt.shape
+    # [N, b]: the position each fed-back token is written to, made once so the loop copies nothing from the host
+    positions = torch.arange(prompt_len, prompt_len + new_tokens, device=session.device)[:, None].expand(-1, batch)
+
+    def call() -> torch.Tensor:
+        tokens = [session.prefill(prompt).argmax(-1)]  # [b] each
+        for i in range(new_tokens - 1):
+            tokens.append(graphs.run(tokens[-1], positions[i]).argmax(-1))
+        return torch.stack(tokens, dim=1)  # [b, N]
+
+    return call
+
+
+def _check_length(output: torch.Tensor, prompt_len: int, new_tokens: int) -> None:
+    made = output.shape[1] - prompt_len
+    if made != new_tokens:
+        raise UnsupportedModelError(f"HF generate made {made} new tokens instead of {new_tokens}.",
+                                    "Its timing would not be comparable; drop hf-generate from --compare.")
+
+
+def _per_token(seconds: list[float], new_tokens: int) -> Latency:
+    return Latency.of([s * 1000.0 / new_tokens for s in seconds])
+
+
+def bench_generate(graphs: DecodeGraphs, bucket: int, prompt_len: int, new_tokens: int, floor_ms: float,
+                   seed: int = 0) -> list[BenchRow]:
+    """Rows "hf-generate" and "our-loop" for one batch size: ms per new token, first call apart."""
+    session = graphs.session
+    generator = torch.Generator().manual_seed(seed + 7919 * bucket)
+    prompt = torch.randint(0, session.vocab_size, (bucket, prompt_len), generator=generator).to(session.device)
+    count = new_token_budget(session.max_cache_len, prompt_len, new_tokens)
+    hf = hf_generate_call(session.model, prompt, count, session.max_cache_len)
+    forget_compiled()  # a cold start, as a user's first call in a fresh process
+    outputs: list[torch.Tensor] = []
+    hf_first = wall_seconds(lambda: outputs.append(hf()), session.device)
+    _check_length(outputs[0], prompt_len, count)
+    hf_seconds = [wall_seconds(hf, session.device) for _ in range(GENERATE_REPEATS)]
+    forget_compiled()  # release HF's compiled graphs before ours run
+    ours = our_loop_call(graphs, prompt, count)
+    ours_first = wall_seconds(ours, session.device)
+    ours_seconds = [wall_seconds(ours, session.device) for _ in range(GENERATE_REPEATS)]
+    session.kv.reset()
+    common = dict(kind=GENERATE, context=session.max_cache_len, prompt_len=prompt_len, bucket=bucket,
+                  floor_ms=floor_ms, new_tokens=count)
+    return [
+        BenchRow.measured(contender="hf-generate", latency=_per_token(hf_seconds, count), setup_seconds=hf_first, **common),
+        BenchRow.measured(contender="our-loop", latency=_per_token(ours_seconds, count), setup_seconds=ours_first, **common),
+    ]
