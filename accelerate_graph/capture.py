@@ -12,7 +12,10 @@ import torch
 
 from .backends import CapturedGraph, GraphBackend
 from .buckets import bucket_for
+from .debug import debug_enabled
 from .decode_session import DecodeSession
+from .errors import CaptureError, ReplaySafetyError, ResourceError
+from .module_stack import ModuleStack
 
 
 @dataclass
@@ -36,11 +39,14 @@ def frozen_gc() -> Iterator[None]:
 class DecodeGraphs:
     """Replays the graph of the smallest bucket that fits a batch; larger batches run eagerly, counted."""
 
-    def __init__(self, session: DecodeSession, graphs: dict[int, CapturedGraph]):
+    def __init__(self, session: DecodeSession, graphs: dict[int, CapturedGraph], dropped: list[int] | None = None):
         self.session = session
         self.graphs = graphs
         self.buckets = tuple(sorted(graphs))
+        self.dropped = dropped or []  # buckets left out by --max-memory
         self.eager_fallbacks = 0
+        self.check_pointers = debug_enabled()  # --debug also checks buffer addresses per replay
+        self._pointers = {name: t.data_ptr() for name, t in self._static_buffers().items()}
 
     def captures(self) -> list[BucketCapture]:
         return [
@@ -48,16 +54,35 @@ class DecodeGraphs:
             for b in reversed(self.buckets)
         ]
 
-    def run(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Next-token logits [b, V] for tokens/positions [b]. The result is overwritten by the next
-        call: clone what you keep."""
+    def run(self, tokens: torch.Tensor, positions: torch.Tensor, copy: bool = True) -> torch.Tensor:
+        """Next-token logits [b, V] for tokens/positions [b]. With copy=False the result is a view of
+        the graph's output, overwritten by the next replay."""
         batch = tokens.shape[0]
         bucket = bucket_for(batch, self.buckets)
         if bucket is None:
             self._note_fallback(batch)
             return self.eager(tokens, positions)
+        if self.check_pointers:
+            self._check_static_buffers()
         self.session.load_inputs(bucket, tokens, positions)
-        return self.graphs[bucket].replay()[:batch]
+        logits = self.graphs[bucket].replay()[:batch]
+        return logits.clone() if copy else logits
+
+    def _static_buffers(self) -> dict[str, torch.Tensor]:
+        """Every tensor the graphs read or write in place, by name."""
+        s = self.session
+        buffers = {"input_ids": s.input_ids, "position_ids": s.position_ids, "attention_mask": s.attention_mask}
+        for i, layer in enumerate(s.kv.layers):
+            buffers.update({f"cache layer {i} keys": layer.keys, f"cache layer {i} values": layer.values,
+                            f"cache layer {i} position": layer.cumulative_length})
+        return buffers
+
+    def _check_static_buffers(self) -> None:
+        """A graph keeps the addresses it captured: a buffer replaced since then would be silently ignored."""
+        for name, tensor in self._static_buffers().items():
+            if tensor.data_ptr() != self._pointers.get(name):
+                raise ReplaySafetyError(f"the {name} buffer moved since capture: a replay would not see it.",
+                                        "Re-capture after replacing session buffers or the cache.")
 
     def eager(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """The same step without graphs: the reference `verify` compares against."""
@@ -76,23 +101,74 @@ class DecodeGraphs:
         self.eager_fallbacks += 1
 
 
+def _failure_location(err: BaseException) -> str:
+    """file:line of the innermost model frame in the traceback (not torch's, not ours)."""
+    location = ""
+    tb = err.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+        if "/torch/" not in name and "/accelerate_graph/" not in name:
+            location = f"{name.split('/site-packages/')[-1]}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return location
+
+
+def _capture_one(session: DecodeSession, backend: GraphBackend, bucket: int, islands) -> CapturedGraph:
+    """One bucket; a failure names the bucket and the submodule that was running."""
+    modules = ModuleStack(session.model)
+    try:
+        with modules.active():
+            return backend.capture(session.step_fn(bucket), islands=islands)
+    except torch.OutOfMemoryError:
+        raise
+    except (CaptureError, RuntimeError) as err:
+        message = err.message if isinstance(err, CaptureError) else str(err).splitlines()[0]
+        where = modules.describe_current()
+        at = _failure_location(err)
+        raise CaptureError(f"capturing bucket {bucket} failed in {where}{' at ' + at if at else ''}: {message}",
+                           "Use --mode piecewise to run that module eagerly, or --mode eager.") from err
+
+
 def capture_decode_graphs(
     session: DecodeSession,
     backend: GraphBackend,
     buckets: tuple[int, ...],
     on_captured: Callable[[BucketCapture], None] | None = None,
     islands: Sequence[torch.nn.Module] = (),
+    max_memory_bytes: int | None = None,
 ) -> DecodeGraphs:
     """Capture every bucket, largest first (smaller graphs reuse the pool it grew), then reset the
-    cache: warm-ups wrote into it."""
+    cache: warm-ups wrote into it. Buckets whose graphs would push the total past `max_memory_bytes`
+    are dropped (listed in `DecodeGraphs.dropped`); running out of memory frees what was captured."""
     graphs: dict[int, CapturedGraph] = {}
+    dropped: list[int] = []
+    held = 0
     with frozen_gc():
         for bucket in sorted(buckets, reverse=True):
             session.kv.rewind(0)
-            graphs[bucket] = backend.capture(session.step_fn(bucket), islands=islands)
+            try:
+                graph = _capture_one(session, backend, bucket, islands)
+            except torch.OutOfMemoryError as err:
+                graphs.clear()
+                backend.release()
+                raise ResourceError(
+                    f"out of device memory while capturing bucket {bucket} "
+                    f"({held / 2**20:.0f} MiB of graphs captured before it were freed).",
+                    f"Lower the largest bucket (now {max(buckets)}), --max-cache-len, or cap graph memory "
+                    "with --max-memory.",
+                ) from err
+            if max_memory_bytes is not None and held + graph.stats.memory_bytes > max_memory_bytes:
+                dropped.append(bucket)
+                del graph
+                backend.release()
+                continue
+            graphs[bucket] = graph
+            held += graph.stats.memory_bytes
             if on_captured:
-                stats = graphs[bucket].stats
-                on_captured(BucketCapture(bucket, stats.seconds, stats.memory_bytes))
+                on_captured(BucketCapture(bucket, graph.stats.seconds, graph.stats.memory_bytes))
     backend.synchronize()
     session.kv.reset()
-    return DecodeGraphs(session, graphs)
+    if not graphs:
+        raise ResourceError(f"no bucket's graph fits in --max-memory {max_memory_bytes / 2**20:g} MiB "
+                            f"(dropped {', '.join(map(str, dropped))}).", "Raise --max-memory or lower the buckets.")
+    return DecodeGraphs(session, graphs, dropped)

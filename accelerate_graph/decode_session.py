@@ -11,8 +11,8 @@ import inspect
 import torch
 
 from .backends import Step
-from .errors import BadOptionError, UnsupportedModelError
-from .static_cache import SharedStaticCache, cache_argument_name
+from .errors import BadOptionError, ResourceError, UnsupportedModelError
+from .static_cache import SharedStaticCache, cache_argument_name, check_cache_fits
 
 PAD_TOKEN = 0  # padding rows need some valid token id; their outputs are discarded
 
@@ -27,6 +27,7 @@ class DecodeSession:
         self.max_cache_len = max_cache_len
         self.cache_arg = cache_argument_name(model)
         self._keeps_last_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        check_cache_fits(model.config, max_batch, max_cache_len, model.dtype, self.device)
         self.kv = SharedStaticCache(model.config, max_batch, max_cache_len)
         longs = {"dtype": torch.long, "device": self.device}
         self.input_ids = torch.zeros(max_batch, 1, **longs)  # [B, 1]
@@ -41,6 +42,11 @@ class DecodeSession:
         with torch.no_grad():
             try:
                 self.forward(self.max_batch, self.input_ids, self.position_ids, self.attention_mask)
+            except torch.OutOfMemoryError as err:
+                raise ResourceError(
+                    f"out of memory allocating a static cache of {self.max_cache_len} slots for {self.max_batch} rows.",
+                    "Lower --max-cache-len or the largest bucket.",
+                ) from err
             except (RuntimeError, ValueError, TypeError, AttributeError, IndexError) as err:
                 raise UnsupportedModelError(
                     f"{type(self.model).__name__} could not run a decode step with a static cache: "

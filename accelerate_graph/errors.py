@@ -52,6 +52,14 @@ class CaptureError(CugraphAccelError):
     """An operation in the decode step cannot be recorded into a graph."""
 
 
+class ResourceError(CugraphAccelError):
+    """Not enough device memory for the cache or the graphs asked for."""
+
+
+class ReplaySafetyError(CugraphAccelError):
+    """A static buffer a graph reads moved or was replaced after capture."""
+
+
 class VerificationError(CugraphAccelError):
     """Replay disagreed with eager execution."""
 

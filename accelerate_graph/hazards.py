@@ -12,9 +12,7 @@ called it. Three kinds of evidence:
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -22,6 +20,7 @@ from torch.utils._pytree import tree_flatten
 
 from .backends.emulated import HOST_SYNC_OPS, caller_location
 from .decode_session import DecodeSession
+from .module_stack import ModuleStack
 
 aten = torch.ops.aten
 HOST_DATA_OPS = {aten.lift_fresh.default, aten.lift_fresh_copy.default}
@@ -50,37 +49,6 @@ class _OpRecord:
     location: str
 
 
-class _ModuleStack:
-    """Tracks the innermost running submodule with global forward hooks."""
-
-    def __init__(self, model: torch.nn.Module):
-        self.names = {id(m): name for name, m in model.named_modules()}
-        self.classes = {name: type(m).__name__ for name, m in model.named_modules()}
-        self.stack: list[str] = []
-
-    @contextmanager
-    def active(self) -> Iterator[None]:
-        def push(module, args):
-            self.stack.append(self.names.get(id(module), "?"))
-
-        def pop(module, args, output):
-            if self.stack:
-                self.stack.pop()
-
-        pre = torch.nn.modules.module.register_module_forward_pre_hook(push)
-        post = torch.nn.modules.module.register_module_forward_hook(pop)
-        try:
-            yield
-        finally:
-            pre.remove()
-            post.remove()
-            self.stack.clear()
-
-    def current(self) -> str:
-        known = [name for name in self.stack if name != "?"]
-        return known[-1] if known else ""
-
-
 def _signature(args, kwargs) -> tuple:
     parts = []
     for leaf in tree_flatten((args, kwargs))[0]:
@@ -92,7 +60,7 @@ def _signature(args, kwargs) -> tuple:
 
 
 class _Tracer(TorchDispatchMode):
-    def __init__(self, modules: _ModuleStack):
+    def __init__(self, modules: ModuleStack):
         super().__init__()
         self.modules = modules
         self.records: list[_OpRecord] = []
@@ -122,7 +90,7 @@ class _Tracer(TorchDispatchMode):
 
 
 def _trace_step(session: DecodeSession, bucket: int, tokens, position: int) -> _Tracer:
-    modules = _ModuleStack(session.model)
+    modules = ModuleStack(session.model)
     tracer = _Tracer(modules)
     positions = torch.full((bucket,), position, device=session.device)
     session.load_inputs(bucket, tokens, positions)

@@ -36,6 +36,7 @@ class CaptureRequest:
     prompt_len: int | None = None
     revision: str | None = None
     emulate: bool = False  # emulated graphs even on a GPU
+    max_memory_mib: float | None = None  # cap on graph memory: buckets that do not fit are dropped
 
 
 @dataclass
@@ -124,7 +125,7 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
     hooks.stage("looking for graph hazards")
     decision = decide_regions(session, request.mode, buckets[0])
     hooks.decided(decision)
-    notes = list(loaded.notes) + decision.fixes
+    notes = list(loaded.notes)  # fixes are shown with the region plan
     mode = decision.regions.mode
     if mode == "eager" and request.mode == "auto":
         notes.append(f"running eagerly: {decision.regions.reason}")
@@ -136,7 +137,11 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         backend_name = backend.name
         hooks.bucket_count(len(buckets))
         islands = [session.model.get_submodule(path) for path in decision.regions.islands]
-        graphs = capture_decode_graphs(session, backend, buckets, hooks.captured, islands)
+        cap = int(request.max_memory_mib * 2**20) if request.max_memory_mib is not None else None
+        graphs = capture_decode_graphs(session, backend, buckets, hooks.captured, islands, cap)
+        if graphs.dropped:
+            notes.append(f"--max-memory dropped bucket(s) {', '.join(map(str, graphs.dropped))}: their graphs "
+                         f"did not fit; larger batches now run in bucket {graphs.buckets[-1]} or eagerly.")
         hooks.stage("checking replay against eager")
         check = _quick_check(graphs, prompt_len)
         if not check.passed:
@@ -153,7 +158,7 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         device=str(device),
         attn=loaded.attn,
         mode=mode,
-        buckets=list(buckets),
+        buckets=list(graphs.buckets) if graphs else list(buckets),
         max_cache_len=cache_len,
         prompt_len=prompt_len,
         regions=decision.regions.regions,

@@ -15,7 +15,7 @@ import torch
 from transformers import StaticCache
 from transformers.cache_utils import StaticLayer
 
-from .errors import UnsupportedModelError
+from .errors import ResourceError, UnsupportedModelError
 
 
 def cache_argument_name(model: torch.nn.Module) -> str:
@@ -29,6 +29,34 @@ def cache_argument_name(model: torch.nn.Module) -> str:
         f"{type(model).__name__}.forward takes neither `cache` nor `past_key_values`.",
         "This model cannot run a static-cache decode step; use --mode eager.",
     )
+
+
+def estimate_cache_bytes(config, batch: int, cache_len: int, dtype: torch.dtype) -> int | None:
+    """K and V for every layer at full length, from the config; None where its geometry is non-standard."""
+    text = config.get_text_config()
+    try:
+        layers = int(text.num_hidden_layers)
+        heads = int(getattr(text, "num_key_value_heads", None) or text.num_attention_heads)
+        head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
+    except (AttributeError, TypeError, ZeroDivisionError):
+        return None
+    return 2 * layers * heads * head_dim * batch * cache_len * torch.finfo(dtype).bits // 8
+
+
+def check_cache_fits(config, batch: int, cache_len: int, dtype: torch.dtype, device: torch.device) -> None:
+    """Refuse, with the numbers, a cache the GPU cannot hold, before trying to allocate it."""
+    need = estimate_cache_bytes(config, batch, cache_len, dtype)
+    if need is None or device.type != "cuda":
+        return
+    free, _ = torch.cuda.mem_get_info(device)
+    usable = int(free * 0.9)  # leave room for activations and graphs
+    if need > usable:
+        fits = max(usable * cache_len // need, 0)
+        raise ResourceError(
+            f"a static cache of {cache_len} slots for {batch} rows needs {need / 2**30:.1f} GiB; "
+            f"{free / 2**30:.1f} GiB of the GPU is free.",
+            f"Lower --max-cache-len to at most {fits} or the largest bucket.",
+        )
 
 
 class SharedStaticCache:

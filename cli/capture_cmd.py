@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Annotated, Optional
+
+import typer
 
 from accelerate_graph.atomic_io import check_writable
 from accelerate_graph.pipeline import CaptureRequest
@@ -16,10 +19,8 @@ from .options import (AttnOpt, BucketsOpt, CacheLenOpt, DeviceOpt, DtypeOpt, Emu
 from .output import Output
 from .tables import capture_table
 
-from typing import Annotated
-
-import typer
-
+MaxMemoryOpt = Annotated[Optional[float], typer.Option("--max-memory", min=0, help="Cap on graph memory in MiB: "
+                                                         "buckets whose graphs do not fit are dropped and listed.")]
 ModeOpt = Annotated[str, typer.Option("--mode", help="auto (one graph if safe, else graph segments around eager "
                                                      "islands, else eager), full, piecewise or eager.")]
 
@@ -37,6 +38,7 @@ def capture(
     revision: RevisionOpt = None,
     plan: PlanOpt = None,
     emulate: EmulateFlag = False,
+    max_memory: MaxMemoryOpt = None,
     json: JsonFlag = False,
 ) -> None:
     """Capture decode graphs for MODEL (default: the built-in `tiny` recipe) and write a plan.
@@ -55,6 +57,7 @@ def capture(
     request = CaptureRequest(
         model=DEFAULT_RECIPE if model is None else model, buckets=buckets_or_none(buckets), mode=mode, dtype=dtype, device=device,
         attn=attn, max_cache_len=max_cache_len, prompt_len=prompt_len, revision=revision, emulate=emulate,
+        max_memory_mib=max_memory,
     )
     prepared = prepare_with_progress(request, out)
     if prepared.graphs:

@@ -52,6 +52,6 @@ def prepare_with_progress(request: CaptureRequest, out: Output) -> Prepared:
             captured=lambda c: progress.advance(captures["task"]),
         )
         prepared = prepare(request, hooks)
-    for note in prepared.loaded.notes:
+    for note in prepared.notes:
         out.note(note)
     return prepared

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import traceback
 from typing import Callable
 
 import typer
 
+from accelerate_graph.debug import DEBUG_ENV, debug_enabled, set_debug  # noqa: F401 - re-exported for the CLI
 from accelerate_graph.errors import RUNTIME_EXIT, CugraphAccelError
 
 INTERRUPTED_EXIT = 130
-DEBUG_ENV = "CUGRAPH_ACCEL_DEBUG"
 
 # Raw runtime failures we can explain better than their first line does.
 KNOWN_RUNTIME = (
@@ -26,19 +25,6 @@ KNOWN_RUNTIME = (
     ("operation not permitted when stream is capturing", "an operation in the decode step is not allowed "
      "inside a CUDA graph capture. Re-run with --mode eager."),
 )
-
-
-_debug_flag = False
-
-
-def set_debug(enabled: bool) -> None:
-    """--debug for this invocation only (the app may be called several times in one process)."""
-    global _debug_flag
-    _debug_flag = enabled
-
-
-def debug_enabled() -> bool:
-    return _debug_flag or os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
 def describe(err: BaseException) -> tuple[str, int]:

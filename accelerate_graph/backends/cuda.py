@@ -112,3 +112,8 @@ class CudaGraphBackend:
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
+
+    def release(self) -> None:
+        """Give memory of graphs that were dropped back to the device."""
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()

@@ -153,3 +153,6 @@ class EmulatedBackend:
 
     def synchronize(self) -> None:
         pass
+
+    def release(self) -> None:
+        pass  # dropped recordings are freed with their last reference

@@ -1,0 +1,24 @@
+"""Drive a replay past the end of the static cache (a device-side assert on the GPU) through the CLI's
+error handling: run in a subprocess by tests/test_gpu_reliability.py, since the CUDA context dies."""
+
+import torch
+
+from accelerate_graph.backends import backend_for
+from accelerate_graph.capture import capture_decode_graphs
+from accelerate_graph.decode_session import DecodeSession
+from accelerate_graph.loading import load_model
+from cli.errors import guarded
+
+
+@guarded
+def main() -> None:
+    gpu = torch.device("cuda:0")
+    session = DecodeSession(load_model("tiny", gpu, torch.float32).model, 2, 16)
+    graphs = capture_decode_graphs(session, backend_for(gpu), (2,))
+    session.kv.rewind(16)  # the next write lands one past the last slot
+    graphs.run(torch.tensor([1, 2], device=gpu), torch.tensor([16, 16], device=gpu))
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""Leave almost no GPU memory, then capture: the failure must name the bucket and free what was held.
+Run in a subprocess by tests/test_gpu_reliability.py."""
+
+import torch
+
+from accelerate_graph.backends import backend_for
+from accelerate_graph.capture import capture_decode_graphs
+from accelerate_graph.decode_session import DecodeSession
+from accelerate_graph.loading import load_model
+from cli.errors import guarded
+
+
+@guarded
+def main() -> None:
+    gpu = torch.device("cuda:0")
+    session = DecodeSession(load_model("qwen2.5-0.5b", gpu, torch.bfloat16).model, 32, 256)
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info(gpu)
+    ballast = torch.empty(free - 4 * 2**20, dtype=torch.uint8, device=gpu)  # noqa: F841 - holds the memory
+    capture_decode_graphs(session, backend_for(gpu), (1, 32))
+
+
+if __name__ == "__main__":
+    main()

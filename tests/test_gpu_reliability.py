@@ -1,0 +1,40 @@
+"""Failures that can only happen on a GPU, each in a subprocess (a device-side assert ends the process)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("CUGRAPH_ACCEL_DEBUG", None)
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_device_side_assert_is_one_clear_line():
+    result = run("tests/scripts/device_assert.py")
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "error: a device-side assert fired on the GPU" in result.stderr
+    assert "process must end" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_oom_during_capture_names_the_bucket():
+    result = run("tests/scripts/oom_during_capture.py")
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "error: out of device memory while capturing bucket 32" in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+
+
+def test_cache_too_large_for_the_gpu_gets_the_number(tmp_path):
+    result = run("-m", "cli", "capture", "qwen2.5-0.5b", "--buckets", "256", "--max-cache-len", "131072",
+                 "--plan", str(tmp_path / "p.yaml"))
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "needs" in result.stderr and "Lower --max-cache-len to at most" in result.stderr
+    assert not (tmp_path / "p.yaml").exists()
