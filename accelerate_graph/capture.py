@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import gc
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
 
 import torch
 

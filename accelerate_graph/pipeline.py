@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
-
-import torch
 
 from .backends import backend_for
 from .capture import BucketCapture, DecodeGraphs, capture_decode_graphs
@@ -47,7 +45,7 @@ class Hooks:
     captured: Callable[[BucketCapture], None] = lambda capture: None
     bucket_count: Callable[[int], None] = lambda count: None
     loaded: Callable[[LoadedModel], None] = lambda loaded: None
-    decided: Callable[["Decision"], None] = lambda decision: None  # the region plan, before any capture
+    decided: Callable[[Decision], None] = lambda decision: None  # the region plan, before any capture
 
 
 @dataclass

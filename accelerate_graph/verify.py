@@ -8,8 +8,8 @@ diverge between two numerically equivalent runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 

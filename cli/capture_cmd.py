@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,12 +14,24 @@ from accelerate_graph.recipes import DEFAULT_RECIPE
 
 from .common import prepare_with_progress
 from .errors import guarded
-from .options import (AttnOpt, BucketsOpt, CacheLenOpt, DeviceOpt, DtypeOpt, EmulateFlag, JsonFlag, ModelArg,
-                      PlanOpt, PromptLenOpt, RevisionOpt, buckets_or_none)
+from .options import (
+    AttnOpt,
+    BucketsOpt,
+    CacheLenOpt,
+    DeviceOpt,
+    DtypeOpt,
+    EmulateFlag,
+    JsonFlag,
+    ModelArg,
+    PlanOpt,
+    PromptLenOpt,
+    RevisionOpt,
+    buckets_or_none,
+)
 from .output import Output
 from .tables import capture_table
 
-MaxMemoryOpt = Annotated[Optional[float], typer.Option("--max-memory", min=0, help="Cap on graph memory in MiB: "
+MaxMemoryOpt = Annotated[float | None, typer.Option("--max-memory", min=0, help="Cap on graph memory in MiB: "
                                                          "buckets whose graphs do not fit are dropped and listed.")]
 ModeOpt = Annotated[str, typer.Option("--mode", help="auto (one graph if safe, else graph segments around eager "
                                                      "islands, else eager), full, piecewise or eager.")]

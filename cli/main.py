@@ -13,6 +13,7 @@ from .capture_cmd import capture
 from .errors import DEBUG_ENV, set_debug
 from .recipes_cmd import recipes
 from .verify_cmd import verify
+from .zoo_cmd import zoo
 
 app = typer.Typer(
     help="Verified CUDA graphs for the decode step of Hugging Face causal LMs.",
@@ -42,3 +43,4 @@ app.command()(capture)
 app.command()(verify)
 app.command()(bench)
 app.command()(recipes)
+app.command()(zoo)

@@ -86,6 +86,6 @@ def test_padding_rows_leave_real_rows_untouched(tiny_model_dir):
     before = session.kv.snapshot(4)
     graphs.run(torch.tensor([7]), torch.tensor([6]))  # batch 1 padded to 4
     after = session.kv.snapshot(4)
-    for (k0, v0, _), (k1, v1, _) in zip(before, after):
+    for (k0, _v0, _), (k1, _v1, _) in zip(before, after):
         assert torch.equal(k0[0, :, :6], k1[0, :, :6])  # the real row's history is intact
         assert not torch.equal(k0[0, :, 6], k1[0, :, 6])  # and its new slot was written

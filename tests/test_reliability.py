@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import yaml
 from test_regions import HostReadingNorm
 from typer.testing import CliRunner
 
@@ -123,8 +124,14 @@ def test_raw_cuda_failures_become_one_clear_line(text, phrase):
 
 
 def test_cli_max_memory_lists_dropped_buckets(tmp_path):
+    import json
+
     plan = tmp_path / "p.yaml"
-    result = runner.invoke(app, ["capture", "tiny", "--device", "cpu", "--plan", str(plan), "--max-memory", "0.2"])
+    first = runner.invoke(app, ["capture", "tiny", "--device", "cpu", "--plan", str(plan), "--json"])
+    sizes = {c["bucket"]: c["memory_bytes"] for c in json.loads(first.stdout)["plan"]["captures"]}
+    cap_mib = (sum(sizes.values()) - sizes[8] + 1) / 2**20  # everything but the largest bucket fits
+    result = runner.invoke(app, ["capture", "tiny", "--device", "cpu", "--plan", str(plan),
+                                 "--max-memory", f"{cap_mib:.6f}"])
     assert result.exit_code == 0, result.output
     assert "--max-memory dropped bucket(s) 8" in " ".join(result.output.split())
-    assert "- 8" not in plan.read_text().split("max_cache_len")[0]
+    assert yaml.safe_load(plan.read_text())["buckets"] == [1, 2, 4]

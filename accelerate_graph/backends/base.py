@@ -7,8 +7,9 @@ object every time: callers copy out what they keep before the next replay.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import torch
 

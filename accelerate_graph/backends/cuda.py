@@ -7,7 +7,7 @@ is replayed at once so the island sees real inputs, and the island runs eagerly 
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

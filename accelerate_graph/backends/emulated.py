@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode

@@ -8,9 +8,9 @@ the same tensors and its new outputs are copied into the kept ones.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
 
 import torch
 from torch.utils._pytree import tree_flatten
