@@ -1,107 +1,187 @@
-"""Decode-step latency, eager vs graph replay, per bucket.
+"""`bench`: eager vs graph replay vs torch.compile vs HF generate, against the hardware floor.
 
-Device events around each step (host clocks on the CPU); warm-ups excluded; the cache write
-position is rewound between steps outside the timed region so every step does the same work.
+For each cache length (context) a fresh session is prepared; for each bucket the prompt is
+prefilled once and every step contender times the same step from the same cache state, with a new
+input token each step. The cache write position is rewound between steps outside the timed region,
+so every step does the same work. Setup (capture, compilation, first calls) is timed apart.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
-from dataclasses import dataclass
-from typing import Callable
+import gc
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 
+from .bench_env import bench_environment, sm_clock_mhz
+from .bench_options import DEFAULT_COMPARE, STEP_CONTENDERS
+from .bench_results import STEP, BenchReport, BenchRow, ContextInfo, fill_speedups
 from .capture import DecodeGraphs
+from .compiled_step import COMPILE_MODE, forget_compiled, recompile_headroom
+from .contenders import build_contender
+from .devices import resolve_device
+from .errors import CpuTimingRefused
+from .generate_bench import bench_generate
+from .hardware_floor import Bandwidth, describe_floor, measure_bandwidth, step_bytes
+from .pipeline import CaptureRequest, Hooks, Prepared, prepare
+from .timing import time_calls
 
 
 @dataclass
-class Latency:
-    median_ms: float
-    p10_ms: float
-    p90_ms: float
-    samples: int
+class BenchSettings:
+    compare: tuple[str, ...] = DEFAULT_COMPARE
+    contexts: tuple[int, ...] | None = None  # cache lengths; None: the plan's or recipe's
+    steps: int = 100
+    warmup: int = 10
+    new_tokens: int = 128  # hf-generate and our loop
+    seed: int = 0
 
-    @classmethod
-    def of(cls, samples_ms: list[float]) -> "Latency":
-        ordered = sorted(samples_ms)
-
-        def pick(q: float) -> float:
-            return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-        return cls(statistics.median(ordered), pick(0.1), pick(0.9), len(ordered))
+    @property
+    def step_contenders(self) -> list[str]:
+        return [name for name in self.compare if name in STEP_CONTENDERS]
 
 
 @dataclass
-class BenchRow:
-    bucket: int
-    eager: Latency
-    graph: Latency
-    capture_seconds: float
-    graph_memory_bytes: int
+class BenchHooks:
+    """Progress callbacks; the CLI draws them, library users may ignore them."""
 
-    @property
-    def speedup(self) -> float:
-        return self.eager.median_ms / self.graph.median_ms
-
-    @property
-    def graph_tokens_per_s(self) -> float:
-        return self.bucket * 1000.0 / self.graph.median_ms
+    stage: Callable[[str], None] = lambda text: None
+    planned: Callable[[int], None] = lambda units: None  # this many more units of work lie ahead
+    advance: Callable[[], None] = lambda: None  # one unit (a contender at a bucket) is done
+    prepared: Callable[[Prepared], None] = lambda prepared: None
 
 
-def time_calls(call: Callable[[int], object], before: Callable[[int], None], count: int, warmup: int,
-               device: torch.device) -> list[float]:
-    """Milliseconds of `call(i)` for i in range(count), after `warmup` untimed calls."""
-    for i in range(warmup):
-        before(i)
-        call(i)
-    if device.type != "cuda":
-        samples = []
-        for i in range(count):
-            before(i)
-            start = time.perf_counter()
-            call(i)
-            samples.append((time.perf_counter() - start) * 1000.0)
-        return samples
-    events = []
-    for i in range(count):
-        before(i)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call(i)
-        end.record()
-        events.append((start, end))
-    torch.cuda.synchronize(device)
-    return [s.elapsed_time(e) for s, e in events]
+def context_request(request: CaptureRequest, context: int | None) -> CaptureRequest:
+    """The request for one cache length; a prompt from the plan is cut to half of a shorter cache."""
+    if context is None:
+        return request
+    prompt = None if request.prompt_len is None else min(request.prompt_len, context // 2)
+    return replace(request, max_cache_len=context, prompt_len=prompt)
 
 
-def bench_bucket(graphs: DecodeGraphs, bucket: int, steps: int, warmup: int, prompt_len: int, seed: int = 0) -> BenchRow:
+def _time_contender(name: str, graphs: DecodeGraphs, bucket: int, tokens: torch.Tensor, prompt_len: int,
+                    settings: BenchSettings, floor: float) -> tuple[BenchRow, list[str]]:
     session = graphs.session
-    generator = torch.Generator().manual_seed(seed + bucket)
-    prompt = torch.randint(0, session.vocab_size, (bucket, prompt_len), generator=generator)
-    tokens = torch.randint(0, session.vocab_size, (warmup + steps, bucket), generator=generator).to(session.device)
-    positions = torch.full((bucket,), prompt_len, device=session.device)
-    session.kv.reset()
-    session.prefill(prompt)
+    positions = torch.full((bucket,), prompt_len, device=session.device)  # [b]
 
-    def rewind(_: int) -> None:
+    def rewind() -> None:
         session.kv.rewind(prompt_len)
 
     with torch.no_grad():
-        eager = time_calls(lambda i: graphs.eager(tokens[i], positions), rewind, steps, warmup, session.device)
-        graph = time_calls(lambda i: graphs.run(tokens[i], positions), rewind, steps, warmup, session.device)
+        contender = build_contender(name, graphs, bucket, rewind)
+
+        def before(_: int) -> None:
+            rewind()
+            contender.before()
+
+        timed = time_calls(lambda i: contender.call(tokens[i], positions), before, settings.steps, settings.warmup,
+                           session.device)
+    row = BenchRow.measured(STEP, session.max_cache_len, prompt_len, bucket, name, timed.latency, floor,
+                            setup_seconds=contender.setup_seconds, warmup_seconds=timed.warmup_seconds,
+                            memory_bytes=contender.memory_bytes)
+    return row, contender.notes
+
+
+def _contenders_for(graphs: DecodeGraphs, bucket: int, settings: BenchSettings) -> tuple[list[str], list[str]]:
+    """(names to time, notes): a bucket whose graph was not kept (--max-memory) has no graph row."""
+    names = settings.step_contenders
+    if "graph" in names and bucket not in graphs.graphs:
+        return [n for n in names if n != "graph"], [f"batch {bucket} has no captured graph: no graph row"]
+    return names, []
+
+
+def bench_bucket(graphs: DecodeGraphs, bucket: int, prompt_len: int, settings: BenchSettings, floor: float,
+                 hooks: BenchHooks) -> tuple[list[BenchRow], list[str]]:
+    """Every step contender on one bucket, from one prefilled cache state."""
+    session = graphs.session
+    generator = torch.Generator().manual_seed(settings.seed + bucket)
+    prompt = torch.randint(0, session.vocab_size, (bucket, prompt_len), generator=generator)
+    count = settings.warmup + settings.steps
+    tokens = torch.randint(0, session.vocab_size, (count, bucket), generator=generator).to(session.device)  # [S, b]
     session.kv.reset()
-    stats = graphs.graphs[bucket].stats
-    return BenchRow(bucket, Latency.of(eager), Latency.of(graph), stats.seconds, stats.memory_bytes)
-
-
-def bench_graphs(graphs: DecodeGraphs, steps: int = 100, warmup: int = 10, prompt_len: int = 128,
-                 on_row: Callable[[BenchRow], None] | None = None) -> list[BenchRow]:
+    session.prefill(prompt)
+    names, notes = _contenders_for(graphs, bucket, settings)
     rows = []
-    for bucket in graphs.buckets:
-        row = bench_bucket(graphs, bucket, steps, warmup, prompt_len)
+    for name in names:
+        hooks.stage(f"cache {session.max_cache_len}, batch {bucket}: "
+                    + ("compiling, then timing torch.compile" if name == "compile" else f"timing {name}"))
+        row, more = _time_contender(name, graphs, bucket, tokens, prompt_len, settings, floor)
         rows.append(row)
-        if on_row:
-            on_row(row)
-    return rows
+        notes += more
+        hooks.advance()
+    session.kv.reset()
+    return rows, notes
+
+
+def _require_graphs(prepared: Prepared, settings: BenchSettings) -> DecodeGraphs:
+    if prepared.graphs is not None:
+        return prepared.graphs
+    needing = [name for name in settings.compare if name in ("graph", "hf-generate")]
+    if needing:
+        raise CpuTimingRefused(f"the plan runs eagerly: there is no graph to time ({', '.join(needing)}).",
+                               "Capture with --mode auto, or compare eager,compile only.")
+    return DecodeGraphs(prepared.session, {})  # eager and compile need only the session
+
+
+def bench_context(prepared: Prepared, settings: BenchSettings, bandwidth: Bandwidth,
+                  hooks: BenchHooks) -> tuple[ContextInfo, list[BenchRow]]:
+    """All contenders for all buckets of one prepared session (one cache length)."""
+    graphs = _require_graphs(prepared, settings)
+    plan, session = prepared.plan, prepared.session
+    generate = "hf-generate" in settings.compare
+    hooks.planned(len(plan.buckets) * (len(settings.step_contenders) + int(generate)))
+    info = ContextInfo(plan.max_cache_len, plan.prompt_len, list(plan.buckets), plan.backend, list(prepared.notes))
+    info.floors = [describe_floor(b, step_bytes(session, b), bandwidth) for b in plan.buckets]
+    floors = {f["bucket"]: f["floor_ms"] for f in info.floors}
+    rows: list[BenchRow] = []
+    with recompile_headroom(len(plan.buckets) + 8):
+        for bucket in plan.buckets:
+            more, notes = bench_bucket(graphs, bucket, plan.prompt_len, settings, floors[bucket], hooks)
+            rows += more
+            info.notes += notes
+    forget_compiled()
+    for bucket in plan.buckets if generate else ():
+        hooks.stage(f"cache {plan.max_cache_len}, batch {bucket}: HF generate (first call compiles), then our loop")
+        rows += bench_generate(graphs, bucket, plan.prompt_len, settings.new_tokens, floors[bucket], settings.seed)
+        hooks.advance()
+    return info, rows
+
+
+def _one_context(request: CaptureRequest, context: int | None, settings: BenchSettings, bandwidth: Bandwidth,
+                 hooks: BenchHooks) -> tuple[ContextInfo, list[BenchRow], dict]:
+    """Prepare, bench, and let everything of this context go when it returns."""
+    prepared = prepare(context_request(request, context), Hooks(stage=hooks.stage))
+    hooks.prepared(prepared)
+    info, rows = bench_context(prepared, settings, bandwidth, hooks)
+    plan = prepared.plan
+    described = {"model": plan.model, "model_type": plan.model_type, "random_weights": plan.random_weights,
+                 "dtype": plan.dtype, "attn": plan.attn, "buckets": plan.buckets}
+    return info, rows, described
+
+
+def release(device: torch.device) -> None:
+    """Free one context's model, cache, graphs and compiled code before the next is built."""
+    forget_compiled()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def run_bench(request: CaptureRequest, settings: BenchSettings, hooks: BenchHooks | None = None) -> BenchReport:
+    hooks = hooks or BenchHooks()
+    device = resolve_device(request.device)
+    environment = bench_environment(device)
+    hooks.stage("measuring memory bandwidth (the floor's denominator)")
+    report = BenchReport(environment, measure_bandwidth(device), {})
+    for context in settings.contexts or (None,):
+        info, rows, described = _one_context(request, context, settings, report.bandwidth, hooks)
+        report.contexts.append(info)
+        report.rows += rows
+        release(device)
+    fill_speedups(report.rows)
+    environment["sm_clock_mhz_end"] = sm_clock_mhz(device)
+    report.settings = {**described, "compare": list(settings.compare), "steps": settings.steps,
+                       "warmup": settings.warmup, "new_tokens": settings.new_tokens, "seed": settings.seed,
+                       "compile_mode": COMPILE_MODE, "contexts": [c.cache_len for c in report.contexts]}
+    return report

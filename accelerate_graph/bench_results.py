@@ -67,6 +67,7 @@ class ContextInfo:
     buckets: list[int]
     backend: str  # cuda-graph | emulated | none
     notes: list[str] = field(default_factory=list)
+    floors: list[dict] = field(default_factory=list)  # per bucket: the bytes a step moves, and its floor
 
 
 @dataclass

@@ -10,11 +10,12 @@ memory our graphs do, and both contenders do the same work.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import torch
+from torch._dynamo.utils import counters
 
 from .backends import Step
 from .decode_session import DecodeSession
@@ -31,6 +32,18 @@ class CompiledStep:
     call: Step
     seconds: float  # the first calls: compilation, warm-up and graph recording
     memory_bytes: int  # device memory reserved during them (0 on the CPU)
+    graphs: int  # FX graphs dynamo made: more than one means graph breaks
+    cudagraph_skips: int  # inductor ran a graph without CUDA graphs (on a GPU: a slower contender)
+
+    def problems(self, bucket: int, on_gpu: bool) -> list[str]:
+        """What a reader of the compile column should know (empty when it compiled cleanly). On the CPU
+        inductor never uses CUDA graphs, so skips say nothing there."""
+        notes = []
+        if self.graphs > 1:
+            notes.append(f"torch.compile split the batch-{bucket} step into {self.graphs} graphs (graph breaks)")
+        if on_gpu and self.cudagraph_skips:
+            notes.append(f"torch.compile ran {self.cudagraph_skips} graph(s) of batch {bucket} without CUDA graphs")
+        return notes
 
 
 def _mark_static(session: DecodeSession, bucket: int) -> None:
@@ -51,6 +64,7 @@ def compile_step(session: DecodeSession, bucket: int, before: Callable[[], None]
     _mark_static(session, bucket)
     compiled = torch.compile(session.step_fn(bucket), mode=COMPILE_MODE, dynamic=False)
     reserved = _reserved(session.device)
+    graphs, skips = counters["stats"]["unique_graphs"], counters["inductor"]["cudagraph_skips"]
 
     def first_calls() -> None:
         with torch.no_grad():
@@ -59,7 +73,8 @@ def compile_step(session: DecodeSession, bucket: int, before: Callable[[], None]
                 compiled()
 
     seconds = wall_seconds(first_calls, session.device)
-    return CompiledStep(compiled, seconds, max(_reserved(session.device) - reserved, 0))
+    return CompiledStep(compiled, seconds, max(_reserved(session.device) - reserved, 0),
+                        counters["stats"]["unique_graphs"] - graphs, counters["inductor"]["cudagraph_skips"] - skips)
 
 
 def mark_step_begin() -> None:

@@ -9,7 +9,7 @@ dtype and attention implementation (the same model object).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -52,7 +52,7 @@ def our_loop_call(graphs: DecodeGraphs, prompt: torch.Tensor, new_tokens: int) -
     def call() -> torch.Tensor:
         tokens = [session.prefill(prompt).argmax(-1)]  # [b] each
         for i in range(new_tokens - 1):
-            tokens.append(graphs.run(tokens[-1], positions[i]).argmax(-1))
+            tokens.append(graphs.run(tokens[-1], positions[i], copy=False).argmax(-1))  # argmax reads it first
         return torch.stack(tokens, dim=1)  # [b, N]
 
     return call

@@ -18,7 +18,7 @@ from .timing import wall_seconds
 GIB = 1024**3
 MIB = 1024**2
 COPY_BYTES = {"cuda": 1 * GIB, "cpu": 256 * MIB}  # per buffer; big enough that caches do not matter
-COPY_REPEATS = 5
+COPY_REPEATS = 10
 
 
 @dataclass
@@ -84,8 +84,9 @@ def weight_bytes(model: torch.nn.Module, batch: int) -> int:
     if embedding is None:
         return sum(storages.values())
     pointer = embedding.untyped_storage().data_ptr()
-    shared = sum(p.untyped_storage().data_ptr() == pointer for p in model.parameters() if p is not embedding)
-    if not shared:
+    # parameters() lists a tied weight once; with duplicates kept, a tie shows as a second name
+    users = sum(p.untyped_storage().data_ptr() == pointer for _, p in model.named_parameters(remove_duplicate=False))
+    if users == 1:
         storages[pointer] = batch * embedding.shape[1] * embedding.element_size()
     return sum(storages.values())
 
@@ -109,3 +110,9 @@ def step_bytes(session: DecodeSession, batch: int) -> StepBytes:
 
 def floor_ms(moved: StepBytes, bandwidth: Bandwidth) -> float:
     return moved.total / bandwidth.bytes_per_s * 1000.0
+
+
+def describe_floor(batch: int, moved: StepBytes, bandwidth: Bandwidth) -> dict:
+    """One bucket's floor with the arithmetic behind it, for the report."""
+    return {"bucket": batch, "weight_bytes": moved.weights, "kv_read_bytes": moved.kv_read,
+            "kv_written_bytes": moved.kv_written, "total_bytes": moved.total, "floor_ms": floor_ms(moved, bandwidth)}

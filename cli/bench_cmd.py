@@ -1,31 +1,44 @@
-"""`cugraph-accel bench`: decode-step latency, eager vs graph replay."""
+"""`cugraph-accel bench`: eager vs graph vs torch.compile vs HF generate, against the hardware floor."""
 
 from __future__ import annotations
 
-import json as jsonlib
-from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from accelerate_graph.atomic_io import atomic_write_text, check_writable
-from accelerate_graph.bench import bench_graphs
+from accelerate_graph.atomic_io import check_writable
+from accelerate_graph.bench import BenchHooks, BenchSettings, run_bench
+from accelerate_graph.bench_options import CONTENDERS, parse_compare, parse_contexts
+from accelerate_graph.bench_plot import require_matplotlib, write_plot
+from accelerate_graph.bench_report import write_csv, write_json
+from accelerate_graph.bench_results import BenchReport
 from accelerate_graph.devices import resolve_device
 from accelerate_graph.errors import CpuTimingRefused
+from accelerate_graph.pipeline import CaptureRequest
 from accelerate_graph.plan import DEFAULT_PLAN_PATH, read_plan
 
-from .common import prepare_with_progress, request_for
+from .bench_tables import bench_tables
+from .common import describe_model, request_for
 from .errors import guarded
 from .options import BucketsOpt, ModelArg, PlanOpt, buckets_or_none
 from .output import Output
-from .tables import bench_table
 
+CompareOpt = Annotated[str, typer.Option("--compare", help=f"Contenders, comma-separated, from {', '.join(CONTENDERS)}: "
+                                                           "compile is torch.compile(mode=reduce-overhead) of the same "
+                                                           "step; hf-generate is HF generate (static cache) next to our "
+                                                           "own decode loop.")]
+ContextOpt = Annotated[str | None, typer.Option("--context", help="Cache lengths to sweep, e.g. 128,1024,4096 "
+                                                                     "(default: the plan's or recipe's).")]
 StepsOpt = Annotated[int, typer.Option("--steps", min=5, help="Timed decode steps per bucket and contender.")]
 WarmupOpt = Annotated[int, typer.Option("--warmup", min=0, help="Untimed steps before timing.")]
-JsonPathOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the results to this JSON file.")]
+NewTokensOpt = Annotated[int, typer.Option("--new-tokens", min=1, help="New tokens per generate call (hf-generate).")]
+JsonPathOpt = Annotated[Path | None, typer.Option("--json", help="Also write the results to this JSON file.")]
+CsvPathOpt = Annotated[Path | None, typer.Option("--csv", help="Also write the result rows to this CSV file.")]
+PlotPathOpt = Annotated[Path | None, typer.Option("--plot", help="Also plot latency vs batch size to this PNG "
+                                                                    "(needs matplotlib: the `plot` extra).")]
 AllowCpuFlag = Annotated[bool, typer.Option("--allow-cpu", help="Time on the CPU anyway (meaningless for graphs).")]
-DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="auto, cpu, cuda or cuda:N (default: MODEL's "
+DeviceOpt = Annotated[str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:N (default: MODEL's "
                                                                    "auto, or the plan's).")]
 
 
@@ -37,44 +50,84 @@ def _device_text(model: str | None, plan: Path | None, device: str | None) -> st
     return "auto"
 
 
+def _run_with_progress(request: CaptureRequest, settings: BenchSettings, out: Output) -> BenchReport:
+    with out.progress() as progress:
+        stage = progress.add_task("starting", total=None)
+        work = progress.add_task("benchmark", total=0)
+        planned = [0]  # units of work announced so far: contexts announce theirs once prepared
+        described: list[bool] = []
+
+        def plan_more(units: int) -> None:
+            planned[0] += units
+            progress.update(work, total=planned[0])
+
+        def prepared(prep) -> None:
+            if not described:  # the same model for every context: say it once
+                describe_model(prep.loaded, out)
+                described.append(True)
+
+        hooks = BenchHooks(
+            stage=lambda text: progress.update(stage, description=text),
+            planned=plan_more,
+            advance=lambda: progress.advance(work),
+            prepared=prepared,
+        )
+        return run_bench(request, settings, hooks)
+
+
+def _write_files(report: BenchReport, out: Output, json: Path | None, csv: Path | None, plot: Path | None) -> None:
+    for path, write in ((json, write_json), (csv, write_csv), (plot, write_plot)):
+        if path:
+            write(report, path)
+            out.line(f"written: {path}")
+
+
 @guarded
 def bench(
     model: ModelArg = None,
     plan: PlanOpt = None,
     buckets: BucketsOpt = None,
+    compare: CompareOpt = "eager,graph",
+    context: ContextOpt = None,
     steps: StepsOpt = 100,
     warmup: WarmupOpt = 10,
+    new_tokens: NewTokensOpt = 128,
     device: DeviceOpt = None,
     json: JsonPathOpt = None,
+    csv: CsvPathOpt = None,
+    plot: PlotPathOpt = None,
     allow_cpu: AllowCpuFlag = False,
 ) -> None:
-    """Time the decode step per bucket: eager vs graph replay (median and p90 of device-event timings).
+    """Time the decode step per bucket and contender against the hardware floor (median, p10, p90).
 
     Examples:
 
       cugraph-accel bench                                     # reads ./cugraph-accel.plan.yaml
 
       cugraph-accel bench qwen2.5-0.5b --buckets 1,8,16,32 --json results.json
+
+      cugraph-accel bench qwen2.5-0.5b --compare eager,graph,compile,hf-generate --plot bench.png
+
+      cugraph-accel bench qwen2.5-0.5b --context 128,1024,4096 --csv sweep.csv
     """
     out = Output(False)
-    if json:
-        check_writable(json, "results")
+    settings = BenchSettings(compare=parse_compare(compare), contexts=parse_contexts(context) if context is not None
+                             else None, steps=steps, warmup=warmup, new_tokens=new_tokens)
+    bucket_sizes = buckets_or_none(buckets)
+    for path, what in ((json, "results"), (csv, "CSV"), (plot, "plot")):
+        if path:
+            check_writable(path, what)
+    if plot:
+        require_matplotlib()
     target = resolve_device(_device_text(model, plan, device))
     if target.type != "cuda" and not allow_cpu:
         raise CpuTimingRefused("bench needs a CUDA GPU: CPU timings say nothing about CUDA graphs.",
                                "Run it on a GPU machine, or pass --allow-cpu to time the emulation anyway.")
-    request = request_for(model, plan, out, buckets=buckets_or_none(buckets), device=str(target))
-    prepared = prepare_with_progress(request, out)
-    if prepared.graphs is None:
-        raise CpuTimingRefused("the plan runs eagerly: there is no graph to time.", "Capture with --mode auto.")
-    with out.progress() as progress:
-        task = progress.add_task("timing buckets", total=len(prepared.graphs.buckets))
-        rows = bench_graphs(prepared.graphs, steps=steps, warmup=warmup, prompt_len=prepared.plan.prompt_len,
-                            on_row=lambda row: progress.advance(task))
-    out.show(bench_table(rows, prepared.plan.environment["gpu"] if target.type == "cuda" else "cpu (emulated)"))
-    if json:
-        report = {"plan": asdict(prepared.plan), "steps": steps, "warmup": warmup,
-                  "rows": [{**asdict(r), "speedup": r.speedup, "graph_tokens_per_s": r.graph_tokens_per_s}
-                           for r in rows]}
-        atomic_write_text(json, jsonlib.dumps(report, indent=2, default=str))
-        out.line(f"results written to {json}")
+    request = request_for(model, plan, out, buckets=bucket_sizes, device=str(target))
+    report = _run_with_progress(request, settings, out)
+    _write_files(report, out, json, csv, plot)
+    for table in bench_tables(report):
+        out.show(table)
+    for info in report.contexts:
+        for note in info.notes:
+            out.note(f"cache {info.cache_len}: {note}")

@@ -6,7 +6,6 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from accelerate_graph.bench import BenchRow
 from accelerate_graph.capture import BucketCapture
 from accelerate_graph.verify import VerifyRow
 
@@ -46,14 +45,3 @@ def verify_table(rows: list[VerifyRow]) -> Table:
                       f"{r.cache_max_abs:.1e}", f"{r.eager_noise_abs:.1e}", f"{r.rtol:g}", verdict)
     return table
 
-
-def bench_table(rows: list[BenchRow], device: str) -> Table:
-    table = Table(title=f"decode step latency on {device} (median of timed steps, ms)")
-    for name in ("bucket", "eager ms", "eager p90", "graph ms", "graph p90", "speedup", "graph tok/s",
-                 "capture ms", "graph MiB"):
-        table.add_column(name, justify="right")
-    for r in rows:
-        table.add_row(str(r.bucket), f"{r.eager.median_ms:.3f}", f"{r.eager.p90_ms:.3f}", f"{r.graph.median_ms:.3f}",
-                      f"{r.graph.p90_ms:.3f}", f"{r.speedup:.2f}x", f"{r.graph_tokens_per_s:,.0f}",
-                      f"{r.capture_seconds * 1000:.1f}", f"{r.graph_memory_bytes / MIB:.2f}")
-    return table

@@ -419,7 +419,7 @@ def test_bench_allow_cpu_writes_json(good_plan, tmp_path):
     assert_clean(result)
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
-    assert [row["bucket"] for row in report["rows"]] == [1, 2]
+    assert sorted({row["bucket"] for row in report["rows"]}) == [1, 2]
     assert no_tmp_leftovers(tmp_path) == []
 
 
