@@ -14,7 +14,7 @@ from .backends import CapturedGraph, GraphBackend
 from .buckets import bucket_for
 from .debug import debug_enabled
 from .decode_session import DecodeSession
-from .errors import CaptureError, ReplaySafetyError, ResourceError
+from .errors import CaptureError, ReplaySafetyError, ResourceError, is_out_of_memory
 from .module_stack import ModuleStack
 
 
@@ -119,9 +119,9 @@ def _capture_one(session: DecodeSession, backend: GraphBackend, bucket: int, isl
     try:
         with modules.active():
             return backend.capture(session.step_fn(bucket), islands=islands)
-    except torch.OutOfMemoryError:
-        raise
     except (CaptureError, RuntimeError) as err:
+        if is_out_of_memory(err):
+            raise
         message = err.message if isinstance(err, CaptureError) else str(err).splitlines()[0]
         where = modules.describe_current()
         at = _failure_location(err)
@@ -148,7 +148,9 @@ def capture_decode_graphs(
             session.kv.rewind(0)
             try:
                 graph = _capture_one(session, backend, bucket, islands)
-            except torch.OutOfMemoryError as err:
+            except RuntimeError as err:
+                if not is_out_of_memory(err):
+                    raise
                 graphs.clear()
                 backend.release()
                 raise ResourceError(

@@ -5,8 +5,15 @@ The CLI maps these to a single stderr line; library users catch `CugraphAccelErr
 
 from __future__ import annotations
 
+import torch
+
 USAGE_EXIT = 2  # the user asked for something malformed
 RUNTIME_EXIT = 1  # the request was fine but could not be carried out
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """torch raises OutOfMemoryError outside a capture, a plain CUDA error inside one."""
+    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
 
 
 class CugraphAccelError(Exception):

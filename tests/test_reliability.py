@@ -35,13 +35,15 @@ def test_max_memory_drops_buckets_that_do_not_fit(session):
         capture_decode_graphs(session, EmulatedBackend(), (1, 2, 4), max_memory_bytes=1)
 
 
-def test_capture_oom_frees_and_names_the_bucket(session, monkeypatch):
+@pytest.mark.parametrize("oom", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+                                 RuntimeError("CUDA error: out of memory")])  # outside / inside a capture
+def test_capture_oom_frees_and_names_the_bucket(session, monkeypatch, oom):
     backend = EmulatedBackend()
     real = backend.capture
 
     def capture(step, warmups=2, islands=()):
         if session.input_ids.shape[0] and capture.calls == 1:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            raise oom
         capture.calls += 1
         return real(step, warmups, islands)
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..errors import CaptureError
+from ..errors import CaptureError, is_out_of_memory
 from .base import CaptureStats, Step
 from .islands import IslandCall, island_hooks
 
@@ -101,6 +101,8 @@ class CudaGraphBackend:
                     recorder.end()
         except RuntimeError as err:
             recorder.abort()
+            if is_out_of_memory(err):
+                raise
             first = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise CaptureError(f"CUDA graph capture failed: {first}",
                                "Run `cugraph-accel capture --mode piecewise` or `--mode eager`.") from err

@@ -1,7 +1,10 @@
 """Drive a replay past the end of the static cache (a device-side assert on the GPU) through the CLI's
 error handling: run in a subprocess by tests/test_gpu_reliability.py, since the CUDA context dies."""
 
+import sys
+
 import torch
+import typer
 
 from accelerate_graph.backends import backend_for
 from accelerate_graph.capture import capture_decode_graphs
@@ -21,4 +24,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except typer.Exit as done:  # what the CLI would turn into the exit code
+        sys.exit(done.exit_code)
