@@ -22,7 +22,7 @@ from .compiled_step import COMPILE_MODE, forget_compiled, recompile_headroom
 from .contenders import build_contender
 from .devices import resolve_device
 from .errors import CpuTimingRefused
-from .generate_bench import bench_generate
+from .generate_bench import bench_hf_generate, bench_our_loop
 from .hardware_floor import Bandwidth, describe_floor, measure_bandwidth, step_bytes
 from .pipeline import CaptureRequest, Hooks, Prepared, prepare
 from .timing import time_calls
@@ -92,8 +92,8 @@ def _contenders_for(graphs: DecodeGraphs, bucket: int, settings: BenchSettings) 
 
 
 def bench_bucket(graphs: DecodeGraphs, bucket: int, prompt_len: int, settings: BenchSettings, floor: float,
-                 hooks: BenchHooks) -> tuple[list[BenchRow], list[str]]:
-    """Every step contender on one bucket, from one prefilled cache state."""
+                 hooks: BenchHooks, only: tuple[str, ...]) -> tuple[list[BenchRow], list[str]]:
+    """The step contenders named in `only` on one bucket, from one prefilled cache state."""
     session = graphs.session
     generator = torch.Generator().manual_seed(settings.seed + bucket)
     prompt = torch.randint(0, session.vocab_size, (bucket, prompt_len), generator=generator)
@@ -102,6 +102,7 @@ def bench_bucket(graphs: DecodeGraphs, bucket: int, prompt_len: int, settings: B
     session.kv.reset()
     session.prefill(prompt)
     names, notes = _contenders_for(graphs, bucket, settings)
+    names = [name for name in names if name in only]
     rows = []
     for name in names:
         hooks.stage(f"cache {session.max_cache_len}, batch {bucket}: "
@@ -135,15 +136,30 @@ def bench_context(prepared: Prepared, settings: BenchSettings, bandwidth: Bandwi
     info.floors = [describe_floor(b, step_bytes(session, b), bandwidth) for b in plan.buckets]
     floors = {f["bucket"]: f["floor_ms"] for f in info.floors}
     rows: list[BenchRow] = []
-    with recompile_headroom(len(plan.buckets) + 8):
-        for bucket in plan.buckets:
-            more, notes = bench_bucket(graphs, bucket, plan.prompt_len, settings, floors[bucket], hooks)
-            rows += more
-            info.notes += notes
-    forget_compiled()
+    # torch.compile's cudagraph trees (ours to time, and HF generate's) clear the cuBLAS workspaces our
+    # captured graphs point at: a replay of ours after them reads freed memory (an illegal address, seen
+    # on the H200). So everything of ours runs first, then compile, then HF generate.
+    for bucket in plan.buckets:
+        more, notes = bench_bucket(graphs, bucket, plan.prompt_len, settings, floors[bucket], hooks,
+                                   only=("eager", "graph"))
+        rows += more
+        info.notes += notes
+        if generate:
+            hooks.stage(f"cache {plan.max_cache_len}, batch {bucket}: our decode loop")
+            rows.append(bench_our_loop(graphs, bucket, plan.prompt_len, settings.new_tokens, floors[bucket],
+                                       settings.seed))
+    if "compile" in settings.step_contenders:
+        with recompile_headroom(len(plan.buckets) + 8):
+            for bucket in plan.buckets:
+                more, notes = bench_bucket(graphs, bucket, plan.prompt_len, settings, floors[bucket], hooks,
+                                           only=("compile",))
+                rows += more
+                info.notes += notes
+        forget_compiled()
     for bucket in plan.buckets if generate else ():
-        hooks.stage(f"cache {plan.max_cache_len}, batch {bucket}: HF generate (first call compiles), then our loop")
-        rows += bench_generate(graphs, bucket, plan.prompt_len, settings.new_tokens, floors[bucket], settings.seed)
+        hooks.stage(f"cache {plan.max_cache_len}, batch {bucket}: HF generate (its first call compiles)")
+        rows.append(bench_hf_generate(prepared.session, bucket, plan.prompt_len, settings.new_tokens,
+                                      floors[bucket], settings.seed))
         hooks.advance()
     return info, rows
 

@@ -69,12 +69,32 @@ def _per_token(seconds: list[float], new_tokens: int) -> Latency:
     return Latency.of([s * 1000.0 / new_tokens for s in seconds])
 
 
-def bench_generate(graphs: DecodeGraphs, bucket: int, prompt_len: int, new_tokens: int, floor_ms: float,
-                   seed: int = 0) -> list[BenchRow]:
-    """Rows "hf-generate" and "our-loop" for one batch size: ms per new token, first call apart."""
-    session = graphs.session
+def _generate_prompt(session, bucket: int, prompt_len: int, seed: int) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed + 7919 * bucket)
-    prompt = torch.randint(0, session.vocab_size, (bucket, prompt_len), generator=generator).to(session.device)
+    return torch.randint(0, session.vocab_size, (bucket, prompt_len), generator=generator).to(session.device)
+
+
+def bench_our_loop(graphs: DecodeGraphs, bucket: int, prompt_len: int, new_tokens: int, floor_ms: float,
+                   seed: int = 0) -> BenchRow:
+    """Row "our-loop": prefill, then graph replays with argmax outside the graph; ms per new token."""
+    session = graphs.session
+    count = new_token_budget(session.max_cache_len, prompt_len, new_tokens)
+    ours = our_loop_call(graphs, _generate_prompt(session, bucket, prompt_len, seed), count)
+    ours_first = wall_seconds(ours, session.device)
+    ours_seconds = [wall_seconds(ours, session.device) for _ in range(GENERATE_REPEATS)]
+    session.kv.reset()
+    return BenchRow.measured(contender="our-loop", latency=_per_token(ours_seconds, count), setup_seconds=ours_first,
+                             kind=GENERATE, context=session.max_cache_len, prompt_len=prompt_len, bucket=bucket,
+                             floor_ms=floor_ms, new_tokens=count)
+
+
+def bench_hf_generate(session, bucket: int, prompt_len: int, new_tokens: int, floor_ms: float,
+                      seed: int = 0) -> BenchRow:
+    """Row "hf-generate": HF generate with a static cache (it compiles itself), first call apart.
+
+    Its cudagraph trees clear cuBLAS workspaces that our captured graphs point at, so no graph of
+    ours may replay after this in the same process: bench runs it last."""
+    prompt = _generate_prompt(session, bucket, prompt_len, seed)
     count = new_token_budget(session.max_cache_len, prompt_len, new_tokens)
     hf = hf_generate_call(session.model, prompt, count, session.max_cache_len)
     forget_compiled()  # a cold start, as a user's first call in a fresh process
@@ -82,14 +102,7 @@ def bench_generate(graphs: DecodeGraphs, bucket: int, prompt_len: int, new_token
     hf_first = wall_seconds(lambda: outputs.append(hf()), session.device)
     _check_length(outputs[0], prompt_len, count)
     hf_seconds = [wall_seconds(hf, session.device) for _ in range(GENERATE_REPEATS)]
-    forget_compiled()  # release HF's compiled graphs before ours run
-    ours = our_loop_call(graphs, prompt, count)
-    ours_first = wall_seconds(ours, session.device)
-    ours_seconds = [wall_seconds(ours, session.device) for _ in range(GENERATE_REPEATS)]
-    session.kv.reset()
-    common = dict(kind=GENERATE, context=session.max_cache_len, prompt_len=prompt_len, bucket=bucket,
-                  floor_ms=floor_ms, new_tokens=count)
-    return [
-        BenchRow.measured(contender="hf-generate", latency=_per_token(hf_seconds, count), setup_seconds=hf_first, **common),
-        BenchRow.measured(contender="our-loop", latency=_per_token(ours_seconds, count), setup_seconds=ours_first, **common),
-    ]
+    forget_compiled()
+    return BenchRow.measured(contender="hf-generate", latency=_per_token(hf_seconds, count), setup_seconds=hf_first,
+                             kind=GENERATE, context=session.max_cache_len, prompt_len=prompt_len, bucket=bucket,
+                             floor_ms=floor_ms, new_tokens=count)

@@ -18,7 +18,7 @@ from accelerate_graph.bench_report import CSV_COLUMNS, csv_text, write_csv, writ
 from accelerate_graph.bench_results import GENERATE, STEP, BenchReport, BenchRow, ContextInfo, fill_speedups
 from accelerate_graph.decode_session import DecodeSession
 from accelerate_graph.errors import BadOptionError
-from accelerate_graph.generate_bench import bench_generate, new_token_budget
+from accelerate_graph.generate_bench import bench_hf_generate, bench_our_loop, new_token_budget
 from accelerate_graph.hardware_floor import Bandwidth, StepBytes, floor_ms, measure_bandwidth, step_bytes, weight_bytes
 from accelerate_graph.loading import load_model
 from accelerate_graph.pipeline import CaptureRequest, prepare
@@ -198,7 +198,8 @@ def test_new_token_budget_fits_the_cache():
 
 def test_generate_contender_on_tiny():
     prepared = prepare(CaptureRequest(model="tiny", device="cpu", buckets=(1, 2), max_cache_len=32))
-    rows = bench_generate(prepared.graphs, 2, prepared.plan.prompt_len, new_tokens=4, floor_ms=0.1)
+    rows = [bench_hf_generate(prepared.session, 2, prepared.plan.prompt_len, new_tokens=4, floor_ms=0.1),
+            bench_our_loop(prepared.graphs, 2, prepared.plan.prompt_len, new_tokens=4, floor_ms=0.1)]
     assert [(r.kind, r.contender, r.bucket, r.new_tokens) for r in rows] == [
         (GENERATE, "hf-generate", 2, 4), (GENERATE, "our-loop", 2, 4)]
     assert all(r.median_ms > 0 and r.setup_seconds > 0 and r.samples == 5 for r in rows)

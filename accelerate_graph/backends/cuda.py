@@ -116,6 +116,10 @@ class CudaGraphBackend:
         torch.cuda.synchronize(self.device)
 
     def release(self) -> None:
-        """Give memory of graphs that were dropped back to the device."""
-        torch.cuda.synchronize(self.device)
-        torch.cuda.empty_cache()
+        """Give memory of graphs that were dropped back to the device; best effort, since it also
+        runs after a failed capture, when the device may refuse to synchronize."""
+        try:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+        except RuntimeError:
+            pass

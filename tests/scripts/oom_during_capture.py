@@ -13,15 +13,29 @@ from accelerate_graph.loading import load_model
 from cli.errors import guarded
 
 
+def fill_gpu_leaving(gpu: torch.device, spare: int) -> list[torch.Tensor]:
+    """Allocate in chunks until about `spare` bytes are free (one huge allocation can fail outright)."""
+    torch.cuda.empty_cache()
+    chunks, size = [], 2**30
+    while size >= 2**20:
+        free, _ = torch.cuda.mem_get_info(gpu)
+        if free - size < spare:
+            size //= 2
+            continue
+        try:
+            chunks.append(torch.empty(size, dtype=torch.uint8, device=gpu))
+        except torch.OutOfMemoryError:
+            size //= 2
+    return chunks
+
+
 @guarded
 def main() -> None:
     gpu = torch.device("cuda:0")
     session = DecodeSession(load_model("qwen2.5-0.5b", gpu, torch.bfloat16).model, 32, 256)
-    torch.cuda.empty_cache()
-    free, _ = torch.cuda.mem_get_info(gpu)
-    # leave ~48 MiB: too little for bucket 32's graph pool (~114 MiB measured)
-    ballast = torch.empty(free - 48 * 2**20, dtype=torch.uint8, device=gpu)  # noqa: F841 - holds the memory
+    ballast = fill_gpu_leaving(gpu, 48 * 2**20)  # too little for bucket 32's graph pool (~114 MiB measured)
     capture_decode_graphs(session, backend_for(gpu), (1, 32))
+    del ballast
 
 
 if __name__ == "__main__":
