@@ -33,8 +33,9 @@ def fill_gpu_leaving(gpu: torch.device, spare: int) -> list[torch.Tensor]:
 def main() -> None:
     gpu = torch.device("cuda:0")
     session = DecodeSession(load_model("qwen2.5-0.5b", gpu, torch.bfloat16).model, 32, 256)
+    backend = backend_for(gpu)  # its streams need memory too: made first, as in any real run
     ballast = fill_gpu_leaving(gpu, 48 * 2**20)  # too little for bucket 32's graph pool (~114 MiB measured)
-    capture_decode_graphs(session, backend_for(gpu), (1, 32))
+    capture_decode_graphs(session, backend, (1, 32))
     del ballast
 
 
