@@ -17,6 +17,11 @@ from .static_cache import SharedStaticCache, cache_argument_name, check_cache_fi
 PAD_TOKEN = 0  # padding rows need some valid token id; their outputs are discarded
 
 
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:300] if text else type(err).__name__
+
+
 class DecodeSession:
     def __init__(self, model: torch.nn.Module, max_batch: int, max_cache_len: int):
         if max_cache_len < 2:
@@ -28,7 +33,13 @@ class DecodeSession:
         self.cache_arg = cache_argument_name(model)
         self._keeps_last_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         check_cache_fits(model.config, max_batch, max_cache_len, model.dtype, self.device)
-        self.kv = SharedStaticCache(model.config, max_batch, max_cache_len)
+        try:
+            self.kv = SharedStaticCache(model.config, max_batch, max_cache_len)
+        except Exception as err:  # noqa: BLE001 - HF raises many types for caches it cannot build
+            raise UnsupportedModelError(
+                f"transformers cannot build a static cache for {type(model).__name__}: {_first_line(err)}.",
+                "Use --mode eager for this model.",
+            ) from err
         longs = {"dtype": torch.long, "device": self.device}
         self.input_ids = torch.zeros(max_batch, 1, **longs)  # [B, 1]
         self.position_ids = torch.zeros(max_batch, 1, **longs)  # [B, 1]
@@ -47,10 +58,10 @@ class DecodeSession:
                     f"out of memory allocating a static cache of {self.max_cache_len} slots for {self.max_batch} rows.",
                     "Lower --max-cache-len or the largest bucket.",
                 ) from err
-            except (RuntimeError, ValueError, TypeError, AttributeError, IndexError) as err:
+            except Exception as err:  # noqa: BLE001 - any failure here means: no static-cache decode
                 raise UnsupportedModelError(
                     f"{type(self.model).__name__} could not run a decode step with a static cache: "
-                    f"{str(err).splitlines()[0] if str(err) else type(err).__name__}.",
+                    f"{_first_line(err)}.",
                     "Try --attn eager, or --mode eager.",
                 ) from err
         self.kv.check_allocated()

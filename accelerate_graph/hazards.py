@@ -12,7 +12,7 @@ called it. Three kinds of evidence:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -20,6 +20,7 @@ from torch.utils._pytree import tree_flatten
 
 from .backends.emulated import HOST_SYNC_OPS, caller_location
 from .decode_session import DecodeSession
+from .host_reads import HostReadMode
 from .module_stack import ModuleStack
 
 aten = torch.ops.aten
@@ -35,6 +36,7 @@ class Hazard:
     module_class: str
     location: str  # file:line of the modeling code that issued the op
     detail: str
+    call_stack: tuple[str, ...] = field(default=(), compare=False, repr=False)  # running forwards, outermost first
 
     def describe(self) -> str:
         where = self.module_path or "<model>"
@@ -47,6 +49,7 @@ class _OpRecord:
     signature: tuple  # non-tensor arguments and tensor shapes: what a replay would freeze
     module_path: str
     location: str
+    call_stack: tuple[str, ...] = ()
 
 
 def _signature(args, kwargs) -> tuple:
@@ -69,7 +72,12 @@ class _Tracer(TorchDispatchMode):
     def _flag(self, kind: str, func, detail: str) -> None:
         path = self.modules.current()
         self.hazards.append(Hazard(kind, func.name(), path, self.modules.classes.get(path, "?"),
-                                   caller_location(), detail))
+                                   caller_location(), detail, self.modules.call_stack()))
+
+    def flag_host_read(self, what: str) -> None:
+        path = self.modules.current()
+        self.hazards.append(Hazard("host-sync", what, path, self.modules.classes.get(path, "?"), caller_location(),
+                                   f"{what} reads a device value on the host", self.modules.call_stack()))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -85,7 +93,7 @@ class _Tracer(TorchDispatchMode):
             if len(devices) > 1:
                 self._flag("device-copy", func, f"copies between {' and '.join(sorted(map(str, devices)))}")
         self.records.append(_OpRecord(func.name(), _signature(args, kwargs), self.modules.current(),
-                                      caller_location()))
+                                      caller_location(), self.modules.call_stack()))
         return out
 
 
@@ -94,7 +102,8 @@ def _trace_step(session: DecodeSession, bucket: int, tokens, position: int) -> _
     tracer = _Tracer(modules)
     positions = torch.full((bucket,), position, device=session.device)
     session.load_inputs(bucket, tokens, positions)
-    with torch.no_grad(), modules.active(), tracer:
+    host_reads = HostReadMode(lambda what: tracer.flag_host_read(what))
+    with torch.no_grad(), modules.active(), host_reads, tracer:
         session.step_fn(bucket)()
     return tracer
 
@@ -108,7 +117,7 @@ def _python_value_hazards(first: _Tracer, second: _Tracer, classes: dict[str, st
                 detail = (f"{a.op} is called with different Python values in consecutive steps "
                           f"(a replay would freeze the first): {_first_difference(a, b)}")
                 found[a.module_path] = Hazard("python-value", a.op, a.module_path,
-                                              classes.get(a.module_path, "?"), a.location, detail)
+                                              classes.get(a.module_path, "?"), a.location, detail, a.call_stack)
     if len(first.records) != len(second.records) and not found:
         found[""] = Hazard("python-value", "-", "", classes.get("", "?"), "",
                            f"the step runs {len(first.records)} ops, then {len(second.records)}: its Python "
@@ -136,10 +145,16 @@ def find_hazards(session: DecodeSession, bucket: int, position: int = 1) -> list
         with torch.no_grad():
             session.step_fn(bucket)()
         first = _trace_step(session, bucket, tokens, position + 1)
-        second = _trace_step(session, bucket, tokens.flip(0), position + 2)
+        # other tokens, so data-dependent Python values (MoE routing read on the host) differ
+        second = _trace_step(session, bucket, (tokens * 7 + 3) % max(session.vocab_size, 1), position + 2)
     finally:
         session.kv.restore(snapshot)
     unique: dict[tuple, Hazard] = {}
     for hazard in first.hazards + _python_value_hazards(first, second, first.modules.classes):
+        island = first.modules.island_for(hazard.call_stack) if hazard.call_stack else hazard.module_path
+        if island != hazard.module_path:
+            hazard = replace(hazard, module_path=island, module_class=first.modules.classes.get(island, "?"),
+                             detail=f"{hazard.detail} (widened to {island or '<model>'}: the module that raised it "
+                                    "returns Python numbers)")
         unique.setdefault((hazard.kind, hazard.module_path, hazard.op), hazard)
     return list(unique.values())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from .hazards import Hazard
@@ -14,15 +16,21 @@ def _in_moe(hazard: Hazard) -> bool:
     return "expert" in text or "moe" in text
 
 
-def use_capture_safe_experts(model: torch.nn.Module, hazards: list[Hazard]) -> str | None:
-    """Switch MoE experts to `batched_mm` when hazards sit in MoE blocks; returns what was done."""
+def use_capture_safe_experts(model: torch.nn.Module, hazards: list[Hazard],
+                             redetect: Callable[[], list[Hazard]]) -> tuple[str | None, list[Hazard]]:
+    """Switch MoE experts to `batched_mm` when hazards sit in MoE blocks, and keep the switch only if
+    it removed some of them. Returns (what was done or None, the hazards now)."""
     current = getattr(model.config, "_experts_implementation", None)
-    if current in (None, SAFE_EXPERTS) or not any(_in_moe(h) for h in hazards):
-        return None
+    before = [h for h in hazards if _in_moe(h)]
+    if current in (None, SAFE_EXPERTS) or not before:
+        return None, hazards
     try:
         model.set_experts_implementation(SAFE_EXPERTS)
     except (AttributeError, ValueError, NotImplementedError):
-        return None
-    first = next(h for h in hazards if _in_moe(h))
-    return (f"MoE experts ({current}) had a {first.kind} hazard at {first.location}: switched to HF's "
-            f"{SAFE_EXPERTS} experts implementation, which reads no routing data on the host")
+        return None, hazards
+    after = redetect()
+    if len([h for h in after if _in_moe(h)]) >= len(before):  # these experts ignore the switch
+        model.set_experts_implementation(current)
+        return None, hazards
+    return (f"MoE experts ({current}) had a {before[0].kind} hazard at {before[0].location}: switched to HF's "
+            f"{SAFE_EXPERTS} experts implementation, which reads no routing data on the host"), after

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 
 class ModuleStack:
@@ -15,6 +16,7 @@ class ModuleStack:
         self.names = {id(m): name for name, m in model.named_modules()}
         self.classes = {name: type(m).__name__ for name, m in model.named_modules()}
         self.stack: list[str] = []
+        self.python_outputs: set[str] = set()  # modules that returned Python numbers (e.g. a host-read list)
 
     @contextmanager
     def active(self) -> Iterator[None]:
@@ -23,7 +25,10 @@ class ModuleStack:
 
         def pop(module, args, output):
             if self.stack:
-                self.stack.pop()
+                name = self.stack.pop()
+                leaves = tree_flatten(output)[0]
+                if any(isinstance(leaf, (int, float)) and not isinstance(leaf, bool) for leaf in leaves):
+                    self.python_outputs.add(name)
 
         self.stack.clear()  # kept after an exception: it names the module that failed
         pre = torch.nn.modules.module.register_module_forward_pre_hook(push)
@@ -37,6 +42,19 @@ class ModuleStack:
     def current(self) -> str:
         known = [name for name in self.stack if name != "?"]
         return known[-1] if known else ""
+
+    def call_stack(self) -> tuple[str, ...]:
+        """The modules whose forward is running, outermost first."""
+        return tuple(name for name in self.stack if name != "?")
+
+    def island_for(self, stack: tuple[str, ...]) -> str:
+        """The module to run eagerly for a hazard raised under `stack`: the innermost running module whose
+        output is all tensors (a Python number handed to the next graph segment would be frozen there).
+        Only running forwards count: a hook on a module reached through another method never fires."""
+        for path in reversed(stack):
+            if path not in self.python_outputs:
+                return path
+        return ""
 
     def describe_current(self) -> str:
         path = self.current()

@@ -88,9 +88,9 @@ def decide_regions(session: DecodeSession, request_mode: str, bucket: int) -> De
                                             "reason": "--mode eager"}])
         return Decision(regions, [], fixes)
     hazards = find_hazards(session, bucket)
-    if hazards and (fix := use_capture_safe_experts(session.model, hazards)):
+    fix, hazards = use_capture_safe_experts(session.model, hazards, lambda: find_hazards(session, bucket))
+    if fix:
         fixes.append(fix)
-        hazards = find_hazards(session, bucket)
     if hazards and request_mode == "full":
         raise CaptureError(f"--mode full refused: {hazards[0].describe()}",
                            "Use --mode auto (graph segments around the hazard) or --mode eager.")

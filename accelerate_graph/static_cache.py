@@ -38,7 +38,7 @@ def estimate_cache_bytes(config, batch: int, cache_len: int, dtype: torch.dtype)
         layers = int(text.num_hidden_layers)
         heads = int(getattr(text, "num_key_value_heads", None) or text.num_attention_heads)
         head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
-    except (AttributeError, TypeError, ZeroDivisionError):
+    except Exception:  # noqa: BLE001 - per-layer configs raise their own errors on global reads
         return None
     return 2 * layers * heads * head_dim * batch * cache_len * torch.finfo(dtype).bits // 8
 
@@ -91,6 +91,12 @@ class SharedStaticCache:
 
     def check_allocated(self) -> None:
         for i, layer in enumerate(self.layers):
+            if type(layer) is not StaticLayer:
+                raise UnsupportedModelError(
+                    f"cache layer {i} is a {type(layer).__name__}, whose per-row state cannot be shared "
+                    "between batch buckets (only plain static attention layers can).",
+                    "Use --mode eager for this model.",
+                )
             if not getattr(layer, "is_initialized", False) or not hasattr(layer, "keys"):
                 raise UnsupportedModelError(
                     f"cache layer {i} ({type(layer).__name__}) was not allocated by a forward pass.",

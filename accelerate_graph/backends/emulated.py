@@ -19,6 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from ..errors import CaptureError
+from ..host_reads import HostReadMode
 from .base import CaptureStats, Step
 from .islands import IslandCall, island_hooks
 
@@ -83,6 +84,11 @@ class _Recorder(TorchDispatchMode):
     def exit_island(self, call: IslandCall) -> None:
         self.in_island = False
 
+    def refuse_host_read(self, what: str) -> None:
+        if not self.in_island:
+            raise CaptureError(f"cannot capture {what} at {caller_location()}: it reads a device value on the host.",
+                               "Use --mode piecewise or --mode eager for this model.")
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if self.in_island:
@@ -146,7 +152,8 @@ class EmulatedBackend:
             for _ in range(warmups):
                 step()
             recorder = _Recorder()
-            with island_hooks(islands, recorder.enter_island, recorder.exit_island), recorder:
+            hooks = island_hooks(islands, recorder.enter_island, recorder.exit_island)
+            with hooks, HostReadMode(recorder.refuse_host_read), recorder:
                 output = step()
         stats = CaptureStats(seconds=time.perf_counter() - start, memory_bytes=recorder.held_bytes())
         return EmulatedGraph(recorder.ops, output, stats)
