@@ -7,7 +7,7 @@ values they returned. This function mode sees them on every device.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
