@@ -16,6 +16,7 @@ from .debug import debug_enabled
 from .decode_session import DecodeSession
 from .errors import CaptureError, ReplaySafetyError, ResourceError, is_out_of_memory
 from .module_stack import ModuleStack
+from .source_location import traceback_location
 
 
 @dataclass
@@ -101,18 +102,6 @@ class DecodeGraphs:
         self.eager_fallbacks += 1
 
 
-def _failure_location(err: BaseException) -> str:
-    """file:line of the innermost model frame in the traceback (not torch's, not ours)."""
-    location = ""
-    tb = err.__traceback__
-    while tb is not None:
-        name = tb.tb_frame.f_code.co_filename.replace("\\", "/")
-        if "/torch/" not in name and "/accelerate_graph/" not in name:
-            location = f"{name.split('/site-packages/')[-1]}:{tb.tb_lineno}"
-        tb = tb.tb_next
-    return location
-
-
 def _capture_one(session: DecodeSession, backend: GraphBackend, bucket: int, islands) -> CapturedGraph:
     """One bucket; a failure names the bucket and the submodule that was running."""
     modules = ModuleStack(session.model)
@@ -124,7 +113,7 @@ def _capture_one(session: DecodeSession, backend: GraphBackend, bucket: int, isl
             raise
         message = err.message if isinstance(err, CaptureError) else str(err).splitlines()[0]
         where = modules.describe_current()
-        at = _failure_location(err)
+        at = traceback_location(err)
         raise CaptureError(f"capturing bucket {bucket} failed in {where}{' at ' + at if at else ''}: {message}",
                            "Use --mode piecewise to run that module eagerly, or --mode eager.") from err
 

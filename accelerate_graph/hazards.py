@@ -18,10 +18,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .backends.emulated import HOST_SYNC_OPS, caller_location
+from .backends.emulated import HOST_SYNC_OPS
 from .decode_session import DecodeSession
 from .host_reads import HostReadMode
 from .module_stack import ModuleStack
+from .source_location import caller_location
 
 aten = torch.ops.aten
 HOST_DATA_OPS = {aten.lift_fresh.default, aten.lift_fresh_copy.default}

@@ -136,3 +136,14 @@ def test_falcon_index_list_is_an_island():
     assert decision.regions.islands == ["transformer.h.0.self_attention", "transformer.h.1.self_attention"]
     rows = capture_and_verify(session, decision)
     assert all(r.passed for r in rows)
+
+
+def test_locations_point_at_modeling_code_even_under_a_folder_named_torch():
+    from accelerate_graph.source_location import is_internal, short
+
+    assert is_internal(torch.__file__)
+    assert is_internal(__import__("accelerate_graph.hazards").hazards.__file__)
+    # the GPU machine's transformers lives in /opt/torch/.venv: that is modeling code, not torch's
+    modeling = "/opt/torch/.venv/lib/python3.12/site-packages/transformers/models/gptj/modeling_gptj.py"
+    assert not is_internal(modeling)
+    assert short(modeling) == "transformers/models/gptj/modeling_gptj.py"

@@ -9,7 +9,6 @@ static tensors (the cache, its position counter) repeat on every replay.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from torch.utils._pytree import tree_flatten
 
 from ..errors import CaptureError
 from ..host_reads import HostReadMode
+from ..source_location import caller_location
 from .base import CaptureStats, Step
 from .islands import IslandCall, island_hooks
 
@@ -36,23 +36,6 @@ HOST_SYNC_OPS = {
     aten._unique2.default: "unique: output shape depends on the data",
     aten.unique_consecutive.default: "unique_consecutive: output shape depends on the data",
 }
-
-
-def caller_location() -> str:
-    """file:line of the innermost frame outside torch and this package: where the model called the op."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        name = frame.f_code.co_filename.replace("\\", "/")
-        if "/torch/" not in name and "/accelerate_graph/" not in name:
-            return f"{_short(name)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return "unknown location"
-
-
-def _short(path: str) -> str:
-    """transformers/models/llama/modeling_llama.py rather than the whole site-packages path."""
-    marker = "/site-packages/"
-    return path.split(marker, 1)[1] if marker in path else path
 
 
 def _storage_ptr(t: torch.Tensor) -> int:
