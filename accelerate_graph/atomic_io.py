@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from .errors import BadOptionError
 
@@ -24,17 +26,22 @@ def check_writable(path: Path | str, what: str = "file") -> None:
         raise BadOptionError(f"cannot write the {what} to {path}: {problem}.", "Choose another path.")
 
 
-def atomic_write_text(path: Path | str, text: str) -> None:
-    """Replace `path` with `text` in one step; on any failure (Ctrl-C too) the old file stays."""
+def atomic_write(path: Path | str, write: Callable[[IO], None], binary: bool = False) -> None:
+    """Replace `path` with what `write(handle)` writes, in one step; on any failure (Ctrl-C too) the old
+    file stays and no temp file is left."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: Path | str, text: str) -> None:
+    atomic_write(path, lambda handle: handle.write(text))

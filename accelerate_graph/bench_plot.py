@@ -6,10 +6,9 @@ work starts, imported only here, and used without pyplot so no global backend is
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
+from .atomic_io import atomic_write
 from .bench_results import GENERATE, BenchReport
 from .errors import BadOptionError
 
@@ -66,16 +65,5 @@ def plot_figure(report: BenchReport):
 def write_plot(report: BenchReport, path: Path | str) -> None:
     """Write the PNG atomically: a temp file in the same folder, then one rename."""
     require_matplotlib()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     figure = plot_figure(report)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            figure.savefig(handle, format="png", dpi=120)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda handle: figure.savefig(handle, format="png", dpi=120), binary=True)
