@@ -23,6 +23,7 @@ from .common import describe_model, request_for
 from .errors import guarded
 from .options import BucketsOpt, ModelArg, PlanOpt, buckets_or_none
 from .output import Output
+from .tables import region_tree
 
 CompareOpt = Annotated[str, typer.Option("--compare", help=f"Contenders, comma-separated, from {', '.join(CONTENDERS)}: "
                                                            "compile is torch.compile(mode=reduce-overhead) of the same "
@@ -62,8 +63,10 @@ def _run_with_progress(request: CaptureRequest, settings: BenchSettings, out: Ou
             progress.update(work, total=planned[0])
 
         def prepared(prep) -> None:
-            if not described:  # the same model for every context: say it once
+            if not described:  # the same model and plan for every context: say them once
                 describe_model(prep.loaded, out)
+                plan = prep.plan
+                out.show(region_tree(plan.model, plan.mode, plan.regions, plan.fixes))
                 described.append(True)
 
         hooks = BenchHooks(
