@@ -86,9 +86,6 @@ class SharedStaticCache:
     def layers(self) -> list:
         return list(self.cache.layers)
 
-    def is_allocated(self) -> bool:
-        return all(getattr(layer, "is_initialized", False) for layer in self.layers)
-
     def check_allocated(self) -> None:
         for i, layer in enumerate(self.layers):
             if type(layer) is not StaticLayer:
@@ -153,9 +150,3 @@ class SharedStaticCache:
             layer.keys[:rows].copy_(keys)
             layer.values[:rows].copy_(values)
             layer.cumulative_length.copy_(position)
-
-    def nbytes(self) -> int:
-        return sum(
-            layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
-            for layer in self.layers
-        )
