@@ -60,8 +60,15 @@ def context_request(request: CaptureRequest, context: int | None) -> CaptureRequ
     return replace(request, max_cache_len=context, prompt_len=prompt)
 
 
-def _time_contender(name: str, graphs: DecodeGraphs, bucket: int, tokens: torch.Tensor, prompt_len: int,
-                    settings: BenchSettings, floor: float) -> tuple[BenchRow, list[str]]:
+def _time_contender(
+    name: str,
+    graphs: DecodeGraphs,
+    bucket: int,
+    tokens: torch.Tensor,
+    prompt_len: int,
+    settings: BenchSettings,
+    floor: float,
+) -> tuple[BenchRow, list[str]]:
     session = graphs.session
     positions = torch.full((bucket,), prompt_len, device=session.device)  # [b]
 
@@ -75,11 +82,21 @@ def _time_contender(name: str, graphs: DecodeGraphs, bucket: int, tokens: torch.
             rewind()
             contender.before()
 
-        timed = time_calls(lambda i: contender.call(tokens[i], positions), before, settings.steps, settings.warmup,
-                           session.device)
-    row = BenchRow.measured(STEP, session.max_cache_len, prompt_len, bucket, name, timed.latency, floor,
-                            setup_seconds=contender.setup_seconds, warmup_seconds=timed.warmup_seconds,
-                            memory_bytes=contender.memory_bytes)
+        timed = time_calls(
+            lambda i: contender.call(tokens[i], positions), before, settings.steps, settings.warmup, session.device
+        )
+    row = BenchRow.measured(
+        STEP,
+        session.max_cache_len,
+        prompt_len,
+        bucket,
+        name,
+        timed.latency,
+        floor,
+        setup_seconds=contender.setup_seconds,
+        warmup_seconds=timed.warmup_seconds,
+        memory_bytes=contender.memory_bytes,
+    )
     return row, contender.notes
 
 
@@ -91,8 +108,15 @@ def _contenders_for(graphs: DecodeGraphs, bucket: int, settings: BenchSettings) 
     return names, []
 
 
-def bench_bucket(graphs: DecodeGraphs, bucket: int, prompt_len: int, settings: BenchSettings, floor: float,
-                 hooks: BenchHooks, only: tuple[str, ...]) -> tuple[list[BenchRow], list[str]]:
+def bench_bucket(
+    graphs: DecodeGraphs,
+    bucket: int,
+    prompt_len: int,
+    settings: BenchSettings,
+    floor: float,
+    hooks: BenchHooks,
+    only: tuple[str, ...],
+) -> tuple[list[BenchRow], list[str]]:
     """The step contenders named in `only` on one bucket, from one prefilled cache state."""
     session = graphs.session
     generator = torch.Generator().manual_seed(settings.seed + bucket)
@@ -105,8 +129,10 @@ def bench_bucket(graphs: DecodeGraphs, bucket: int, prompt_len: int, settings: B
     names = [name for name in names if name in only]
     rows = []
     for name in names:
-        hooks.stage(f"cache {session.max_cache_len}, batch {bucket}: "
-                    + ("compiling, then timing torch.compile" if name == "compile" else f"timing {name}"))
+        hooks.stage(
+            f"cache {session.max_cache_len}, batch {bucket}: "
+            + ("compiling, then timing torch.compile" if name == "compile" else f"timing {name}")
+        )
         row, more = _time_contender(name, graphs, bucket, tokens, prompt_len, settings, floor)
         rows.append(row)
         notes += more
@@ -120,13 +146,16 @@ def _require_graphs(prepared: Prepared, settings: BenchSettings) -> DecodeGraphs
         return prepared.graphs
     needing = [name for name in settings.compare if name in ("graph", "hf-generate")]
     if needing:
-        raise CpuTimingRefused(f"the plan runs eagerly: there is no graph to time ({', '.join(needing)}).",
-                               "Capture with --mode auto, or compare eager,compile only.")
+        raise CpuTimingRefused(
+            f"the plan runs eagerly: there is no graph to time ({', '.join(needing)}).",
+            "Capture with --mode auto, or compare eager,compile only.",
+        )
     return DecodeGraphs(prepared.session, {})  # eager and compile need only the session
 
 
-def bench_context(prepared: Prepared, settings: BenchSettings, bandwidth: Bandwidth,
-                  hooks: BenchHooks) -> tuple[ContextInfo, list[BenchRow]]:
+def bench_context(
+    prepared: Prepared, settings: BenchSettings, bandwidth: Bandwidth, hooks: BenchHooks
+) -> tuple[ContextInfo, list[BenchRow]]:
     """All contenders for all buckets of one prepared session (one cache length)."""
     graphs = _require_graphs(prepared, settings)
     plan, session = prepared.plan, prepared.session
@@ -140,39 +169,52 @@ def bench_context(prepared: Prepared, settings: BenchSettings, bandwidth: Bandwi
     # captured graphs point at: a replay of ours after them reads freed memory (an illegal address, seen
     # on the H200). So everything of ours runs first, then compile, then HF generate.
     for bucket in plan.buckets:
-        more, notes = bench_bucket(graphs, bucket, plan.prompt_len, settings, floors[bucket], hooks,
-                                   only=("eager", "graph"))
+        more, notes = bench_bucket(
+            graphs, bucket, plan.prompt_len, settings, floors[bucket], hooks, only=("eager", "graph")
+        )
         rows += more
         info.notes += notes
         if generate:
             hooks.stage(f"cache {plan.max_cache_len}, batch {bucket}: our decode loop")
-            rows.append(bench_our_loop(graphs, bucket, plan.prompt_len, settings.new_tokens, floors[bucket],
-                                       settings.seed))
+            rows.append(
+                bench_our_loop(graphs, bucket, plan.prompt_len, settings.new_tokens, floors[bucket], settings.seed)
+            )
     if "compile" in settings.step_contenders:
         with recompile_headroom(len(plan.buckets) + 8):
             for bucket in plan.buckets:
-                more, notes = bench_bucket(graphs, bucket, plan.prompt_len, settings, floors[bucket], hooks,
-                                           only=("compile",))
+                more, notes = bench_bucket(
+                    graphs, bucket, plan.prompt_len, settings, floors[bucket], hooks, only=("compile",)
+                )
                 rows += more
                 info.notes += notes
         forget_compiled()
     for bucket in plan.buckets if generate else ():
         hooks.stage(f"cache {plan.max_cache_len}, batch {bucket}: HF generate (its first call compiles)")
-        rows.append(bench_hf_generate(prepared.session, bucket, plan.prompt_len, settings.new_tokens,
-                                      floors[bucket], settings.seed))
+        rows.append(
+            bench_hf_generate(
+                prepared.session, bucket, plan.prompt_len, settings.new_tokens, floors[bucket], settings.seed
+            )
+        )
         hooks.advance()
     return info, rows
 
 
-def _one_context(request: CaptureRequest, context: int | None, settings: BenchSettings, bandwidth: Bandwidth,
-                 hooks: BenchHooks) -> tuple[ContextInfo, list[BenchRow], dict]:
+def _one_context(
+    request: CaptureRequest, context: int | None, settings: BenchSettings, bandwidth: Bandwidth, hooks: BenchHooks
+) -> tuple[ContextInfo, list[BenchRow], dict]:
     """Prepare, bench, and let everything of this context go when it returns."""
     prepared = prepare(context_request(request, context), Hooks(stage=hooks.stage))
     hooks.prepared(prepared)
     info, rows = bench_context(prepared, settings, bandwidth, hooks)
     plan = prepared.plan
-    described = {"model": plan.model, "model_type": plan.model_type, "random_weights": plan.random_weights,
-                 "dtype": plan.dtype, "attn": plan.attn, "buckets": plan.buckets}
+    described = {
+        "model": plan.model,
+        "model_type": plan.model_type,
+        "random_weights": plan.random_weights,
+        "dtype": plan.dtype,
+        "attn": plan.attn,
+        "buckets": plan.buckets,
+    }
     return info, rows, described
 
 
@@ -197,7 +239,14 @@ def run_bench(request: CaptureRequest, settings: BenchSettings, hooks: BenchHook
         release(device)
     fill_speedups(report.rows)
     environment["sm_clock_mhz_end"] = sm_clock_mhz(device)
-    report.settings = {**described, "compare": list(settings.compare), "steps": settings.steps,
-                       "warmup": settings.warmup, "new_tokens": settings.new_tokens, "seed": settings.seed,
-                       "compile_mode": COMPILE_MODE, "contexts": [c.cache_len for c in report.contexts]}
+    report.settings = {
+        **described,
+        "compare": list(settings.compare),
+        "steps": settings.steps,
+        "warmup": settings.warmup,
+        "new_tokens": settings.new_tokens,
+        "seed": settings.seed,
+        "compile_mode": COMPILE_MODE,
+        "contexts": [c.cache_len for c in report.contexts],
+    }
     return report

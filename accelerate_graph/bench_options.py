@@ -36,8 +36,9 @@ def parse_contexts(text: str) -> tuple[int, ...]:
         try:
             length = int(item)
         except ValueError:
-            raise BadOptionError(f"--context item {item!r} is not a whole number.",
-                                 "Give cache lengths like --context 128,1024,4096.") from None
+            raise BadOptionError(
+                f"--context item {item!r} is not a whole number.", "Give cache lengths like --context 128,1024,4096."
+            ) from None
         if length < 2:
             raise BadOptionError(f"--context item {length} is below 2.", "A cache needs at least 2 slots.")
         lengths.append(length)

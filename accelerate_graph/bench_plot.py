@@ -12,17 +12,23 @@ from .atomic_io import atomic_write
 from .bench_results import GENERATE, BenchReport
 from .errors import BadOptionError
 
-STYLE = {"eager": "tab:red", "graph": "tab:green", "compile": "tab:blue", "hf-generate": "tab:purple",
-         "our-loop": "tab:olive"}
+STYLE = {
+    "eager": "tab:red",
+    "graph": "tab:green",
+    "compile": "tab:blue",
+    "hf-generate": "tab:purple",
+    "our-loop": "tab:olive",
+}
 
 
 def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise BadOptionError("--plot needs matplotlib, which is not installed.",
-                             "Install it with: pip install 'cugraph-accel[plot]' (or pip install matplotlib), "
-                             "or drop --plot.") from None
+        raise BadOptionError(
+            "--plot needs matplotlib, which is not installed.",
+            "Install it with: pip install 'cugraph-accel[plot]' (or pip install matplotlib), or drop --plot.",
+        ) from None
 
 
 def _draw_context(axes, report: BenchReport, context: int, floor_label: str) -> None:
@@ -31,8 +37,14 @@ def _draw_context(axes, report: BenchReport, context: int, floor_label: str) -> 
         mine = sorted((r for r in rows if r.contender == name), key=lambda r: r.bucket)
         dashed = mine[0].kind == GENERATE
         label = f"{name} (per new token)" if dashed else name
-        axes.plot([r.bucket for r in mine], [r.median_ms for r in mine], marker="o", label=label,
-                  linestyle="--" if dashed else "-", color=STYLE.get(name))
+        axes.plot(
+            [r.bucket for r in mine],
+            [r.median_ms for r in mine],
+            marker="o",
+            label=label,
+            linestyle="--" if dashed else "-",
+            color=STYLE.get(name),
+        )
     floor = sorted({(r.bucket, r.floor_ms) for r in rows})
     axes.plot([b for b, _ in floor], [f for _, f in floor], color="black", linestyle=":", label=floor_label)
     axes.set_xscale("log", base=2)
@@ -51,8 +63,7 @@ def plot_figure(report: BenchReport):
     axes_list = figure.subplots(1, len(contexts), squeeze=False)[0]
     gpu = report.environment.get("gpu", "none")
     on_gpu = gpu not in ("", "none")
-    floor_label = (f"floor: bytes / {report.bandwidth.gb_per_s:,.0f} GB/s"
-                   + ("" if on_gpu else " (CPU copy bandwidth)"))
+    floor_label = f"floor: bytes / {report.bandwidth.gb_per_s:,.0f} GB/s" + ("" if on_gpu else " (CPU copy bandwidth)")
     for axes, context in zip(axes_list, contexts, strict=True):
         _draw_context(axes, report, context, floor_label)
     axes_list[0].set_ylabel("ms per decode step (median)")

@@ -35,10 +35,31 @@ class BenchRow:
     speedup: float | None = None  # over BASELINE[kind] at the same context and bucket
 
     @classmethod
-    def measured(cls, kind: str, context: int, prompt_len: int, bucket: int, contender: str, latency: Latency,
-                 floor_ms: float, **extra) -> BenchRow:
-        return cls(kind, context, prompt_len, bucket, contender, latency.median_ms, latency.p10_ms, latency.p90_ms,
-                   latency.samples, latency.drift, floor_ms, **extra)
+    def measured(
+        cls,
+        kind: str,
+        context: int,
+        prompt_len: int,
+        bucket: int,
+        contender: str,
+        latency: Latency,
+        floor_ms: float,
+        **extra,
+    ) -> BenchRow:
+        return cls(
+            kind,
+            context,
+            prompt_len,
+            bucket,
+            contender,
+            latency.median_ms,
+            latency.p10_ms,
+            latency.p90_ms,
+            latency.samples,
+            latency.drift,
+            floor_ms,
+            **extra,
+        )
 
     @property
     def x_floor(self) -> float:
@@ -80,9 +101,14 @@ class BenchReport:
 
     def to_dict(self) -> dict:
         bandwidth = {**asdict(self.bandwidth), "gb_per_s": self.bandwidth.gb_per_s}
-        return {"format": BENCH_FORMAT, "environment": self.environment, "bandwidth": bandwidth,
-                "settings": self.settings, "contexts": [asdict(c) for c in self.contexts],
-                "rows": [r.record() for r in self.rows]}
+        return {
+            "format": BENCH_FORMAT,
+            "environment": self.environment,
+            "bandwidth": bandwidth,
+            "settings": self.settings,
+            "contexts": [asdict(c) for c in self.contexts],
+            "rows": [r.record() for r in self.rows],
+        }
 
     def step_rows(self, context: int) -> list[BenchRow]:
         return [r for r in self.rows if r.kind == STEP and r.context == context]

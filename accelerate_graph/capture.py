@@ -74,16 +74,23 @@ class DecodeGraphs:
         s = self.session
         buffers = {"input_ids": s.input_ids, "position_ids": s.position_ids, "attention_mask": s.attention_mask}
         for i, layer in enumerate(s.kv.layers):
-            buffers.update({f"cache layer {i} keys": layer.keys, f"cache layer {i} values": layer.values,
-                            f"cache layer {i} position": layer.cumulative_length})
+            buffers.update(
+                {
+                    f"cache layer {i} keys": layer.keys,
+                    f"cache layer {i} values": layer.values,
+                    f"cache layer {i} position": layer.cumulative_length,
+                }
+            )
         return buffers
 
     def _check_static_buffers(self) -> None:
         """A graph keeps the addresses it captured: a buffer replaced since then would be silently ignored."""
         for name, tensor in self._static_buffers().items():
             if tensor.data_ptr() != self._pointers.get(name):
-                raise ReplaySafetyError(f"the {name} buffer moved since capture: a replay would not see it.",
-                                        "Re-capture after replacing session buffers or the cache.")
+                raise ReplaySafetyError(
+                    f"the {name} buffer moved since capture: a replay would not see it.",
+                    "Re-capture after replacing session buffers or the cache.",
+                )
 
     def eager(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """The same step without graphs: the reference `verify` compares against."""
@@ -114,8 +121,10 @@ def _capture_one(session: DecodeSession, backend: GraphBackend, bucket: int, isl
         message = err.message if isinstance(err, CaptureError) else str(err).splitlines()[0]
         where = modules.describe_current()
         at = traceback_location(err)
-        raise CaptureError(f"capturing bucket {bucket} failed in {where}{' at ' + at if at else ''}: {message}",
-                           "Use --mode piecewise to run that module eagerly, or --mode eager.") from err
+        raise CaptureError(
+            f"capturing bucket {bucket} failed in {where}{' at ' + at if at else ''}: {message}",
+            "Use --mode piecewise to run that module eagerly, or --mode eager.",
+        ) from err
 
 
 def capture_decode_graphs(
@@ -160,6 +169,9 @@ def capture_decode_graphs(
     backend.synchronize()
     session.kv.reset()
     if not graphs:
-        raise ResourceError(f"no bucket's graph fits in --max-memory {max_memory_bytes / 2**20:g} MiB "
-                            f"(dropped {', '.join(map(str, dropped))}).", "Raise --max-memory or lower the buckets.")
+        raise ResourceError(
+            f"no bucket's graph fits in --max-memory {max_memory_bytes / 2**20:g} MiB "
+            f"(dropped {', '.join(map(str, dropped))}).",
+            "Raise --max-memory or lower the buckets.",
+        )
     return DecodeGraphs(session, graphs, dropped)

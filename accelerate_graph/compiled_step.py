@@ -73,8 +73,13 @@ def compile_step(session: DecodeSession, bucket: int, before: Callable[[], None]
                 compiled()
 
     seconds = wall_seconds(first_calls, session.device)
-    return CompiledStep(compiled, seconds, max(_reserved(session.device) - reserved, 0),
-                        counters["stats"]["unique_graphs"] - graphs, counters["inductor"]["cudagraph_skips"] - skips)
+    return CompiledStep(
+        compiled,
+        seconds,
+        max(_reserved(session.device) - reserved, 0),
+        counters["stats"]["unique_graphs"] - graphs,
+        counters["inductor"]["cudagraph_skips"] - skips,
+    )
 
 
 def mark_step_begin() -> None:

@@ -60,8 +60,7 @@ class DecodeSession:
                 ) from err
             except Exception as err:  # noqa: BLE001 - any failure here means: no static-cache decode
                 raise UnsupportedModelError(
-                    f"{type(self.model).__name__} could not run a decode step with a static cache: "
-                    f"{_first_line(err)}.",
+                    f"{type(self.model).__name__} could not run a decode step with a static cache: {_first_line(err)}.",
                     "Try --attn eager, or --mode eager.",
                 ) from err
         self.kv.check_allocated()

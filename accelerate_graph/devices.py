@@ -32,8 +32,10 @@ def resolve_device(text: str = "auto") -> torch.device:
     if text == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise DeviceError(f"--device {text} was asked for, but this machine has no usable CUDA GPU.",
-                          "Use --device cpu (graphs are then emulated) or run on a GPU machine.")
+        raise DeviceError(
+            f"--device {text} was asked for, but this machine has no usable CUDA GPU.",
+            "Use --device cpu (graphs are then emulated) or run on a GPU machine.",
+        )
     index = int(match.group(1) or 0)
     if index >= torch.cuda.device_count():
         raise DeviceError(f"--device {text}: only {torch.cuda.device_count()} CUDA device(s) exist.")

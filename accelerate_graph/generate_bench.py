@@ -35,9 +35,14 @@ def hf_generate_call(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: i
     def call() -> torch.Tensor:
         with torch.no_grad():
             return model.generate(
-                input_ids=prompt, attention_mask=mask, max_new_tokens=new_tokens,
+                input_ids=prompt,
+                attention_mask=mask,
+                max_new_tokens=new_tokens,
                 min_new_tokens=new_tokens,  # an early EOS would shorten the work being timed
-                do_sample=False, cache_implementation="static", max_cache_len=cache_len, pad_token_id=PAD_TOKEN,
+                do_sample=False,
+                cache_implementation="static",
+                max_cache_len=cache_len,
+                pad_token_id=PAD_TOKEN,
             )
 
     return call
@@ -61,8 +66,10 @@ def our_loop_call(graphs: DecodeGraphs, prompt: torch.Tensor, new_tokens: int) -
 def _check_length(output: torch.Tensor, prompt_len: int, new_tokens: int) -> None:
     made = output.shape[1] - prompt_len
     if made != new_tokens:
-        raise UnsupportedModelError(f"HF generate made {made} new tokens instead of {new_tokens}.",
-                                    "Its timing would not be comparable; drop hf-generate from --compare.")
+        raise UnsupportedModelError(
+            f"HF generate made {made} new tokens instead of {new_tokens}.",
+            "Its timing would not be comparable; drop hf-generate from --compare.",
+        )
 
 
 def _per_token(seconds: list[float], new_tokens: int) -> Latency:
@@ -74,8 +81,9 @@ def _generate_prompt(session, bucket: int, prompt_len: int, seed: int) -> torch.
     return torch.randint(0, session.vocab_size, (bucket, prompt_len), generator=generator).to(session.device)
 
 
-def bench_our_loop(graphs: DecodeGraphs, bucket: int, prompt_len: int, new_tokens: int, floor_ms: float,
-                   seed: int = 0) -> BenchRow:
+def bench_our_loop(
+    graphs: DecodeGraphs, bucket: int, prompt_len: int, new_tokens: int, floor_ms: float, seed: int = 0
+) -> BenchRow:
     """Row "our-loop": prefill, then graph replays with argmax outside the graph; ms per new token."""
     session = graphs.session
     count = new_token_budget(session.max_cache_len, prompt_len, new_tokens)
@@ -83,13 +91,22 @@ def bench_our_loop(graphs: DecodeGraphs, bucket: int, prompt_len: int, new_token
     ours_first = wall_seconds(ours, session.device)
     ours_seconds = [wall_seconds(ours, session.device) for _ in range(GENERATE_REPEATS)]
     session.kv.reset()
-    return BenchRow.measured(contender="our-loop", latency=_per_token(ours_seconds, count), setup_seconds=ours_first,
-                             kind=GENERATE, context=session.max_cache_len, prompt_len=prompt_len, bucket=bucket,
-                             floor_ms=floor_ms, new_tokens=count)
+    return BenchRow.measured(
+        contender="our-loop",
+        latency=_per_token(ours_seconds, count),
+        setup_seconds=ours_first,
+        kind=GENERATE,
+        context=session.max_cache_len,
+        prompt_len=prompt_len,
+        bucket=bucket,
+        floor_ms=floor_ms,
+        new_tokens=count,
+    )
 
 
-def bench_hf_generate(session, bucket: int, prompt_len: int, new_tokens: int, floor_ms: float,
-                      seed: int = 0) -> BenchRow:
+def bench_hf_generate(
+    session, bucket: int, prompt_len: int, new_tokens: int, floor_ms: float, seed: int = 0
+) -> BenchRow:
     """Row "hf-generate": HF generate with a static cache (it compiles itself), first call apart.
 
     Its cudagraph trees clear cuBLAS workspaces that our captured graphs point at, so no graph of
@@ -103,6 +120,14 @@ def bench_hf_generate(session, bucket: int, prompt_len: int, new_tokens: int, fl
     _check_length(outputs[0], prompt_len, count)
     hf_seconds = [wall_seconds(hf, session.device) for _ in range(GENERATE_REPEATS)]
     forget_compiled()
-    return BenchRow.measured(contender="hf-generate", latency=_per_token(hf_seconds, count), setup_seconds=hf_first,
-                             kind=GENERATE, context=session.max_cache_len, prompt_len=prompt_len, bucket=bucket,
-                             floor_ms=floor_ms, new_tokens=count)
+    return BenchRow.measured(
+        contender="hf-generate",
+        latency=_per_token(hf_seconds, count),
+        setup_seconds=hf_first,
+        kind=GENERATE,
+        context=session.max_cache_len,
+        prompt_len=prompt_len,
+        bucket=bucket,
+        floor_ms=floor_ms,
+        new_tokens=count,
+    )

@@ -114,5 +114,11 @@ def floor_ms(moved: StepBytes, bandwidth: Bandwidth) -> float:
 
 def describe_floor(batch: int, moved: StepBytes, bandwidth: Bandwidth) -> dict:
     """One bucket's floor with the arithmetic behind it, for the report."""
-    return {"bucket": batch, "weight_bytes": moved.weights, "kv_read_bytes": moved.kv_read,
-            "kv_written_bytes": moved.kv_written, "total_bytes": moved.total, "floor_ms": floor_ms(moved, bandwidth)}
+    return {
+        "bucket": batch,
+        "weight_bytes": moved.weights,
+        "kv_read_bytes": moved.kv_read,
+        "kv_written_bytes": moved.kv_written,
+        "total_bytes": moved.total,
+        "floor_ms": floor_ms(moved, bandwidth),
+    }

@@ -72,13 +72,31 @@ class _Tracer(TorchDispatchMode):
 
     def _flag(self, kind: str, func, detail: str) -> None:
         path = self.modules.current()
-        self.hazards.append(Hazard(kind, func.name(), path, self.modules.classes.get(path, "?"),
-                                   caller_location(), detail, self.modules.call_stack()))
+        self.hazards.append(
+            Hazard(
+                kind,
+                func.name(),
+                path,
+                self.modules.classes.get(path, "?"),
+                caller_location(),
+                detail,
+                self.modules.call_stack(),
+            )
+        )
 
     def flag_host_read(self, what: str) -> None:
         path = self.modules.current()
-        self.hazards.append(Hazard("host-sync", what, path, self.modules.classes.get(path, "?"), caller_location(),
-                                   f"{what} reads a device value on the host", self.modules.call_stack()))
+        self.hazards.append(
+            Hazard(
+                "host-sync",
+                what,
+                path,
+                self.modules.classes.get(path, "?"),
+                caller_location(),
+                f"{what} reads a device value on the host",
+                self.modules.call_stack(),
+            )
+        )
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -86,15 +104,26 @@ class _Tracer(TorchDispatchMode):
             shape_op = "shape depends" in HOST_SYNC_OPS[func]
             self._flag("data-dependent-shape" if shape_op else "host-sync", func, HOST_SYNC_OPS[func])
         elif func in HOST_DATA_OPS:
-            self._flag("host-data", func, "a tensor is built from Python data inside the step (torch.tensor): "
-                                          "on a GPU a host-to-device copy, and its value frozen by a replay")
+            self._flag(
+                "host-data",
+                func,
+                "a tensor is built from Python data inside the step (torch.tensor): "
+                "on a GPU a host-to-device copy, and its value frozen by a replay",
+            )
         out = func(*args, **kwargs)
         if func in COPY_OPS:
             devices = {t.device for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)}
             if len(devices) > 1:
                 self._flag("device-copy", func, f"copies between {' and '.join(sorted(map(str, devices)))}")
-        self.records.append(_OpRecord(func.name(), _signature(args, kwargs), self.modules.current(),
-                                      caller_location(), self.modules.call_stack()))
+        self.records.append(
+            _OpRecord(
+                func.name(),
+                _signature(args, kwargs),
+                self.modules.current(),
+                caller_location(),
+                self.modules.call_stack(),
+            )
+        )
         return out
 
 
@@ -115,14 +144,29 @@ def _python_value_hazards(first: _Tracer, second: _Tracer, classes: dict[str, st
     for a, b in zip(first.records, second.records):
         if a.op != b.op or a.signature != b.signature:
             if a.module_path not in found:
-                detail = (f"{a.op} is called with different Python values in consecutive steps "
-                          f"(a replay would freeze the first): {_first_difference(a, b)}")
-                found[a.module_path] = Hazard("python-value", a.op, a.module_path,
-                                              classes.get(a.module_path, "?"), a.location, detail, a.call_stack)
+                detail = (
+                    f"{a.op} is called with different Python values in consecutive steps "
+                    f"(a replay would freeze the first): {_first_difference(a, b)}"
+                )
+                found[a.module_path] = Hazard(
+                    "python-value",
+                    a.op,
+                    a.module_path,
+                    classes.get(a.module_path, "?"),
+                    a.location,
+                    detail,
+                    a.call_stack,
+                )
     if len(first.records) != len(second.records) and not found:
-        found[""] = Hazard("python-value", "-", "", classes.get("", "?"), "",
-                           f"the step runs {len(first.records)} ops, then {len(second.records)}: its Python "
-                           "control flow depends on the step")
+        found[""] = Hazard(
+            "python-value",
+            "-",
+            "",
+            classes.get("", "?"),
+            "",
+            f"the step runs {len(first.records)} ops, then {len(second.records)}: its Python "
+            "control flow depends on the step",
+        )
     return list(found.values())
 
 
@@ -154,8 +198,12 @@ def find_hazards(session: DecodeSession, bucket: int, position: int = 1) -> list
     for hazard in first.hazards + _python_value_hazards(first, second, first.modules.classes):
         island = first.modules.island_for(hazard.call_stack) if hazard.call_stack else hazard.module_path
         if island != hazard.module_path:
-            hazard = replace(hazard, module_path=island, module_class=first.modules.classes.get(island, "?"),
-                             detail=f"{hazard.detail} (widened to {island or '<model>'}: the module that raised it "
-                                    "returns Python numbers)")
+            hazard = replace(
+                hazard,
+                module_path=island,
+                module_class=first.modules.classes.get(island, "?"),
+                detail=f"{hazard.detail} (widened to {island or '<model>'}: the module that raised it "
+                "returns Python numbers)",
+            )
         unique.setdefault((hazard.kind, hazard.module_path, hazard.op), hazard)
     return list(unique.values())

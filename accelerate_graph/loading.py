@@ -88,8 +88,10 @@ def _with_attn_fallback(build, attn: str, notes: list[str]):
 
 def _recipe_config(recipe: Recipe):
     if recipe.model_type not in CONFIG_MAPPING:
-        raise RecipeError(f"recipe {recipe.name}: unknown model_type {recipe.model_type!r}.",
-                          "Use a model type transformers knows, e.g. llama or qwen2.")
+        raise RecipeError(
+            f"recipe {recipe.name}: unknown model_type {recipe.model_type!r}.",
+            "Use a model type transformers knows, e.g. llama or qwen2.",
+        )
     try:
         return AutoConfig.for_model(recipe.model_type, **recipe.config)
     except Exception as err:  # noqa: BLE001 - config classes raise many types on bad values
@@ -125,7 +127,9 @@ def _load_folder(reference: str, device, dtype, attn, notes):
     if not folder.exists():
         raise ModelNotFoundError(f"model folder {reference} does not exist.", "Check the path.")
     if not folder.is_dir():
-        raise ModelNotFoundError(f"{reference} is a file, not a model folder.", "Give the folder save_pretrained wrote.")
+        raise ModelNotFoundError(
+            f"{reference} is a file, not a model folder.", "Give the folder save_pretrained wrote."
+        )
     if not (folder / "config.json").is_file():
         raise ModelNotFoundError(
             f"{reference} has no config.json, so it is not a Hugging Face model folder.",

@@ -16,8 +16,9 @@ def _in_moe(hazard: Hazard) -> bool:
     return "expert" in text or "moe" in text
 
 
-def use_capture_safe_experts(model: torch.nn.Module, hazards: list[Hazard],
-                             redetect: Callable[[], list[Hazard]]) -> tuple[str | None, list[Hazard]]:
+def use_capture_safe_experts(
+    model: torch.nn.Module, hazards: list[Hazard], redetect: Callable[[], list[Hazard]]
+) -> tuple[str | None, list[Hazard]]:
     """Switch MoE experts to `batched_mm` when hazards sit in MoE blocks, and keep the switch only if
     it removed some of them. Returns (what was done or None, the hazards now)."""
     current = getattr(model.config, "_experts_implementation", None)
@@ -32,5 +33,7 @@ def use_capture_safe_experts(model: torch.nn.Module, hazards: list[Hazard],
     if len([h for h in after if _in_moe(h)]) >= len(before):  # these experts ignore the switch
         model.set_experts_implementation(current)
         return None, hazards
-    return (f"MoE experts ({current}) had a {before[0].kind} hazard at {before[0].location}: switched to HF's "
-            f"{SAFE_EXPERTS} experts implementation, which reads no routing data on the host"), after
+    return (
+        f"MoE experts ({current}) had a {before[0].kind} hazard at {before[0].location}: switched to HF's "
+        f"{SAFE_EXPERTS} experts implementation, which reads no routing data on the host"
+    ), after

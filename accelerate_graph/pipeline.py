@@ -84,16 +84,19 @@ def decide_regions(session: DecodeSession, request_mode: str, bucket: int) -> De
     """Detect hazards, apply the fixes that keep the step whole, and choose full / piecewise / eager."""
     fixes = list(session.kv.fixes)
     if request_mode == "eager":
-        regions = RegionPlan("eager", [], [{"path": "", "class": type(session.model).__name__, "run": "eager",
-                                            "reason": "--mode eager"}])
+        regions = RegionPlan(
+            "eager", [], [{"path": "", "class": type(session.model).__name__, "run": "eager", "reason": "--mode eager"}]
+        )
         return Decision(regions, [], fixes)
     hazards = find_hazards(session, bucket)
     fix, hazards = use_capture_safe_experts(session.model, hazards, lambda: find_hazards(session, bucket))
     if fix:
         fixes.append(fix)
     if hazards and request_mode == "full":
-        raise CaptureError(f"--mode full refused: {hazards[0].describe()}",
-                           "Use --mode auto (graph segments around the hazard) or --mode eager.")
+        raise CaptureError(
+            f"--mode full refused: {hazards[0].describe()}",
+            "Use --mode auto (graph segments around the hazard) or --mode eager.",
+        )
     regions = plan_regions(session.model, hazards)
     if regions.mode == "eager" and request_mode == "piecewise":
         raise CaptureError(f"--mode piecewise refused: {regions.reason}", "Use --mode eager.")
@@ -138,13 +141,17 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         cap = int(request.max_memory_mib * 2**20) if request.max_memory_mib is not None else None
         graphs = capture_decode_graphs(session, backend, buckets, hooks.captured, islands, cap)
         if graphs.dropped:
-            notes.append(f"--max-memory dropped bucket(s) {', '.join(map(str, graphs.dropped))}: their graphs "
-                         f"did not fit; larger batches now run in bucket {graphs.buckets[-1]} or eagerly.")
+            notes.append(
+                f"--max-memory dropped bucket(s) {', '.join(map(str, graphs.dropped))}: their graphs "
+                f"did not fit; larger batches now run in bucket {graphs.buckets[-1]} or eagerly."
+            )
         hooks.stage("checking replay against eager")
         check = _quick_check(graphs, prompt_len)
         if not check.passed:
-            raise VerificationError(f"replay disagreed with eager right after capture (bucket {check.bucket}): "
-                                    f"{check.detail[:300]}", "Use --mode eager and report the model.")
+            raise VerificationError(
+                f"replay disagreed with eager right after capture (bucket {check.bucket}): {check.detail[:300]}",
+                "Use --mode eager and report the model.",
+            )
 
     plan = Plan(
         model=loaded.reference,

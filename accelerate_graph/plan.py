@@ -53,10 +53,19 @@ class Plan:
                 raise PlanError(f"plan key {f.name!r} has the wrong type ({type(value).__name__}).")
         checks = (
             (self.mode in MODES, f"mode {self.mode!r} is not one of {', '.join(MODES)}"),
-            (self.dtype in DTYPE_NAMES.values(), f"dtype {self.dtype!r} is not one of {', '.join(DTYPE_NAMES.values())}"),
-            (re.fullmatch(r"cpu|cuda:[0-9]{1,3}", self.device, flags=re.ASCII), f"device {self.device!r} is not a device"),
+            (
+                self.dtype in DTYPE_NAMES.values(),
+                f"dtype {self.dtype!r} is not one of {', '.join(DTYPE_NAMES.values())}",
+            ),
+            (
+                re.fullmatch(r"cpu|cuda:[0-9]{1,3}", self.device, flags=re.ASCII),
+                f"device {self.device!r} is not a device",
+            ),
             (self.attn in ("sdpa", "eager"), f"attn {self.attn!r} is not sdpa or eager"),
-            (self.buckets and all(type(b) is int and b >= 1 for b in self.buckets), "buckets must be whole numbers >= 1"),
+            (
+                self.buckets and all(type(b) is int and b >= 1 for b in self.buckets),
+                "buckets must be whole numbers >= 1",
+            ),
             (self.max_cache_len >= 2, "max_cache_len must be at least 2"),
             (1 <= self.prompt_len < self.max_cache_len, "prompt_len must be at least 1 and below max_cache_len"),
         )
@@ -87,10 +96,13 @@ def read_plan(path: Path | str) -> Plan:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise PlanError(f"plan file {path} cannot be read: {str(err).splitlines()[0]}.",
-                        "Re-run `cugraph-accel capture`.") from err
+        raise PlanError(
+            f"plan file {path} cannot be read: {str(err).splitlines()[0]}.", "Re-run `cugraph-accel capture`."
+        ) from err
     if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
-        raise PlanError(f"{path} is not a cugraph-accel plan (format {PLAN_FORMAT}).", "Re-run `cugraph-accel capture`.")
+        raise PlanError(
+            f"{path} is not a cugraph-accel plan (format {PLAN_FORMAT}).", "Re-run `cugraph-accel capture`."
+        )
     known = {f.name for f in fields(Plan)}
     unknown = sorted(set(data) - known)
     if unknown:

@@ -59,9 +59,16 @@ def plan_regions(model: torch.nn.Module, hazards: list[Hazard], allow_piecewise:
         where = path or "<model>"
         why = f"hazard in {where}, which holds most of the model: {reason}" if blocking else reason
         return RegionPlan("eager", [], [{**root, "run": "eager", "reason": why}], reason=why)
-    regions = [{**root, "run": "graph", "reason": f"{len(islands) + 1} graph segments around {len(islands)} "
-                                                  "eager island(s)"}]
+    regions = [
+        {**root, "run": "graph", "reason": f"{len(islands) + 1} graph segments around {len(islands)} eager island(s)"}
+    ]
     for path in islands:
-        regions.append({"path": path, "class": type(model.get_submodule(path)).__name__, "run": "eager",
-                        "reason": _reason(hazards, path)})
+        regions.append(
+            {
+                "path": path,
+                "class": type(model.get_submodule(path)).__name__,
+                "run": "eager",
+                "reason": _reason(hazards, path),
+            }
+        )
     return RegionPlan("piecewise", islands, regions)

@@ -73,14 +73,19 @@ class SharedStaticCache:
         """HF's static sliding-window layer keeps its write position in a Python int, which a replay
         freezes (past the window: a device-side assert). Full-length layers keep it on the device, and
         the sliding-window mask, built from that position, still limits what each token attends."""
-        sliding = [i for i, layer in enumerate(self.cache.layers)
-                   if isinstance(layer, StaticLayer) and getattr(layer, "is_sliding", False)]
+        sliding = [
+            i
+            for i, layer in enumerate(self.cache.layers)
+            if isinstance(layer, StaticLayer) and getattr(layer, "is_sliding", False)
+        ]
         for i in sliding:
             self.cache.layers[i] = StaticLayer(max_cache_len=self.max_cache_len)
         if not sliding:
             return []
-        return [f"{len(sliding)} sliding-window cache layer(s) keep their position in a Python int: replaced by "
-                f"full-length layers with a device-side position (the mask still applies the window)"]
+        return [
+            f"{len(sliding)} sliding-window cache layer(s) keep their position in a Python int: replaced by "
+            f"full-length layers with a device-side position (the mask still applies the window)"
+        ]
 
     @property
     def layers(self) -> list:

@@ -72,8 +72,9 @@ def _host_samples(call: Callable[[int], object], before: Callable[[int], None], 
     return samples
 
 
-def _event_samples(call: Callable[[int], object], before: Callable[[int], None], count: int,
-                   device: torch.device) -> list[float]:
+def _event_samples(
+    call: Callable[[int], object], before: Callable[[int], None], count: int, device: torch.device
+) -> list[float]:
     events = []
     for i in range(count):
         before(i)
@@ -86,8 +87,9 @@ def _event_samples(call: Callable[[int], object], before: Callable[[int], None],
     return [s.elapsed_time(e) for s, e in events]
 
 
-def time_calls(call: Callable[[int], object], before: Callable[[int], None], count: int, warmup: int,
-               device: torch.device) -> Timed:
+def time_calls(
+    call: Callable[[int], object], before: Callable[[int], None], count: int, warmup: int, device: torch.device
+) -> Timed:
     """Milliseconds of `call(i)` for i in range(warmup, warmup + count), after `warmup` untimed calls.
     `before(i)` runs before each call, outside the timed region."""
 

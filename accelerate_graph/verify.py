@@ -61,7 +61,9 @@ def _draw_inputs(batch: int, steps: int, prompt_len: int, vocab: int, seed: int)
     return prompt, tokens
 
 
-def verify_batch(graphs: DecodeGraphs, bucket: int, batch: int, steps: int, prompt_len: int, seed: int = 0) -> VerifyRow:
+def verify_batch(
+    graphs: DecodeGraphs, bucket: int, batch: int, steps: int, prompt_len: int, seed: int = 0
+) -> VerifyRow:
     session = graphs.session
     if prompt_len + steps > session.max_cache_len:
         steps = session.max_cache_len - prompt_len
@@ -98,7 +100,9 @@ def verify_batch(graphs: DecodeGraphs, bucket: int, batch: int, steps: int, prom
     rtol, atol = tolerance(dtype, torch.stack(eager_logits))
     cache_abs = 0.0
     for layer, ((rk, rv, rpos), (ek, ev, epos)) in enumerate(zip(replay_cache, eager_cache)):
-        cache_abs = max(cache_abs, (rk.float() - ek.float()).abs().max().item(), (rv.float() - ev.float()).abs().max().item())
+        cache_abs = max(
+            cache_abs, (rk.float() - ek.float()).abs().max().item(), (rv.float() - ev.float()).abs().max().item()
+        )
         if not detail and not torch.equal(rpos, epos):
             detail = f"cache layer {layer} write position {rpos.item()} after replay, {epos.item()} after eager"
         if not detail and (problem := _compare(rk, ek, dtype) or _compare(rv, ev, dtype)):

@@ -99,8 +99,15 @@ class _Entry:
         return self.result
 
 
-def _decide_capture_verify(entry: _Entry, session: DecodeSession, device: torch.device, emulate: bool,
-                           steps: int, prompt_len: int, buckets: tuple[int, ...]) -> ZooResult:
+def _decide_capture_verify(
+    entry: _Entry,
+    session: DecodeSession,
+    device: torch.device,
+    emulate: bool,
+    steps: int,
+    prompt_len: int,
+    buckets: tuple[int, ...],
+) -> ZooResult:
     entry.reach("hazards")
     decision = decide_regions(session, "auto", buckets[0])
     result = entry.result
@@ -122,16 +129,23 @@ def _decide_capture_verify(entry: _Entry, session: DecodeSession, device: torch.
     return entry.finish(result.mode)
 
 
-def run_zoo_entry(model_type: str, device: torch.device | str = "cpu", emulate: bool = False, steps: int = 8,
-                  prompt_len: int = 6, buckets: tuple[int, ...] = (1, 2, 4),
-                  report: Callable[[str], None] = lambda stage: None) -> ZooResult:
+def run_zoo_entry(
+    model_type: str,
+    device: torch.device | str = "cpu",
+    emulate: bool = False,
+    steps: int = 8,
+    prompt_len: int = 6,
+    buckets: tuple[int, ...] = (1, 2, 4),
+    report: Callable[[str], None] = lambda stage: None,
+) -> ZooResult:
     """Build, open a static-cache session, decide as `--mode auto`, capture, verify; never raises."""
     with quiet():
         return _run_entry(_Entry(model_type, report), torch.device(device), emulate, steps, prompt_len, buckets)
 
 
-def _run_entry(entry: _Entry, device: torch.device, emulate: bool, steps: int, prompt_len: int,
-               buckets: tuple[int, ...]) -> ZooResult:
+def _run_entry(
+    entry: _Entry, device: torch.device, emulate: bool, steps: int, prompt_len: int, buckets: tuple[int, ...]
+) -> ZooResult:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     try:
         entry.reach("config")
@@ -155,8 +169,18 @@ def _run_entry(entry: _Entry, device: torch.device, emulate: bool, steps: int, p
 
 
 def _child_command(model_type: str, device: torch.device | str, emulate: bool, steps: int) -> list[str]:
-    command = [sys.executable, "-m", "accelerate_graph.zoo", "--one", model_type, "--device", str(device),
-               "--steps", str(steps), "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate_graph.zoo",
+        "--one",
+        model_type,
+        "--device",
+        str(device),
+        "--steps",
+        str(steps),
+        "--json",
+    ]
     return command + (["--emulate"] if emulate else [])
 
 
@@ -175,29 +199,43 @@ def _crashed(model_type: str, stderr: str, why: str, seconds: float) -> ZooResul
     return ZooResult(model_type, "crashed", stage=stage, seconds=round(seconds, 2), reason=reason)
 
 
-def run_isolated(model_type: str, device: torch.device | str, emulate: bool = False, steps: int = 8,
-                 timeout: float = ENTRY_TIMEOUT_S) -> ZooResult:
+def run_isolated(
+    model_type: str, device: torch.device | str, emulate: bool = False, steps: int = 8, timeout: float = ENTRY_TIMEOUT_S
+) -> ZooResult:
     """run_zoo_entry in a child process: a crash, a poisoned CUDA context or a hang ends only the child."""
     start = time.perf_counter()
     try:
-        done = subprocess.run(_child_command(model_type, device, emulate, steps), capture_output=True, text=True,
-                              timeout=timeout, env=_child_env())
+        done = subprocess.run(
+            _child_command(model_type, device, emulate, steps),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=_child_env(),
+        )
     except subprocess.TimeoutExpired as err:
         stderr = err.stderr.decode(errors="replace") if isinstance(err.stderr, bytes) else (err.stderr or "")
         return _crashed(model_type, stderr, f"timed out after {timeout:.0f} s", time.perf_counter() - start)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if not lines:
-        return _crashed(model_type, done.stderr, f"child exited with code {done.returncode}",
-                        time.perf_counter() - start)
+        return _crashed(
+            model_type, done.stderr, f"child exited with code {done.returncode}", time.perf_counter() - start
+        )
     result = ZooResult(**json.loads(lines[-1]))
     if done.returncode != 0:  # the result was printed, then exit failed (a poisoned CUDA context, say)
         result.reason = f"{result.reason} (child exited with code {done.returncode})".strip()
     return result
 
 
-def run_zoo(types: Sequence[str], device: torch.device | str = "cpu", emulate: bool = False, steps: int = 8,
-            isolate: bool = False, workers: int = 1, timeout: float = ENTRY_TIMEOUT_S,
-            on_result: Callable[[ZooResult], None] = lambda result: None) -> list[ZooResult]:
+def run_zoo(
+    types: Sequence[str],
+    device: torch.device | str = "cpu",
+    emulate: bool = False,
+    steps: int = 8,
+    isolate: bool = False,
+    workers: int = 1,
+    timeout: float = ENTRY_TIMEOUT_S,
+    on_result: Callable[[ZooResult], None] = lambda result: None,
+) -> list[ZooResult]:
     """Every type in `types`, in order; not decoder-only ones come back "skipped" without running."""
     device = torch.device(device)
     skipped = skipped_model_types()

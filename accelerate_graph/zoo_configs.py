@@ -142,21 +142,37 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # value its attention reads; cohere_compass_text has rope parameters for no layer kind; lfm2_moe no layer
     # pattern at all
     "dbrx": {"attn_config": {"kv_n_heads": KV_HEADS, "rope_theta": 10000.0, "clip_qkv": 8.0}},
-    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0,
-                                                                   "mrope_section": [2, 3, 3]}}},  # head_dim / 2
+    "cohere_compass_text": {
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
+        }
+    },  # head_dim / 2
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
     "gemma4_assistant": {"text_config": {**_DRAFTER_TEXT, "num_kv_shared_layers": LAYERS}},
     # layer counts that must add up: stages, KV-sharing layers, a shared block tied across two hybrid layers
-    "dory": {"layer_types": ["sliding_attention", "full_attention", "sliding_attention"], "num_hidden_layers": 3,
-             "n_input_layers": 1, "n_recurrent_layers": 1, "n_output_layers": 1},
-    "gemma3n_text": {"layer_types": ["sliding_attention", "full_attention"] * 2, "num_hidden_layers": 4,
-                     "num_kv_shared_layers": 2},
+    "dory": {
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "num_hidden_layers": 3,
+        "n_input_layers": 1,
+        "n_recurrent_layers": 1,
+        "n_output_layers": 1,
+    },
+    "gemma3n_text": {
+        "layer_types": ["sliding_attention", "full_attention"] * 2,
+        "num_hidden_layers": 4,
+        "num_kv_shared_layers": 2,
+    },
     "zamba": {"layer_types": ["hybrid", "linear_attention", "hybrid"], "num_hidden_layers": 3},
     "gpt_neo": {"attention_types": [[["global", "local"], 1]], "window_size": WINDOW},  # one global, one local
     # sizes tied to each other by validation
     "mamba2": {"num_heads": 2 * HIDDEN // HEAD_DIM},  # heads * head_dim == expand * hidden
-    "qwen4_exp_text": {"indexer_n_heads": HEADS, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM,
-                       "indexer_budget": 8, "indexer_compress_ratio": 4},
+    "qwen4_exp_text": {
+        "indexer_n_heads": HEADS,
+        "indexer_kv_heads": 1,
+        "indexer_head_dim": HEAD_DIM,
+        "indexer_budget": 8,
+        "indexer_compress_ratio": 4,
+    },
     "zaya": {"num_experts_per_tok": 1},
 }
 

@@ -27,9 +27,11 @@ def counts(results: Sequence[ZooResult]) -> dict[str, int]:
 def counts_line(results: Sequence[ZooResult]) -> str:
     c = counts(results)
     ran = len(results) - c["skipped"]
-    return (f"{ran} types: full {c['full']} / piecewise {c['piecewise']} / refused (eager) {c['eager']} / "
-            f"no static cache {c['no-static-cache']} / load failed {c['load-failed']} / "
-            f"verify failed {c['verify-failed']} / crashed {c['crashed']}; {c['skipped']} skipped (not decoder-only)")
+    return (
+        f"{ran} types: full {c['full']} / piecewise {c['piecewise']} / refused (eager) {c['eager']} / "
+        f"no static cache {c['no-static-cache']} / load failed {c['load-failed']} / "
+        f"verify failed {c['verify-failed']} / crashed {c['crashed']}; {c['skipped']} skipped (not decoder-only)"
+    )
 
 
 def _sites(result: ZooResult) -> set[str]:
@@ -48,14 +50,20 @@ def hazard_disagreements(results: Sequence[ZooResult], other: Sequence[ZooResult
             continue
         if mine.mode == peer.mode and _sites(mine) == _sites(peer):
             continue
-        lines.append(f"{mine.model_type}: this run {mine.mode} [{'; '.join(mine.hazards) or 'no hazard'}], "
-                     f"the other {peer.mode} [{'; '.join(peer.hazards) or 'no hazard'}]")
+        lines.append(
+            f"{mine.model_type}: this run {mine.mode} [{'; '.join(mine.hazards) or 'no hazard'}], "
+            f"the other {peer.mode} [{'; '.join(peer.hazards) or 'no hazard'}]"
+        )
     return lines
 
 
 def write_json(results: Sequence[ZooResult], path: Path | str, environment: dict, steps: int = 8) -> None:
-    document = {"environment": environment, "steps": steps, "counts": counts(results),
-                "results": [asdict(r) for r in results]}
+    document = {
+        "environment": environment,
+        "steps": steps,
+        "counts": counts(results),
+        "results": [asdict(r) for r in results],
+    }
     atomic_write_text(path, json.dumps(document, indent=1) + "\n")
 
 
@@ -65,8 +73,10 @@ def _load(path: Path | str) -> tuple[dict, list[ZooResult]]:
         document = json.loads(Path(path).read_text())
         return document, [ZooResult(**entry) for entry in document["results"]]
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise BadOptionError(f"cannot read zoo results from {path}: {type(err).__name__}: {err}",
-                             "Give a JSON file `cugraph-accel zoo --json` wrote.") from err
+        raise BadOptionError(
+            f"cannot read zoo results from {path}: {type(err).__name__}: {err}",
+            "Give a JSON file `cugraph-accel zoo --json` wrote.",
+        ) from err
 
 
 def read_results(path: Path | str) -> list[ZooResult]:
@@ -94,9 +104,18 @@ def _short_fix(fix: str) -> str:
 
 def _row(r: ZooResult) -> str:
     verify = "" if r.verify_max_abs is None else f"{r.verify_max_abs:.1e}" + ("" if r.verify_passed else " FAIL")
-    cells = (r.model_type, ", ".join(r.features), f"**{r.status}**", r.mode, str(r.islands) if r.mode else "",
-             "; ".join(r.hazards), "; ".join(_short_fix(f) for f in r.fixes), verify, f"{r.seconds:.1f}",
-             r.reason[:240])
+    cells = (
+        r.model_type,
+        ", ".join(r.features),
+        f"**{r.status}**",
+        r.mode,
+        str(r.islands) if r.mode else "",
+        "; ".join(r.hazards),
+        "; ".join(_short_fix(f) for f in r.fixes),
+        verify,
+        f"{r.seconds:.1f}",
+        r.reason[:240],
+    )
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
 
 
@@ -130,8 +149,9 @@ def _failures(results: Sequence[ZooResult]) -> str:
     return f"{len(failed)}" + (f" ({', '.join(failed)})" if failed else "")
 
 
-def zoo_markdown(results: Sequence[ZooResult], environment: dict, steps: int = 8,
-                 disagreements: Sequence[str] = ()) -> str:
+def zoo_markdown(
+    results: Sequence[ZooResult], environment: dict, steps: int = 8, disagreements: Sequence[str] = ()
+) -> str:
     ran = [r for r in results if r.status != "skipped"]
     skipped = [r for r in results if r.status == "skipped"]
     lines = _header(results, environment, steps)
@@ -146,7 +166,8 @@ def zoo_markdown(results: Sequence[ZooResult], environment: dict, steps: int = 8
     return "\n".join(lines) + "\n"
 
 
-def write_zoo_markdown(results: Sequence[ZooResult], path: Path | str, environment: dict, steps: int = 8,
-                       disagreements: Sequence[str] = ()) -> None:
+def write_zoo_markdown(
+    results: Sequence[ZooResult], path: Path | str, environment: dict, steps: int = 8, disagreements: Sequence[str] = ()
+) -> None:
     """docs/ZOO.md: header (date, device, versions, counts), one table row per type, skipped types last."""
     atomic_write_text(path, zoo_markdown(results, environment, steps, disagreements))

@@ -29,8 +29,10 @@ def compare(name, fn):
     with torch.cuda.stream(side):
         on_side = fn().clone()
     torch.cuda.synchronize()
-    print(f"{name:40s} replay-eager {(out.float() - eager.float()).abs().max().item():.3e}  "
-          f"side-stream-eager {(on_side.float() - eager.float()).abs().max().item():.3e}")
+    print(
+        f"{name:40s} replay-eager {(out.float() - eager.float()).abs().max().item():.3e}  "
+        f"side-stream-eager {(on_side.float() - eager.float()).abs().max().item():.3e}"
+    )
 
 
 torch.manual_seed(0)
@@ -65,8 +67,9 @@ tokens = torch.randint(0, 1000, (8, 8), device=dev)
 
 def run(step):
     session.kv.restore(snap)
-    return [step(tokens[i], torch.full((8,), 128 + i, device=dev)).float().clone() for i in range(8)], \
-        session.kv.snapshot(8)
+    return [
+        step(tokens[i], torch.full((8,), 128 + i, device=dev)).float().clone() for i in range(8)
+    ], session.kv.snapshot(8)
 
 
 names = ["eager1", "eager2", "replay1", "eager3", "replay2", "eager4"]
@@ -74,5 +77,11 @@ results = {name: run(graphs.eager if name.startswith("eager") else graphs.run)[0
 for name in names:
     diffs = [f"{(results[name][i] - results['eager1'][i]).abs().max().item():.1e}" for i in range(8)]
     print(f"{name:8s} vs eager1 per step: {' '.join(diffs)}")
-print("sdpa backends: flash", torch.backends.cuda.flash_sdp_enabled(), "mem_eff",
-      torch.backends.cuda.mem_efficient_sdp_enabled(), "cudnn", torch.backends.cuda.cudnn_sdp_enabled())
+print(
+    "sdpa backends: flash",
+    torch.backends.cuda.flash_sdp_enabled(),
+    "mem_eff",
+    torch.backends.cuda.mem_efficient_sdp_enabled(),
+    "cudnn",
+    torch.backends.cuda.cudnn_sdp_enabled(),
+)

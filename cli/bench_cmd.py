@@ -25,22 +25,33 @@ from .options import BucketsOpt, ModelArg, PlanOpt, buckets_or_none
 from .output import Output
 from .tables import region_tree
 
-CompareOpt = Annotated[str, typer.Option("--compare", help=f"Contenders, comma-separated, from {', '.join(CONTENDERS)}: "
-                                                           "compile is torch.compile(mode=reduce-overhead) of the same "
-                                                           "step; hf-generate is HF generate (static cache) next to our "
-                                                           "own decode loop.")]
-ContextOpt = Annotated[str | None, typer.Option("--context", help="Cache lengths to sweep, e.g. 128,1024,4096 "
-                                                                     "(default: the plan's or recipe's).")]
+CompareOpt = Annotated[
+    str,
+    typer.Option(
+        "--compare",
+        help=f"Contenders, comma-separated, from {', '.join(CONTENDERS)}: "
+        "compile is torch.compile(mode=reduce-overhead) of the same "
+        "step; hf-generate is HF generate (static cache) next to our "
+        "own decode loop.",
+    ),
+]
+ContextOpt = Annotated[
+    str | None,
+    typer.Option("--context", help="Cache lengths to sweep, e.g. 128,1024,4096 (default: the plan's or recipe's)."),
+]
 StepsOpt = Annotated[int, typer.Option("--steps", min=5, help="Timed decode steps per bucket and contender.")]
 WarmupOpt = Annotated[int, typer.Option("--warmup", min=0, help="Untimed steps before timing.")]
 NewTokensOpt = Annotated[int, typer.Option("--new-tokens", min=1, help="New tokens per generate call (hf-generate).")]
 JsonPathOpt = Annotated[Path | None, typer.Option("--json", help="Also write the results to this JSON file.")]
 CsvPathOpt = Annotated[Path | None, typer.Option("--csv", help="Also write the result rows to this CSV file.")]
-PlotPathOpt = Annotated[Path | None, typer.Option("--plot", help="Also plot latency vs batch size to this PNG "
-                                                                    "(needs matplotlib: the `plot` extra).")]
+PlotPathOpt = Annotated[
+    Path | None,
+    typer.Option("--plot", help="Also plot latency vs batch size to this PNG (needs matplotlib: the `plot` extra)."),
+]
 AllowCpuFlag = Annotated[bool, typer.Option("--allow-cpu", help="Time on the CPU anyway (meaningless for graphs).")]
-DeviceOpt = Annotated[str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:N (default: MODEL's "
-                                                                   "auto, or the plan's).")]
+DeviceOpt = Annotated[
+    str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:N (default: MODEL's auto, or the plan's).")
+]
 
 
 def _device_text(model: str | None, plan: Path | None, device: str | None) -> str:
@@ -114,8 +125,13 @@ def bench(
       cugraph-accel bench qwen2.5-0.5b --context 128,1024,4096 --csv sweep.csv
     """
     out = Output(False)
-    settings = BenchSettings(compare=parse_compare(compare), contexts=parse_contexts(context) if context is not None
-                             else None, steps=steps, warmup=warmup, new_tokens=new_tokens)
+    settings = BenchSettings(
+        compare=parse_compare(compare),
+        contexts=parse_contexts(context) if context is not None else None,
+        steps=steps,
+        warmup=warmup,
+        new_tokens=new_tokens,
+    )
     bucket_sizes = buckets_or_none(buckets)
     for path, what in ((json, "results"), (csv, "CSV"), (plot, "plot")):
         if path:
@@ -124,8 +140,10 @@ def bench(
         require_matplotlib()
     target = resolve_device(_device_text(model, plan, device))
     if target.type != "cuda" and not allow_cpu:
-        raise CpuTimingRefused("bench needs a CUDA GPU: CPU timings say nothing about CUDA graphs.",
-                               "Run it on a GPU machine, or pass --allow-cpu to time the emulation anyway.")
+        raise CpuTimingRefused(
+            "bench needs a CUDA GPU: CPU timings say nothing about CUDA graphs.",
+            "Run it on a GPU machine, or pass --allow-cpu to time the emulation anyway.",
+        )
     request = request_for(model, plan, out, buckets=bucket_sizes, device=str(target))
     report = _run_with_progress(request, settings, out)
     _write_files(report, out, json, csv, plot)

@@ -18,16 +18,28 @@ def environment_table(report: BenchReport) -> Table:
     device = env.get("gpu") if env.get("gpu", "none") != "none" else "cpu (graphs emulated; timings say little)"
     rows = [
         ("device", f"{device} ({env.get('device', '?')})"),
-        ("versions", f"torch {env.get('torch')}, transformers {env.get('transformers')}, CUDA {env.get('cuda')}, "
-                     f"python {env.get('python')}"),
+        (
+            "versions",
+            f"torch {env.get('torch')}, transformers {env.get('transformers')}, CUDA {env.get('cuda')}, "
+            f"python {env.get('python')}",
+        ),
         ("SM clock", f"{env.get('sm_clock_mhz_start')} MHz at start, {env.get('sm_clock_mhz_end')} MHz at end"),
         ("bandwidth", f"{bandwidth.gb_per_s:,.0f} GB/s: {bandwidth.method}, median of {bandwidth.repeats}"),
-        ("model", f"{settings.get('model')} ({settings.get('model_type')}), {settings.get('dtype')}, "
-                  f"attention {settings.get('attn')}"),
-        ("method", f"median of {settings.get('steps')} steps after {settings.get('warmup')} warm-ups; compile mode "
-                   f"{settings.get('compile_mode')}"),
-        ("sweep", f"batch sizes {settings.get('buckets')}; "
-                  + ", ".join(f"cache {c.cache_len} (prompt {c.prompt_len})" for c in report.contexts)),
+        (
+            "model",
+            f"{settings.get('model')} ({settings.get('model_type')}), {settings.get('dtype')}, "
+            f"attention {settings.get('attn')}",
+        ),
+        (
+            "method",
+            f"median of {settings.get('steps')} steps after {settings.get('warmup')} warm-ups; compile mode "
+            f"{settings.get('compile_mode')}",
+        ),
+        (
+            "sweep",
+            f"batch sizes {settings.get('buckets')}; "
+            + ", ".join(f"cache {c.cache_len} (prompt {c.prompt_len})" for c in report.contexts),
+        ),
     ]
     for what, value in rows:
         table.add_row(what, value)
@@ -61,7 +73,9 @@ def _setup_cells(rows: dict[str, BenchRow], names: list[str]) -> list[str]:
     cells = []
     if "graph" in names:
         graph = rows.get("graph")
-        cells += ["-", "-"] if graph is None else [f"{graph.setup_seconds * 1000:.1f}", f"{graph.memory_bytes / MIB:.1f}"]
+        cells += (
+            ["-", "-"] if graph is None else [f"{graph.setup_seconds * 1000:.1f}", f"{graph.memory_bytes / MIB:.1f}"]
+        )
     if "compile" in names:
         cells += ["-" if "compile" not in rows else f"{rows['compile'].setup_seconds:.1f}"]
     return cells
@@ -79,9 +93,11 @@ def step_table(report: BenchReport, context: int) -> Table:
     rows = report.step_rows(context)
     names = list(dict.fromkeys(r.contender for r in rows))
     samples = rows[0].samples if rows else 0
-    table = Table(title=f"decode step, cache length {context}: median ms of {samples} steps",
-                  caption=f"x floor: median / (bytes a step moves / bandwidth). * median drifted over "
-                          f"{DRIFT_LIMIT:.0%} between halves: raise --steps.")
+    table = Table(
+        title=f"decode step, cache length {context}: median ms of {samples} steps",
+        caption=f"x floor: median / (bytes a step moves / bandwidth). * median drifted over "
+        f"{DRIFT_LIMIT:.0%} between halves: raise --steps.",
+    )
     for column in _columns(names):
         table.add_column(column, justify="right")
     for bucket in sorted({r.bucket for r in rows}):
@@ -91,19 +107,38 @@ def step_table(report: BenchReport, context: int) -> Table:
 
 def generate_table(report: BenchReport, context: int) -> Table:
     rows = report.generate_rows(context)
-    table = Table(title=f"end to end, cache length {context}: HF generate (static cache) vs our loop",
-                  caption="tok/s = batch x new tokens / median call time; x floor = ms per new token / floor ms; "
-                          "HF's first call includes its torch.compile on a GPU")
-    for column in ("batch", "new tokens", "HF first\ncall s", "HF\ntok/s", "HF\nx floor", "our loop\ntok/s",
-                   "our loop\nx floor", "ours vs\nHF", "floor\ntok/s"):
+    table = Table(
+        title=f"end to end, cache length {context}: HF generate (static cache) vs our loop",
+        caption="tok/s = batch x new tokens / median call time; x floor = ms per new token / floor ms; "
+        "HF's first call includes its torch.compile on a GPU",
+    )
+    for column in (
+        "batch",
+        "new tokens",
+        "HF first\ncall s",
+        "HF\ntok/s",
+        "HF\nx floor",
+        "our loop\ntok/s",
+        "our loop\nx floor",
+        "ours vs\nHF",
+        "floor\ntok/s",
+    ):
         table.add_column(column, justify="right")
     for bucket in sorted({r.bucket for r in rows}):
         pair = {r.contender: r for r in rows if r.bucket == bucket}
         hf, ours = pair["hf-generate"], pair["our-loop"]
         ratio = "-" if ours.speedup is None else f"{ours.speedup:.2f}x"
-        table.add_row(str(bucket), str(hf.new_tokens), f"{hf.setup_seconds:.2f}", f"{hf.tokens_per_s:,.0f}",
-                      f"{hf.x_floor:.1f}x", f"{ours.tokens_per_s:,.0f}", f"{ours.x_floor:.1f}x", ratio,
-                      f"{bucket * 1000.0 / hf.floor_ms:,.0f}")
+        table.add_row(
+            str(bucket),
+            str(hf.new_tokens),
+            f"{hf.setup_seconds:.2f}",
+            f"{hf.tokens_per_s:,.0f}",
+            f"{hf.x_floor:.1f}x",
+            f"{ours.tokens_per_s:,.0f}",
+            f"{ours.x_floor:.1f}x",
+            ratio,
+            f"{bucket * 1000.0 / hf.floor_ms:,.0f}",
+        )
     return table
 
 

@@ -31,10 +31,22 @@ from .options import (
 from .output import Output
 from .tables import capture_table
 
-MaxMemoryOpt = Annotated[float | None, typer.Option("--max-memory", min=0, help="Cap on graph memory in MiB: "
-                                                         "buckets whose graphs do not fit are dropped and listed.")]
-ModeOpt = Annotated[str, typer.Option("--mode", help="auto (one graph if safe, else graph segments around eager "
-                                                     "islands, else eager), full, piecewise or eager.")]
+MaxMemoryOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-memory",
+        min=0,
+        help="Cap on graph memory in MiB: buckets whose graphs do not fit are dropped and listed.",
+    ),
+]
+ModeOpt = Annotated[
+    str,
+    typer.Option(
+        "--mode",
+        help="auto (one graph if safe, else graph segments around eager "
+        "islands, else eager), full, piecewise or eager.",
+    ),
+]
 
 
 @guarded
@@ -67,8 +79,16 @@ def capture(
     path = plan or DEFAULT_PLAN_PATH
     check_writable(path, "plan")
     request = CaptureRequest(
-        model=DEFAULT_RECIPE if model is None else model, buckets=buckets_or_none(buckets), mode=mode, dtype=dtype, device=device,
-        attn=attn, max_cache_len=max_cache_len, prompt_len=prompt_len, revision=revision, emulate=emulate,
+        model=DEFAULT_RECIPE if model is None else model,
+        buckets=buckets_or_none(buckets),
+        mode=mode,
+        dtype=dtype,
+        device=device,
+        attn=attn,
+        max_cache_len=max_cache_len,
+        prompt_len=prompt_len,
+        revision=revision,
+        emulate=emulate,
         max_memory_mib=max_memory,
     )
     prepared = prepare_with_progress(request, out)

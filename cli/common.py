@@ -19,8 +19,9 @@ def request_for(model: str | None, plan_path: Path | None, out: Output, **overri
         return CaptureRequest(model=model, **{k: v for k, v in overrides.items() if v is not None})
     plan = read_plan(plan_path or DEFAULT_PLAN_PATH)
     if model is not None and model != plan.model:
-        raise PlanError(f"the plan {plan_path} is for {plan.model!r}, not {model!r}.",
-                        "Drop MODEL, or capture a plan for it.")
+        raise PlanError(
+            f"the plan {plan_path} is for {plan.model!r}, not {model!r}.", "Drop MODEL, or capture a plan for it."
+        )
     check_plan_compatible(plan, resolve_device(plan.device))
     out.line(f"graphs cannot cross processes: re-capturing from plan {plan_path or DEFAULT_PLAN_PATH}")
     return request_from_plan(plan, **overrides)

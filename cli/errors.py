@@ -18,12 +18,20 @@ INTERRUPTED_EXIT = 130
 KNOWN_RUNTIME = (
     ("out of memory", "the device ran out of memory. Lower the largest --buckets value or --max-cache-len."),
     ("can't allocate memory", "the machine ran out of memory. Lower the largest --buckets value or --max-cache-len."),
-    ("device-side assert", "a device-side assert fired on the GPU; this CUDA context is unusable and the "
-     "process must end. Re-run with --mode eager, and report the model."),
-    ("illegal memory access", "an illegal memory access on the GPU; this CUDA context is unusable and the "
-     "process must end. Re-run with --mode eager, and report the model."),
-    ("operation not permitted when stream is capturing", "an operation in the decode step is not allowed "
-     "inside a CUDA graph capture. Re-run with --mode eager."),
+    (
+        "device-side assert",
+        "a device-side assert fired on the GPU; this CUDA context is unusable and the "
+        "process must end. Re-run with --mode eager, and report the model.",
+    ),
+    (
+        "illegal memory access",
+        "an illegal memory access on the GPU; this CUDA context is unusable and the "
+        "process must end. Re-run with --mode eager, and report the model.",
+    ),
+    (
+        "operation not permitted when stream is capturing",
+        "an operation in the decode step is not allowed inside a CUDA graph capture. Re-run with --mode eager.",
+    ),
 )
 
 

@@ -31,8 +31,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
     debug: Annotated[bool, typer.Option("--debug", help=f"Show tracebacks (or set {DEBUG_ENV}=1).")] = False,
 ) -> None:
     """Detect, capture, verify and benchmark decode-step CUDA graphs."""

@@ -11,15 +11,18 @@ from accelerate_graph.buckets import parse_buckets
 
 ModelArg = Annotated[
     str | None,
-    typer.Argument(help="A built-in recipe (see `cugraph-accel recipes`), a recipe .yaml, a local model folder, "
-                        "or a Hugging Face hub id."),
+    typer.Argument(
+        help="A built-in recipe (see `cugraph-accel recipes`), a recipe .yaml, a local model folder, "
+        "or a Hugging Face hub id."
+    ),
 ]
 BucketsOpt = Annotated[str | None, typer.Option("--buckets", help="Batch-size buckets, e.g. 1,8,16,32.")]
 PlanOpt = Annotated[Path | None, typer.Option("--plan", help="Plan file (default ./cugraph-accel.plan.yaml).")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="auto (bf16 on GPU, fp32 on CPU), bf16, fp16 or fp32.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
-AttnOpt = Annotated[str, typer.Option("--attn", help="Attention implementation: sdpa (eager where unsupported) "
-                                                     "or eager.")]
+AttnOpt = Annotated[
+    str, typer.Option("--attn", help="Attention implementation: sdpa (eager where unsupported) or eager.")
+]
 CacheLenOpt = Annotated[int | None, typer.Option("--max-cache-len", min=2, help="Static KV cache slots per row.")]
 PromptLenOpt = Annotated[int | None, typer.Option("--prompt-len", min=1, help="Prompt tokens before decoding.")]
 RevisionOpt = Annotated[str | None, typer.Option("--revision", help="Hub revision (branch, tag or commit).")]

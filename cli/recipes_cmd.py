@@ -19,6 +19,11 @@ def recipes() -> None:
     for name in builtin_recipe_names():
         recipe = find_recipe(name)
         label = f"{name} (default)" if name == DEFAULT_RECIPE else name
-        table.add_row(label, recipe.model_type, recipe.description, ",".join(map(str, recipe.defaults.buckets)),
-                      str(recipe.defaults.max_cache_len))
+        table.add_row(
+            label,
+            recipe.model_type,
+            recipe.description,
+            ",".join(map(str, recipe.defaults.buckets)),
+            str(recipe.defaults.max_cache_len),
+        )
     Output().show(table)

@@ -18,8 +18,12 @@ def capture_table(captures: list[BucketCapture]) -> Table:
         table.add_column(name, justify="right")
     for c in captures:
         table.add_row(str(c.bucket), f"{c.seconds * 1000:.1f}", f"{c.memory_bytes / MIB:.2f}")
-    table.add_row("total", f"{sum(c.seconds for c in captures) * 1000:.1f}",
-                  f"{sum(c.memory_bytes for c in captures) / MIB:.2f}", style="bold")
+    table.add_row(
+        "total",
+        f"{sum(c.seconds for c in captures) * 1000:.1f}",
+        f"{sum(c.memory_bytes for c in captures) / MIB:.2f}",
+        style="bold",
+    )
     return table
 
 
@@ -41,7 +45,15 @@ def verify_table(rows: list[VerifyRow]) -> Table:
         table.add_column(name, justify="right")
     for r in rows:
         verdict = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
-        table.add_row(str(r.bucket), str(r.batch), str(r.steps), f"{r.max_abs:.1e}", f"{r.max_rel:.1e}",
-                      f"{r.cache_max_abs:.1e}", f"{r.eager_noise_abs:.1e}", f"{r.rtol:g}", verdict)
+        table.add_row(
+            str(r.bucket),
+            str(r.batch),
+            str(r.steps),
+            f"{r.max_abs:.1e}",
+            f"{r.max_rel:.1e}",
+            f"{r.cache_max_abs:.1e}",
+            f"{r.eager_noise_abs:.1e}",
+            f"{r.rtol:g}",
+            verdict,
+        )
     return table
-

@@ -50,8 +50,12 @@ def verify(
     out.emit_json({"passed": not failed, "rows": [asdict(r) for r in rows]})
     if failed:
         first = failed[0]
-        out.line(f"[red]verify failed[/red] for {len(failed)} of {len(rows)} batches; first: bucket {first.bucket}, "
-                 f"batch {first.batch}: {first.detail}")
+        out.line(
+            f"[red]verify failed[/red] for {len(failed)} of {len(rows)} batches; first: bucket {first.bucket}, "
+            f"batch {first.batch}: {first.detail}"
+        )
         raise typer.Exit(1)
-    out.line(f"[green]verified[/green]: {len(rows)} batches across {len(prepared.graphs.buckets)} buckets "
-             f"match eager execution.")
+    out.line(
+        f"[green]verified[/green]: {len(rows)} batches across {len(prepared.graphs.buckets)} buckets "
+        f"match eager execution."
+    )

@@ -28,22 +28,44 @@ from .errors import guarded
 from .options import DeviceOpt, EmulateFlag
 from .output import Output
 
-TypesOpt = Annotated[str | None, typer.Option("--types", help="Model types, comma-separated (default: every "
-                                                               "causal-LM type transformers knows).")]
-StepsOpt = Annotated[int, typer.Option("--steps", min=8, help="Decode steps verified per batch (prompt 6: crosses "
-                                                              "the tiny sliding window of 4).")]
+TypesOpt = Annotated[
+    str | None,
+    typer.Option("--types", help="Model types, comma-separated (default: every causal-LM type transformers knows)."),
+]
+StepsOpt = Annotated[
+    int,
+    typer.Option(
+        "--steps", min=8, help="Decode steps verified per batch (prompt 6: crosses the tiny sliding window of 4)."
+    ),
+]
 MarkdownOpt = Annotated[Path | None, typer.Option("--markdown", help="Write the matrix as markdown, e.g. docs/ZOO.md.")]
 JsonPathOpt = Annotated[Path | None, typer.Option("--json", help="Also write the results to this JSON file.")]
-IsolateOpt = Annotated[bool | None, typer.Option("--isolate/--no-isolate", help="One child process per type "
-                                                                                "(default: on CUDA only, where a "
-                                                                                "device-side assert ends the process).")]
+IsolateOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--isolate/--no-isolate",
+        help="One child process per type (default: on CUDA only, where a device-side assert ends the process).",
+    ),
+]
 WorkersOpt = Annotated[int, typer.Option("--workers", min=1, help="Child processes at a time (with --isolate).")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="Seconds per type before its child is killed.")]
-CompareOpt = Annotated[Path | None, typer.Option("--compare", help="A zoo JSON from another device: list the types "
-                                                                   "whose plan or hazardous modules differ.")]
+CompareOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--compare", help="A zoo JSON from another device: list the types whose plan or hazardous modules differ."
+    ),
+]
 
-STATUS_STYLE = {"full": "green", "piecewise": "green", "eager": "yellow", "no-static-cache": "dim",
-                "load-failed": "dim", "skipped": "dim", "verify-failed": "red", "crashed": "red"}
+STATUS_STYLE = {
+    "full": "green",
+    "piecewise": "green",
+    "eager": "yellow",
+    "no-static-cache": "dim",
+    "load-failed": "dim",
+    "skipped": "dim",
+    "verify-failed": "red",
+    "crashed": "red",
+}
 
 
 def _types(text: str | None) -> list[str]:
@@ -53,8 +75,10 @@ def _types(text: str | None) -> list[str]:
     types = [t.strip() for t in text.split(",") if t.strip()]
     unknown = [t for t in types if t not in known]
     if not types or unknown:
-        raise BadOptionError(f"--types: {', '.join(unknown) or 'nothing given'} is not a causal-LM model type.",
-                             "Use model_type names from transformers, e.g. llama,qwen2,gpt2.")
+        raise BadOptionError(
+            f"--types: {', '.join(unknown) or 'nothing given'} is not a causal-LM model type.",
+            "Use model_type names from transformers, e.g. llama,qwen2,gpt2.",
+        )
     return types
 
 
@@ -67,9 +91,17 @@ def zoo_table(results: list[ZooResult]) -> Table:
             continue
         style = STATUS_STYLE.get(r.status, "")
         verify = "" if r.verify_max_abs is None else f"{r.verify_max_abs:.1e}"
-        table.add_row(r.model_type, ", ".join(r.features), f"[{style}]{r.status}[/{style}]", r.mode,
-                      str(r.islands) if r.mode else "", escape("; ".join(r.hazards)), verify, f"{r.seconds:.1f}",
-                      escape(r.reason[:160]))
+        table.add_row(
+            r.model_type,
+            ", ".join(r.features),
+            f"[{style}]{r.status}[/{style}]",
+            r.mode,
+            str(r.islands) if r.mode else "",
+            escape("; ".join(r.hazards)),
+            verify,
+            f"{r.seconds:.1f}",
+            escape(r.reason[:160]),
+        )
     return table
 
 
@@ -115,8 +147,12 @@ def zoo(
     disagreements = hazard_disagreements(results, other) if other is not None else []
     for line in disagreements:
         out.note(f"hazards differ from {compare}: {line}")
-    environment = {**environment_info(target), "device": str(target), "generated": now_utc(),
-                   "backend": "emulated graphs" if emulate or target.type != "cuda" else "CUDA graphs"}
+    environment = {
+        **environment_info(target),
+        "device": str(target),
+        "generated": now_utc(),
+        "backend": "emulated graphs" if emulate or target.type != "cuda" else "CUDA graphs",
+    }
     if json is not None:
         write_json(results, json, environment, steps)
     if markdown is not None:

@@ -34,8 +34,10 @@ def test_compare_default_and_canonical_order():
     assert parse_compare("hf-generate,graph,EAGER, compile") == ("eager", "graph", "compile", "hf-generate")
 
 
-@pytest.mark.parametrize("text, phrase", [("eager,bogus", "'bogus'"), ("eager,,graph", "empty item"), ("", "empty item"),
-                                          ("graph,graph", "twice")])
+@pytest.mark.parametrize(
+    "text, phrase",
+    [("eager,bogus", "'bogus'"), ("eager,,graph", "empty item"), ("", "empty item"), ("graph,graph", "twice")],
+)
 def test_bad_compare(text, phrase):
     with pytest.raises(BadOptionError, match="--compare") as err:
         parse_compare(text)
@@ -46,8 +48,19 @@ def test_contexts_sorted():
     assert parse_contexts("4096, 128,1024") == (128, 1024, 4096)
 
 
-@pytest.mark.parametrize("text, phrase", [("1", "below 2"), ("0,128", "below 2"), ("12x", "'12x'"), ("128,,256", "empty"),
-                                          ("", "empty"), ("128,128", "twice"), ("128,0128", "twice"), ("1.5", "'1.5'")])
+@pytest.mark.parametrize(
+    "text, phrase",
+    [
+        ("1", "below 2"),
+        ("0,128", "below 2"),
+        ("12x", "'12x'"),
+        ("128,,256", "empty"),
+        ("", "empty"),
+        ("128,128", "twice"),
+        ("128,0128", "twice"),
+        ("1.5", "'1.5'"),
+    ],
+)
 def test_bad_contexts(text, phrase):
     with pytest.raises(BadOptionError, match="--context") as err:
         parse_contexts(text)
@@ -90,8 +103,15 @@ def test_floor_bytes_of_the_tiny_recipe_by_hand():
 
 
 def test_tied_weights_count_once():
-    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=256, tie_word_embeddings=True)
+    config = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        tie_word_embeddings=True,
+    )
     model = AutoModelForCausalLM.from_config(config)
     assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
     distinct = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}
@@ -114,13 +134,22 @@ def _row(contender: str, bucket: int, median: float, kind: str = STEP, **extra) 
 
 
 def fake_report() -> BenchReport:
-    rows = [_row("eager", 1, 20.0), _row("graph", 1, 4.0, setup_seconds=0.05, memory_bytes=2**20),
-            _row("eager", 8, 21.0), _row("graph", 8, 5.0, setup_seconds=0.06, memory_bytes=2**21),
-            _row("hf-generate", 1, 4.0, GENERATE, setup_seconds=30.0, new_tokens=8),
-            _row("our-loop", 1, 2.0, GENERATE, setup_seconds=0.1, new_tokens=8)]
+    rows = [
+        _row("eager", 1, 20.0),
+        _row("graph", 1, 4.0, setup_seconds=0.05, memory_bytes=2**20),
+        _row("eager", 8, 21.0),
+        _row("graph", 8, 5.0, setup_seconds=0.06, memory_bytes=2**21),
+        _row("hf-generate", 1, 4.0, GENERATE, setup_seconds=30.0, new_tokens=8),
+        _row("our-loop", 1, 2.0, GENERATE, setup_seconds=0.1, new_tokens=8),
+    ]
     fill_speedups(rows)
-    report = BenchReport({"gpu": "none", "torch": "x"}, Bandwidth(2e10, 2**28, 5, "host copy"),
-                         {"model": "tiny", "dtype": "float32"}, [ContextInfo(256, 16, [1, 8], "emulated")], rows)
+    report = BenchReport(
+        {"gpu": "none", "torch": "x"},
+        Bandwidth(2e10, 2**28, 5, "host copy"),
+        {"model": "tiny", "dtype": "float32"},
+        [ContextInfo(256, 16, [1, 8], "emulated")],
+        rows,
+    )
     return report
 
 
@@ -139,8 +168,18 @@ def test_json_document(tmp_path):
     data = json.loads(path.read_text())
     assert data["format"] == "cugraph-accel-bench/1"
     assert data["bandwidth"]["gb_per_s"] == pytest.approx(20.0)
-    assert {"context", "bucket", "contender", "median_ms", "p10_ms", "p90_ms", "speedup", "x_floor", "setup_seconds",
-            "memory_bytes"} <= set(data["rows"][0])
+    assert {
+        "context",
+        "bucket",
+        "contender",
+        "median_ms",
+        "p10_ms",
+        "p90_ms",
+        "speedup",
+        "x_floor",
+        "setup_seconds",
+        "memory_bytes",
+    } <= set(data["rows"][0])
     assert [(r["contender"], r["bucket"]) for r in data["rows"]][:2] == [("eager", 1), ("graph", 1)]
     assert sorted(p.name for p in path.parent.iterdir()) == ["bench.json"]
 
@@ -198,9 +237,13 @@ def test_new_token_budget_fits_the_cache():
 
 def test_generate_contender_on_tiny():
     prepared = prepare(CaptureRequest(model="tiny", device="cpu", buckets=(1, 2), max_cache_len=32))
-    rows = [bench_hf_generate(prepared.session, 2, prepared.plan.prompt_len, new_tokens=4, floor_ms=0.1),
-            bench_our_loop(prepared.graphs, 2, prepared.plan.prompt_len, new_tokens=4, floor_ms=0.1)]
+    rows = [
+        bench_hf_generate(prepared.session, 2, prepared.plan.prompt_len, new_tokens=4, floor_ms=0.1),
+        bench_our_loop(prepared.graphs, 2, prepared.plan.prompt_len, new_tokens=4, floor_ms=0.1),
+    ]
     assert [(r.kind, r.contender, r.bucket, r.new_tokens) for r in rows] == [
-        (GENERATE, "hf-generate", 2, 4), (GENERATE, "our-loop", 2, 4)]
+        (GENERATE, "hf-generate", 2, 4),
+        (GENERATE, "our-loop", 2, 4),
+    ]
     assert all(r.median_ms > 0 and r.setup_seconds > 0 and r.samples == 5 for r in rows)
     assert int(prepared.session.kv.positions()[0]) == 0  # the cache is left reset

@@ -41,8 +41,21 @@ def error_line(result, code: int, *phrases: str) -> str:
 
 def test_bench_tiny_eager_vs_graph_writes_json_and_csv(tmp_path):
     json_path, csv_path = tmp_path / "x.json", tmp_path / "y.csv"
-    result = invoke("bench", "tiny", "--allow-cpu", "--compare", "eager,graph", "--steps", 5, "--warmup", 1,
-                    "--json", json_path, "--csv", csv_path)
+    result = invoke(
+        "bench",
+        "tiny",
+        "--allow-cpu",
+        "--compare",
+        "eager,graph",
+        "--steps",
+        5,
+        "--warmup",
+        1,
+        "--json",
+        json_path,
+        "--csv",
+        csv_path,
+    )
     succeeded(result)
     assert "benchmark environment" in result.stdout and "x floor" in result.stdout
     report = json.loads(json_path.read_text())
@@ -58,8 +71,23 @@ def test_bench_tiny_eager_vs_graph_writes_json_and_csv(tmp_path):
 
 def test_bench_context_sweep(tmp_path):
     path = tmp_path / "sweep.json"
-    succeeded(invoke("bench", "tiny", "--allow-cpu", "--buckets", "1", "--context", "64,32", "--steps", 5,
-                     "--warmup", 0, "--json", path))
+    succeeded(
+        invoke(
+            "bench",
+            "tiny",
+            "--allow-cpu",
+            "--buckets",
+            "1",
+            "--context",
+            "64,32",
+            "--steps",
+            5,
+            "--warmup",
+            0,
+            "--json",
+            path,
+        )
+    )
     report = json.loads(path.read_text())
     assert [(c["cache_len"], c["prompt_len"]) for c in report["contexts"]] == [(32, 16), (64, 16)]
     assert sorted({r["context"] for r in report["rows"]}) == [32, 64]
@@ -69,19 +97,25 @@ def test_bench_context_sweep(tmp_path):
 
 def test_bench_eager_plan_can_still_compare_eager(tmp_path):
     plan = tmp_path / "eager.yaml"
-    assert invoke("capture", "tiny", "--device", "cpu", "--buckets", "1", "--mode", "eager", "--plan", plan).exit_code == 0
+    assert (
+        invoke("capture", "tiny", "--device", "cpu", "--buckets", "1", "--mode", "eager", "--plan", plan).exit_code == 0
+    )
     succeeded(invoke("bench", "--allow-cpu", "--plan", plan, "--compare", "eager", "--steps", 5, "--warmup", 0))
     error_line(invoke("bench", "--allow-cpu", "--plan", plan, "--compare", "eager,graph"), 2, "no graph to time")
 
 
-@pytest.mark.parametrize("value, phrase", [("eager,turbo", "'turbo'"), ("eager,,graph", "empty item"),
-                                           ("graph,graph", "twice"), ("", "empty item")])
+@pytest.mark.parametrize(
+    "value, phrase",
+    [("eager,turbo", "'turbo'"), ("eager,,graph", "empty item"), ("graph,graph", "twice"), ("", "empty item")],
+)
 def test_bad_compare_fails_before_loading(value, phrase, tmp_path):
     error_line(invoke("bench", tmp_path / "nope", "--allow-cpu", "--compare", value), 2, "--compare", phrase)
 
 
-@pytest.mark.parametrize("value, phrase", [("1", "below 2"), ("128,abc", "'abc'"), ("128,,256", "empty item"),
-                                           ("64,64", "twice"), ("", "empty item")])
+@pytest.mark.parametrize(
+    "value, phrase",
+    [("1", "below 2"), ("128,abc", "'abc'"), ("128,,256", "empty item"), ("64,64", "twice"), ("", "empty item")],
+)
 def test_bad_context_fails_before_loading(value, phrase, tmp_path):
     error_line(invoke("bench", tmp_path / "nope", "--allow-cpu", "--context", value), 2, "--context", phrase)
 
@@ -100,8 +134,12 @@ def test_plot_without_matplotlib_fails_before_loading(tmp_path, monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr("builtins.__import__", refuse)
-    error_line(invoke("bench", tmp_path / "nope", "--allow-cpu", "--plot", tmp_path / "p.png"), 2, "matplotlib",
-               "cugraph-accel[plot]")
+    error_line(
+        invoke("bench", tmp_path / "nope", "--allow-cpu", "--plot", tmp_path / "p.png"),
+        2,
+        "matplotlib",
+        "cugraph-accel[plot]",
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -113,14 +151,35 @@ def test_bench_every_contender_on_tiny(tmp_path):
     if has_matplotlib:
         outputs["--plot"] = tmp_path / "b.png"
     args = [a for pair in outputs.items() for a in pair]
-    result = invoke("bench", "tiny", "--allow-cpu", "--buckets", "1", "--context", "32",
-                    "--compare", "eager,graph,compile,hf-generate", "--new-tokens", 3, "--steps", 5, "--warmup", 1, *args)
+    result = invoke(
+        "bench",
+        "tiny",
+        "--allow-cpu",
+        "--buckets",
+        "1",
+        "--context",
+        "32",
+        "--compare",
+        "eager,graph,compile,hf-generate",
+        "--new-tokens",
+        3,
+        "--steps",
+        5,
+        "--warmup",
+        1,
+        *args,
+    )
     succeeded(result)
     assert "HF generate" in result.stdout
     rows = json.loads(outputs["--json"].read_text())["rows"]
     # run order: ours first, then torch.compile, then HF generate (their cuBLAS resets break our graphs)
     assert [(r["kind"], r["contender"]) for r in rows] == [
-        ("step", "eager"), ("step", "graph"), ("generate", "our-loop"), ("step", "compile"), ("generate", "hf-generate")]
+        ("step", "eager"),
+        ("step", "graph"),
+        ("generate", "our-loop"),
+        ("step", "compile"),
+        ("generate", "hf-generate"),
+    ]
     compiled = rows[3]
     assert compiled["setup_seconds"] > 0 and compiled["speedup"] > 0
     assert all(r["new_tokens"] == 3 for r in rows if r["kind"] == "generate")

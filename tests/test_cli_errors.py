@@ -85,8 +85,9 @@ def good_plan(tmp_path_factory) -> Path:
     """A real plan for `tiny` on the CPU with buckets 1,2, captured once for the module."""
     folder = tmp_path_factory.mktemp("good-plan")
     path = folder / "p.yaml"
-    result = runner.invoke(app, ["capture", "tiny", "--device", "cpu", "--buckets", "1,2", "--plan", str(path)],
-                           env={DEBUG_ENV: None})
+    result = runner.invoke(
+        app, ["capture", "tiny", "--device", "cpu", "--buckets", "1,2", "--plan", str(path)], env={DEBUG_ENV: None}
+    )
     assert result.exit_code == 0, result.output
     return path
 
@@ -425,7 +426,9 @@ def test_bench_allow_cpu_writes_json(good_plan, tmp_path):
 
 def test_bench_eager_plan_refused(tmp_path):
     path = tmp_path / "eager.yaml"
-    assert invoke("capture", "tiny", "--device", "cpu", "--buckets", "1", "--mode", "eager", "--plan", path).exit_code == 0
+    assert (
+        invoke("capture", "tiny", "--device", "cpu", "--buckets", "1", "--mode", "eager", "--plan", path).exit_code == 0
+    )
     error_line(invoke("bench", "--allow-cpu", "--plan", path), 2, "no graph to time")
 
 

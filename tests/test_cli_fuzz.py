@@ -24,8 +24,9 @@ runner = CliRunner()
 # Never created: nothing under it can exist, whatever name is appended (even "..").
 MISSING = Path("/nonexistent-cugraph-accel-fuzz/missing")
 
-FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 bucket_texts = st.text(alphabet="0123456789,- a", max_size=12)
 dtype_texts = st.one_of(
@@ -33,14 +34,16 @@ dtype_texts = st.one_of(
     st.text(max_size=8),
 )
 device_texts = st.one_of(
-    st.sampled_from(["auto", "cpu", "CPU", " cpu ", "cuda", "cuda:0", "cuda:1", "tpu", "", "cuda:-1", "cuda:x",
-                     "mps", "cuda:"]),
+    st.sampled_from(
+        ["auto", "cpu", "CPU", " cpu ", "cuda", "cuda:0", "cuda:1", "tpu", "", "cuda:-1", "cuda:x", "mps", "cuda:"]
+    ),
     st.text(alphabet="cpuda:0123456789 AUTO\u0663", max_size=10),
     st.text(max_size=8),
 )
 # One path component, never "/" (that could leave MISSING) nor NUL (argv cannot carry it).
-names = st.text(alphabet=st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)),
-                min_size=1, max_size=12)
+names = st.text(
+    alphabet=st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1, max_size=12
+)
 
 
 def invoke(args: list[str]):

@@ -34,8 +34,9 @@ def test_emulation_agrees_with_cuda_graphs(tiny_model_dir, model_type):
     for emulate in (False, True):
         graphs = capture_decode_graphs(session, backend_for(GPU, emulate=emulate), (2,))
         session.prefill(torch.arange(10, device=GPU).reshape(2, 5))
-        steps = [graphs.run(torch.tensor([3, 4], device=GPU), torch.full((2,), 5 + i, device=GPU)).clone()
-                 for i in range(4)]
+        steps = [
+            graphs.run(torch.tensor([3, 4], device=GPU), torch.full((2,), 5 + i, device=GPU)).clone() for i in range(4)
+        ]
         outputs.append(torch.stack(steps))
     torch.testing.assert_close(outputs[0], outputs[1], rtol=1e-5, atol=1e-5)
 

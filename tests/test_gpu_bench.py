@@ -54,8 +54,13 @@ def test_every_contender_on_gpu(tiny_model_dir):
     report = run_bench(CaptureRequest(model=tiny_model_dir("llama"), buckets=(2,), device="cuda"), settings)
     assert report.environment["gpu"] != "none" and report.bandwidth.gb_per_s > 100
     got = {(r.kind, r.contender): r for r in report.rows}
-    assert set(got) == {("step", "eager"), ("step", "graph"), ("step", "compile"), ("generate", "hf-generate"),
-                        ("generate", "our-loop")}
+    assert set(got) == {
+        ("step", "eager"),
+        ("step", "graph"),
+        ("step", "compile"),
+        ("generate", "hf-generate"),
+        ("generate", "our-loop"),
+    }
     assert all(r.median_ms > 0 for r in report.rows)  # speed itself is the benchmark's job, not a test's
     assert got[("generate", "hf-generate")].setup_seconds > 0 and got[("generate", "our-loop")].new_tokens == 8
     assert not [n for n in report.contexts[0].notes if "without CUDA graphs" in n], report.contexts[0].notes

@@ -33,8 +33,18 @@ def test_oom_during_capture_names_the_bucket():
 
 
 def test_cache_too_large_for_the_gpu_gets_the_number(tmp_path):
-    result = run("-m", "cli", "capture", "qwen2.5-0.5b", "--buckets", "256", "--max-cache-len", "131072",
-                 "--plan", str(tmp_path / "p.yaml"))
+    result = run(
+        "-m",
+        "cli",
+        "capture",
+        "qwen2.5-0.5b",
+        "--buckets",
+        "256",
+        "--max-cache-len",
+        "131072",
+        "--plan",
+        str(tmp_path / "p.yaml"),
+    )
     assert result.returncode == 1, result.stderr[-2000:]
     assert "needs" in result.stderr and "Lower --max-cache-len to at most" in result.stderr
     assert not (tmp_path / "p.yaml").exists()

@@ -81,8 +81,10 @@ def test_host_sync_becomes_an_eager_island_per_layer(tiny_model_dir):
     hazards = find_hazards(session, 2)
     assert {h.kind for h in hazards} == {"host-sync"}
     decision = decide_regions(session, "auto", 1)
-    assert decision.regions.islands == ["model.layers.0.post_attention_layernorm",
-                                        "model.layers.1.post_attention_layernorm"]
+    assert decision.regions.islands == [
+        "model.layers.0.post_attention_layernorm",
+        "model.layers.1.post_attention_layernorm",
+    ]
     assert decision.regions.regions[1]["reason"].startswith("host-sync at ")
     rows = capture_and_verify(session, decision)
     assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
@@ -114,8 +116,16 @@ def test_hazard_in_the_decoder_stack_runs_eagerly(tiny_model_dir):
 
 def test_sliding_window_layers_are_replaced_and_verify_past_the_window():
     torch.manual_seed(0)
-    config = AutoConfig.for_model("mistral", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=256, sliding_window=4)
+    config = AutoConfig.for_model(
+        "mistral",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        sliding_window=4,
+    )
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     session = DecodeSession(model, 4, 64)
     decision = decide_regions(session, "auto", 1)
@@ -127,8 +137,15 @@ def test_sliding_window_layers_are_replaced_and_verify_past_the_window():
 
 def test_falcon_index_list_is_an_island():
     torch.manual_seed(0)
-    config = AutoConfig.for_model("falcon", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                  num_kv_heads=2, vocab_size=256, new_decoder_architecture=True)
+    config = AutoConfig.for_model(
+        "falcon",
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_kv_heads=2,
+        vocab_size=256,
+        new_decoder_architecture=True,
+    )
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     session = DecodeSession(model, 4, 64)
     decision = decide_regions(session, "auto", 1)

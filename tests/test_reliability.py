@@ -35,8 +35,13 @@ def test_max_memory_drops_buckets_that_do_not_fit(session):
         capture_decode_graphs(session, EmulatedBackend(), (1, 2, 4), max_memory_bytes=1)
 
 
-@pytest.mark.parametrize("oom", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
-                                 RuntimeError("CUDA error: out of memory")])  # outside / inside a capture
+@pytest.mark.parametrize(
+    "oom",
+    [
+        torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+        RuntimeError("CUDA error: out of memory"),
+    ],
+)  # outside / inside a capture
 def test_capture_oom_frees_and_names_the_bucket(session, monkeypatch, oom):
     backend = EmulatedBackend()
     real = backend.capture
@@ -112,12 +117,15 @@ def test_ctrl_c_during_capture_exits_130_and_writes_nothing(tmp_path, monkeypatc
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("text, phrase", [
-    ("CUDA error: device-side assert triggered", "device-side assert"),
-    ("CUDA error: an illegal memory access was encountered", "illegal memory access"),
-    ("CUDA out of memory. Tried to allocate 20.00 GiB", "ran out of memory"),
-    ("operation not permitted when stream is capturing", "not allowed inside a CUDA graph capture"),
-])
+@pytest.mark.parametrize(
+    "text, phrase",
+    [
+        ("CUDA error: device-side assert triggered", "device-side assert"),
+        ("CUDA error: an illegal memory access was encountered", "illegal memory access"),
+        ("CUDA out of memory. Tried to allocate 20.00 GiB", "ran out of memory"),
+        ("operation not permitted when stream is capturing", "not allowed inside a CUDA graph capture"),
+    ],
+)
 def test_raw_cuda_failures_become_one_clear_line(text, phrase):
     message, code = describe(RuntimeError(text))
     assert phrase in message and code == 1
@@ -132,8 +140,9 @@ def test_cli_max_memory_lists_dropped_buckets(tmp_path):
     first = runner.invoke(app, ["capture", "tiny", "--device", "cpu", "--plan", str(plan), "--json"])
     sizes = {c["bucket"]: c["memory_bytes"] for c in json.loads(first.stdout)["plan"]["captures"]}
     cap_mib = (sum(sizes.values()) - sizes[8] + 1) / 2**20  # everything but the largest bucket fits
-    result = runner.invoke(app, ["capture", "tiny", "--device", "cpu", "--plan", str(plan),
-                                 "--max-memory", f"{cap_mib:.6f}"])
+    result = runner.invoke(
+        app, ["capture", "tiny", "--device", "cpu", "--plan", str(plan), "--max-memory", f"{cap_mib:.6f}"]
+    )
     assert result.exit_code == 0, result.output
     assert "--max-memory dropped bucket(s) 8" in " ".join(result.output.split())
     assert yaml.safe_load(plan.read_text())["buckets"] == [1, 2, 4]

@@ -33,8 +33,16 @@ GRAPHED = ("full", "piecewise")
 # copy on a GPU) at the model root: auto refuses graphs there; 5.24 builds it differently and graphs it whole.
 NOT_GRAPHED = {"bloom": ("eager", "no-static-cache")}
 PROMPT_AND_STEPS = 6 + 8  # what run_zoo_entry decodes by default
-FEATURES = {"llama": "gqa", "gpt2": "tied", "mistral": "sliding-window", "mixtral": "moe", "qwen2_moe": "moe",
-            "bloom": "alibi", "phi": "partial-rotary", "gemma": "tied"}
+FEATURES = {
+    "llama": "gqa",
+    "gpt2": "tied",
+    "mistral": "sliding-window",
+    "mixtral": "moe",
+    "qwen2_moe": "moe",
+    "bloom": "alibi",
+    "phi": "partial-rotary",
+    "gemma": "tied",
+}
 ENVIRONMENT = {"device": "cpu", "backend": "emulated graphs", "torch": "t", "transformers": "x", "python": "p"}
 
 
@@ -121,11 +129,20 @@ def test_markdown_and_json_carry_the_counts(subset, tmp_path):
 
 
 def test_hazard_disagreements_compare_plans_not_kind_labels(tmp_path):
-    cpu = [ZooResult("falcon", "piecewise", stage="done", mode="piecewise", hazards=["host-data in FalconAttention"]),
-           ZooResult("jetmoe", "verify-failed", stage="done", mode="full")]
-    gpu = [ZooResult("falcon", "piecewise", stage="done", mode="piecewise",
-                     hazards=["host-data in FalconAttention", "device-copy in FalconAttention"]),
-           ZooResult("jetmoe", "piecewise", stage="done", mode="piecewise", hazards=["device-copy in JetMoeTopKGating"])]
+    cpu = [
+        ZooResult("falcon", "piecewise", stage="done", mode="piecewise", hazards=["host-data in FalconAttention"]),
+        ZooResult("jetmoe", "verify-failed", stage="done", mode="full"),
+    ]
+    gpu = [
+        ZooResult(
+            "falcon",
+            "piecewise",
+            stage="done",
+            mode="piecewise",
+            hazards=["host-data in FalconAttention", "device-copy in FalconAttention"],
+        ),
+        ZooResult("jetmoe", "piecewise", stage="done", mode="piecewise", hazards=["device-copy in JetMoeTopKGating"]),
+    ]
     assert hazard_disagreements(cpu, cpu) == []
     (line,) = hazard_disagreements(gpu, cpu)  # a device copy at the same module changes no plan
     assert line.startswith("jetmoe: this run piecewise [device-copy in JetMoeTopKGating], the other full")
@@ -137,8 +154,20 @@ def test_hazard_disagreements_compare_plans_not_kind_labels(tmp_path):
 
 def test_cli_zoo_prints_the_matrix_and_writes_markdown(tmp_path):
     markdown = tmp_path / "ZOO.md"
-    result = CliRunner().invoke(app, ["zoo", "--types", "llama,falcon", "--device", "cpu", "--markdown", str(markdown),
-                                      "--json", str(tmp_path / "zoo.json")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "zoo",
+            "--types",
+            "llama,falcon",
+            "--device",
+            "cpu",
+            "--markdown",
+            str(markdown),
+            "--json",
+            str(tmp_path / "zoo.json"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "full 1 / piecewise 1" in result.output
     assert "| llama |" in markdown.read_text() and "| falcon |" in markdown.read_text()
@@ -158,7 +187,9 @@ def test_cli_zoo_exits_1_when_a_type_fails_verify(monkeypatch):
 
 def test_cli_zoo_rejects_a_compare_file_that_is_not_zoo_results(tmp_path):
     (tmp_path / "other.json").write_text("{}")
-    result = CliRunner().invoke(app, ["zoo", "--types", "llama", "--device", "cpu", "--compare", str(tmp_path / "other.json")])
+    result = CliRunner().invoke(
+        app, ["zoo", "--types", "llama", "--device", "cpu", "--compare", str(tmp_path / "other.json")]
+    )
     assert result.exit_code == 2 and "cannot read zoo results" in result.stderr
 
 
@@ -168,7 +199,9 @@ def test_cli_zoo_rejects_an_unknown_type():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("CUGRAPH_ACCEL_FULL_ZOO") != "1", reason="set CUGRAPH_ACCEL_FULL_ZOO=1 (a minute or two)")
+@pytest.mark.skipif(
+    os.environ.get("CUGRAPH_ACCEL_FULL_ZOO") != "1", reason="set CUGRAPH_ACCEL_FULL_ZOO=1 (a minute or two)"
+)
 def test_full_matrix_on_cpu():
     results = run_zoo(zoo_model_types(), "cpu")
     assert all(r.status in STATUSES for r in results)

@@ -19,8 +19,9 @@ from .islands import IslandCall, island_hooks
 class CudaGraph:
     """Segments replayed in order with the islands between them (one segment when there is none)."""
 
-    def __init__(self, segments: list[torch.cuda.CUDAGraph], islands: list[IslandCall], output: torch.Tensor,
-                 stats: CaptureStats):
+    def __init__(
+        self, segments: list[torch.cuda.CUDAGraph], islands: list[IslandCall], output: torch.Tensor, stats: CaptureStats
+    ):
         self._segments = segments
         self._islands = islands
         self.output = output
@@ -104,8 +105,9 @@ class CudaGraphBackend:
             if is_out_of_memory(err):
                 raise
             first = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise CaptureError(f"CUDA graph capture failed: {first}",
-                               "Run `cugraph-accel capture --mode piecewise` or `--mode eager`.") from err
+            raise CaptureError(
+                f"CUDA graph capture failed: {first}", "Run `cugraph-accel capture --mode piecewise` or `--mode eager`."
+            ) from err
         torch.cuda.current_stream(self.device).wait_stream(self._side_stream)
         torch.cuda.synchronize(self.device)
         held = torch.cuda.memory_reserved(self.device) - reserved_before

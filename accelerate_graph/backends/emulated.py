@@ -69,8 +69,10 @@ class _Recorder(TorchDispatchMode):
 
     def refuse_host_read(self, what: str) -> None:
         if not self.in_island:
-            raise CaptureError(f"cannot capture {what} at {caller_location()}: it reads a device value on the host.",
-                               "Use --mode piecewise or --mode eager for this model.")
+            raise CaptureError(
+                f"cannot capture {what} at {caller_location()}: it reads a device value on the host.",
+                "Use --mode piecewise or --mode eager for this model.",
+            )
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
