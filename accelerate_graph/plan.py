@@ -11,13 +11,12 @@ import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
-import torch
 import yaml
 
 from .atomic_io import atomic_write_text
-from .devices import DTYPE_NAMES
+from .devices import DTYPE_NAMES, resolve_device
 from .environment import environment_info, major_minor
-from .errors import PlanError
+from .errors import DeviceError, PlanError
 
 PLAN_FORMAT = "cugraph-accel-plan/1"
 DEFAULT_PLAN_PATH = Path("cugraph-accel.plan.yaml")
@@ -119,8 +118,17 @@ def read_plan(path: Path | str) -> Plan:
         raise PlanError(f"plan file {path} is malformed: {err}.", "Re-run `cugraph-accel capture`.") from err
 
 
-def check_plan_compatible(plan: Plan, device: torch.device) -> None:
-    """Graphs re-captured under another torch/transformers could differ from what was verified."""
+def check_plan_compatible(plan: Plan, device_override: str | None = None) -> None:
+    """The plan's device must exist here, and graphs re-captured under another torch/transformers
+    could differ from what was verified."""
+    wanted = device_override or plan.device
+    try:
+        device = resolve_device(wanted)
+    except DeviceError as err:
+        raise PlanError(
+            f"the plan targets {wanted}, which this machine cannot use: {err.message}",
+            "Capture a plan on this machine: `cugraph-accel capture MODEL`.",
+        ) from None
     here = environment_info(device)
     for package in ("torch", "transformers"):
         then = str(plan.environment.get(package, "?"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accelerate_graph.devices import device_label, dtype_name, resolve_device
+from accelerate_graph.devices import device_label, dtype_name
 from accelerate_graph.errors import PlanError
 from accelerate_graph.pipeline import CaptureRequest, Hooks, Prepared, prepare, request_from_plan
 from accelerate_graph.plan import DEFAULT_PLAN_PATH, check_plan_compatible, read_plan
@@ -22,7 +22,7 @@ def request_for(model: str | None, plan_path: Path | None, out: Output, **overri
         raise PlanError(
             f"the plan {plan_path} is for {plan.model!r}, not {model!r}.", "Drop MODEL, or capture a plan for it."
         )
-    check_plan_compatible(plan, resolve_device(plan.device))
+    check_plan_compatible(plan, overrides.get("device"))
     out.line(f"graphs cannot cross processes: re-capturing from plan {plan_path or DEFAULT_PLAN_PATH}")
     return request_from_plan(plan, **overrides)
 

@@ -146,3 +146,15 @@ def test_cli_max_memory_lists_dropped_buckets(tmp_path):
     assert result.exit_code == 0, result.output
     assert "--max-memory dropped bucket(s) 8" in " ".join(result.output.split())
     assert yaml.safe_load(plan.read_text())["buckets"] == [1, 2, 4]
+
+
+def test_gpu_plan_on_a_machine_without_one_blames_the_plan(tmp_path, monkeypatch):
+    plan = tmp_path / "p.yaml"
+    assert runner.invoke(app, ["capture", "tiny", "--device", "cpu", "--plan", str(plan)]).exit_code == 0
+    data = yaml.safe_load(plan.read_text())
+    data["device"] = "cuda:0"
+    plan.write_text(yaml.safe_dump(data))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = runner.invoke(app, ["verify", "--plan", str(plan)])
+    assert result.exit_code == 1
+    assert "error: the plan targets cuda:0, which this machine cannot use" in result.stderr
