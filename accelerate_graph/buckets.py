@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 
-from .errors import BadOptionError
+from .option_lists import parse_whole_numbers
 
 # The engines' small end (SGLang, vLLM): powers of two, then steps of 8.
 DEFAULT_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32)
@@ -12,26 +12,7 @@ DEFAULT_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32)
 
 def parse_buckets(text: str) -> tuple[int, ...]:
     """'1,8,16' -> (1, 8, 16). Rejects empty items, non-integers, values < 1 and duplicates."""
-    items = [item.strip() for item in text.split(",")]
-    if not text.strip() or any(item == "" for item in items):
-        raise BadOptionError(
-            f"--buckets {text!r} has an empty item.", "Give comma-separated batch sizes, e.g. --buckets 1,8,16,32."
-        )
-    sizes = []
-    for item in items:
-        try:
-            size = int(item)
-        except ValueError:
-            raise BadOptionError(
-                f"--buckets item {item!r} is not a whole number.", "Give batch sizes like --buckets 1,8,16,32."
-            ) from None
-        if size < 1:
-            raise BadOptionError(f"--buckets item {size} is below 1.", "Every batch size must be at least 1.")
-        sizes.append(size)
-    if len(set(sizes)) != len(sizes):
-        dup = next(s for s in sizes if sizes.count(s) > 1)
-        raise BadOptionError(f"--buckets lists {dup} twice.", "Give each batch size once.")
-    return tuple(sorted(sizes))
+    return parse_whole_numbers(text, "--buckets", 1, "--buckets 1,8,16,32")
 
 
 def bucket_for(batch: int, buckets: tuple[int, ...]) -> int | None:

@@ -76,6 +76,30 @@ def _per_token(seconds: list[float], new_tokens: int) -> Latency:
     return Latency.of([s * 1000.0 / new_tokens for s in seconds])
 
 
+def _generate_row(
+    contender: str,
+    seconds: list[float],
+    first_seconds: float,
+    context: int,
+    prompt_len: int,
+    bucket: int,
+    floor_ms: float,
+    new_tokens: int,
+) -> BenchRow:
+    """One end-to-end row: ms per new token of the repeated calls, the first call reported apart."""
+    return BenchRow.measured(
+        contender=contender,
+        latency=_per_token(seconds, new_tokens),
+        setup_seconds=first_seconds,
+        kind=GENERATE,
+        context=context,
+        prompt_len=prompt_len,
+        bucket=bucket,
+        floor_ms=floor_ms,
+        new_tokens=new_tokens,
+    )
+
+
 def _generate_prompt(session, bucket: int, prompt_len: int, seed: int) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed + 7919 * bucket)
     return torch.randint(0, session.vocab_size, (bucket, prompt_len), generator=generator).to(session.device)
@@ -91,16 +115,8 @@ def bench_our_loop(
     ours_first = wall_seconds(ours, session.device)
     ours_seconds = [wall_seconds(ours, session.device) for _ in range(GENERATE_REPEATS)]
     session.kv.reset()
-    return BenchRow.measured(
-        contender="our-loop",
-        latency=_per_token(ours_seconds, count),
-        setup_seconds=ours_first,
-        kind=GENERATE,
-        context=session.max_cache_len,
-        prompt_len=prompt_len,
-        bucket=bucket,
-        floor_ms=floor_ms,
-        new_tokens=count,
+    return _generate_row(
+        "our-loop", ours_seconds, ours_first, session.max_cache_len, prompt_len, bucket, floor_ms, count
     )
 
 
@@ -120,14 +136,6 @@ def bench_hf_generate(
     _check_length(outputs[0], prompt_len, count)
     hf_seconds = [wall_seconds(hf, session.device) for _ in range(GENERATE_REPEATS)]
     forget_compiled()
-    return BenchRow.measured(
-        contender="hf-generate",
-        latency=_per_token(hf_seconds, count),
-        setup_seconds=hf_first,
-        kind=GENERATE,
-        context=session.max_cache_len,
-        prompt_len=prompt_len,
-        bucket=bucket,
-        floor_ms=floor_ms,
-        new_tokens=count,
+    return _generate_row(
+        "hf-generate", hf_seconds, hf_first, session.max_cache_len, prompt_len, bucket, floor_ms, count
     )

@@ -6,25 +6,18 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+# A 2-layer decoder with GQA (4 query heads, 2 KV heads): the shape every tiny test model shares.
+SMALL_DECODER = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=256,
+)
 TINY_CONFIGS = {
-    "llama": dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=256,
-        max_position_embeddings=512,
-    ),
-    "qwen2": dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=256,
-        max_position_embeddings=512,
-    ),
+    "llama": dict(**SMALL_DECODER, max_position_embeddings=512),
+    "qwen2": dict(**SMALL_DECODER, max_position_embeddings=512),
     "gpt2": dict(n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=512, bos_token_id=0, eos_token_id=0),
 }
 

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import SMALL_DECODER
 from test_regions import HostReadingNorm
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -14,14 +15,6 @@ from accelerate_graph.verify import verify_graphs
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 GPU = torch.device("cuda:0")
-SMALL = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=256,
-)
 
 
 def decide_capture_verify(model, buckets=(1, 2, 4), steps=10):
@@ -36,7 +29,7 @@ def decide_capture_verify(model, buckets=(1, 2, 4), steps=10):
 
 def tiny(model_type, dtype=torch.bfloat16, **overrides):
     torch.manual_seed(0)
-    config = AutoConfig.for_model(model_type, **{**SMALL, **overrides})
+    config = AutoConfig.for_model(model_type, **{**SMALL_DECODER, **overrides})
     return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").to(GPU, dtype)
 
 

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import SMALL_DECODER
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from accelerate_graph.backends import EmulatedBackend
@@ -116,16 +117,7 @@ def test_hazard_in_the_decoder_stack_runs_eagerly(tiny_model_dir):
 
 def test_sliding_window_layers_are_replaced_and_verify_past_the_window():
     torch.manual_seed(0)
-    config = AutoConfig.for_model(
-        "mistral",
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=256,
-        sliding_window=4,
-    )
+    config = AutoConfig.for_model("mistral", **SMALL_DECODER, sliding_window=4)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     session = DecodeSession(model, 4, 64)
     decision = decide_regions(session, "auto", 1)
