@@ -188,6 +188,7 @@ def bench_context(
                 rows += more
                 info.notes += notes
         forget_compiled()
+    info.eager_fallbacks = graphs.eager_fallbacks  # counted before torch.compile / HF generate run
     for bucket in plan.buckets if generate else ():
         hooks.stage(f"cache {plan.max_cache_len}, batch {bucket}: HF generate (its first call compiles)")
         rows.append(

@@ -89,6 +89,7 @@ class ContextInfo:
     backend: str  # cuda-graph | emulated | none
     notes: list[str] = field(default_factory=list)
     floors: list[dict] = field(default_factory=list)  # per bucket: the bytes a step moves, and its floor
+    eager_fallbacks: int = 0  # batches above the largest captured bucket that ran eagerly
 
 
 @dataclass

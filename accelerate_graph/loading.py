@@ -13,7 +13,15 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from .errors import BadOptionError, ModelNotFoundError, RecipeError, UnsupportedModelError
+from .devices import dtype_name
+from .errors import (
+    BadOptionError,
+    ModelNotFoundError,
+    RecipeError,
+    ResourceError,
+    UnsupportedModelError,
+    is_out_of_memory,
+)
 from .recipes import Recipe, find_recipe
 
 # Encoders whose "causal LM" head only works when configured as a decoder.
@@ -168,9 +176,21 @@ def load_model(
     revision: str | None = None,
 ) -> LoadedModel:
     """Resolve MODEL in this order: an existing path, a recipe (name or .yaml), a hub id."""
-    notes: list[str] = []
     if not reference.strip():
         raise BadOptionError("MODEL is empty.", "Give a recipe name, a model folder or a hub id.")
+    try:
+        return _load(reference, device, dtype, attn, revision)
+    except RuntimeError as err:
+        if not is_out_of_memory(err):
+            raise
+        raise ResourceError(
+            f"out of memory loading {reference} in {dtype_name(dtype)} on {device}: its weights do not fit.",
+            "Use a smaller --dtype (bf16), another --device, or a smaller model.",
+        ) from err
+
+
+def _load(reference: str, device: torch.device, dtype: torch.dtype, attn: str, revision: str | None) -> LoadedModel:
+    notes: list[str] = []
     if _looks_like_path(reference) and not reference.endswith((".yaml", ".yml")):
         model, impl = _load_folder(reference, device, dtype, attn, notes)
         kind, recipe = "folder", None

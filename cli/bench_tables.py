@@ -93,10 +93,12 @@ def step_table(report: BenchReport, context: int) -> Table:
     rows = report.step_rows(context)
     names = list(dict.fromkeys(r.contender for r in rows))
     samples = rows[0].samples if rows else 0
+    fallbacks = sum(c.eager_fallbacks for c in report.contexts if c.cache_len == context)
     table = Table(
         title=f"decode step, cache length {context}: median ms of {samples} steps",
         caption=f"x floor: median / (bytes a step moves / bandwidth). * median drifted over "
-        f"{DRIFT_LIMIT:.0%} between halves: raise --steps.",
+        f"{DRIFT_LIMIT:.0%} between halves: raise --steps. Eager fallbacks (batches above the largest "
+        f"bucket): {fallbacks}.",
     )
     for column in _columns(names):
         table.add_column(column, justify="right")

@@ -421,6 +421,7 @@ def test_bench_allow_cpu_writes_json(good_plan, tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert sorted({row["bucket"] for row in report["rows"]}) == [1, 2]
+    assert [context["eager_fallbacks"] for context in report["contexts"]] == [0]  # counted, none here
     assert no_tmp_leftovers(tmp_path) == []
 
 

@@ -158,3 +158,14 @@ def test_gpu_plan_on_a_machine_without_one_blames_the_plan(tmp_path, monkeypatch
     result = runner.invoke(app, ["verify", "--plan", str(plan)])
     assert result.exit_code == 1
     assert "error: the plan targets cuda:0, which this machine cannot use" in result.stderr
+
+
+def test_out_of_memory_while_loading_says_the_weights_do_not_fit(monkeypatch):
+    import accelerate_graph.loading as loading
+
+    def too_big(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
+
+    monkeypatch.setattr(loading, "_load_recipe", too_big)
+    with pytest.raises(ResourceError, match=r"out of memory loading tiny in float32 on cpu: its weights do not fit"):
+        load_model("tiny", CPU, torch.float32)
