@@ -20,6 +20,7 @@ from .bench_results import STEP, BenchReport, BenchRow, ContextInfo, fill_speedu
 from .capture import DecodeGraphs
 from .compiled_step import COMPILE_MODE, forget_compiled, recompile_headroom
 from .contenders import build_contender
+from .decode_session import draw_inputs
 from .devices import resolve_device
 from .errors import CpuTimingRefused
 from .generate_bench import bench_hf_generate, bench_our_loop
@@ -119,10 +120,9 @@ def bench_bucket(
 ) -> tuple[list[BenchRow], list[str]]:
     """The step contenders named in `only` on one bucket, from one prefilled cache state."""
     session = graphs.session
-    generator = torch.Generator().manual_seed(settings.seed + bucket)
-    prompt = torch.randint(0, session.vocab_size, (bucket, prompt_len), generator=generator)
     count = settings.warmup + settings.steps
-    tokens = torch.randint(0, session.vocab_size, (count, bucket), generator=generator).to(session.device)  # [S, b]
+    prompt, tokens = draw_inputs(bucket, count, prompt_len, session.vocab_size, settings.seed + bucket)
+    tokens = tokens.to(session.device)  # [S, b]
     session.kv.reset()
     session.prefill(prompt)
     names, notes = _contenders_for(graphs, bucket, settings)

@@ -17,6 +17,15 @@ from .static_cache import SharedStaticCache, cache_argument_name, check_cache_fi
 PAD_TOKEN = 0  # padding rows need some valid token id; their outputs are discarded
 
 
+def draw_inputs(batch: int, steps: int, prompt_len: int, vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random prompt [b, P] and the tokens fed at each later step [S, b], drawn up front (teacher forcing)
+    on the CPU from `seed`, so every run of the same step sees the same inputs."""
+    generator = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, vocab, (batch, prompt_len), generator=generator)
+    tokens = torch.randint(0, vocab, (steps, batch), generator=generator)
+    return prompt, tokens
+
+
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0][:300] if text else type(err).__name__

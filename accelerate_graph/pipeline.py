@@ -16,7 +16,7 @@ from .loading import LoadedModel, load_model
 from .model_fixes import use_capture_safe_experts
 from .plan import Plan
 from .recipes import DEFAULT_RECIPE, RecipeDefaults
-from .regions import RegionPlan, plan_regions
+from .regions import RegionPlan, eager_plan, plan_regions
 from .verify import VerifyRow, verify_batch
 
 MODES = ("auto", "full", "piecewise", "eager")
@@ -84,10 +84,7 @@ def decide_regions(session: DecodeSession, request_mode: str, bucket: int) -> De
     """Detect hazards, apply the fixes that keep the step whole, and choose full / piecewise / eager."""
     fixes = list(session.kv.fixes)
     if request_mode == "eager":
-        regions = RegionPlan(
-            "eager", [], [{"path": "", "class": type(session.model).__name__, "run": "eager", "reason": "--mode eager"}]
-        )
-        return Decision(regions, [], fixes)
+        return Decision(eager_plan(session.model, "--mode eager"), [], fixes)
     hazards = find_hazards(session, bucket)
     fix, hazards = use_capture_safe_experts(session.model, hazards, lambda: find_hazards(session, bucket))
     if fix:

@@ -47,18 +47,24 @@ def _reason(hazards: list[Hazard], path: str) -> str:
     return f"{first.kind} at {first.location}: {first.detail}{more}"
 
 
-def plan_regions(model: torch.nn.Module, hazards: list[Hazard], allow_piecewise: bool = True) -> RegionPlan:
+def eager_plan(model: torch.nn.Module, reason: str) -> RegionPlan:
+    """No graph at all: the whole step runs eagerly, for `reason`."""
+    return RegionPlan(
+        "eager", [], [{"path": "", "class": type(model).__name__, "run": "eager", "reason": reason}], reason=reason
+    )
+
+
+def plan_regions(model: torch.nn.Module, hazards: list[Hazard]) -> RegionPlan:
     root = {"path": "", "class": type(model).__name__}
     if not hazards:
         return RegionPlan("full", [], [{**root, "run": "graph", "reason": "whole decode step, no hazard found"}])
     islands = _model_order(model, _outermost([h.module_path for h in hazards]))
     blocking = [p for p in islands if p == "" or _weight_share(model, p) > MAX_ISLAND_WEIGHT_SHARE]
-    if blocking or not allow_piecewise:
-        path = blocking[0] if blocking else islands[0]
-        reason = _reason(hazards, path)
-        where = path or "<model>"
-        why = f"hazard in {where}, which holds most of the model: {reason}" if blocking else reason
-        return RegionPlan("eager", [], [{**root, "run": "eager", "reason": why}], reason=why)
+    if blocking:
+        path = blocking[0]
+        return eager_plan(
+            model, f"hazard in {path or '<model>'}, which holds most of the model: {_reason(hazards, path)}"
+        )
     regions = [
         {**root, "run": "graph", "reason": f"{len(islands) + 1} graph segments around {len(islands)} eager island(s)"}
     ]

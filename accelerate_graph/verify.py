@@ -15,6 +15,7 @@ import torch
 
 from .buckets import padded_batch
 from .capture import DecodeGraphs
+from .decode_session import draw_inputs
 
 # Relative tolerance per dtype; the absolute tolerance is the same fraction of the largest eager
 # value, because one rounding difference in a hidden state moves every logit by about the same
@@ -54,20 +55,13 @@ def _compare(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -
         return " ".join(str(err).split())
 
 
-def _draw_inputs(batch: int, steps: int, prompt_len: int, vocab: int, seed: int):
-    generator = torch.Generator().manual_seed(seed)
-    prompt = torch.randint(0, vocab, (batch, prompt_len), generator=generator)
-    tokens = torch.randint(0, vocab, (steps, batch), generator=generator)
-    return prompt, tokens
-
-
 def verify_batch(
     graphs: DecodeGraphs, bucket: int, batch: int, steps: int, prompt_len: int, seed: int = 0
 ) -> VerifyRow:
     session = graphs.session
     if prompt_len + steps > session.max_cache_len:
         steps = session.max_cache_len - prompt_len
-    prompt, tokens = _draw_inputs(batch, steps, prompt_len, session.vocab_size, seed + 1000 * bucket + batch)
+    prompt, tokens = draw_inputs(batch, steps, prompt_len, session.vocab_size, seed + 1000 * bucket + batch)
     tokens = tokens.to(session.device)
     dtype = session.model.dtype
 
