@@ -22,10 +22,10 @@ from .compiled_step import COMPILE_MODE, forget_compiled, recompile_headroom
 from .contenders import build_contender
 from .decode_session import draw_inputs
 from .devices import resolve_device
-from .errors import CpuTimingRefused
+from .errors import CaptureError, CpuTimingRefused, is_out_of_memory
 from .generate_bench import bench_hf_generate, bench_our_loop
 from .hardware_floor import Bandwidth, describe_floor, measure_bandwidth, step_bytes
-from .pipeline import CaptureRequest, Hooks, Prepared, prepare
+from .pipeline import CaptureRequest, Hooks, Prepared, capture_fused, prepare
 from .timing import time_calls
 
 
@@ -104,7 +104,7 @@ def _time_contender(
 def _contenders_for(graphs: DecodeGraphs, bucket: int, settings: BenchSettings) -> tuple[list[str], list[str]]:
     """(names to time, notes): a bucket whose graph was not kept (--max-memory) has no graph row."""
     names = settings.step_contenders
-    if "graph" in names and bucket not in graphs.graphs:
+    if "graph" in names and bucket not in graphs.buckets:
         return [n for n in names if n != "graph"], [f"batch {bucket} has no captured graph: no graph row"]
     return names, []
 
@@ -154,7 +154,11 @@ def _require_graphs(prepared: Prepared, settings: BenchSettings) -> DecodeGraphs
 
 
 def bench_context(
-    prepared: Prepared, settings: BenchSettings, bandwidth: Bandwidth, hooks: BenchHooks
+    prepared: Prepared,
+    settings: BenchSettings,
+    bandwidth: Bandwidth,
+    hooks: BenchHooks,
+    request: CaptureRequest | None = None,
 ) -> tuple[ContextInfo, list[BenchRow]]:
     """All contenders for all buckets of one prepared session (one cache length)."""
     graphs = _require_graphs(prepared, settings)
@@ -162,7 +166,8 @@ def bench_context(
     generate = "hf-generate" in settings.compare
     hooks.planned(len(plan.buckets) * (len(settings.step_contenders) + int(generate)))
     info = ContextInfo(plan.max_cache_len, plan.prompt_len, list(plan.buckets), plan.backend, list(prepared.notes))
-    info.floors = [describe_floor(b, step_bytes(session, b), bandwidth) for b in plan.buckets]
+    # the timed steps decode position prompt_len: they attend the prompt and themselves
+    info.floors = [describe_floor(b, step_bytes(session, b, plan.prompt_len + 1), bandwidth) for b in plan.buckets]
     floors = {f["bucket"]: f["floor_ms"] for f in info.floors}
     rows: list[BenchRow] = []
     # torch.compile's cudagraph trees (ours to time, and HF generate's) clear the cuBLAS workspaces our
@@ -179,6 +184,8 @@ def bench_context(
             rows.append(
                 bench_our_loop(graphs, bucket, plan.prompt_len, settings.new_tokens, floors[bucket], settings.seed)
             )
+    if "fused" in settings.step_contenders:
+        rows += _bench_fused(prepared, request or CaptureRequest(), settings, floors, hooks, info)
     if "compile" in settings.step_contenders:
         with recompile_headroom(len(plan.buckets) + 8):
             for bucket in plan.buckets:
@@ -200,13 +207,46 @@ def bench_context(
     return info, rows
 
 
+def _bench_fused(
+    prepared: Prepared,
+    request: CaptureRequest,
+    settings: BenchSettings,
+    floors: dict[int, float],
+    hooks: BenchHooks,
+    info: ContextInfo,
+) -> list[BenchRow]:
+    """Capture the inductor-compiled step on the same session, then time it like `graph`."""
+    plan = prepared.plan
+    hooks.stage(f"cache {plan.max_cache_len}: compiling the step with inductor, capturing it (fused)")
+    try:
+        fused = capture_fused(prepared, request)
+    except CaptureError as err:
+        info.notes.append(f"no fused row: {err.message}")
+        return []
+    except Exception as err:  # noqa: BLE001 - a compiler failure must not cost the other contenders' rows
+        if is_out_of_memory(err):
+            raise
+        info.notes.append(f"no fused row: inductor failed: {' '.join(str(err).split())[:300]}")
+        return []
+    info.notes.append(
+        f"fused: inductor compiled the step once for every bucket in {prepared.session.fused.compile_seconds:.1f} s "
+        f"({prepared.session.fused.graphs} graph(s)); its capture column includes it"
+    )
+    rows = []
+    for bucket in plan.buckets:
+        more, notes = bench_bucket(fused, bucket, plan.prompt_len, settings, floors[bucket], hooks, only=("fused",))
+        rows += more
+        info.notes += notes
+    return rows
+
+
 def _one_context(
     request: CaptureRequest, context: int | None, settings: BenchSettings, bandwidth: Bandwidth, hooks: BenchHooks
 ) -> tuple[ContextInfo, list[BenchRow], dict]:
     """Prepare, bench, and let everything of this context go when it returns."""
     prepared = prepare(context_request(request, context), Hooks(stage=hooks.stage))
     hooks.prepared(prepared)
-    info, rows = bench_context(prepared, settings, bandwidth, hooks)
+    info, rows = bench_context(prepared, settings, bandwidth, hooks, request)
     plan = prepared.plan
     described = {
         "model": plan.model,

@@ -6,8 +6,8 @@ from .errors import BadOptionError
 from .option_lists import parse_whole_numbers, refuse_duplicates, split_items
 
 # Canonical order: tables, files and plots list contenders this way whatever order the user typed.
-CONTENDERS = ("eager", "graph", "compile", "hf-generate")
-STEP_CONTENDERS = ("eager", "graph", "compile")  # timed one decode step at a time
+CONTENDERS = ("eager", "graph", "fused", "compile", "hf-generate")
+STEP_CONTENDERS = ("eager", "graph", "fused", "compile")  # timed one decode step at a time
 DEFAULT_COMPARE = ("eager", "graph")
 
 

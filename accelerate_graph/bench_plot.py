@@ -15,6 +15,7 @@ from .errors import BadOptionError
 STYLE = {
     "eager": "tab:red",
     "graph": "tab:green",
+    "fused": "tab:orange",
     "compile": "tab:blue",
     "hf-generate": "tab:purple",
     "our-loop": "tab:olive",

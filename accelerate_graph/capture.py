@@ -1,7 +1,8 @@
-"""Capture one decode graph per bucket, largest first, and dispatch batches to them."""
+"""Capture one decode graph per (batch bucket, context bucket), largest first, and dispatch steps to them."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from .backends import CapturedGraph, GraphBackend
-from .buckets import bucket_for
+from .buckets import bucket_for, context_for
 from .debug import debug_enabled
 from .decode_session import DecodeSession
 from .errors import CaptureError, ReplaySafetyError, ResourceError, is_out_of_memory
@@ -24,6 +25,7 @@ class BucketCapture:
     bucket: int
     seconds: float
     memory_bytes: int
+    context: int = 0  # cache slots its attention reads (0: unknown, plans written before context buckets)
 
 
 @contextmanager
@@ -38,12 +40,19 @@ def frozen_gc() -> Iterator[None]:
 
 
 class DecodeGraphs:
-    """Replays the graph of the smallest bucket that fits a batch; larger batches run eagerly, counted."""
+    """Replays the graph of the smallest bucket that fits a batch and the smallest context bucket that
+    holds the write slot; larger batches run eagerly, counted."""
 
-    def __init__(self, session: DecodeSession, graphs: dict[int, CapturedGraph], dropped: list[int] | None = None):
+    def __init__(
+        self,
+        session: DecodeSession,
+        graphs: dict[tuple[int, int], CapturedGraph],
+        dropped: list[int] | None = None,
+    ):
         self.session = session
-        self.graphs = graphs
-        self.buckets = tuple(sorted(graphs))
+        self.graphs = graphs  # (batch bucket, context bucket) -> graph
+        self.buckets = tuple(sorted({b for b, _ in graphs}))
+        self.contexts = tuple(sorted({c for _, c in graphs}))
         self.dropped = dropped or []  # buckets left out by --max-memory
         self.eager_fallbacks = 0
         self.check_pointers = debug_enabled()  # --debug also checks buffer addresses per replay
@@ -51,9 +60,26 @@ class DecodeGraphs:
 
     def captures(self) -> list[BucketCapture]:
         return [
-            BucketCapture(b, self.graphs[b].stats.seconds, self.graphs[b].stats.memory_bytes)
-            for b in reversed(self.buckets)
+            BucketCapture(b, g.stats.seconds, g.stats.memory_bytes, c)
+            for (b, c), g in sorted(self.graphs.items(), reverse=True)
         ]
+
+    def bucket_memory(self, bucket: int) -> int:
+        return sum(g.stats.memory_bytes for (b, _), g in self.graphs.items() if b == bucket)
+
+    def bucket_seconds(self, bucket: int) -> float:
+        return sum(g.stats.seconds for (b, _), g in self.graphs.items() if b == bucket)
+
+    def context_now(self) -> int:
+        """The context bucket the next step runs in, from the host's copy of the write slot."""
+        slot = self.session.kv.next_slot
+        context = context_for(slot, self.contexts)
+        if context is None:
+            raise ReplaySafetyError(
+                f"the cache is full: the next token would go to slot {slot} of {self.session.max_cache_len}.",
+                "Capture with a larger --max-cache-len.",
+            )
+        return context
 
     def run(self, tokens: torch.Tensor, positions: torch.Tensor, copy: bool = True) -> torch.Tensor:
         """Next-token logits [b, V] for tokens/positions [b]. With copy=False the result is a view of
@@ -63,10 +89,12 @@ class DecodeGraphs:
         if bucket is None:
             self._note_fallback(batch)
             return self.eager(tokens, positions)
+        context = self.context_now()
         if self.check_pointers:
             self._check_static_buffers()
         self.session.load_inputs(bucket, tokens, positions)
-        logits = self.graphs[bucket].replay()[:batch]
+        logits = self.graphs[bucket, context].replay()[:batch]
+        self.session.kv.next_slot += 1
         return logits.clone() if copy else logits
 
     def _static_buffers(self) -> dict[str, torch.Tensor]:
@@ -84,7 +112,14 @@ class DecodeGraphs:
         return buffers
 
     def _check_static_buffers(self) -> None:
-        """A graph keeps the addresses it captured: a buffer replaced since then would be silently ignored."""
+        """A graph keeps the addresses it captured: a buffer replaced since then would be silently ignored.
+        The host's write slot must match the device's, or a context bucket would be too short."""
+        device_slot = int(self.session.kv.positions()[0].item())
+        if device_slot != self.session.kv.next_slot:
+            raise ReplaySafetyError(
+                f"the cache's write slot is {device_slot} on the device but {self.session.kv.next_slot} on the host.",
+                "Move the cache only through the session (prefill, rewind, restore) and DecodeGraphs.",
+            )
         for name, tensor in self._static_buffers().items():
             if tensor.data_ptr() != self._pointers.get(name):
                 raise ReplaySafetyError(
@@ -97,7 +132,9 @@ class DecodeGraphs:
         batch = tokens.shape[0]
         self.session.load_inputs(batch, tokens, positions)
         with torch.no_grad():
-            return self.session.step_fn(batch)()
+            logits = self.session.step_fn(batch)()
+        self.session.kv.next_slot += 1
+        return logits
 
     def _note_fallback(self, batch: int) -> None:
         if self.eager_fallbacks == 0:
@@ -109,12 +146,14 @@ class DecodeGraphs:
         self.eager_fallbacks += 1
 
 
-def _capture_one(session: DecodeSession, backend: GraphBackend, bucket: int, islands) -> CapturedGraph:
-    """One bucket; a failure names the bucket and the submodule that was running."""
+def _capture_one(session: DecodeSession, backend: GraphBackend, bucket: int, context: int, islands) -> CapturedGraph:
+    """One graph; a failure names the bucket and the submodule that was running."""
     modules = ModuleStack(session.model)
+    # compiled code does not run module hooks one by one: under --fuse a failure names no module
+    attribution = modules.active() if session.fused is None else contextlib.nullcontext()
     try:
-        with modules.active():
-            return backend.capture(session.step_fn(bucket), islands=islands)
+        with attribution:
+            return backend.capture(session.capture_step(bucket, context), islands=islands)
     except (CaptureError, RuntimeError) as err:
         if is_out_of_memory(err):
             raise
@@ -134,38 +173,46 @@ def capture_decode_graphs(
     on_captured: Callable[[BucketCapture], None] | None = None,
     islands: Sequence[torch.nn.Module] = (),
     max_memory_bytes: int | None = None,
+    contexts: tuple[int, ...] = (),
 ) -> DecodeGraphs:
-    """Capture every bucket, largest first (smaller graphs reuse the pool it grew), then reset the
-    cache: warm-ups wrote into it. Buckets whose graphs would push the total past `max_memory_bytes`
-    are dropped (listed in `DecodeGraphs.dropped`); running out of memory frees what was captured."""
-    graphs: dict[int, CapturedGraph] = {}
+    """Capture every (bucket, context) graph, largest first (smaller graphs reuse the pool it grew), then
+    reset the cache: warm-ups wrote into it. `contexts` are the context buckets (default: the whole
+    cache only). Buckets whose graphs would push the total past `max_memory_bytes` are dropped (listed in
+    `DecodeGraphs.dropped`); running out of memory frees what was captured."""
+    contexts = tuple(sorted(set(contexts) | {session.max_cache_len}, reverse=True))
+    graphs: dict[tuple[int, int], CapturedGraph] = {}
     dropped: list[int] = []
     held = 0
     with frozen_gc():
         for bucket in sorted(buckets, reverse=True):
-            session.kv.rewind(0)
-            try:
-                graph = _capture_one(session, backend, bucket, islands)
-            except RuntimeError as err:
-                if not is_out_of_memory(err):
-                    raise
-                graphs.clear()
-                backend.release()
-                raise ResourceError(
-                    f"out of device memory while capturing bucket {bucket} "
-                    f"({held / 2**20:.0f} MiB of graphs captured before it were freed).",
-                    f"Lower the largest bucket (now {max(buckets)}), --max-cache-len, or cap graph memory "
-                    "with --max-memory.",
-                ) from err
-            if max_memory_bytes is not None and held + graph.stats.memory_bytes > max_memory_bytes:
+            mine: dict[tuple[int, int], CapturedGraph] = {}
+            for context in contexts:
+                session.kv.rewind(0)
+                try:
+                    mine[bucket, context] = _capture_one(session, backend, bucket, context, islands)
+                except RuntimeError as err:
+                    if not is_out_of_memory(err):
+                        raise
+                    graphs.clear()
+                    mine.clear()
+                    backend.release()
+                    raise ResourceError(
+                        f"out of device memory while capturing bucket {bucket} "
+                        f"({held / 2**20:.0f} MiB of graphs captured before it were freed).",
+                        f"Lower the largest bucket (now {max(buckets)}), --max-cache-len, or cap graph memory "
+                        "with --max-memory.",
+                    ) from err
+            grown = sum(g.stats.memory_bytes for g in mine.values())
+            if max_memory_bytes is not None and held + grown > max_memory_bytes:
                 dropped.append(bucket)
-                del graph
+                mine.clear()
                 backend.release()
                 continue
-            graphs[bucket] = graph
-            held += graph.stats.memory_bytes
+            graphs.update(mine)
+            held += grown
             if on_captured:
-                on_captured(BucketCapture(bucket, graph.stats.seconds, graph.stats.memory_bytes))
+                for (b, c), graph in mine.items():
+                    on_captured(BucketCapture(b, graph.stats.seconds, graph.stats.memory_bytes, c))
     backend.synchronize()
     session.kv.reset()
     if not graphs:

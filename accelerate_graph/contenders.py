@@ -1,4 +1,5 @@
-"""The contenders timed one decode step at a time: eager, our graph replay, torch.compile.
+"""The contenders timed one decode step at a time: eager, our graph replay (of HF's step, or of the
+inductor-compiled step: fused), torch.compile.
 
 Each takes a batch's next tokens and positions ([b] each) and runs one step of the same session:
 the same static buffers, the same shared KV cache, the same model, dtype and attention. Their
@@ -32,14 +33,12 @@ class StepContender:
     notes: list[str] = field(default_factory=list)
 
 
-def _graph(graphs: DecodeGraphs, bucket: int) -> StepContender:
-    stats = graphs.graphs[bucket].stats
-
+def _graph(graphs: DecodeGraphs, bucket: int, name: str) -> StepContender:
     def call(tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         # the graph's own output, like eager's and compile's: a copy out is the caller's choice, not the step's
         return graphs.run(tokens, positions, copy=False)
 
-    return StepContender("graph", call, stats.seconds, stats.memory_bytes)
+    return StepContender(name, call, graphs.bucket_seconds(bucket), graphs.bucket_memory(bucket))
 
 
 def _compiled(graphs: DecodeGraphs, bucket: int, rewind: Callable[[], None]) -> StepContender:
@@ -64,8 +63,8 @@ def build_contender(name: str, graphs: DecodeGraphs, bucket: int, rewind: Callab
     compilation needs before each of its first calls."""
     if name == "eager":
         return StepContender("eager", graphs.eager)
-    if name == "graph":
-        return _graph(graphs, bucket)
+    if name in ("graph", "fused"):  # fused: graphs of the inductor-compiled step (capture_fused)
+        return _graph(graphs, bucket, name)
     if name == "compile":
         return _compiled(graphs, bucket, rewind)
     raise ValueError(f"{name!r} is not a step contender")

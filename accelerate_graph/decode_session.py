@@ -6,12 +6,15 @@ buffers allocated once at the largest batch; a step for batch b reads their firs
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Callable
 
 import torch
 
 from .backends import Step
 from .errors import BadOptionError, ResourceError, UnsupportedModelError
+from .host_constants import HostConstants
 from .static_cache import SharedStaticCache, cache_argument_name, check_cache_fits
 
 PAD_TOKEN = 0  # padding rows need some valid token id; their outputs are discarded
@@ -54,7 +57,9 @@ class DecodeSession:
         self.position_ids = torch.zeros(max_batch, 1, **longs)  # [B, 1]
         # [B, L]: 1 where a row may attend a cache slot; causality hides slots not yet written,
         # so this only changes for left-padded prompts and stays constant while decoding.
-        self.attention_mask = torch.ones(max_batch, max_cache_len, **longs)
+        self.attention_mask = torch.ones(max_batch, self.kv.storage_len, **longs)  # spare slot: see SharedStaticCache
+        self.host_constants: HostConstants | None = None  # set by the fix that hoists constant host data
+        self.fused: Callable | None = None  # the compiled forward of --fuse: what capture records
         self._allocate_cache()
 
     def _allocate_cache(self) -> None:
@@ -75,24 +80,44 @@ class DecodeSession:
         self.kv.check_allocated()
         self.kv.reset()
 
-    def forward(self, batch: int, input_ids, position_ids, attention_mask) -> torch.Tensor:
-        """One eager forward of `batch` rows through the shared cache; returns last-position logits [b, V]."""
-        kwargs = {self.cache_arg: self.kv.view(batch), "use_cache": True}
+    def forward(
+        self, batch: int, input_ids, position_ids, attention_mask, context: int | None = None, runner=None
+    ) -> torch.Tensor:
+        """One forward of `batch` rows through the shared cache, attending its first `context` slots
+        (default: all), by the model itself or `runner` (its compiled form); returns last-position
+        logits [b, V]."""
+        kwargs = {self.cache_arg: self.kv.view(batch, context), "use_cache": True}
         if self._keeps_last_logits:
             kwargs["logits_to_keep"] = 1
-        out = self.model(
-            input_ids=input_ids[:batch],
-            position_ids=position_ids[:batch],
-            attention_mask=attention_mask[:batch],
-            **kwargs,
-        )
+        # compiled code builds its constants itself: the hoisting mode is for eager and captured steps
+        hoist = self.host_constants is not None and runner is None
+        with self.host_constants if hoist else contextlib.nullcontext():
+            out = (runner or self.model)(
+                input_ids=input_ids[:batch],
+                position_ids=position_ids[:batch],
+                attention_mask=attention_mask[:batch, : context or self.max_cache_len]
+                if self.kv.allocated
+                else attention_mask[:batch],
+                **kwargs,
+            )
         return out.logits[:, -1, :]
 
-    def step_fn(self, batch: int) -> Step:
-        """The decode step for `batch` rows, reading only the static buffers: what a graph captures."""
+    def step_fn(self, batch: int, context: int | None = None) -> Step:
+        """The decode step for `batch` rows over the first `context` cache slots, reading only the static
+        buffers: what a graph captures. The write slot must lie below `context`."""
 
         def step() -> torch.Tensor:
-            return self.forward(batch, self.input_ids, self.position_ids, self.attention_mask)
+            return self.forward(batch, self.input_ids, self.position_ids, self.attention_mask, context)
+
+        return step
+
+    def capture_step(self, batch: int, context: int | None = None) -> Step:
+        """What a graph records: the step of `step_fn`, through the compiled forward under --fuse."""
+        if self.fused is None:
+            return self.step_fn(batch, context)
+
+        def step() -> torch.Tensor:
+            return self.forward(batch, self.input_ids, self.position_ids, self.attention_mask, context, self.fused)
 
         return step
 
@@ -117,7 +142,9 @@ class DecodeSession:
         self.kv.rewind(0)
         positions = torch.arange(length, device=self.device).expand(b, length)
         with torch.no_grad():
-            return self.forward(b, prompt.to(self.device), positions, self.attention_mask)
+            logits = self.forward(b, prompt.to(self.device), positions, self.attention_mask)
+        self.kv.next_slot = length
+        return logits
 
     @property
     def vocab_size(self) -> int:

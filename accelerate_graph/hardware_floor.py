@@ -1,8 +1,10 @@
 """The fastest a decode step could possibly be: the bytes it must move over the memory bandwidth.
 
-A decode step reads every weight once and, with a static cache, every KV slot of its rows (attention
-reads the whole cache, written or not), and writes one new K and V per layer and row. The bandwidth
-is measured in the same run by a large copy, so the floor moves with the machine it runs on.
+A decode step must read every weight once and the KV slots its rows have written (the prompt and
+the tokens since), and write one new K and V per layer and row. A step that reads the whole static
+cache, written or not, moves more than that: the floor counts what any step must move, so context
+buckets show up as a step closer to it. The bandwidth is measured in the same run by a large copy,
+so the floor moves with the machine it runs on.
 """
 
 from __future__ import annotations
@@ -91,20 +93,22 @@ def weight_bytes(model: torch.nn.Module, batch: int) -> int:
     return sum(storages.values())
 
 
-def kv_bytes(layers: list, batch: int) -> tuple[int, int]:
-    """(read, written) KV bytes of one step for `batch` rows, from the cache tensors ([B, H, L, D] each)."""
+def kv_bytes(layers: list, batch: int, slots: int) -> tuple[int, int]:
+    """(read, written) KV bytes of one step for `batch` rows attending `slots` cache slots, from the
+    cache tensors ([B, H, L, D] each)."""
     read = written = 0
     for layer in layers:
         for tensor in (layer.keys, layer.values):
-            _, heads, length, dim = tensor.shape
+            _, heads, _, dim = tensor.shape
             row_slot = heads * dim * tensor.element_size()  # one row, one slot
-            read += batch * length * row_slot
+            read += batch * slots * row_slot
             written += batch * row_slot
     return read, written
 
 
-def step_bytes(session: DecodeSession, batch: int) -> StepBytes:
-    read, written = kv_bytes(session.kv.layers, batch)
+def step_bytes(session: DecodeSession, batch: int, slots: int) -> StepBytes:
+    """What a step of `batch` rows must move when its rows have `slots` KV slots to attend."""
+    read, written = kv_bytes(session.kv.layers, batch, slots)
     return StepBytes(weight_bytes(session.model, batch), read, written)
 
 

@@ -6,7 +6,9 @@ from collections.abc import Callable
 
 import torch
 
+from .decode_session import DecodeSession
 from .hazards import Hazard
+from .host_constants import HostConstants
 
 SAFE_EXPERTS = "batched_mm"  # HF's experts implementation that gathers weights per token: no host reads
 
@@ -36,4 +38,26 @@ def use_capture_safe_experts(
     return (
         f"MoE experts ({current}) had a {before[0].kind} hazard at {before[0].location}: switched to HF's "
         f"{SAFE_EXPERTS} experts implementation, which reads no routing data on the host"
+    ), after
+
+
+def hoist_host_constants(
+    session: DecodeSession, hazards: list[Hazard], redetect: Callable[[], list[Hazard]]
+) -> tuple[str | None, list[Hazard]]:
+    """Serve constants built on the host (tensors from Python data, small CPU tensors moved to the device)
+    from a cache made outside the capture, when such hazards exist; kept only if it removed some.
+    Returns (what was done or None, the hazards now)."""
+    kinds = ("host-data", "device-copy")
+    before = [h for h in hazards if h.kind in kinds]
+    if not before or session.host_constants is not None:
+        return None, hazards
+    session.host_constants = HostConstants()
+    after = redetect()
+    if len([h for h in after if h.kind in kinds]) >= len(before):  # the data changes every step
+        session.host_constants = None
+        return None, hazards
+    what = "a tensor built from constant Python data" if before[0].kind == "host-data" else "a constant copied to the device"
+    return (
+        f"{what} at {before[0].location} (a host-to-device copy): made once outside the graph and reused, "
+        "as its value is the same every step"
     ), after

@@ -6,20 +6,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .backends import backend_for
+from .buckets import resolve_contexts
 from .capture import BucketCapture, DecodeGraphs, capture_decode_graphs
 from .decode_session import DecodeSession
 from .devices import dtype_name, resolve_device, resolve_dtype
 from .environment import environment_info
 from .errors import BadOptionError, CaptureError, VerificationError
+from .fused_step import FusedForward, use_cache_dir
+from .grouped_attention import use_grouped_attention
 from .hazards import Hazard, find_hazards
 from .loading import LoadedModel, load_model
-from .model_fixes import use_capture_safe_experts
+from .model_fixes import hoist_host_constants, use_capture_safe_experts
 from .plan import Plan
 from .recipes import DEFAULT_RECIPE, RecipeDefaults
 from .regions import RegionPlan, eager_plan, plan_regions
 from .verify import VerifyRow, verify_batch
 
 MODES = ("auto", "full", "piecewise", "eager")
+ATTENTIONS = ("sdpa", "eager", "grouped")  # grouped: sdpa for the prompt, grouped-query decode attention
 
 
 @dataclass
@@ -35,6 +39,9 @@ class CaptureRequest:
     revision: str | None = None
     emulate: bool = False  # emulated graphs even on a GPU
     max_memory_mib: float | None = None  # cap on graph memory: buckets that do not fit are dropped
+    contexts: tuple[int, ...] | None = None  # context buckets; None: powers of two up to the cache length
+    fuse: bool = False  # compile the step with inductor (no inductor graphs), then capture it
+    inductor_cache: str | None = None  # where --fuse keeps compiled kernels (beside the plan)
 
 
 @dataclass
@@ -56,6 +63,7 @@ class Prepared:
     session: DecodeSession
     notes: list[str] = field(default_factory=list)
     hazards: list[Hazard] = field(default_factory=list)
+    compile_seconds: float = 0.0  # --fuse: inductor's share of the capture time
 
 
 def _settings(request: CaptureRequest, loaded: LoadedModel) -> tuple[tuple[int, ...], int, int]:
@@ -86,9 +94,13 @@ def decide_regions(session: DecodeSession, request_mode: str, bucket: int) -> De
     if request_mode == "eager":
         return Decision(eager_plan(session.model, "--mode eager"), [], fixes)
     hazards = find_hazards(session, bucket)
-    fix, hazards = use_capture_safe_experts(session.model, hazards, lambda: find_hazards(session, bucket))
-    if fix:
-        fixes.append(fix)
+    def redetect() -> list[Hazard]:
+        return find_hazards(session, bucket)
+
+    fix, hazards = hoist_host_constants(session, hazards, redetect)
+    fixes += [fix] if fix else []
+    fix, hazards = use_capture_safe_experts(session.model, hazards, redetect)
+    fixes += [fix] if fix else []
     if hazards and request_mode == "full":
         raise CaptureError(
             f"--mode full refused: {hazards[0].describe()}",
@@ -112,10 +124,13 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         raise BadOptionError(f"--mode {request.mode!r} is not one of {', '.join(MODES)}.")
     device = resolve_device(request.device)
     dtype = resolve_dtype(request.dtype, device)
-    if request.attn not in ("sdpa", "eager"):
-        raise BadOptionError(f"--attn {request.attn!r} is not supported.", "Use sdpa or eager.")
+    if request.attn not in ATTENTIONS:
+        raise BadOptionError(f"--attn {request.attn!r} is not supported.", f"Use {', '.join(ATTENTIONS)}.")
     hooks.stage(f"loading {request.model}")
-    loaded = load_model(request.model, device, dtype, request.attn, request.revision)
+    loaded = load_model(request.model, device, dtype, "sdpa" if request.attn == "grouped" else request.attn, request.revision)
+    if request.attn == "grouped" and loaded.attn == "sdpa":
+        use_grouped_attention(loaded.model)
+        loaded.attn = "grouped"
     hooks.loaded(loaded)
     buckets, cache_len, prompt_len = _settings(request, loaded)
     hooks.stage("allocating the static cache")
@@ -128,15 +143,29 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
     if mode == "eager" and request.mode == "auto":
         notes.append(f"running eagerly: {decision.regions.reason}")
 
+    if request.fuse and mode != "full":
+        raise CaptureError(
+            f"--fuse compiles the whole step into one graph, but this plan is {mode}: {decision.regions.reason}",
+            "Drop --fuse: graph segments around the eager islands still remove the launch overhead.",
+        )
     graphs = None
     backend_name = "none"
+    contexts = resolve_contexts(request.contexts, cache_len)
     if mode != "eager":
         backend = backend_for(device, emulate=request.emulate)
         backend_name = backend.name
-        hooks.bucket_count(len(buckets))
+        if request.fuse:
+            use_cache_dir(request.inductor_cache)
+            session.fused = FusedForward(session.model)
+        hooks.bucket_count(len(buckets) * len(contexts))
         islands = [session.model.get_submodule(path) for path in decision.regions.islands]
         cap = int(request.max_memory_mib * 2**20) if request.max_memory_mib is not None else None
-        graphs = capture_decode_graphs(session, backend, buckets, hooks.captured, islands, cap)
+        graphs = capture_decode_graphs(session, backend, buckets, hooks.captured, islands, cap, contexts)
+        if session.fused is not None and session.fused.graphs > 1:
+            notes.append(
+                f"inductor compiled the step {session.fused.graphs} times (one was expected): a shape it "
+                "specialised on; the capture time includes each."
+            )
         if graphs.dropped:
             notes.append(
                 f"--max-memory dropped bucket(s) {', '.join(map(str, graphs.dropped))}: their graphs "
@@ -161,6 +190,8 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         attn=loaded.attn,
         mode=mode,
         buckets=list(graphs.buckets) if graphs else list(buckets),
+        contexts=list(graphs.contexts) if graphs else [cache_len],
+        fuse=request.fuse,
         max_cache_len=cache_len,
         prompt_len=prompt_len,
         regions=decision.regions.regions,
@@ -169,7 +200,29 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         backend=backend_name,
         fixes=decision.fixes,
     )
-    return Prepared(loaded, plan, graphs, session, notes, decision.hazards)
+    compile_seconds = session.fused.compile_seconds if session.fused else 0.0
+    return Prepared(loaded, plan, graphs, session, notes, decision.hazards, compile_seconds)
+
+
+def capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:
+    """Graphs of our best mode on an already prepared session (bench's `fused` contender): the step
+    compiled by inductor, with grouped-query decode attention where the plan uses sdpa, over the plan's
+    buckets and context buckets, one compilation. The session's own step keeps its attention, so the
+    other contenders run what the plan runs."""
+    plan, session = prepared.plan, prepared.session
+    if plan.mode != "full":
+        raise CaptureError(
+            f"--fuse compiles the whole step into one graph, but this plan is {plan.mode}.",
+            "Leave fused out of --compare for this model.",
+        )
+    use_cache_dir(request.inductor_cache)
+    session.fused = FusedForward(session.model)
+    backend = backend_for(session.device, emulate=request.emulate)
+    undo = use_grouped_attention(session.model) if plan.attn == "sdpa" else (lambda: None)
+    try:  # graphs keep the kernels they recorded: switching the attention back changes none of them
+        return capture_decode_graphs(session, backend, tuple(plan.buckets), contexts=tuple(plan.contexts))
+    finally:
+        undo()
 
 
 def request_from_plan(plan: Plan, **overrides) -> CaptureRequest:
@@ -184,6 +237,8 @@ def request_from_plan(plan: Plan, **overrides) -> CaptureRequest:
         max_cache_len=plan.max_cache_len,
         prompt_len=plan.prompt_len,
         revision=plan.revision,
+        contexts=tuple(plan.contexts),
+        fuse=plan.fuse,
     )
     for key, value in overrides.items():
         if value is not None:

@@ -37,11 +37,13 @@ class Plan:
     max_cache_len: int
     prompt_len: int
     regions: list[dict]  # [{path, class, run: graph|eager, reason}]
-    captures: list[dict]  # [{bucket, seconds, memory_bytes}]
+    captures: list[dict]  # [{bucket, seconds, memory_bytes, context}]
     environment: dict
     revision: str | None = None
     backend: str = ""
     fixes: list = field(default_factory=list)  # what was changed to keep the step capturable, and why
+    contexts: list = field(default_factory=list)  # context buckets (cache slots attention reads); [] = all
+    fuse: bool = False  # the step was compiled by inductor before capture
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     format: str = PLAN_FORMAT
 
@@ -60,7 +62,11 @@ class Plan:
                 re.fullmatch(r"cpu|cuda:[0-9]{1,3}", self.device, flags=re.ASCII),
                 f"device {self.device!r} is not a device",
             ),
-            (self.attn in ("sdpa", "eager"), f"attn {self.attn!r} is not sdpa or eager"),
+            (self.attn in ("sdpa", "eager", "grouped"), f"attn {self.attn!r} is not sdpa, eager or grouped"),
+            (
+                all(type(c) is int and 1 <= c <= self.max_cache_len for c in self.contexts),
+                "contexts must be whole numbers from 1 to max_cache_len",
+            ),
             (
                 self.buckets and all(type(b) is int and b >= 1 for b in self.buckets),
                 "buckets must be whole numbers >= 1",
@@ -77,7 +83,7 @@ FIELD_TYPES = {
     "model": str, "model_kind": str, "model_type": str, "random_weights": bool, "dtype": str, "device": str,
     "attn": str, "mode": str, "buckets": list, "max_cache_len": int, "prompt_len": int, "regions": list,
     "captures": list, "environment": dict, "revision": (str, type(None)), "backend": str, "created": str,
-    "format": str, "fixes": list,
+    "format": str, "fixes": list, "contexts": list, "fuse": bool,
 }  # fmt: skip
 
 

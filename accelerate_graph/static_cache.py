@@ -1,9 +1,9 @@
-"""One HF StaticCache sized for the largest batch, and per-batch views of its first rows.
+"""One HF StaticCache sized for the largest batch, and views of its first rows and first slots.
 
-Every bucket's graph sees a cache whose K/V tensors are `[:b]` views of the same storage and whose
-per-layer write position (`cumulative_length`, a device tensor HF advances in place) is the very
-same tensor. So a sequence in row i keeps its state whichever bucket runs it, and the buckets cost
-no extra cache memory.
+Every graph sees a cache whose K/V tensors are `[:b, :, :C]` views of the same storage (b rows, C
+context slots) and whose per-layer write position (`cumulative_length`, a device tensor HF advances in
+place) is the very same tensor. So a sequence in row i keeps its state whichever graph runs it, the
+buckets cost no extra cache memory, and attention in a context bucket reads C slots, not all of them.
 """
 
 from __future__ import annotations
@@ -59,15 +59,42 @@ def check_cache_fits(config, batch: int, cache_len: int, dtype: torch.dtype, dev
         )
 
 
+SPARE_SLOTS = 1
+
+
+class CacheSnapshot(list):
+    """(keys, values, position) per layer, plus the host's copy of the next write slot."""
+
+    next_slot: int = 0
+
+
+class _LayerView(StaticLayer):
+    """A layer whose K/V are views of another's: its length is its view's, so HF sizes the mask to the
+    context bucket (under torch.compile a symbolic size, so one compile serves every bucket)."""
+
+    def get_mask_sizes(self, *args, **kwargs) -> tuple[int, int]:
+        return self.keys.shape[2], 0
+
+    def get_max_length(self) -> int:
+        return self.keys.shape[2]
+
+
 class SharedStaticCache:
     """Owns the storage; hands out views for any batch size up to `max_batch`."""
 
     def __init__(self, config, max_batch: int, max_cache_len: int):
         self.max_batch = max_batch
         self.max_cache_len = max_cache_len
-        self.cache = StaticCache(config=config, max_cache_len=max_cache_len)
+        # One spare slot that no step writes: every view is then a strict slice of the storage, so no
+        # view looks contiguous and torch.compile (--fuse) sees one stride pattern for all of them.
+        self.storage_len = max_cache_len + SPARE_SLOTS
+        self.cache = StaticCache(config=config, max_cache_len=self.storage_len)
+        self.allocated = False
         self.fixes = self._unslide_layers()
-        self._views: dict[int, StaticCache] = {}
+        self._views: dict[tuple[int, int], StaticCache] = {}
+        # The next write slot as the host knows it: which context bucket a step needs, without reading
+        # the device counter. Set by rewind/restore and advanced by whoever runs a step (DecodeGraphs).
+        self.next_slot = 0
 
     def _unslide_layers(self) -> list[str]:
         """HF's static sliding-window layer keeps its write position in a Python int, which a replay
@@ -79,7 +106,7 @@ class SharedStaticCache:
             if isinstance(layer, StaticLayer) and getattr(layer, "is_sliding", False)
         ]
         for i in sliding:
-            self.cache.layers[i] = StaticLayer(max_cache_len=self.max_cache_len)
+            self.cache.layers[i] = StaticLayer(max_cache_len=self.storage_len)
         if not sliding:
             return []
         return [
@@ -110,23 +137,28 @@ class SharedStaticCache:
                     "which a graph replay would never advance.",
                     "Use --mode eager for this model.",
                 )
+        self.allocated = True
 
-    def view(self, batch: int) -> StaticCache:
-        """A cache whose layers are views of rows [:batch]; position counters are shared."""
-        if batch == self.max_batch:
+    def view(self, batch: int, context: int | None = None) -> StaticCache:
+        """A cache whose layers are views of rows [:batch] and slots [:context] (default: all but the
+        spare); positions are shared. Before allocation, the cache itself (its first forward allocates)."""
+        if not self.allocated:
             return self.cache
-        if batch not in self._views:
+        context = context or self.max_cache_len
+        if (batch, context) not in self._views:
             view = copy.copy(self.cache)
-            view.layers = [self._layer_view(layer, batch) for layer in self.cache.layers]
-            self._views[batch] = view
-        return self._views[batch]
+            view.layers = [self._layer_view(layer, batch, context) for layer in self.cache.layers]
+            self._views[batch, context] = view
+        return self._views[batch, context]
 
     @staticmethod
-    def _layer_view(layer, batch: int):
-        clone = copy.copy(layer)
-        clone.keys = layer.keys[:batch]
-        clone.values = layer.values[:batch]
+    def _layer_view(layer, batch: int, context: int):
+        clone = _LayerView.__new__(_LayerView)
+        clone.__dict__.update(layer.__dict__)
+        clone.keys = layer.keys[:batch, :, :context]
+        clone.values = layer.values[:batch, :, :context]
         clone.batch_size = batch
+        clone.max_cache_len = context
         return clone
 
     def positions(self) -> list[torch.Tensor]:
@@ -136,6 +168,7 @@ class SharedStaticCache:
         """Set every layer's write position (the next token goes to slot `position`)."""
         for counter in self.positions():
             counter.fill_(position)
+        self.next_slot = position
 
     def reset(self) -> None:
         for layer in self.layers:
@@ -143,13 +176,16 @@ class SharedStaticCache:
             layer.values.zero_()
         self.rewind(0)
 
-    def snapshot(self, rows: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        return [
+    def snapshot(self, rows: int) -> CacheSnapshot:
+        snap = CacheSnapshot(
             (layer.keys[:rows].clone(), layer.values[:rows].clone(), layer.cumulative_length.clone())
             for layer in self.layers
-        ]
+        )
+        snap.next_slot = self.next_slot
+        return snap
 
-    def restore(self, snap: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> None:
+    def restore(self, snap: CacheSnapshot) -> None:
+        self.next_slot = snap.next_slot
         for layer, (keys, values, position) in zip(self.layers, snap):
             rows = keys.shape[0]
             layer.keys[:rows].copy_(keys)

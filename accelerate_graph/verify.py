@@ -1,7 +1,9 @@
 """Prove replay == eager: the same decode steps from the same cache state, logits and cache compared.
 
-For each bucket: a full batch, and the smallest batch padded up to it. The eager reference runs
-only the real rows, so a pass also proves padding rows change nothing in real rows. Inputs are
+For each bucket: a full batch, and the smallest batch padded up to it; with context buckets, also
+a run across each boundary between them (the step moves to the next graph mid-run). The eager
+reference runs only the real rows over the whole cache, so a pass also proves padding rows change
+nothing in real rows and a context bucket's shorter attention misses nothing. Inputs are
 drawn up front (teacher forcing): near-uniform logits of random weights would make greedy tokens
 diverge between two numerically equivalent runs.
 """
@@ -44,6 +46,7 @@ class VerifyRow:
     eager_noise_abs: float  # worst |eager - eager| of two identical eager runs: the reference's own noise
     passed: bool
     detail: str = ""  # where and how it failed
+    slots: str = ""  # the cache slots the steps wrote, e.g. "16-23"
 
 
 def _compare(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> str:
@@ -102,7 +105,8 @@ def verify_batch(
         if not detail and (problem := _compare(rk, ek, dtype) or _compare(rv, ev, dtype)):
             detail = f"cache layer {layer} differs after {steps} steps: {problem}"
     session.kv.reset()
-    return VerifyRow(bucket, batch, steps, max_abs, max_rel, rtol, atol, cache_abs, noise, not detail, detail)
+    slots = f"{prompt_len}-{prompt_len + steps - 1}"
+    return VerifyRow(bucket, batch, steps, max_abs, max_rel, rtol, atol, cache_abs, noise, not detail, detail, slots)
 
 
 def verify_graphs(
@@ -112,14 +116,20 @@ def verify_graphs(
     seed: int = 0,
     on_row: Callable[[VerifyRow], None] | None = None,
 ) -> list[VerifyRow]:
-    """Every bucket at full size and at its most-padded size."""
+    """Every bucket at full size and at its most-padded size; then the largest bucket across each
+    context-bucket boundary."""
+    runs = [
+        (bucket, batch, prompt_len)
+        for bucket in graphs.buckets
+        for batch in (bucket, padded_batch(bucket, graphs.buckets))
+        if batch is not None
+    ]
+    largest = graphs.buckets[-1] if graphs.buckets else None
+    runs += [(largest, largest, max(boundary - steps // 2, 1)) for boundary in graphs.contexts[:-1]]
     rows = []
-    for bucket in graphs.buckets:
-        for batch in (bucket, padded_batch(bucket, graphs.buckets)):
-            if batch is None:
-                continue
-            row = verify_batch(graphs, bucket, batch, steps, prompt_len, seed)
-            rows.append(row)
-            if on_row:
-                on_row(row)
+    for bucket, batch, start in runs:
+        row = verify_batch(graphs, bucket, batch, steps, start, seed)
+        rows.append(row)
+        if on_row:
+            on_row(row)
     return rows

@@ -128,6 +128,10 @@ RULES: dict[str, Any | Callable[[Any], Any]] = {
     "decoder_start_token_id": _small_token,
     "sep_token_id": _small_token,
     "cls_token_id": _small_token,
+    # a multimodal model's image token must lie in the tiny vocabulary too, as in the real model
+    # (out of vocabulary, gemma3 swaps it for padding with a boolean mask inside the step)
+    "image_token_id": _small_token,
+    "image_token_index": _small_token,
 }
 
 # Defaults that do not even validate as shipped.

@@ -21,7 +21,7 @@ from accelerate_graph.plan import DEFAULT_PLAN_PATH, read_plan
 from .bench_tables import bench_tables
 from .common import describe_model, request_for
 from .errors import guarded
-from .options import BucketsOpt, ModelArg, PlanOpt, buckets_or_none
+from .options import BucketsOpt, ContextsOpt, ModelArg, PlanOpt, buckets_or_none, contexts_or_auto
 from .output import Output
 from .tables import region_tree
 
@@ -30,6 +30,8 @@ CompareOpt = Annotated[
     typer.Option(
         "--compare",
         help=f"Contenders, comma-separated, from {', '.join(CONTENDERS)}: "
+        "fused is our graphs of the step compiled by inductor, with grouped-query decode "
+        "attention (capture --fuse --attn grouped); "
         "compile is torch.compile(mode=reduce-overhead) of the same "
         "step; hf-generate is HF generate (static cache) next to our "
         "own decode loop.",
@@ -49,6 +51,10 @@ PlotPathOpt = Annotated[
     typer.Option("--plot", help="Also plot latency vs batch size to this PNG (needs matplotlib: the `plot` extra)."),
 ]
 AllowCpuFlag = Annotated[bool, typer.Option("--allow-cpu", help="Time on the CPU anyway (meaningless for graphs).")]
+AttnOverrideOpt = Annotated[
+    str | None,
+    typer.Option("--attn", help="sdpa, eager or grouped (default: MODEL's sdpa, or the plan's)."),
+]
 DeviceOpt = Annotated[
     str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:N (default: MODEL's auto, or the plan's).")
 ]
@@ -111,6 +117,8 @@ def bench(
     csv: CsvPathOpt = None,
     plot: PlotPathOpt = None,
     allow_cpu: AllowCpuFlag = False,
+    attn: AttnOverrideOpt = None,
+    context_buckets: ContextsOpt = None,
 ) -> None:
     """Time the decode step per bucket and contender against the hardware floor (median, p10, p90).
 
@@ -123,6 +131,8 @@ def bench(
       cugraph-accel bench qwen2.5-0.5b --compare eager,graph,compile,hf-generate --plot bench.png
 
       cugraph-accel bench qwen2.5-0.5b --context 128,1024,4096 --csv sweep.csv
+
+      cugraph-accel bench qwen2.5-0.5b --compare graph,fused,compile --attn grouped --context 1024,4096
     """
     out = Output(False)
     settings = BenchSettings(
@@ -144,7 +154,15 @@ def bench(
             "bench needs a CUDA GPU: CPU timings say nothing about CUDA graphs.",
             "Run it on a GPU machine, or pass --allow-cpu to time the emulation anyway.",
         )
-    request = request_for(model, plan, out, buckets=bucket_sizes, device=str(target))
+    request = request_for(
+        model,
+        plan,
+        out,
+        buckets=bucket_sizes,
+        device=str(target),
+        attn=attn,
+        contexts=contexts_or_auto(context_buckets),
+    )
     report = _run_with_progress(request, settings, out)
     _write_files(report, out, json, csv, plot)
     for table in bench_tables(report):

@@ -9,6 +9,7 @@ import typer
 
 from accelerate_graph.atomic_io import check_writable
 from accelerate_graph.pipeline import CaptureRequest
+from accelerate_graph.fused_step import inductor_cache_dir
 from accelerate_graph.plan import DEFAULT_PLAN_PATH, write_plan
 from accelerate_graph.recipes import DEFAULT_RECIPE
 
@@ -18,15 +19,18 @@ from .options import (
     AttnOpt,
     BucketsOpt,
     CacheLenOpt,
+    ContextsOpt,
     DeviceOpt,
     DtypeOpt,
     EmulateFlag,
+    FuseFlag,
     JsonFlag,
     ModelArg,
     PlanOpt,
     PromptLenOpt,
     RevisionOpt,
     buckets_or_none,
+    contexts_or_auto,
 )
 from .output import Output
 from .tables import capture_table
@@ -63,6 +67,8 @@ def capture(
     plan: PlanOpt = None,
     emulate: EmulateFlag = False,
     max_memory: MaxMemoryOpt = None,
+    contexts: ContextsOpt = None,
+    fuse: FuseFlag = False,
     json: JsonFlag = False,
 ) -> None:
     """Capture decode graphs for MODEL (default: the built-in `tiny` recipe) and write a plan.
@@ -74,6 +80,8 @@ def capture(
       cugraph-accel capture qwen2.5-0.5b --buckets 1,8,16,32
 
       cugraph-accel capture ./my-model --dtype bf16 --plan my.plan.yaml
+
+      cugraph-accel capture qwen2.5-0.5b --fuse --attn grouped --max-cache-len 4096
     """
     out = Output(json)
     path = plan or DEFAULT_PLAN_PATH
@@ -90,10 +98,15 @@ def capture(
         revision=revision,
         emulate=emulate,
         max_memory_mib=max_memory,
+        contexts=contexts_or_auto(contexts),
+        fuse=fuse,
+        inductor_cache=str(inductor_cache_dir(path)) if fuse else None,
     )
     prepared = prepare_with_progress(request, out)
     if prepared.graphs:
         out.show(capture_table(prepared.graphs.captures()))
+    if prepared.compile_seconds:
+        out.line(f"inductor compiled the step in {prepared.compile_seconds:.1f} s (included in the capture times)")
     write_plan(prepared.plan, path)
     out.line(f"plan written to {path}; next: cugraph-accel verify" + (f" --plan {path}" if plan else ""))
     out.emit_json({"plan_path": str(path), "plan": asdict(prepared.plan)})

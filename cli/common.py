@@ -6,6 +6,7 @@ from pathlib import Path
 
 from accelerate_graph.devices import device_label, dtype_name
 from accelerate_graph.errors import PlanError
+from accelerate_graph.fused_step import inductor_cache_dir
 from accelerate_graph.pipeline import CaptureRequest, Hooks, Prepared, prepare, request_from_plan
 from accelerate_graph.plan import DEFAULT_PLAN_PATH, check_plan_compatible, read_plan
 
@@ -24,7 +25,10 @@ def request_for(model: str | None, plan_path: Path | None, out: Output, **overri
         )
     check_plan_compatible(plan, overrides.get("device"))
     out.line(f"graphs cannot cross processes: re-capturing from plan {plan_path or DEFAULT_PLAN_PATH}")
-    return request_from_plan(plan, **overrides)
+    request = request_from_plan(plan, **overrides)
+    if plan.fuse:  # the kernels compiled at capture time, beside the plan
+        request.inductor_cache = str(inductor_cache_dir(plan_path or DEFAULT_PLAN_PATH))
+    return request
 
 
 def describe_model(loaded, out: Output) -> None:

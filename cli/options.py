@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from accelerate_graph.buckets import parse_buckets
+from accelerate_graph.buckets import parse_buckets, parse_contexts
 
 ModelArg = Annotated[
     str | None,
@@ -21,7 +21,28 @@ PlanOpt = Annotated[Path | None, typer.Option("--plan", help="Plan file (default
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="auto (bf16 on GPU, fp32 on CPU), bf16, fp16 or fp32.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
 AttnOpt = Annotated[
-    str, typer.Option("--attn", help="Attention implementation: sdpa (eager where unsupported) or eager.")
+    str,
+    typer.Option(
+        "--attn",
+        help="Attention implementation: sdpa (eager where unsupported), eager, or grouped (sdpa for the "
+        "prompt; decode steps attend grouped-query heads without repeating K/V).",
+    ),
+]
+ContextsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--context-buckets",
+        help="Graphs whose attention reads only the first C cache slots, e.g. 256,512; auto (default: "
+        "powers of two from 256 up to the cache length) or full (one graph per batch: the whole cache).",
+    ),
+]
+FuseFlag = Annotated[
+    bool,
+    typer.Option(
+        "--fuse",
+        help="Compile the step with inductor (fused kernels, no inductor graphs) before capturing it; "
+        "compiled kernels are kept next to the plan for verify and bench.",
+    ),
 ]
 CacheLenOpt = Annotated[int | None, typer.Option("--max-cache-len", min=2, help="Static KV cache slots per row.")]
 PromptLenOpt = Annotated[int | None, typer.Option("--prompt-len", min=1, help="Prompt tokens before decoding.")]
@@ -32,3 +53,7 @@ EmulateFlag = Annotated[bool, typer.Option("--emulate", help="Use the graph emul
 
 def buckets_or_none(text: str | None) -> tuple[int, ...] | None:
     return parse_buckets(text) if text is not None else None
+
+
+def contexts_or_auto(text: str | None) -> tuple[int, ...] | None:
+    return parse_contexts(text) if text is not None else None

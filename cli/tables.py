@@ -14,12 +14,13 @@ MIB = 1024 * 1024
 
 def capture_table(captures: list[BucketCapture]) -> Table:
     table = Table(title="captured decode graphs (largest bucket first, one shared pool)")
-    for name in ("bucket", "capture ms", "graph MiB"):
+    for name in ("bucket", "context", "capture ms", "graph MiB"):
         table.add_column(name, justify="right")
     for c in captures:
-        table.add_row(str(c.bucket), f"{c.seconds * 1000:.1f}", f"{c.memory_bytes / MIB:.2f}")
+        table.add_row(str(c.bucket), str(c.context), f"{c.seconds * 1000:.1f}", f"{c.memory_bytes / MIB:.2f}")
     table.add_row(
         "total",
+        "",
         f"{sum(c.seconds for c in captures) * 1000:.1f}",
         f"{sum(c.memory_bytes for c in captures) / MIB:.2f}",
         style="bold",
@@ -41,14 +42,14 @@ def region_tree(model: str, mode: str, regions: list[dict], fixes: list[str]) ->
 
 def verify_table(rows: list[VerifyRow]) -> Table:
     table = Table(title="replay vs eager")
-    for name in ("bucket", "batch", "steps", "max abs", "max rel", "cache abs", "eager noise", "rtol", "result"):
+    for name in ("bucket", "batch", "slots", "max abs", "max rel", "cache abs", "eager noise", "rtol", "result"):
         table.add_column(name, justify="right")
     for r in rows:
         verdict = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
         table.add_row(
             str(r.bucket),
             str(r.batch),
-            str(r.steps),
+            r.slots,
             f"{r.max_abs:.1e}",
             f"{r.max_rel:.1e}",
             f"{r.cache_max_abs:.1e}",

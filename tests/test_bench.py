@@ -95,7 +95,7 @@ def test_floor_bytes_of_the_tiny_recipe_by_hand():
     per_layer = 128 * 128 * 2 + 128 * 64 * 2 + 3 * 128 * 256 + 2 * 128  # q,o + k,v + gate,up,down + 2 norms
     lm_head, final_norm = 512 * 128, 128
     embedding_rows = 2 * 128  # untied input embedding: a gather of the batch's rows only
-    moved = step_bytes(session, 2)
+    moved = step_bytes(session, 2, slots=32)
     assert moved.weights == 4 * (2 * per_layer + final_norm + lm_head + embedding_rows)
     assert moved.kv_read == 2 * 2 * 2 * 32 * 32 * 4 * 2  # layers * (K, V) * heads * slots * dim * fp32 * batch
     assert moved.kv_written == 2 * 2 * 2 * 32 * 4 * 2  # one slot

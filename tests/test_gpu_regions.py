@@ -3,7 +3,7 @@
 import pytest
 import torch
 from conftest import SMALL_DECODER
-from test_regions import HostReadingNorm
+from test_regions import ConstantScaledNorm, HostConstantNorm, HostReadingNorm
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from accelerate_graph.backends import backend_for
@@ -56,3 +56,13 @@ def test_falcon_piecewise_on_gpu():
 def test_moe_models_verify_on_gpu(model_type):
     decision = decide_capture_verify(tiny(model_type, num_local_experts=4, num_experts=4, num_experts_per_tok=2))
     assert decision.regions.mode in ("full", "piecewise")
+
+
+def test_constants_built_or_moved_on_the_host_are_hoisted_on_gpu(tiny_model_dir):
+    model = load_model(tiny_model_dir("llama"), GPU, torch.float32).model
+    model.model.norm = ConstantScaledNorm(model.model.norm)
+    for layer in model.model.layers:
+        layer.post_attention_layernorm = HostConstantNorm(layer.post_attention_layernorm)
+    decision = decide_capture_verify(model)
+    assert decision.regions.mode == "full", decision.regions.reason
+    assert any("made once outside the graph" in fix for fix in decision.fixes)

@@ -42,6 +42,36 @@ class HostReadingNorm(torch.nn.Module):
         return self.norm(hidden) * scale
 
 
+class ConstantScaledNorm(torch.nn.Module):
+    """A norm that builds a tensor from Python data every step: a constant (transformers 5.17's eager
+    mask does this), or a value that changes each step when `varying`."""
+
+    def __init__(self, norm: torch.nn.Module, varying: bool = False):
+        super().__init__()
+        self.norm = norm
+        self.varying = varying
+        self.calls = 0
+
+    def forward(self, hidden):
+        self.calls += 1
+        value = 1.0 + self.calls * 1e-3 if self.varying else 0.5
+        return self.norm(hidden) * torch.tensor(value, dtype=hidden.dtype, device=hidden.device)
+
+
+class HostConstantNorm(torch.nn.Module):
+    """A norm that moves CPU-made constants to the device every step (gemma3n's epsilon, phimoe's rotary
+    frequencies): a host-to-device copy on a GPU, invisible on the CPU."""
+
+    def __init__(self, norm: torch.nn.Module):
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, hidden):
+        epsilon = torch.tensor(1e-5).to(hidden.device)
+        ramp = (torch.arange(hidden.shape[-1]) / hidden.shape[-1]).to(hidden.device, hidden.dtype)
+        return self.norm(hidden) * (1 + ramp) + epsilon
+
+
 def llama_session(tiny_model_dir, max_batch=4):
     loaded = load_model(tiny_model_dir("llama"), CPU, torch.float32)
     return DecodeSession(loaded.model, max_batch, 64)
@@ -89,6 +119,59 @@ def test_host_sync_becomes_an_eager_island_per_layer(tiny_model_dir):
     assert decision.regions.regions[1]["reason"].startswith("host-sync at ")
     rows = capture_and_verify(session, decision)
     assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+
+
+def test_constant_host_data_is_hoisted_and_the_step_stays_whole(tiny_model_dir):
+    session = llama_session(tiny_model_dir)
+    session.model.model.norm = ConstantScaledNorm(session.model.model.norm)
+    assert [h.kind for h in find_hazards(session, 2)] == ["host-data"]
+    decision = decide_regions(session, "auto", 1)
+    assert decision.regions.mode == "full" and decision.hazards == []
+    assert any("constant Python data at " in fix and "test_regions.py" in fix for fix in decision.fixes)
+    rows = capture_and_verify(session, decision)
+    assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+
+
+def test_host_data_that_changes_each_step_stays_an_island(tiny_model_dir):
+    session = llama_session(tiny_model_dir)
+    session.model.model.norm = ConstantScaledNorm(session.model.model.norm, varying=True)
+    decision = decide_regions(session, "auto", 1)
+    assert session.host_constants is None  # the fix removed nothing, so it was undone
+    assert decision.regions.mode == "piecewise" and decision.regions.islands == ["model.norm"]
+
+
+def test_a_hoisted_constant_the_model_wrote_into_is_built_again():
+    from accelerate_graph.host_constants import HostConstants
+
+    constants = HostConstants()
+
+    def build():
+        with constants:
+            return torch.tensor([1.0, 2.0])
+
+    first = build()
+    assert build() is first
+    first.add_(1)  # a model that writes into its "constant": it must not be handed out again
+    second = build()
+    assert second is not first and second.tolist() == [1.0, 2.0]
+    with constants:
+        assert torch.tensor(torch.ones(2)) is not torch.tensor(torch.ones(2))  # tensor data is never cached
+
+
+def test_a_moved_cpu_constant_is_served_until_its_content_changes():
+    from accelerate_graph.host_constants import HostConstants
+
+    constants = HostConstants()
+
+    def move(source):
+        with constants:
+            return source.to("meta")  # another device: a copy every call without the cache
+
+    first = move(torch.arange(4.0))
+    assert move(torch.arange(4.0)) is first
+    assert move(torch.arange(4.0) + 1) is not first  # same line and shape, other values
+    with constants:
+        assert torch.arange(4.0).to(torch.float64).dtype == torch.float64  # CPU to CPU: nothing cached
 
 
 def test_mode_full_refuses_an_unsafe_step_with_the_reason(tiny_model_dir):

@@ -18,7 +18,8 @@ def main() -> None:
     gpu = torch.device("cuda:0")
     session = DecodeSession(load_model("tiny", gpu, torch.float32).model, 2, 16)
     graphs = capture_decode_graphs(session, backend_for(gpu), (2,))
-    session.kv.rewind(16)  # the next write lands one past the last slot
+    for position in session.kv.positions():  # the device's write slot one past the last, behind the
+        position.fill_(16)  # host's back (which would refuse a full cache before replaying)
     graphs.run(torch.tensor([1, 2], device=gpu), torch.tensor([16, 16], device=gpu))
     torch.cuda.synchronize()
 

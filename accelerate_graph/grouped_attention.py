@@ -1,0 +1,70 @@
+"""Decode attention for grouped-query models without repeating K/V: `--attn grouped`.
+
+HF's sdpa path repeats each K/V head for every query head that shares it whenever a mask is given
+(always, with a static cache), so each decode step writes and reads the cache `heads / kv_heads`
+times over (7x for Qwen2.5's 14/2). For one query token the grouped form is two batched matmuls:
+the query heads of a group become rows of one matmul against their shared K/V head. Steps with more
+than one token (the prompt) and features this form does not cover fall back to HF's sdpa.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.modeling_utils import AttentionInterface
+
+GROUPED = "cugraph_grouped"  # the name models see in config._attn_implementation
+_UNSUPPORTED = ("softcap", "s_aux", "sinks", "head_mask")  # kwargs that ask for more than softmax(qk)v
+
+
+def grouped_decode_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """query [b, Hq, q, d], key/value [b, Hkv, L, d], mask [b, 1, q, L] (bool: attend) or additive.
+    Returns [b, q, Hq, d] like HF's attention functions, and no weights."""
+    batch, heads, q_len, head_dim = query.shape
+    kv_heads = key.shape[1]
+    if (
+        q_len != 1
+        or heads % kv_heads
+        or key.shape[-1] != value.shape[-1]
+        or any(kwargs.get(name) is not None for name in _UNSUPPORTED)
+        or (module.training and dropout)
+    ):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    scale = scaling if scaling is not None else head_dim**-0.5
+    groups = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)  # one token: heads of a group are rows
+    scores = torch.matmul(groups, key.transpose(-1, -2)).float() * scale  # [b, Hkv, g, L]
+    if attention_mask is not None:
+        mask = attention_mask[:, :, -1:, : key.shape[-2]]  # [b, 1|H, 1, L]: the one query row
+        if mask.shape[1] != 1:
+            mask = mask.reshape(batch, kv_heads, heads // kv_heads, -1)
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask.float()
+    probs = torch.softmax(scores, dim=-1).to(value.dtype)
+    out = torch.matmul(probs, value)  # [b, Hkv, g, d]
+    return out.reshape(batch, 1, heads, head_dim), None
+
+
+def register() -> None:
+    AttentionInterface.register(GROUPED, grouped_decode_attention)
+    AttentionMaskInterface.register(GROUPED, sdpa_mask)
+
+
+def use_grouped_attention(model: torch.nn.Module) -> Callable[[], None]:
+    """Switch a model loaded with sdpa to the grouped decode attention (its config and text/decoder
+    sub-configs). Returns what switches it back."""
+    register()
+    configs = [model.config, *(getattr(model.config, name, None) for name in ("text_config", "decoder"))]
+    switched = [c for c in configs if c is not None and getattr(c, "_attn_implementation", None) == "sdpa"]
+    for config in switched:
+        config._attn_implementation = GROUPED
+
+    def undo() -> None:
+        for config in switched:
+            config._attn_implementation = "sdpa"
+
+    return undo

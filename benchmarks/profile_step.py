@@ -1,0 +1,112 @@
+"""Kernels one decode step launches, by class, for each way of running it: HF's step (what `graph`
+captures), with grouped-query decode attention, and compiled by inductor (what `fused` captures).
+
+The step runs uncaptured under torch.profiler: a graph replays the same kernels, minus the launch
+gaps. Prints one table per (model, batch, cache slots); writes JSON to --json.
+
+Run on a GPU: PYTHONPATH=. python3 benchmarks/profile_step.py qwen2.5-0.5b --batches 1,32 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from accelerate_graph.pipeline import CaptureRequest, prepare
+
+CLASSES = (  # first match wins; names as cuBLAS, PyTorch and triton print them
+    ("matmul", r"gemm|gemv|cutlass|nvjet|sm\d+_xmma|splitk|cublas"),
+    ("attention", r"attention|fmha|flash|sdpa|softmax"),
+    ("fused (triton)", r"^triton_"),
+    ("copy / index", r"copy|index|cat|gather|scatter|fill"),
+    ("elementwise", r"elementwise|vectorized|unrolled|pointwise"),
+    ("reduction", r"reduce|norm|mean|sum"),
+)
+
+
+def kernel_class(name: str) -> str:
+    lowered = name.lower()
+    return next((label for label, pattern in CLASSES if re.search(pattern, lowered)), "other")
+
+
+def profile_step(step, rewind, calls: int = 5) -> dict:
+    with torch.no_grad():
+        return _profile(step, rewind, calls)
+
+
+def _profile(step, rewind, calls: int) -> dict:
+    for _ in range(3):  # warm-ups: compilation, cuBLAS handles, autotuning
+        rewind()
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            rewind()
+            step()
+        torch.cuda.synchronize()
+    counts: dict[str, int] = defaultdict(int)
+    micros: dict[str, float] = defaultdict(float)
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA or "memcpy" in event.name.lower():
+            continue
+        label = kernel_class(event.name)
+        counts[label] += 1
+        micros[label] += event.device_time
+    rewind()  # the calls above each rewound first; keep the cache where it was
+    by_class = {k: {"kernels": counts[k] / calls, "us": round(micros[k] / calls, 1)} for k in sorted(counts)}
+    return {
+        "kernels": sum(counts.values()) / calls,
+        "kernel_us": round(sum(micros.values()) / calls, 1),
+        "by_class": by_class,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", nargs="?", default="qwen2.5-0.5b")
+    parser.add_argument("--batches", default="1,32")
+    parser.add_argument("--cache", type=int, default=1024)
+    parser.add_argument("--prompt", type=int, default=128)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    batches = tuple(int(b) for b in args.batches.split(","))
+    ways = (
+        ("graph: HF sdpa", "sdpa", False),
+        ("graph: grouped", "grouped", False),
+        ("fused: HF sdpa", "sdpa", True),
+        ("fused: grouped", "grouped", True),
+    )
+    results = []
+    for label, attn, fuse in ways:
+        request = CaptureRequest(
+            model=args.model, buckets=batches, attn=attn, fuse=fuse, max_cache_len=args.cache, prompt_len=args.prompt
+        )
+        prepared = prepare(request)
+        session = prepared.session
+        context = prepared.graphs.contexts[0] if args.prompt < prepared.graphs.contexts[0] else None
+        for batch in batches:
+            for slots in sorted({args.cache, context or args.cache}):
+                step = session.capture_step(batch, slots)
+                found = profile_step(step, lambda: session.kv.rewind(args.prompt))
+                results.append({"way": label, "batch": batch, "slots": slots, **found})
+                print(
+                    f"{args.model} {label:16s} batch {batch:3d} slots {slots:5d}: {found['kernels']:6.0f} kernels, "
+                    f"{found['kernel_us']:8.1f} us of kernels | "
+                    + ", ".join(f"{k} {v['kernels']:.0f}/{v['us']:.0f}us" for k, v in found["by_class"].items()),
+                    flush=True,
+                )
+        del prepared, session
+        torch._dynamo.reset()
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

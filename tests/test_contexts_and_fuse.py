@@ -1,0 +1,161 @@
+"""Context buckets, grouped-query decode attention and fused (inductor) mode, under the CPU emulation.
+
+The emulation records the step's aten ops; compiled code runs no aten ops of its own, so under the
+emulation's dispatch mode dynamo runs the step uncompiled: on the CPU these tests prove the plumbing
+(one compilation for every graph, plan fields, refusals, kernels kept beside the plan), and the GPU
+tests (tests/test_gpu_fused.py) prove the compiled step replays correctly.
+"""
+
+import pytest
+import torch
+from conftest import SMALL_DECODER
+from transformers import AutoConfig, AutoModelForCausalLM
+from typer.testing import CliRunner
+
+from accelerate_graph.backends import EmulatedBackend
+from accelerate_graph.buckets import auto_contexts, context_for, parse_contexts, resolve_contexts
+from accelerate_graph.capture import capture_decode_graphs
+from accelerate_graph.decode_session import DecodeSession
+from accelerate_graph.errors import BadOptionError, CaptureError, ReplaySafetyError
+from accelerate_graph.fused_step import FusedForward, inductor_cache_dir
+from accelerate_graph.grouped_attention import use_grouped_attention
+from accelerate_graph.pipeline import CaptureRequest, prepare
+from accelerate_graph.plan import read_plan
+from accelerate_graph.verify import verify_graphs
+from cli.main import app
+
+
+def tiny(model_type="qwen2", **overrides):
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(model_type, **{**SMALL_DECODER, **overrides})
+    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+
+
+def test_context_bucket_lists():
+    assert auto_contexts(1024) == (256, 512, 1024)
+    assert auto_contexts(4096) == (256, 512, 1024, 2048, 4096)
+    assert auto_contexts(200) == (200,)
+    assert parse_contexts("auto") is None and parse_contexts("full") == ()
+    assert resolve_contexts((), 600) == (600,)
+    assert resolve_contexts((64, 256, 4096), 600) == (64, 256, 600)
+    with pytest.raises(BadOptionError, match="--context-buckets"):
+        parse_contexts("64,x")
+    assert context_for(0, (16, 32)) == 16 and context_for(15, (16, 32)) == 16
+    assert context_for(16, (16, 32)) == 32 and context_for(32, (16, 32)) is None
+
+
+def test_context_buckets_verify_across_every_boundary():
+    session = DecodeSession(tiny(), 4, 64)
+    graphs = capture_decode_graphs(session, EmulatedBackend(), (1, 2, 4), contexts=(16, 32))
+    assert set(graphs.graphs) == {(b, c) for b in (1, 2, 4) for c in (16, 32, 64)}
+    rows = verify_graphs(graphs, steps=8, prompt_len=6)
+    assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+    assert [r.slots for r in rows[-2:]] == ["12-19", "28-35"]  # runs that move to the next context graph
+
+
+def test_a_context_graph_never_reads_slots_past_its_bucket():
+    """NaN in slots 16 and later: the full-cache step reads them (NaN logits); the 16-slot graph must not."""
+    session = DecodeSession(tiny(), 2, 64)
+    graphs = capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=(16,))
+    session.prefill(torch.randint(0, 256, (2, 6)))
+    for layer in session.kv.layers:
+        layer.keys[:, :, 16:] = float("nan")
+        layer.values[:, :, 16:] = float("nan")
+    start = session.kv.snapshot(2)
+    tokens, positions = torch.tensor([1, 2]), torch.tensor([6, 6])
+    assert graphs.context_now() == 16
+    assert torch.isfinite(graphs.run(tokens, positions)).all()
+    session.kv.restore(start)
+    assert not torch.isfinite(graphs.eager(tokens, positions)).all()
+
+
+def test_a_full_cache_is_refused_before_any_replay():
+    session = DecodeSession(tiny(), 2, 32)
+    graphs = capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=(16,))
+    session.kv.rewind(32)
+    with pytest.raises(ReplaySafetyError, match="the cache is full: the next token would go to slot 32 of 32"):
+        graphs.run(torch.tensor([1, 2]), torch.tensor([32, 32]))
+
+
+def test_debug_catches_a_write_slot_moved_behind_the_sessions_back():
+    from accelerate_graph import debug
+
+    session = DecodeSession(tiny(), 2, 32)
+    graphs = capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=(16,))
+    session.prefill(torch.randint(0, 256, (2, 4)))
+    debug.set_debug(True)
+    try:
+        graphs.check_pointers = True
+        session.kv.positions()[0].fill_(20)  # the device counter moved, the host's copy did not
+        with pytest.raises(ReplaySafetyError, match="write slot is 20 on the device but 4 on the host"):
+            graphs.run(torch.tensor([1, 2]), torch.tensor([4, 4]))
+    finally:
+        debug.set_debug(False)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])  # multi-query, grouped, plain multi-head
+def test_grouped_decode_attention_matches_sdpa(kv_heads):
+    model = tiny("llama", num_key_value_heads=kv_heads)
+    session = DecodeSession(model, 2, 64)
+    prompt = torch.randint(0, 256, (2, 9))
+    expected = []
+    for grouped in (False, True):
+        if grouped:
+            use_grouped_attention(model)
+        session.kv.reset()
+        logits = [session.prefill(prompt)]
+        for step in range(3):
+            session.load_inputs(2, torch.tensor([3 + step, 7]), torch.full((2,), 9 + step))
+            with torch.no_grad():
+                logits.append(session.step_fn(2, 32)())
+        expected.append(torch.stack(logits))
+    assert model.config._attn_implementation == "cugraph_grouped"
+    torch.testing.assert_close(expected[1], expected[0], rtol=1e-4, atol=1e-5)
+
+
+def test_fused_step_compiles_once_for_every_batch_and_context():
+    torch._dynamo.reset()  # compilations of earlier tests share HF's code objects: count only ours
+    session = DecodeSession(tiny(), 4, 64)
+    session.fused = FusedForward(session.model, backend="aot_eager")
+    graphs = capture_decode_graphs(session, EmulatedBackend(), (1, 2, 4), contexts=(16, 32))
+    assert len(graphs.graphs) == 9
+    assert session.fused.graphs == 1  # batch 1 and every context reuse the first compilation
+    rows = verify_graphs(graphs, steps=6, prompt_len=6)
+    assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+
+
+def test_fuse_is_refused_for_a_step_with_eager_islands(tmp_path):
+    model = tiny("falcon", num_kv_heads=2, new_decoder_architecture=True)
+    model.save_pretrained(tmp_path / "falcon")
+    request = CaptureRequest(model=str(tmp_path / "falcon"), buckets=(1, 2), fuse=True, max_cache_len=32)
+    with pytest.raises(CaptureError, match="--fuse compiles the whole step into one graph, but this plan is piecewise"):
+        prepare(request)
+
+
+def test_cli_fuse_writes_its_kernels_beside_the_plan_and_verify_reuses_them(tmp_path):
+    plan = tmp_path / "fused.plan.yaml"
+    runner = CliRunner()
+    args = ["--buckets", "1,2", "--max-cache-len", "96", "--context-buckets", "32", "--attn", "grouped"]
+    result = runner.invoke(app, ["capture", *args, "--fuse", "--plan", str(plan)])
+    assert result.exit_code == 0, result.output
+    assert "inductor compiled the step in" in result.output
+    saved = read_plan(plan)
+    assert saved.fuse and saved.contexts == [32, 96] and saved.attn == "grouped"
+    assert {c["context"] for c in saved.captures} == {32, 96}
+    kernels = inductor_cache_dir(plan)
+    assert kernels == tmp_path / "fused.plan.inductor" and any(kernels.iterdir())
+    result = runner.invoke(app, ["verify", "--plan", str(plan)])
+    assert result.exit_code == 0, result.output
+    assert "match eager execution" in result.output
+
+
+def test_bench_fused_contender_uses_grouped_attention_and_leaves_the_plan_step_alone():
+    from accelerate_graph.pipeline import capture_fused
+
+    torch._dynamo.reset()
+    prepared = prepare(CaptureRequest(model="tiny", buckets=(1, 2), max_cache_len=64, device="cpu"))
+    fused = capture_fused(prepared, CaptureRequest())
+    assert prepared.session.fused.graphs == 1 and fused.buckets == (1, 2)
+    assert prepared.session.model.config._attn_implementation == "sdpa"  # eager, graph and compile keep it
+    rows = verify_graphs(fused, steps=4, prompt_len=6)
+    assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
