@@ -128,7 +128,9 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         raise BadOptionError(f"--attn {request.attn!r} is not supported.", f"Use {', '.join(ATTENTIONS)}.")
     hooks.stage(f"loading {request.model}")
     loaded = load_model(request.model, device, dtype, "sdpa" if request.attn == "grouped" else request.attn, request.revision)
-    if request.attn == "grouped" and loaded.attn == "sdpa":
+    if loaded.attn == "sdpa" and (request.attn == "grouped" or request.fuse):
+        # --fuse runs grouped attention: inductor on CUDA failed to lower HF's sdpa decode path with a
+        # dynamic batch (a broadcast of the batch size in the cache write, seen on the H200)
         use_grouped_attention(loaded.model)
         loaded.attn = "grouped"
     hooks.loaded(loaded)
