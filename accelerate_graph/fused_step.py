@@ -12,6 +12,7 @@ process load the kernels instead of compiling them again.
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from pathlib import Path
@@ -48,6 +49,17 @@ def _mark_batch(tensor: torch.Tensor) -> None:
     torch._dynamo.decorators.mark_unbacked(tensor, 0)
 
 
+def _fresh_views(cache):
+    """The same cache over new tensor objects of the same memory (the write position is shared)."""
+    fresh = copy.copy(cache)
+    fresh.layers = []
+    for layer in cache.layers:
+        clone = copy.copy(layer)
+        clone.keys, clone.values = layer.keys[:], layer.values[:]
+        fresh.layers.append(clone)
+    return fresh
+
+
 class FusedForward:
     """Calls the model through inductor; counts the time and graphs spent compiling."""
 
@@ -58,11 +70,15 @@ class FusedForward:
         self.graphs = 0  # FX graphs dynamo made (more than one: graph breaks or recompilations)
 
     def __call__(self, *, input_ids, position_ids, attention_mask, **kwargs):
+        # Dynamo reads its size marks from the tensor objects: mark fresh views, never the session's
+        # own buffers and cache views, which the torch.compile contender later compiles with static shapes.
+        input_ids, position_ids, attention_mask = (t[:] for t in (input_ids, position_ids, attention_mask))
         for tensor in (input_ids, position_ids, attention_mask):
             _mark_batch(tensor)
         _mark_dynamic(attention_mask, 1)  # [b, C]
-        cache = next(v for k, v in kwargs.items() if k in ("cache", "past_key_values"))
-        for layer in cache.layers:
+        name = next(k for k in kwargs if k in ("cache", "past_key_values"))
+        kwargs[name] = _fresh_views(kwargs[name])
+        for layer in kwargs[name].layers:
             _mark_batch(layer.keys)  # [b, H, C, d]
             _mark_batch(layer.values)
             _mark_dynamic(layer.keys, 2)
@@ -71,9 +87,7 @@ class FusedForward:
         start = time.perf_counter()
         # every batch and context bucket reuses the graph compiled for the first (the largest)
         with recompile_headroom(64), torch.no_grad():
-            out = self.compiled(
-                input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, **kwargs
-            )
+            out = self.compiled(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, **kwargs)
         made = counters["stats"]["unique_graphs"] - before
         if made:
             self.graphs += made

@@ -56,7 +56,11 @@ def hoist_host_constants(
     if len([h for h in after if h.kind in kinds]) >= len(before):  # the data changes every step
         session.host_constants = None
         return None, hazards
-    what = "a tensor built from constant Python data" if before[0].kind == "host-data" else "a constant copied to the device"
+    what = (
+        "a tensor built from constant Python data"
+        if before[0].kind == "host-data"
+        else "a constant copied to the device"
+    )
     return (
         f"{what} at {before[0].location} (a host-to-device copy): made once outside the graph and reused, "
         "as its value is the same every step"

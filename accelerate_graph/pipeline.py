@@ -94,6 +94,7 @@ def decide_regions(session: DecodeSession, request_mode: str, bucket: int) -> De
     if request_mode == "eager":
         return Decision(eager_plan(session.model, "--mode eager"), [], fixes)
     hazards = find_hazards(session, bucket)
+
     def redetect() -> list[Hazard]:
         return find_hazards(session, bucket)
 
@@ -127,7 +128,9 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
     if request.attn not in ATTENTIONS:
         raise BadOptionError(f"--attn {request.attn!r} is not supported.", f"Use {', '.join(ATTENTIONS)}.")
     hooks.stage(f"loading {request.model}")
-    loaded = load_model(request.model, device, dtype, "sdpa" if request.attn == "grouped" else request.attn, request.revision)
+    loaded = load_model(
+        request.model, device, dtype, "sdpa" if request.attn == "grouped" else request.attn, request.revision
+    )
     if loaded.attn == "sdpa" and (request.attn == "grouped" or request.fuse):
         # --fuse runs grouped attention: inductor on CUDA failed to lower HF's sdpa decode path with a
         # dynamic batch (a broadcast of the batch size in the cache write, seen on the H200)

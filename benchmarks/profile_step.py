@@ -10,6 +10,7 @@ Run on a GPU: PYTHONPATH=. python3 benchmarks/profile_step.py qwen2.5-0.5b --bat
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 from collections import defaultdict
@@ -90,11 +91,12 @@ def main() -> None:
             print(f"{args.model} {label}: failed: {' '.join(str(err).split())[:300]}", flush=True)
             continue
         session = prepared.session
+        rewind = functools.partial(session.kv.rewind, args.prompt)
         context = prepared.graphs.contexts[0] if args.prompt < prepared.graphs.contexts[0] else None
         for batch in batches:
             for slots in sorted({args.cache, context or args.cache}):
                 step = session.capture_step(batch, slots)
-                found = profile_step(step, lambda: session.kv.rewind(args.prompt))
+                found = profile_step(step, rewind)
                 results.append({"way": label, "batch": batch, "slots": slots, **found})
                 print(
                     f"{args.model} {label:16s} batch {batch:3d} slots {slots:5d}: {found['kernels']:6.0f} kernels, "
@@ -102,7 +104,7 @@ def main() -> None:
                     + ", ".join(f"{k} {v['kernels']:.0f}/{v['us']:.0f}us" for k, v in found["by_class"].items()),
                     flush=True,
                 )
-        del prepared, session
+        del prepared, session, rewind
         torch._dynamo.reset()
         torch.cuda.empty_cache()
     if args.json:

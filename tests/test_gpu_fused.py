@@ -40,3 +40,25 @@ def test_fused_step_compiles_once_and_replays_like_eager():
     session, graphs = capture_and_verify(model, fused=True)
     assert session.fused.graphs == 1 and len(graphs.graphs) == 9
     assert session.fused.compile_seconds > 0
+
+
+def test_compile_contender_after_a_fused_capture_compiles_whole():
+    """bench times torch.compile after `fused` on the same session: the fused compilation's dynamic-size
+    marks must not reach the tensors compile sees (they cost it graph breaks and 20 ms steps once)."""
+    from accelerate_graph.compiled_step import compile_step, mark_step_begin
+
+    torch._dynamo.reset()
+    model = tiny("llama").to(GPU, torch.bfloat16)
+    session = DecodeSession(model, 4, 64)
+    undo = use_grouped_attention(model)
+    session.fused = FusedForward(model)
+    capture_decode_graphs(session, backend_for(GPU), (1, 4), contexts=(16,))
+    undo()
+    session.prefill(torch.randint(0, 200, (4, 5), device=GPU))
+
+    def before() -> None:
+        session.kv.rewind(5)
+        mark_step_begin()
+
+    compiled = compile_step(session, 4, before)
+    assert compiled.graphs == 1 and compiled.cudagraph_skips == 0
