@@ -16,6 +16,7 @@ from .buckets import bucket_for, context_for
 from .debug import debug_enabled
 from .decode_session import DecodeSession
 from .errors import CaptureError, ReplaySafetyError, ResourceError, is_out_of_memory
+from .grouped_attention import hf_attention
 from .module_stack import ModuleStack
 from .source_location import traceback_location
 
@@ -128,10 +129,11 @@ class DecodeGraphs:
                 )
 
     def eager(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """The same step without graphs: the reference `verify` compares against."""
+        """The same step without graphs, over the whole cache, with the attention the model was loaded
+        with: the reference `verify` compares against."""
         batch = tokens.shape[0]
         self.session.load_inputs(batch, tokens, positions)
-        with torch.no_grad():
+        with torch.no_grad(), hf_attention(self.session.model):
             logits = self.session.step_fn(batch)()
         self.session.kv.next_slot += 1
         return logits

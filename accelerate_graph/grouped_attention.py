@@ -9,7 +9,8 @@ than one token (the prompt) and features this form does not cover fall back to H
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -54,12 +55,16 @@ def register() -> None:
     AttentionMaskInterface.register(GROUPED, sdpa_mask)
 
 
+def _configs_using(model: torch.nn.Module, name: str) -> list:
+    configs = [model.config, *(getattr(model.config, sub, None) for sub in ("text_config", "decoder"))]
+    return [c for c in configs if c is not None and getattr(c, "_attn_implementation", None) == name]
+
+
 def use_grouped_attention(model: torch.nn.Module) -> Callable[[], None]:
     """Switch a model loaded with sdpa to the grouped decode attention (its config and text/decoder
     sub-configs). Returns what switches it back."""
     register()
-    configs = [model.config, *(getattr(model.config, name, None) for name in ("text_config", "decoder"))]
-    switched = [c for c in configs if c is not None and getattr(c, "_attn_implementation", None) == "sdpa"]
+    switched = _configs_using(model, "sdpa")
     for config in switched:
         config._attn_implementation = GROUPED
 
@@ -68,3 +73,17 @@ def use_grouped_attention(model: torch.nn.Module) -> Callable[[], None]:
             config._attn_implementation = "sdpa"
 
     return undo
+
+
+@contextmanager
+def hf_attention(model: torch.nn.Module) -> Iterator[None]:
+    """HF's own sdpa for the duration, where grouped attention was switched on: the reference that
+    `verify` compares replays against is the model as loaded, not our attention."""
+    switched = _configs_using(model, GROUPED)
+    for config in switched:
+        config._attn_implementation = "sdpa"
+    try:
+        yield
+    finally:
+        for config in switched:
+            config._attn_implementation = GROUPED

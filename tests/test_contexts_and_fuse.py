@@ -166,3 +166,23 @@ def test_bench_fused_contender_uses_grouped_attention_and_leaves_the_plan_step_a
         assert not getattr(tensor, "_dynamo_weak_dynamic_indices", None)
     rows = verify_graphs(fused, steps=4, prompt_len=6)
     assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+
+
+def test_verify_compares_grouped_attention_against_hfs_own_sdpa():
+    model = tiny("llama")
+    use_grouped_attention(model)
+    session = DecodeSession(model, 2, 64)
+    graphs = capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=(16,))
+    seen = []
+    original = session.step_fn
+
+    def spying_step_fn(batch, context=None):
+        seen.append(model.config._attn_implementation)
+        return original(batch, context)
+
+    session.step_fn = spying_step_fn
+    session.prefill(torch.randint(0, 256, (2, 6)))
+    graphs.eager(torch.tensor([1, 2]), torch.tensor([6, 6]))
+    assert seen == ["sdpa"] and model.config._attn_implementation == "cugraph_grouped"
+    rows = verify_graphs(graphs, steps=6, prompt_len=6)
+    assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
