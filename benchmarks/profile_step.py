@@ -18,6 +18,7 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from accelerate_graph import fused_step
 from accelerate_graph.pipeline import CaptureRequest, prepare
 
 CLASSES = (  # first match wins; names as cuBLAS, PyTorch and triton print them
@@ -77,11 +78,13 @@ def main() -> None:
     args = parser.parse_args()
     batches = tuple(int(b) for b in args.batches.split(","))
     ways = (
-        ("graph: HF sdpa", "sdpa", False),
-        ("fused: grouped", "grouped", True),  # what `capture --fuse` and bench's `fused` run
+        ("graph: HF sdpa", "sdpa", False, False),
+        ("fused: grouped", "grouped", True, False),  # what `capture --fuse` and bench's `fused` run
+        ("fused: frozen", "grouped", True, True),  # the same with inductor's freezing (merged projections)
     )
     results = []
-    for label, attn, fuse in ways:
+    for label, attn, fuse, freeze in ways:
+        fused_step.FREEZE = freeze
         request = CaptureRequest(
             model=args.model, buckets=batches, attn=attn, fuse=fuse, max_cache_len=args.cache, prompt_len=args.prompt
         )

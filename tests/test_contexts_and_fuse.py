@@ -186,3 +186,30 @@ def test_verify_compares_grouped_attention_against_hfs_own_sdpa():
     assert seen == ["sdpa"] and model.config._attn_implementation == "cugraph_grouped"
     rows = verify_graphs(graphs, steps=6, prompt_len=6)
     assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+
+
+@pytest.mark.parametrize("freeze", [False, True])
+def test_freezing_is_what_merges_the_projections(monkeypatch, freeze):
+    """With fused_step.FREEZE, inductor folds the weights and merges q/k/v and gate/up into one matmul
+    each (two splits per layer); without it, none. torch.compile(options=...) alone never froze them."""
+    import torch._inductor.config as inductor_config
+
+    from accelerate_graph import fused_step
+
+    splits = []
+
+    def count_splits(graph) -> None:
+        splits.append(sum(node.target is torch.ops.aten.split_with_sizes.default for node in graph.nodes))
+
+    monkeypatch.setattr(fused_step, "FREEZE", freeze)
+    torch._dynamo.reset()
+    session = DecodeSession(tiny("qwen2"), 2, 64)
+    session.fused = FusedForward(session.model)
+    settings = {  # concat-linear is off by default on the CPU only; the custom pass bypasses the cache
+        "cpp.enable_concat_linear": True,
+        "post_grad_custom_post_pass": count_splits,
+        "force_disable_caches": True,
+    }
+    with inductor_config.patch(settings), torch.no_grad():
+        session.capture_step(2, 32)()
+    assert splits == [2 * 2 if freeze else 0]  # 2 layers x (q/k/v, gate/up)
