@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue 6 on the GPU. Part a: the GPU tests of what changed. Part b (the final run, one device call
-# under its 10-minute limit): kernels per step (benchmarks/profile_step.py), the Qwen2.5-0.5B bench
-# (eager, graph, fused, compile at cache lengths 1024 and 4096), then Llama-3.2-1B graph vs fused in the time left.
+# Issue 6 on the GPU. Part a: the GPU tests of what changed. Part b (one device call under its
+# 10-minute limit): the fused path's GPU tests, kernels per step (benchmarks/profile_step.py: HF's step,
+# fused, fused with freezing), the Qwen2.5-0.5B bench (graph, fused, compile at cache lengths 1024 and
+# 4096), then Llama-3.2-1B graph vs fused in the time left.
 # Usage on the device machine: OUT=/some/dir bash benchmarks/issue6_gpu.sh a|b
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,9 @@ if [ "${1:-b}" = a ]; then
   timeout "$(left)" python3 -m pytest -m cuda -q -p no:cacheprovider -rf --durations=5 tests/test_gpu.py \
     tests/test_gpu_fused.py tests/test_gpu_reliability.py tests/test_gpu_regions.py 2>&1 | tee "$OUT/gpu-tests.log" | tail -n 12
 else
+  echo "== GPU tests of the fused path"
+  timeout 150 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/test_gpu_fused.py 2>&1 \
+    | tee "$OUT/gpu-tests-fused.log" | tail -n 4
   echo "== kernels per step"
   timeout 110 python3 benchmarks/profile_step.py qwen2.5-0.5b --batches 1,32 --json "$OUT/profile.json" 2>&1 \
     | tee "$OUT/profile.log" | grep -E "kernels|failed" | tail -n 8
