@@ -23,9 +23,9 @@ from torch._dynamo.utils import counters
 from .compiled_step import recompile_headroom
 
 # Freezing folds the weights into constants, which lets inductor merge the q/k/v and the gate/up
-# projections into one matmul each (72 fewer matmul kernels per step for Qwen2.5-0.5B: seen on the
-# CPU), at the cost of a second copy of the merged weights. Off until measured on a GPU: the fused
-# numbers in docs/PERF.md were taken without it.
+# projections into one matmul each (3 fewer per layer, 72 per step for Qwen2.5-0.5B; the merge was
+# seen on the CPU), at the cost of a second copy of the merged weights. Off until measured on a GPU:
+# the fused numbers in docs/PERF.md were taken without it.
 FREEZE = False
 
 
