@@ -95,31 +95,23 @@ class DecodeSession:
             out = (runner or self.model)(
                 input_ids=input_ids[:batch],
                 position_ids=position_ids[:batch],
-                attention_mask=attention_mask[:batch, : context or self.max_cache_len]
-                if self.kv.allocated
-                else attention_mask[:batch],
+                attention_mask=attention_mask[:batch, : self.kv.slots(context)],
                 **kwargs,
             )
         return out.logits[:, -1, :]
 
-    def step_fn(self, batch: int, context: int | None = None) -> Step:
+    def step_fn(self, batch: int, context: int | None = None, runner=None) -> Step:
         """The decode step for `batch` rows over the first `context` cache slots, reading only the static
-        buffers: what a graph captures. The write slot must lie below `context`."""
+        buffers, by the model or `runner`. The write slot must lie below `context`."""
 
         def step() -> torch.Tensor:
-            return self.forward(batch, self.input_ids, self.position_ids, self.attention_mask, context)
+            return self.forward(batch, self.input_ids, self.position_ids, self.attention_mask, context, runner)
 
         return step
 
     def capture_step(self, batch: int, context: int | None = None) -> Step:
         """What a graph records: the step of `step_fn`, through the compiled forward under --fuse."""
-        if self.fused is None:
-            return self.step_fn(batch, context)
-
-        def step() -> torch.Tensor:
-            return self.forward(batch, self.input_ids, self.position_ids, self.attention_mask, context, self.fused)
-
-        return step
+        return self.step_fn(batch, context, self.fused)
 
     def load_inputs(self, bucket: int, tokens: torch.Tensor, positions: torch.Tensor) -> None:
         """Write a batch's next tokens and positions ([b] each) into the buffers, padding up to `bucket`."""

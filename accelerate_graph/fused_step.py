@@ -1,11 +1,12 @@
 """Fused mode (`capture --fuse`): the decode step compiled by inductor, without inductor's own CUDA
 graphs, then captured by us like any other step: same buckets, shared pool, plan and `verify`.
 
-Inductor fuses the step's ~1,200 small kernels into ~520 (measured on the H200). One compilation serves every graph: the batch and context dimensions are marked dynamic (the batch
-one unbacked, so size 1 is not special-cased; a spare cache slot keeps every cache view's strides
-alike), so the first capture compiles and the rest reuse its kernels. Its caches
-live in a folder next to the plan (TORCHINDUCTOR_CACHE_DIR), so `verify` and `bench` in a new
-process load the kernels instead of compiling them again.
+Inductor fuses the step's ~1,200 small kernels into ~520 (measured on the H200). One compilation
+serves every graph: the batch and context dimensions are marked dynamic (the batch one unbacked, so
+size 1 is not special-cased; a spare cache slot keeps every cache view's strides alike), so the first
+capture compiles and the rest reuse its kernels. Inductor's caches live in a folder next to the plan
+(TORCHINDUCTOR_CACHE_DIR), so `verify` and `bench` in a new process reuse its compiled kernels
+(dynamo's tracing still runs again).
 """
 
 from __future__ import annotations

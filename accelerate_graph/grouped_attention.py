@@ -60,30 +60,32 @@ def _configs_using(model: torch.nn.Module, name: str) -> list:
     return [c for c in configs if c is not None and getattr(c, "_attn_implementation", None) == name]
 
 
-def use_grouped_attention(model: torch.nn.Module) -> Callable[[], None]:
-    """Switch a model loaded with sdpa to the grouped decode attention (its config and text/decoder
-    sub-configs). Returns what switches it back."""
-    register()
-    switched = _configs_using(model, "sdpa")
+def _switch(model: torch.nn.Module, old: str, new: str) -> Callable[[], None]:
+    """Every config of the model (its own, text and decoder) using attention `old` now uses `new`.
+    Returns what switches them back."""
+    switched = _configs_using(model, old)
     for config in switched:
-        config._attn_implementation = GROUPED
+        config._attn_implementation = new
 
     def undo() -> None:
         for config in switched:
-            config._attn_implementation = "sdpa"
+            config._attn_implementation = old
 
     return undo
+
+
+def use_grouped_attention(model: torch.nn.Module) -> Callable[[], None]:
+    """Switch a model loaded with sdpa to the grouped decode attention. Returns what switches it back."""
+    register()
+    return _switch(model, "sdpa", GROUPED)
 
 
 @contextmanager
 def hf_attention(model: torch.nn.Module) -> Iterator[None]:
     """HF's own sdpa for the duration, where grouped attention was switched on: the reference that
     `verify` compares replays against is the model as loaded, not our attention."""
-    switched = _configs_using(model, GROUPED)
-    for config in switched:
-        config._attn_implementation = "sdpa"
+    undo = _switch(model, GROUPED, "sdpa")
     try:
         yield
     finally:
-        for config in switched:
-            config._attn_implementation = GROUPED
+        undo()

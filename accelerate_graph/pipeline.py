@@ -160,8 +160,7 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         backend = backend_for(device, emulate=request.emulate)
         backend_name = backend.name
         if request.fuse:
-            use_cache_dir(request.inductor_cache)
-            session.fused = FusedForward(session.model)
+            _start_fusing(session, request)
         hooks.bucket_count(len(buckets) * len(contexts))
         islands = [session.model.get_submodule(path) for path in decision.regions.islands]
         cap = int(request.max_memory_mib * 2**20) if request.max_memory_mib is not None else None
@@ -209,6 +208,12 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
     return Prepared(loaded, plan, graphs, session, notes, decision.hazards, compile_seconds)
 
 
+def _start_fusing(session: DecodeSession, request: CaptureRequest) -> None:
+    """From now on captures record the inductor-compiled step, its kernels kept where the request says."""
+    use_cache_dir(request.inductor_cache)
+    session.fused = FusedForward(session.model)
+
+
 def capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:
     """Graphs of our best mode on an already prepared session (bench's `fused` contender): the step
     compiled by inductor, with grouped-query decode attention where the plan uses sdpa, over the plan's
@@ -220,8 +225,7 @@ def capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:
             f"--fuse compiles the whole step into one graph, but this plan is {plan.mode}.",
             "Leave fused out of --compare for this model.",
         )
-    use_cache_dir(request.inductor_cache)
-    session.fused = FusedForward(session.model)
+    _start_fusing(session, request)
     backend = backend_for(session.device, emulate=request.emulate)
     undo = use_grouped_attention(session.model) if plan.attn == "sdpa" else (lambda: None)
     try:  # graphs keep the kernels they recorded: switching the attention back changes none of them

@@ -139,12 +139,19 @@ class SharedStaticCache:
                 )
         self.allocated = True
 
+    def slots(self, context: int | None = None) -> int:
+        """The slots a step attends: `context`, by default all but the spare; before allocation the whole
+        storage, which the first forward allocates."""
+        if not self.allocated:
+            return self.storage_len
+        return context or self.max_cache_len
+
     def view(self, batch: int, context: int | None = None) -> StaticCache:
-        """A cache whose layers are views of rows [:batch] and slots [:context] (default: all but the
-        spare); positions are shared. Before allocation, the cache itself (its first forward allocates)."""
+        """A cache whose layers are views of rows [:batch] and slots [:self.slots(context)]; positions
+        are shared. Before allocation, the cache itself (its first forward allocates)."""
         if not self.allocated:
             return self.cache
-        context = context or self.max_cache_len
+        context = self.slots(context)
         if (batch, context) not in self._views:
             view = copy.copy(self.cache)
             view.layers = [self._layer_view(layer, batch, context) for layer in self.cache.layers]

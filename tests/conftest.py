@@ -22,6 +22,13 @@ TINY_CONFIGS = {
 }
 
 
+def tiny_decoder(model_type: str, **overrides) -> torch.nn.Module:
+    """A tiny random model of `model_type` in SMALL_DECODER's shape (with `overrides`), sdpa attention."""
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(model_type, **{**SMALL_DECODER, **overrides})
+    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+
+
 def save_tiny_model(model_type: str, folder) -> str:
     torch.manual_seed(0)
     config = AutoConfig.for_model(model_type, **TINY_CONFIGS[model_type])

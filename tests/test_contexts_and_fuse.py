@@ -8,8 +8,7 @@ tests (tests/test_gpu_fused.py) prove the compiled step replays correctly.
 
 import pytest
 import torch
-from conftest import SMALL_DECODER
-from transformers import AutoConfig, AutoModelForCausalLM
+from conftest import tiny_decoder
 from typer.testing import CliRunner
 
 from accelerate_graph.backends import EmulatedBackend
@@ -23,12 +22,6 @@ from accelerate_graph.pipeline import CaptureRequest, prepare
 from accelerate_graph.plan import read_plan
 from accelerate_graph.verify import verify_graphs
 from cli.main import app
-
-
-def tiny(model_type="qwen2", **overrides):
-    torch.manual_seed(0)
-    config = AutoConfig.for_model(model_type, **{**SMALL_DECODER, **overrides})
-    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
 
 
 def test_context_bucket_lists():
@@ -45,7 +38,7 @@ def test_context_bucket_lists():
 
 
 def test_context_buckets_verify_across_every_boundary():
-    session = DecodeSession(tiny(), 4, 64)
+    session = DecodeSession(tiny_decoder("qwen2"), 4, 64)
     graphs = capture_decode_graphs(session, EmulatedBackend(), (1, 2, 4), contexts=(16, 32))
     assert set(graphs.graphs) == {(b, c) for b in (1, 2, 4) for c in (16, 32, 64)}
     rows = verify_graphs(graphs, steps=8, prompt_len=6)
@@ -55,7 +48,7 @@ def test_context_buckets_verify_across_every_boundary():
 
 def test_a_context_graph_never_reads_slots_past_its_bucket():
     """NaN in slots 16 and later: the full-cache step reads them (NaN logits); the 16-slot graph must not."""
-    session = DecodeSession(tiny(), 2, 64)
+    session = DecodeSession(tiny_decoder("qwen2"), 2, 64)
     graphs = capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=(16,))
     session.prefill(torch.randint(0, 256, (2, 6)))
     for layer in session.kv.layers:
@@ -70,7 +63,7 @@ def test_a_context_graph_never_reads_slots_past_its_bucket():
 
 
 def test_a_full_cache_is_refused_before_any_replay():
-    session = DecodeSession(tiny(), 2, 32)
+    session = DecodeSession(tiny_decoder("qwen2"), 2, 32)
     graphs = capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=(16,))
     session.kv.rewind(32)
     with pytest.raises(ReplaySafetyError, match="the cache is full: the next token would go to slot 32 of 32"):
@@ -80,7 +73,7 @@ def test_a_full_cache_is_refused_before_any_replay():
 def test_debug_catches_a_write_slot_moved_behind_the_sessions_back():
     from accelerate_graph import debug
 
-    session = DecodeSession(tiny(), 2, 32)
+    session = DecodeSession(tiny_decoder("qwen2"), 2, 32)
     graphs = capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=(16,))
     session.prefill(torch.randint(0, 256, (2, 4)))
     debug.set_debug(True)
@@ -95,7 +88,7 @@ def test_debug_catches_a_write_slot_moved_behind_the_sessions_back():
 
 @pytest.mark.parametrize("kv_heads", [1, 2, 4])  # multi-query, grouped, plain multi-head
 def test_grouped_decode_attention_matches_sdpa(kv_heads):
-    model = tiny("llama", num_key_value_heads=kv_heads)
+    model = tiny_decoder("llama", num_key_value_heads=kv_heads)
     session = DecodeSession(model, 2, 64)
     prompt = torch.randint(0, 256, (2, 9))
     expected = []
@@ -115,7 +108,7 @@ def test_grouped_decode_attention_matches_sdpa(kv_heads):
 
 def test_fused_step_compiles_once_for_every_batch_and_context():
     torch._dynamo.reset()  # compilations of earlier tests share HF's code objects: count only ours
-    session = DecodeSession(tiny(), 4, 64)
+    session = DecodeSession(tiny_decoder("qwen2"), 4, 64)
     session.fused = FusedForward(session.model, backend="aot_eager")
     graphs = capture_decode_graphs(session, EmulatedBackend(), (1, 2, 4), contexts=(16, 32))
     assert len(graphs.graphs) == 9
@@ -125,7 +118,7 @@ def test_fused_step_compiles_once_for_every_batch_and_context():
 
 
 def test_fuse_is_refused_for_a_step_with_eager_islands(tmp_path):
-    model = tiny("falcon", num_kv_heads=2, new_decoder_architecture=True)
+    model = tiny_decoder("falcon", num_kv_heads=2, new_decoder_architecture=True)
     model.save_pretrained(tmp_path / "falcon")
     request = CaptureRequest(model=str(tmp_path / "falcon"), buckets=(1, 2), fuse=True, max_cache_len=32)
     with pytest.raises(CaptureError, match="--fuse compiles the whole step into one graph, but this plan is piecewise"):
@@ -169,7 +162,7 @@ def test_bench_fused_contender_uses_grouped_attention_and_leaves_the_plan_step_a
 
 
 def test_verify_compares_grouped_attention_against_hfs_own_sdpa():
-    model = tiny("llama")
+    model = tiny_decoder("llama")
     use_grouped_attention(model)
     session = DecodeSession(model, 2, 64)
     graphs = capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=(16,))
@@ -203,7 +196,7 @@ def test_freezing_is_what_merges_the_projections(monkeypatch, freeze):
 
     monkeypatch.setattr(fused_step, "FREEZE", freeze)
     torch._dynamo.reset()
-    session = DecodeSession(tiny("qwen2"), 2, 64)
+    session = DecodeSession(tiny_decoder("qwen2"), 2, 64)
     session.fused = FusedForward(session.model)
     settings = {  # concat-linear is off by default on the CPU only; the custom pass bypasses the cache
         "cpp.enable_concat_linear": True,

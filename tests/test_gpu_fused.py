@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from test_contexts_and_fuse import tiny
+from conftest import tiny_decoder
 
 from accelerate_graph.backends import backend_for
 from accelerate_graph.capture import capture_decode_graphs
@@ -28,14 +28,14 @@ def capture_and_verify(model, fused: bool, dtype=torch.bfloat16):
 
 @pytest.mark.parametrize("attn", ["sdpa", "grouped"])
 def test_context_buckets_on_gpu(attn):
-    model = tiny("qwen2")
+    model = tiny_decoder("qwen2")
     if attn == "grouped":
         use_grouped_attention(model)
     capture_and_verify(model, fused=False)
 
 
 def test_fused_step_compiles_once_and_replays_like_eager():
-    model = tiny("llama")
+    model = tiny_decoder("llama")
     use_grouped_attention(model)  # what --fuse runs (HF's sdpa path failed to lower with a dynamic batch)
     session, graphs = capture_and_verify(model, fused=True)
     assert session.fused.graphs == 1 and len(graphs.graphs) == 9
@@ -48,7 +48,7 @@ def test_compile_contender_after_a_fused_capture_compiles_whole():
     from accelerate_graph.compiled_step import compile_step, mark_step_begin
 
     torch._dynamo.reset()
-    model = tiny("llama").to(GPU, torch.bfloat16)
+    model = tiny_decoder("llama").to(GPU, torch.bfloat16)
     session = DecodeSession(model, 4, 64)
     undo = use_grouped_attention(model)
     session.fused = FusedForward(model)

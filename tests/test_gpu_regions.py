@@ -2,9 +2,8 @@
 
 import pytest
 import torch
-from conftest import SMALL_DECODER
+from conftest import tiny_decoder
 from test_regions import ConstantScaledNorm, HostConstantNorm, HostReadingNorm
-from transformers import AutoConfig, AutoModelForCausalLM
 
 from accelerate_graph.backends import backend_for
 from accelerate_graph.capture import capture_decode_graphs
@@ -28,9 +27,7 @@ def decide_capture_verify(model, buckets=(1, 2, 4), steps=10):
 
 
 def tiny(model_type, dtype=torch.bfloat16, **overrides):
-    torch.manual_seed(0)
-    config = AutoConfig.for_model(model_type, **{**SMALL_DECODER, **overrides})
-    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").to(GPU, dtype)
+    return tiny_decoder(model_type, **overrides).to(GPU, dtype)
 
 
 def test_host_sync_islands_replay_on_gpu(tiny_model_dir):
