@@ -229,8 +229,9 @@ def _bench_fused(
         info.notes.append(f"no fused row: inductor failed: {' '.join(str(err).split())[:300]}")
         return []
     info.notes.append(
-        f"fused: inductor compiled the step once for every bucket in {prepared.session.fused.compile_seconds:.1f} s "
-        f"({prepared.session.fused.graphs} graph(s)); its capture column includes it"
+        f"fused: inductor compiled the decoder layers in {prepared.session.fused.compile_seconds:.1f} s "
+        f"({prepared.session.fused.graphs} graph(s), {prepared.session.fused.recompiles} recompilation(s)); "
+        "the fused setup column includes it"
     )
     rows = []
     for bucket in plan.buckets:

@@ -1,12 +1,16 @@
-"""Fused mode (`capture --fuse`): the decode step compiled by inductor, without inductor's own CUDA
-graphs, then captured by us like any other step: same buckets, shared pool, plan and `verify`.
+"""Fused mode (`capture --fuse`): the decoder layers compiled by inductor, without inductor's own CUDA
+graphs, then the whole step captured by us like any other: same buckets, shared pool, plan, `verify`.
 
-Inductor fuses the step's ~1,200 small kernels into ~520 (measured on the H200). One compilation
-serves every graph: the batch and context dimensions are marked dynamic (the batch one unbacked, so
-size 1 is not special-cased; a spare cache slot keeps every cache view's strides alike), so the first
-capture compiles and the rest reuse its kernels. Inductor's caches live in a folder next to the plan
-(TORCHINDUCTOR_CACHE_DIR), so `verify` and `bench` in a new process reuse its compiled kernels
-(dynamo's tracing still runs again).
+Regional compilation: every decoder layer runs one compiled function (inductor's kernels for one
+layer, fed each layer's weights and cache as inputs), so dynamo traces one layer, not 24: the whole
+Qwen2.5-0.5B step took ~40 s to compile on the H200, its layer ~19 s for both batch classes. What runs
+between the layers (embedding, rotary tables, mask, final norm, lm_head: ~10-30 small kernels) stays
+eager inside our graph: compiling it too saved ~10 kernels and cost ~6 s per batch class (H200).
+
+Two compilations per layer class serve every graph: one for batch 1 (static shapes; its projections
+become GEMV kernels, gemv_lowering.py) and one for every larger batch (batch and context dimensions
+dynamic; a spare cache slot keeps every cache view's strides alike). Inductor's caches live in a folder
+next to the plan (TORCHINDUCTOR_CACHE_DIR), so `verify` and `bench` in a new process reuse its kernels.
 """
 
 from __future__ import annotations
@@ -22,16 +26,12 @@ import torch._inductor.config as inductor_config
 from torch._dynamo.utils import counters
 
 from .compiled_step import recompile_headroom
+from .errors import CaptureError
+from .gemv_lowering import gemv_at_batch_1
 
-# Freezing folds the weights into constants, which lets inductor merge the q/k/v and the gate/up
-# projections into one matmul each (3 fewer per layer, 72 per step for Qwen2.5-0.5B; the merge was
-# seen on the CPU), at the cost of a second copy of the merged weights. Off until measured on a GPU:
-# the fused numbers in docs/PERF.md were taken without it.
-FREEZE = False
-
-
-def inductor_options() -> dict:
-    return {"triton.cudagraphs": False, "freezing": FREEZE}  # our graphs, not inductor's
+# Batch 1 compiles its projections to GEMV kernels (gemv_lowering.py). A switch so that
+# benchmarks/profile_step.py can measure the step without them.
+GEMV_AT_BATCH_1 = True
 
 
 def inductor_cache_dir(plan_path: Path | str) -> Path:
@@ -47,66 +47,133 @@ def use_cache_dir(folder: Path | str | None) -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(folder).resolve())
 
 
-def _mark_dynamic(tensor: torch.Tensor, *dims: int) -> None:
-    for dim in dims:
-        torch._dynamo.maybe_mark_dynamic(tensor, dim)
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The model's decoder layers: the first module list as long as the config's layer count."""
+    count = getattr(model.config.get_text_config(), "num_hidden_layers", None)
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and count and len(module) == count:
+            return module
+    raise CaptureError(
+        f"--fuse compiles the decoder layers, and {type(model).__name__} has no list of "
+        f"{count} layers (its config's num_hidden_layers).",
+        "Drop --fuse: the plain graph still removes the launch overhead.",
+    )
 
 
-def _mark_batch(tensor: torch.Tensor) -> None:
-    """The batch dimension as an unbacked size: a backed one is specialised at 1 (a copy's overlap
-    check guards `2 <= batch`), which would make batch 1 a second compilation."""
-    torch._dynamo.decorators.mark_unbacked(tensor, 0)
+def _one_layer_cache(cache, index: int):
+    """The cache as layer `index` alone sees it, as layer 0 of a one-layer cache over new tensor objects
+    of the same memory: every layer then passes the same guards (and carries its own size marks)."""
+    one = copy.copy(cache)
+    layer = copy.copy(cache.layers[index])
+    layer.keys, layer.values = layer.keys[:], layer.values[:]
+    one.layers = [layer]
+    return one
 
 
-def _fresh_views(cache):
-    """The same cache over new tensor objects of the same memory (the write position is shared)."""
-    fresh = copy.copy(cache)
-    fresh.layers = []
-    for layer in cache.layers:
-        clone = copy.copy(layer)
-        clone.keys, clone.values = layer.keys[:], layer.values[:]
-        fresh.layers.append(clone)
-    return fresh
+@contextlib.contextmanager
+def _as_layer_zero(layer: torch.nn.Module):
+    """HF's attention passes its `layer_idx` to the cache, and dynamo specialises on that int: 24
+    compilations. Under the one-layer cache every layer is layer 0, for the duration of the call."""
+    indexed = [(m, m.layer_idx) for m in layer.modules() if isinstance(getattr(m, "layer_idx", None), int)]
+    for module, _ in indexed:
+        module.layer_idx = 0
+    try:
+        yield
+    finally:
+        for module, index in indexed:
+            module.layer_idx = index
+
+
+def _mark_sizes(args: tuple, kwargs: dict, batch: int) -> tuple[tuple, dict]:
+    """Fresh views of a region's tensor inputs, their batch and context dimensions marked dynamic:
+    dynamo reads marks from tensor objects, and the session's own (the compile contender's) stay clean."""
+
+    def fresh(value):
+        if isinstance(value, torch.Tensor):
+            view = value[:]
+            if view.dim() and view.shape[0] == batch:
+                torch._dynamo.maybe_mark_dynamic(view, 0)
+            return view
+        if isinstance(value, tuple):
+            return tuple(fresh(v) for v in value)
+        return value
+
+    args = tuple(fresh(a) for a in args)
+    kwargs = {k: fresh(v) for k, v in kwargs.items()}
+    mask = kwargs.get("attention_mask")
+    if isinstance(mask, torch.Tensor) and mask.dim():
+        torch._dynamo.maybe_mark_dynamic(mask, mask.dim() - 1)  # [b, 1, q, C]
+    for name in ("cache", "past_key_values"):
+        for layer in getattr(kwargs.get(name), "layers", ()):
+            for tensor in (layer.keys, layer.values):  # [b, H, C, d]
+                torch._dynamo.maybe_mark_dynamic(tensor, 0)
+                torch._dynamo.maybe_mark_dynamic(tensor, 2)
+    return args, kwargs
 
 
 class FusedForward:
-    """Calls the model through inductor; counts the time and graphs spent compiling."""
+    """Calls the model with its decoder layers compiled by inductor; counts the time and graphs spent
+    compiling, and the compilations beyond the first of each batch class (recompilations)."""
 
     def __init__(self, model: torch.nn.Module, backend: str = "inductor"):
+        self.model = model
         self.backend = backend
-        self.compiled = torch.compile(model, backend=backend, dynamic=None)
+        self.layers = decoder_layers(model)
+        self._compiled: dict[type, object] = {}  # one compiled forward per layer class
+        self._classes_done: set[bool] = set()  # batch classes (batch 1 or not) compiled so far
         self.compile_seconds = 0.0
-        self.graphs = 0  # FX graphs dynamo made (more than one: graph breaks or recompilations)
+        self.graphs = 0  # FX graphs dynamo made
+        self.recompiles = 0  # compilations in a call whose batch class had compiled already
 
-    def _settings(self):
-        """Inductor's settings for our compilation only. Patched around the call, not passed as
-        torch.compile(options=...): freezing is decided before those options apply (with torch 2.13
-        the weights stayed graph inputs and no projection was merged)."""
+    def _compiled_forward(self, layer: torch.nn.Module):
+        kind = type(layer)
+        if kind not in self._compiled:
+            self._compiled[kind] = torch.compile(kind.forward, backend=self.backend, dynamic=None)
+        return self._compiled[kind]
+
+    def _layer_forward(self, layer: torch.nn.Module, index: int, batch: int):
+        """Layer `index`'s forward through its class's compiled forward, over its one-layer cache."""
+        compiled = self._compiled_forward(layer)
+
+        def forward(*args, **kwargs):
+            name = next((k for k in kwargs if k in ("cache", "past_key_values")), None)
+            if name is not None and kwargs[name] is not None:
+                kwargs[name] = _one_layer_cache(kwargs[name], index)
+            args, kwargs = _mark_sizes(args, kwargs, batch)
+            with _as_layer_zero(layer):
+                return compiled(layer, *args, **kwargs)
+
+        return forward
+
+    def _settings(self, batch: int):
+        """Inductor's settings for our compilation only, patched around the call (options passed to
+        torch.compile apply too late for some, e.g. freezing, seen with torch 2.13)."""
         if self.backend != "inductor":
             return contextlib.nullcontext()
-        return inductor_config.patch(inductor_options())
+        stack = contextlib.ExitStack()
+        # our graphs, not inductor's; no padding of matmuls, whose pass guarded on the context length
+        # (`17 <= context`: a recompilation for a 16-slot bucket, seen on the H200)
+        stack.enter_context(inductor_config.patch({"triton.cudagraphs": False, "shape_padding": False}))
+        stack.enter_context(gemv_at_batch_1(GEMV_AT_BATCH_1 and batch == 1))
+        return stack
 
-    def __call__(self, *, input_ids, position_ids, attention_mask, **kwargs):
-        # Dynamo reads its size marks from the tensor objects: mark fresh views, never the session's
-        # own buffers and cache views, which the torch.compile contender later compiles with static shapes.
-        input_ids, position_ids, attention_mask = (t[:] for t in (input_ids, position_ids, attention_mask))
-        for tensor in (input_ids, position_ids, attention_mask):
-            _mark_batch(tensor)
-        _mark_dynamic(attention_mask, 1)  # [b, C]
-        name = next(k for k in kwargs if k in ("cache", "past_key_values"))
-        kwargs[name] = _fresh_views(kwargs[name])
-        for layer in kwargs[name].layers:
-            _mark_batch(layer.keys)  # [b, H, C, d]
-            _mark_batch(layer.values)
-            _mark_dynamic(layer.keys, 2)
-            _mark_dynamic(layer.values, 2)
+    def __call__(self, *, input_ids, **kwargs):
+        batch = input_ids.shape[0]
+        for index, layer in enumerate(self.layers):  # for this call only: eager runs stay eager
+            layer.forward = self._layer_forward(layer, index, batch)
         before = counters["stats"]["unique_graphs"]
         start = time.perf_counter()
-        # every batch and context bucket reuses the graph compiled for the first (the largest)
-        with recompile_headroom(64), torch.no_grad(), self._settings():
-            out = self.compiled(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, **kwargs)
+        try:
+            with recompile_headroom(64), torch.no_grad(), self._settings(batch):
+                out = self.model(input_ids=input_ids, **kwargs)
+        finally:
+            for layer in self.layers:
+                del layer.forward
         made = counters["stats"]["unique_graphs"] - before
         if made:
             self.graphs += made
             self.compile_seconds += time.perf_counter() - start
+            if (batch == 1) in self._classes_done:
+                self.recompiles += made
+        self._classes_done.add(batch == 1)
         return out

@@ -150,7 +150,7 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
 
     if request.fuse and mode != "full":
         raise CaptureError(
-            f"--fuse compiles the whole step into one graph, but this plan is {mode}: {decision.regions.reason}",
+            f"--fuse captures the whole step as one graph around its compiled layers, but this plan is {mode}: {decision.regions.reason}",
             "Drop --fuse: graph segments around the eager islands still remove the launch overhead.",
         )
     graphs = None
@@ -165,9 +165,9 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         islands = [session.model.get_submodule(path) for path in decision.regions.islands]
         cap = int(request.max_memory_mib * 2**20) if request.max_memory_mib is not None else None
         graphs = capture_decode_graphs(session, backend, buckets, hooks.captured, islands, cap, contexts)
-        if session.fused is not None and session.fused.graphs > 1:
+        if session.fused is not None and session.fused.recompiles:
             notes.append(
-                f"inductor compiled the step {session.fused.graphs} times (one was expected): a shape it "
+                f"inductor recompiled the layers {session.fused.recompiles} time(s) for shapes it had "
                 "specialised on; the capture time includes each."
             )
         if graphs.dropped:
@@ -222,7 +222,7 @@ def capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:
     plan, session = prepared.plan, prepared.session
     if plan.mode != "full":
         raise CaptureError(
-            f"--fuse compiles the whole step into one graph, but this plan is {plan.mode}.",
+            f"--fuse captures the whole step as one graph around its compiled layers, but this plan is {plan.mode}.",
             "Leave fused out of --compare for this model.",
         )
     _start_fusing(session, request)

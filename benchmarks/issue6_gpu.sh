@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Issue 6 on the GPU. Part a: the GPU tests of what changed. Part b (one device call under its
-# 10-minute limit): the fused path's GPU tests, kernels per step (benchmarks/profile_step.py: HF's step,
-# fused, fused with freezing), the Qwen2.5-0.5B bench (graph, fused, compile at cache lengths 1024 and
-# 4096), then Llama-3.2-1B graph vs fused in the time left.
-# Usage on the device machine: OUT=/some/dir bash benchmarks/issue6_gpu.sh a|b
+# Issue 6 on the GPU, each part one device call under its 10-minute limit.
+#   probe: the fused GPU test's recompilations (logged), kernels per step (benchmarks/profile_step.py: HF's step, fused, fused without batch 1's GEMV
+#          lowering), a quick graph-vs-fused bench at cache 1024, then every cuda-marked test.
+#   final: the fused path's GPU tests, the Qwen2.5-0.5B bench (graph, fused, torch.compile reduce-overhead at cache lengths 1024
+#          and 4096, buckets 1/8/16/32), then Llama-3.2-1B graph vs fused in the time left.
+# Usage on the device machine: OUT=/some/dir bash benchmarks/issue6_gpu.sh probe|final
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-220} TRANSFORMERS_VERBOSITY=error
@@ -12,20 +13,32 @@ mkdir -p "$OUT"
 export TORCHINDUCTOR_CACHE_DIR="$OUT/inductor-cache"  # cold: nothing compiled before this run
 DEADLINE=${DEADLINE:-560}  # seconds for the whole script
 left() { echo $((DEADLINE - SECONDS)); }
-table() { grep -E "^note|^error" "$1" | head -n 12; sed -n '/decode step, cache length/,/x floor:/p' "$1"; }
+table() { grep -E "^note|^error|fused:" "$1" | head -n 12; sed -n '/decode step, cache length/,/x floor:/p' "$1"; }
 
-if [ "${1:-b}" = a ]; then
-  timeout "$(left)" python3 -m pytest -m cuda -q -p no:cacheprovider -rf --durations=5 tests/test_gpu.py \
-    tests/test_gpu_fused.py tests/test_gpu_reliability.py tests/test_gpu_regions.py 2>&1 | tee "$OUT/gpu-tests.log" | tail -n 12
+if [ "${1:-final}" = probe ]; then
+  echo "== recompilations of the fused GPU test"
+  TORCH_LOGS=recompiles timeout 90 python3 -m pytest -m cuda -q -s -p no:cacheprovider -rf tests/test_gpu_fused.py \
+    -k compile_once 2>&1 | tee "$OUT/recompiles.log" | grep -E "^\s*- |passed|failed" | cut -c1-400 | tail -n 12
+  echo "== kernels per step"
+  timeout 170 python3 benchmarks/profile_step.py qwen2.5-0.5b --batches 1,32 --ways "${WAYS:-fused}" \
+    --json "$OUT/profile.json" 2>&1 \
+    | tee "$OUT/profile.log" | grep -E "kernels|failed" | tail -n 12
+  echo "== qwen2.5-0.5b graph vs fused, cache 1024 ($(left) s left)"
+  rm -rf "$TORCHINDUCTOR_CACHE_DIR"
+  timeout 150 python3 -m cli bench qwen2.5-0.5b --compare graph,fused --buckets 1,8,16,32 --steps 50 --warmup 5 \
+    --json "$OUT/bench-probe.json" > "$OUT/bench-probe.log" 2>&1
+  echo "bench exit code $?"
+  table "$OUT/bench-probe.log"
+  echo "== every cuda-marked test ($(left) s left)"
+  timeout "$(( $(left) - 5 ))" python3 -m pytest -m cuda -q -p no:cacheprovider -rf --durations=8 tests 2>&1 \
+    | tee "$OUT/gpu-tests.log" | tail -n 16
 else
   echo "== GPU tests of the fused path"
-  timeout 150 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/test_gpu_fused.py 2>&1 \
-    | tee "$OUT/gpu-tests-fused.log" | tail -n 4
-  echo "== kernels per step"
-  timeout 110 python3 benchmarks/profile_step.py qwen2.5-0.5b --batches 1,32 --json "$OUT/profile.json" 2>&1 \
-    | tee "$OUT/profile.log" | grep -E "kernels|failed" | tail -n 8
+  timeout 100 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/test_gpu_fused.py 2>&1 \
+    | tee "$OUT/gpu-tests-fused.log" | tail -n 3
+  rm -rf "$TORCHINDUCTOR_CACHE_DIR"
   echo "== qwen2.5-0.5b ($(left) s left)"
-  timeout "$(( $(left) - 90 ))" python3 -m cli bench qwen2.5-0.5b --compare graph,fused,compile --buckets 1,8,16,32 \
+  timeout "$(( $(left) - 100 ))" python3 -m cli bench qwen2.5-0.5b --compare graph,fused,compile --buckets 1,8,16,32 \
     --context 1024,4096 --steps 50 --warmup 5 --json "$OUT/bench-qwen.json" --csv "$OUT/bench-qwen.csv" \
     --plot "$OUT/bench-qwen.png" > "$OUT/bench-qwen.log" 2>&1
   echo "bench exit code $?"

@@ -1,5 +1,6 @@
 """Kernels one decode step launches, by class, for each way of running it: HF's step (what `graph`
-captures), and compiled by inductor with grouped-query decode attention (what `fused` captures).
+captures), and its layers compiled by inductor with grouped-query decode attention (what `fused`
+captures), with and without batch 1's GEMV lowering.
 
 The step runs uncaptured under torch.profiler: a graph replays the same kernels, minus the launch
 gaps. Prints one table per (model, batch, cache slots); writes JSON to --json.
@@ -74,17 +75,18 @@ def main() -> None:
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--cache", type=int, default=1024)
     parser.add_argument("--prompt", type=int, default=128)
+    parser.add_argument("--ways", default="graph,fused,fused-cublas", help="which ways, in this order")
     parser.add_argument("--json")
     args = parser.parse_args()
     batches = tuple(int(b) for b in args.batches.split(","))
-    ways = (
-        ("graph: HF sdpa", "sdpa", False, False),
-        ("fused: grouped", "grouped", True, False),  # what `capture --fuse` and bench's `fused` run
-        ("fused: frozen", "grouped", True, True),  # the same with inductor's freezing (merged projections)
-    )
+    ways = {
+        "graph": ("graph: HF sdpa", "sdpa", False, True),
+        "fused": ("fused", "grouped", True, True),  # what `capture --fuse` and bench's `fused` run
+        "fused-cublas": ("fused, cuBLAS at 1", "grouped", True, False),  # without batch 1's GEMV kernels
+    }
     results = []
-    for label, attn, fuse, freeze in ways:
-        fused_step.FREEZE = freeze
+    for label, attn, fuse, gemv in (ways[name] for name in args.ways.split(",")):
+        fused_step.GEMV_AT_BATCH_1 = gemv
         request = CaptureRequest(
             model=args.model, buckets=batches, attn=attn, fuse=fuse, max_cache_len=args.cache, prompt_len=args.prompt
         )
@@ -102,7 +104,7 @@ def main() -> None:
                 found = profile_step(step, rewind)
                 results.append({"way": label, "batch": batch, "slots": slots, **found})
                 print(
-                    f"{args.model} {label:16s} batch {batch:3d} slots {slots:5d}: {found['kernels']:6.0f} kernels, "
+                    f"{args.model} {label:18s} batch {batch:3d} slots {slots:5d}: {found['kernels']:6.0f} kernels, "
                     f"{found['kernel_us']:8.1f} us of kernels | "
                     + ", ".join(f"{k} {v['kernels']:.0f}/{v['us']:.0f}us" for k, v in found["by_class"].items()),
                     flush=True,

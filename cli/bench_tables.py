@@ -57,7 +57,7 @@ def _columns(names: list[str]) -> list[str]:
     if "graph" in names:
         columns += ["capture\nms", "graph\nMiB"]
     if "fused" in names:
-        columns += ["fused\nsetup s"]  # compile + capture; the compile lands in the largest bucket
+        columns += ["fused\nsetup s"]  # compile + capture; each compilation lands in the first bucket needing it
     if "compile" in names:
         columns += ["compile\ns"]
     return columns
@@ -108,7 +108,21 @@ def step_table(report: BenchReport, context: int) -> Table:
         table.add_column(column, justify="right")
     for bucket in sorted({r.bucket for r in rows}):
         table.add_row(*_cells({r.contender: r for r in rows if r.bucket == bucket}, names))
+    if {"fused", "compile"} & set(names):
+        table.add_row(*_total_cells(rows, names), style="bold")
     return table
+
+
+def _total_cells(rows: list[BenchRow], names: list[str]) -> list[str]:
+    """'all': what setting up every bucket cost (fused: compile and capture; compile: its compilations)."""
+
+    def total(name: str) -> str:
+        seconds = [r.setup_seconds for r in rows if r.contender == name and r.setup_seconds is not None]
+        return f"{sum(seconds):.1f}" if seconds else "-"
+
+    width = len(_cells({r.contender: r for r in rows if r.bucket == rows[0].bucket}, names))
+    tail = (["-", "-"] if "graph" in names else []) + [total(n) for n in ("fused", "compile") if n in names]
+    return ["all"] + ["-"] * (width - 1 - len(tail)) + tail
 
 
 def generate_table(report: BenchReport, context: int) -> Table:

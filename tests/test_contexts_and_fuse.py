@@ -106,22 +106,81 @@ def test_grouped_decode_attention_matches_sdpa(kv_heads):
     torch.testing.assert_close(expected[1], expected[0], rtol=1e-4, atol=1e-5)
 
 
-def test_fused_step_compiles_once_for_every_batch_and_context():
+def _steps_through(session, runner, cases, prompt):
+    """Logits of one decode step per (batch, context) in `cases`, each from the same cache state."""
+    with torch.no_grad():
+        session.prefill(prompt)
+    start = session.kv.snapshot(session.max_batch)
+    out = []
+    for batch, context in cases:
+        session.kv.restore(start)
+        session.load_inputs(batch, torch.arange(batch) + 3, torch.full((batch,), prompt.shape[1]))
+        with torch.no_grad():
+            out.append(session.step_fn(batch, context, runner)())
+    session.kv.restore(start)
+    return out
+
+
+def test_fused_layers_compile_once_per_batch_class_and_leave_the_model_as_it_was():
+    """Every layer runs one compiled forward: batch 1 is one compilation, every larger batch and every
+    context bucket share a second; no recompilation, and the model is eager again after each call."""
     torch._dynamo.reset()  # compilations of earlier tests share HF's code objects: count only ours
+    model = tiny_decoder("qwen2")
+    use_grouped_attention(model)
+    session = DecodeSession(model, 4, 64)
+    fused = FusedForward(model, backend="aot_eager")
+    cases = [(4, 32), (2, 16), (4, 64), (1, 16), (1, 64), (3, 32)]
+    prompt = torch.randint(0, 256, (4, 6))
+    got = _steps_through(session, fused, cases, prompt)
+    assert (fused.graphs, fused.recompiles) == (2, 0)
+    assert all("forward" not in vars(module) for module in model.modules())
+    assert [layer.self_attn.layer_idx for layer in model.model.layers] == [0, 1]
+    expected = _steps_through(session, None, cases, prompt)
+    for (batch, context), a, b in zip(cases, got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"batch {batch} context {context}")
+
+
+def test_fused_layers_under_inductor_match_eager():
+    """The real compiler (inductor's CPU code) on the layers: the same logits as the eager step."""
+    torch._dynamo.reset()
+    model = tiny_decoder("llama")
+    use_grouped_attention(model)
+    session = DecodeSession(model, 2, 64)
+    fused = FusedForward(model)
+    cases = [(2, 32), (1, 32), (2, 64)]
+    prompt = torch.randint(0, 256, (2, 6))
+    got = _steps_through(session, fused, cases, prompt)
+    expected = _steps_through(session, None, cases, prompt)
+    assert fused.recompiles == 0
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_fused_capture_verifies_across_batches_and_contexts():
+    torch._dynamo.reset()
     session = DecodeSession(tiny_decoder("qwen2"), 4, 64)
     session.fused = FusedForward(session.model, backend="aot_eager")
     graphs = capture_decode_graphs(session, EmulatedBackend(), (1, 2, 4), contexts=(16, 32))
-    assert len(graphs.graphs) == 9
-    assert session.fused.graphs == 1  # batch 1 and every context reuse the first compilation
+    assert len(graphs.graphs) == 9 and session.fused.recompiles == 0
     rows = verify_graphs(graphs, steps=6, prompt_len=6)
     assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+
+
+def test_fuse_refuses_a_model_without_its_list_of_layers():
+    model = tiny_decoder("qwen2")
+    model.config.num_hidden_layers = 5  # no module list of 5 layers
+    with pytest.raises(CaptureError, match="has no list of 5 layers"):
+        FusedForward(model)
 
 
 def test_fuse_is_refused_for_a_step_with_eager_islands(tmp_path):
     model = tiny_decoder("falcon", num_kv_heads=2, new_decoder_architecture=True)
     model.save_pretrained(tmp_path / "falcon")
     request = CaptureRequest(model=str(tmp_path / "falcon"), buckets=(1, 2), fuse=True, max_cache_len=32)
-    with pytest.raises(CaptureError, match="--fuse compiles the whole step into one graph, but this plan is piecewise"):
+    with pytest.raises(
+        CaptureError,
+        match="--fuse captures the whole step as one graph around its compiled layers, but this plan is piecewise",
+    ):
         prepare(request)
 
 
@@ -148,7 +207,7 @@ def test_bench_fused_contender_uses_grouped_attention_and_leaves_the_plan_step_a
     torch._dynamo.reset()
     prepared = prepare(CaptureRequest(model="tiny", buckets=(1, 2), max_cache_len=64, device="cpu"))
     fused = capture_fused(prepared, CaptureRequest())
-    assert prepared.session.fused.graphs == 1 and fused.buckets == (1, 2)
+    assert prepared.session.fused.recompiles == 0 and fused.buckets == (1, 2)
     assert prepared.session.model.config._attn_implementation == "sdpa"  # eager, graph and compile keep it
     # the size marks of the fused compilation stay off the session's own tensors: the compile contender
     # compiles those with static shapes (marks left on them cost it graph breaks, seen on the H200)
@@ -181,28 +240,25 @@ def test_verify_compares_grouped_attention_against_hfs_own_sdpa():
     assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
 
 
-@pytest.mark.parametrize("freeze", [False, True])
-def test_freezing_is_what_merges_the_projections(monkeypatch, freeze):
-    """With fused_step.FREEZE, inductor folds the weights and merges q/k/v and gate/up into one matmul
-    each (two splits per layer); without it, none. torch.compile(options=...) alone never froze them."""
-    import torch._inductor.config as inductor_config
+def test_batch_1_lowers_projections_with_and_without_a_bias_to_gemv_reductions():
+    """Traced with inductor's decompositions on a non-CPU device (meta): a one-row linear with a bias
+    (Qwen2's q/k/v) becomes a multiply-and-sum, like one without; a larger batch keeps its matmul,
+    and leaving the context restores inductor's own table."""
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
 
-    from accelerate_graph import fused_step
+    from accelerate_graph.gemv_lowering import gemv_at_batch_1
 
-    splits = []
+    aten = torch.ops.aten
 
-    def count_splits(graph) -> None:
-        splits.append(sum(node.target is torch.ops.aten.split_with_sizes.default for node in graph.nodes))
+    def traced_ops(rows: int, enabled: bool) -> set:
+        bias, weight = torch.empty(4, device="meta"), torch.empty(8, 4, device="meta")
+        x = torch.empty(rows, 8, device="meta")
+        with gemv_at_batch_1(enabled):
+            graph = make_fx(torch.addmm, decomposition_table=select_decomp_table())(bias, x, weight)
+        return {node.target for node in graph.graph.nodes if node.op == "call_function"}
 
-    monkeypatch.setattr(fused_step, "FREEZE", freeze)
-    torch._dynamo.reset()
-    session = DecodeSession(tiny_decoder("qwen2"), 2, 64)
-    session.fused = FusedForward(session.model)
-    settings = {  # concat-linear is off by default on the CPU only; the custom pass bypasses the cache
-        "cpp.enable_concat_linear": True,
-        "post_grad_custom_post_pass": count_splits,
-        "force_disable_caches": True,
-    }
-    with inductor_config.patch(settings), torch.no_grad():
-        session.capture_step(2, 32)()
-    assert splits == [2 * 2 if freeze else 0]  # 2 layers x (q/k/v, gate/up)
+    gemv = traced_ops(1, True)
+    assert aten.sum.dim_IntList in gemv and not {aten.addmm.default, aten.mm.default} & gemv
+    assert aten.sum.dim_IntList not in traced_ops(4, True)
+    assert aten.sum.dim_IntList not in traced_ops(1, False)
