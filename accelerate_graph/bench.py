@@ -22,7 +22,7 @@ from .compiled_step import COMPILE_MODE, forget_compiled, recompile_headroom
 from .contenders import build_contender
 from .decode_session import draw_inputs
 from .devices import resolve_device
-from .errors import CaptureError, CpuTimingRefused, is_out_of_memory
+from .errors import CaptureError, CpuTimingRefused, VerificationError, is_out_of_memory
 from .generate_bench import bench_hf_generate, bench_our_loop
 from .hardware_floor import Bandwidth, describe_floor, measure_bandwidth, step_bytes
 from .pipeline import CaptureRequest, Hooks, Prepared, capture_fused, prepare
@@ -220,7 +220,7 @@ def _bench_fused(
     hooks.stage(f"cache {plan.max_cache_len}: compiling the step with inductor, capturing it (fused)")
     try:
         fused = capture_fused(prepared, request)
-    except CaptureError as err:
+    except (CaptureError, VerificationError) as err:
         info.notes.append(f"no fused row: {err.message}")
         return []
     except Exception as err:  # noqa: BLE001 - a compiler failure must not cost the other contenders' rows

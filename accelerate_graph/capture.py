@@ -162,9 +162,13 @@ def _capture_one(session: DecodeSession, backend: GraphBackend, bucket: int, con
         message = err.message if isinstance(err, CaptureError) else str(err).splitlines()[0]
         where = modules.describe_current()
         at = traceback_location(err)
+        hint = (
+            "Use --mode piecewise to run that module eagerly, or --mode eager."
+            if session.fused is None
+            else "Drop --fuse: the plain graph still removes the launch overhead."
+        )
         raise CaptureError(
-            f"capturing bucket {bucket} failed in {where}{' at ' + at if at else ''}: {message}",
-            "Use --mode piecewise to run that module eagerly, or --mode eager.",
+            f"capturing bucket {bucket} failed in {where}{' at ' + at if at else ''}: {message}", hint
         ) from err
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import os
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from pathlib import Path
 import torch
 import torch._inductor.config as inductor_config
 from torch._dynamo.utils import counters
+from transformers.cache_utils import Cache
 
 from .compiled_step import recompile_headroom
 from .errors import CaptureError
@@ -47,12 +49,27 @@ def use_cache_dir(folder: Path | str | None) -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(folder).resolve())
 
 
+# The int attributes by which HF's attention modules name their slot in the cache.
+INDEX_ATTRIBUTES = ("layer_idx", "layer_id")
+
+
+def _cache_indices(layer: torch.nn.Module) -> list[tuple[torch.nn.Module, str, int]]:
+    return [
+        (module, name, getattr(module, name))
+        for module in layer.modules()
+        for name in INDEX_ATTRIBUTES
+        if isinstance(getattr(module, name, None), int)
+    ]
+
+
 def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
-    """The model's decoder layers: the first module list as long as the config's layer count."""
+    """The model's decoder layers: a module list as long as the config's layer count, preferably one
+    whose layers carry a cache index (a vision tower's encoder layers, say, do not)."""
     count = getattr(model.config.get_text_config(), "num_hidden_layers", None)
-    for module in model.modules():
-        if isinstance(module, torch.nn.ModuleList) and count and len(module) == count:
-            return module
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and count and len(m) == count]
+    indexed = [m for m in lists if _cache_indices(m[0])]
+    if indexed or lists:
+        return (indexed or lists)[0]
     raise CaptureError(
         f"--fuse compiles the decoder layers, and {type(model).__name__} has no list of "
         f"{count} layers (its config's num_hidden_layers).",
@@ -72,43 +89,71 @@ def _one_layer_cache(cache, index: int):
 
 @contextlib.contextmanager
 def _as_layer_zero(layer: torch.nn.Module):
-    """HF's attention passes its `layer_idx` to the cache, and dynamo specialises on that int: 24
+    """HF's attention passes its layer index to the cache, and dynamo specialises on that int: 24
     compilations. Under the one-layer cache every layer is layer 0, for the duration of the call."""
-    indexed = [(m, m.layer_idx) for m in layer.modules() if isinstance(getattr(m, "layer_idx", None), int)]
-    for module, _ in indexed:
-        module.layer_idx = 0
+    indexed = _cache_indices(layer)
+    for module, name, _ in indexed:
+        setattr(module, name, 0)
     try:
         yield
+    except IndexError as err:  # it reached past layer 0 of its one-layer cache
+        raise CaptureError(
+            f"--fuse runs each decoder layer over its own slice of the cache, as layer 0, but "
+            f"{type(layer).__name__} addressed another layer's slot ({err}): it shares or offsets its cache.",
+            "Drop --fuse: the plain graph still removes the launch overhead.",
+        ) from err
     finally:
-        for module, index in indexed:
-            module.layer_idx = index
+        for module, name, index in indexed:
+            setattr(module, name, index)
 
 
-def _mark_sizes(args: tuple, kwargs: dict, batch: int) -> tuple[tuple, dict]:
-    """Fresh views of a region's tensor inputs, their batch and context dimensions marked dynamic:
-    dynamo reads marks from tensor objects, and the session's own (the compile contender's) stay clean."""
+def _fresh(value, batch: int):
+    """A new view of a tensor (tuples walked), its batch dimension marked dynamic: dynamo reads marks
+    from tensor objects, and the session's own (the compile contender's) must stay clean."""
+    if isinstance(value, torch.Tensor):
+        view = value[:]
+        if view.dim() and view.shape[0] == batch:
+            torch._dynamo.maybe_mark_dynamic(view, 0)
+        return view
+    if isinstance(value, tuple):
+        return tuple(_fresh(v, batch) for v in value)
+    return value
 
-    def fresh(value):
-        if isinstance(value, torch.Tensor):
-            view = value[:]
-            if view.dim() and view.shape[0] == batch:
-                torch._dynamo.maybe_mark_dynamic(view, 0)
-            return view
-        if isinstance(value, tuple):
-            return tuple(fresh(v) for v in value)
-        return value
 
-    args = tuple(fresh(a) for a in args)
-    kwargs = {k: fresh(v) for k, v in kwargs.items()}
-    mask = kwargs.get("attention_mask")
-    if isinstance(mask, torch.Tensor) and mask.dim():
-        torch._dynamo.maybe_mark_dynamic(mask, mask.dim() - 1)  # [b, 1, q, C]
-    for name in ("cache", "past_key_values"):
-        for layer in getattr(kwargs.get(name), "layers", ()):
-            for tensor in (layer.keys, layer.values):  # [b, H, C, d]
+def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int, args: tuple, kwargs: dict):
+    """The layer's call as (args, kwargs) for its class's compiled forward: its one-layer cache in place
+    of the whole cache, wherever the model passes it (by name or position), and fresh inputs with the
+    batch and context dimensions marked dynamic. Refuses a call that passes no cache: such a layer
+    finds its cache some other way, which the one-layer view cannot redirect."""
+    bound = signature.bind(layer, *args, **kwargs)
+    caches = 0
+
+    def prepared(name: str, value):
+        nonlocal caches
+        if isinstance(value, Cache):
+            caches += 1
+            one = _one_layer_cache(value, index)
+            for tensor in (one.layers[0].keys, one.layers[0].values):  # [b, H, C, d]
                 torch._dynamo.maybe_mark_dynamic(tensor, 0)
                 torch._dynamo.maybe_mark_dynamic(tensor, 2)
-    return args, kwargs
+            return one
+        value = _fresh(value, batch)
+        if name == "attention_mask" and isinstance(value, torch.Tensor) and value.dim():
+            torch._dynamo.maybe_mark_dynamic(value, value.dim() - 1)  # [b, 1, q, C]
+        return value
+
+    for name, value in list(bound.arguments.items())[1:]:  # after self
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            bound.arguments[name] = {key: prepared(key, v) for key, v in value.items()}
+        else:
+            bound.arguments[name] = prepared(name, value)
+    if caches != 1:
+        raise CaptureError(
+            f"--fuse compiles each decoder layer over its own slice of the cache, but layer {index} "
+            f"({type(layer).__name__}) was called with {caches} caches among its arguments.",
+            "Drop --fuse: the plain graph still removes the launch overhead.",
+        )
+    return bound.args, bound.kwargs
 
 
 class FusedForward:
@@ -124,6 +169,7 @@ class FusedForward:
         self.compile_seconds = 0.0
         self.graphs = 0  # FX graphs dynamo made
         self.recompiles = 0  # compilations in a call whose batch class had compiled already
+        self._layer_calls = 0  # in the current call: a step that never calls its layers is refused
 
     def _compiled_forward(self, layer: torch.nn.Module):
         kind = type(layer)
@@ -134,14 +180,13 @@ class FusedForward:
     def _layer_forward(self, layer: torch.nn.Module, index: int, batch: int):
         """Layer `index`'s forward through its class's compiled forward, over its one-layer cache."""
         compiled = self._compiled_forward(layer)
+        signature = inspect.signature(type(layer).forward)
 
         def forward(*args, **kwargs):
-            name = next((k for k in kwargs if k in ("cache", "past_key_values")), None)
-            if name is not None and kwargs[name] is not None:
-                kwargs[name] = _one_layer_cache(kwargs[name], index)
-            args, kwargs = _mark_sizes(args, kwargs, batch)
+            self._layer_calls += 1
+            args, kwargs = _layer_arguments(signature, layer, index, batch, args, kwargs)
             with _as_layer_zero(layer):
-                return compiled(layer, *args, **kwargs)
+                return compiled(*args, **kwargs)
 
         return forward
 
@@ -163,12 +208,19 @@ class FusedForward:
             layer.forward = self._layer_forward(layer, index, batch)
         before = counters["stats"]["unique_graphs"]
         start = time.perf_counter()
+        self._layer_calls = 0
         try:
             with recompile_headroom(64), torch.no_grad(), self._settings(batch):
                 out = self.model(input_ids=input_ids, **kwargs)
         finally:
             for layer in self.layers:
                 del layer.forward
+        if self._layer_calls < len(self.layers):
+            raise CaptureError(
+                f"--fuse compiles the {len(self.layers)} decoder layers it found in {type(self.model).__name__}, "
+                f"but the step called them {self._layer_calls} times: it runs its layers some other way.",
+                "Drop --fuse: the plain graph still removes the launch overhead.",
+            )
         made = counters["stats"]["unique_graphs"] - before
         if made:
             self.graphs += made

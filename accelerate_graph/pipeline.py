@@ -20,7 +20,7 @@ from .model_fixes import hoist_host_constants, use_capture_safe_experts
 from .plan import Plan
 from .recipes import DEFAULT_RECIPE, RecipeDefaults
 from .regions import RegionPlan, eager_plan, plan_regions
-from .verify import VerifyRow, verify_batch
+from .verify import verify_batch
 
 MODES = ("auto", "full", "piecewise", "eager")
 ATTENTIONS = ("sdpa", "eager", "grouped")  # grouped: sdpa for the prompt, grouped-query decode attention
@@ -113,10 +113,20 @@ def decide_regions(session: DecodeSession, request_mode: str, bucket: int) -> De
     return Decision(regions, hazards, fixes)
 
 
-def _quick_check(graphs: DecodeGraphs, prompt_len: int) -> VerifyRow:
-    """A short replay-vs-eager run on the largest bucket: no plan claims graphs that were never checked."""
-    bucket = graphs.buckets[-1]
-    return verify_batch(graphs, bucket, bucket, steps=3, prompt_len=min(prompt_len, 8))
+def _quick_check(graphs: DecodeGraphs, prompt_len: int) -> None:
+    """A short replay-vs-eager run on the largest bucket (and under --fuse on the smallest, which has
+    its own compilation): no plan and no bench row claims graphs that were never checked."""
+    fused = graphs.session.fused is not None
+    for bucket in sorted({graphs.buckets[-1], graphs.buckets[0] if fused else graphs.buckets[-1]}, reverse=True):
+        check = verify_batch(graphs, bucket, bucket, steps=3, prompt_len=min(prompt_len, 8))
+        if not check.passed:
+            raise VerificationError(
+                f"replay disagreed with eager right after capture (bucket {check.bucket}"
+                f"{', fused' if fused else ''}): {check.detail[:300]}",
+                "Drop --fuse: the plain graph still removes the launch overhead."
+                if fused
+                else "Use --mode eager and report the model.",
+            )
 
 
 def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
@@ -176,12 +186,7 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
                 f"did not fit; larger batches now run in bucket {graphs.buckets[-1]} or eagerly."
             )
         hooks.stage("checking replay against eager")
-        check = _quick_check(graphs, prompt_len)
-        if not check.passed:
-            raise VerificationError(
-                f"replay disagreed with eager right after capture (bucket {check.bucket}): {check.detail[:300]}",
-                "Use --mode eager and report the model.",
-            )
+        _quick_check(graphs, prompt_len)
 
     plan = Plan(
         model=loaded.reference,
@@ -229,7 +234,9 @@ def capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:
     backend = backend_for(session.device, emulate=request.emulate)
     undo = use_grouped_attention(session.model) if plan.attn == "sdpa" else (lambda: None)
     try:  # graphs keep the kernels they recorded: switching the attention back changes none of them
-        return capture_decode_graphs(session, backend, tuple(plan.buckets), contexts=tuple(plan.contexts))
+        graphs = capture_decode_graphs(session, backend, tuple(plan.buckets), contexts=tuple(plan.contexts))
+        _quick_check(graphs, plan.prompt_len)
+        return graphs
     finally:
         undo()
 

@@ -262,3 +262,86 @@ def test_batch_1_lowers_projections_with_and_without_a_bias_to_gemv_reductions()
     assert aten.sum.dim_IntList in gemv and not {aten.addmm.default, aten.mm.default} & gemv
     assert aten.sum.dim_IntList not in traced_ops(4, True)
     assert aten.sum.dim_IntList not in traced_ops(1, False)
+
+
+def _zoo_model(model_type: str):
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from accelerate_graph.zoo import _build
+    from accelerate_graph.zoo_configs import quiet, tiny_config
+
+    if model_type not in CONFIG_MAPPING:
+        pytest.skip(f"this transformers has no {model_type}")
+    with quiet():
+        return _build(tiny_config(model_type), torch.device("cpu"), torch.float32)
+
+
+@pytest.mark.parametrize("model_type", ["gpt2", "gpt_neox", "gpt_neo", "gemma3"])
+def test_fused_layers_match_eager_across_architectures(model_type):
+    """GPT-2's and GPT-NeoX's blocks take the cache by position (a missed cache once sent every layer's
+    K/V to layer 0: wrong logits); GPT-Neo's attention names its slot `layer_id`; Gemma 3's vision tower
+    has a list of layers as long as its text model's. Each layer must get its own one-layer cache."""
+    torch._dynamo.reset()
+    model = _zoo_model(model_type)
+    if model.config._attn_implementation == "sdpa":
+        use_grouped_attention(model)
+    session = DecodeSession(model, 2, 64)
+    fused = FusedForward(model, backend="aot_eager")
+    cases = [(2, 32), (1, 64)]
+    prompt = torch.randint(0, 100, (2, 6))
+    got = _steps_through(session, fused, cases, prompt)
+    expected = _steps_through(session, None, cases, prompt)
+    assert fused.graphs >= 2 and fused.recompiles == 0
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_layers_refuse_a_layer_called_without_the_cache():
+    model = tiny_decoder("llama")
+    fused = FusedForward(model, backend="aot_eager")
+    layer = model.model.layers[0]
+    with pytest.raises(CaptureError, match="layer 0 .* was called with 0 caches"):
+        fused._layer_forward(layer, 0, 2)(torch.zeros(2, 1, 64))
+
+
+def test_a_failed_fused_capture_says_to_drop_fuse(monkeypatch):
+    session = DecodeSession(tiny_decoder("llama"), 2, 32)
+    session.fused = FusedForward(session.model, backend="aot_eager")
+
+    def failing(**kwargs):
+        raise RuntimeError("LoweringException: an op inductor could not lower")
+
+    monkeypatch.setattr(session, "fused", failing)
+    with pytest.raises(CaptureError) as caught:
+        capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=(16,))
+    assert "capturing bucket 2 failed" in caught.value.message and "LoweringException" in caught.value.message
+    assert caught.value.hint.startswith("Drop --fuse")
+
+
+def test_a_fused_capture_that_disagrees_with_eager_is_refused(monkeypatch):
+    """The quick check after capture also runs the smallest bucket under --fuse (batch 1 is its own
+    compilation), and a disagreement names --fuse as what to drop."""
+    from accelerate_graph.errors import VerificationError
+
+    original = FusedForward.__call__
+
+    def off_at_batch_1(self, **kwargs):
+        out = original(self, **kwargs)
+        if kwargs["input_ids"].shape[0] == 1:
+            out.logits = out.logits + 1.0
+        return out
+
+    monkeypatch.setattr(FusedForward, "__call__", off_at_batch_1)
+    torch._dynamo.reset()
+    with pytest.raises(VerificationError) as caught:
+        prepare(CaptureRequest(model="tiny", buckets=(1, 2), fuse=True, max_cache_len=64, device="cpu"))
+    assert "bucket 1, fused" in caught.value.message and caught.value.hint.startswith("Drop --fuse")
+
+
+def test_fused_layers_refuse_a_model_whose_layers_share_their_cache():
+    """Dory's layers read other layers' K/V (and offset their cache index): no one-layer view serves them."""
+    torch._dynamo.reset()
+    model = _zoo_model("dory")
+    session = DecodeSession(model, 2, 64)
+    with pytest.raises(CaptureError, match="addressed another layer's slot"):
+        _steps_through(session, FusedForward(model, backend="aot_eager"), [(2, 32)], torch.randint(0, 100, (2, 6)))
