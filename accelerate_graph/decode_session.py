@@ -113,6 +113,23 @@ class DecodeSession:
         """What a graph records: the step of `step_fn`, through the compiled forward under --fuse."""
         return self.step_fn(batch, context, self.fused)
 
+    def first_steps(self, prompt: torch.Tensor, cases, runner=None) -> list[torch.Tensor]:
+        """After prefilling `prompt` [b, P]: the logits of one decode step for each (batch, context) in
+        `cases`, each from the same cache state (restored after), by the model or `runner`. What the
+        fused layers are compared against the eager step with."""
+        with torch.no_grad():
+            self.prefill(prompt)
+        start = self.kv.snapshot(self.max_batch)
+        out = []
+        for batch, context in cases:
+            self.kv.restore(start)
+            tokens = torch.arange(batch, device=self.device) + 3
+            self.load_inputs(batch, tokens, torch.full((batch,), prompt.shape[1], device=self.device))
+            with torch.no_grad():
+                out.append(self.step_fn(batch, context, runner)())
+        self.kv.restore(start)
+        return out
+
     def load_inputs(self, bucket: int, tokens: torch.Tensor, positions: torch.Tensor) -> None:
         """Write a batch's next tokens and positions ([b] each) into the buffers, padding up to `bucket`."""
         b = tokens.shape[0]

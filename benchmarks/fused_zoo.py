@@ -36,20 +36,6 @@ def _alarm(*_) -> None:
     raise _Timeout()
 
 
-def _steps(session: DecodeSession, runner, prompt: torch.Tensor) -> list[torch.Tensor]:
-    with torch.no_grad():
-        session.prefill(prompt)
-    start = session.kv.snapshot(session.max_batch)
-    out = []
-    for batch, context in CASES:
-        session.kv.restore(start)
-        session.load_inputs(batch, torch.arange(batch) + 3, torch.full((batch,), prompt.shape[1]))
-        with torch.no_grad():
-            out.append(session.step_fn(batch, context, runner)())
-    session.kv.restore(start)
-    return out
-
-
 def check(model_type: str, backend: str, device: torch.device) -> str:
     with quiet():
         model = _build(tiny_config(model_type), device, torch.float32)
@@ -62,7 +48,7 @@ def check(model_type: str, backend: str, device: torch.device) -> str:
         torch._dynamo.reset()
         fused = FusedForward(model, backend=backend)
         prompt = torch.randint(0, min(session.vocab_size, 100), (4, 6), device=device)
-        got, expected = _steps(session, fused, prompt), _steps(session, None, prompt)
+        got, expected = session.first_steps(prompt, CASES, fused), session.first_steps(prompt, CASES)
     diff = max((a - b).abs().max().item() for a, b in zip(got, expected))
     scale = max(max(b.abs().max().item() for b in expected), 1.0)
     verdict = "ok" if diff <= 1e-4 * scale else "MISMATCH"

@@ -106,21 +106,6 @@ def test_grouped_decode_attention_matches_sdpa(kv_heads):
     torch.testing.assert_close(expected[1], expected[0], rtol=1e-4, atol=1e-5)
 
 
-def _steps_through(session, runner, cases, prompt):
-    """Logits of one decode step per (batch, context) in `cases`, each from the same cache state."""
-    with torch.no_grad():
-        session.prefill(prompt)
-    start = session.kv.snapshot(session.max_batch)
-    out = []
-    for batch, context in cases:
-        session.kv.restore(start)
-        session.load_inputs(batch, torch.arange(batch) + 3, torch.full((batch,), prompt.shape[1]))
-        with torch.no_grad():
-            out.append(session.step_fn(batch, context, runner)())
-    session.kv.restore(start)
-    return out
-
-
 def test_fused_layers_compile_once_per_batch_class_and_leave_the_model_as_it_was():
     """Every layer runs one compiled forward: batch 1 is one compilation, every larger batch and every
     context bucket share a second; no recompilation, and the model is eager again after each call."""
@@ -131,11 +116,11 @@ def test_fused_layers_compile_once_per_batch_class_and_leave_the_model_as_it_was
     fused = FusedForward(model, backend="aot_eager")
     cases = [(4, 32), (2, 16), (4, 64), (1, 16), (1, 64), (3, 32)]
     prompt = torch.randint(0, 256, (4, 6))
-    got = _steps_through(session, fused, cases, prompt)
+    got = session.first_steps(prompt, cases, fused)
     assert (fused.graphs, fused.recompiles) == (2, 0)
     assert all("forward" not in vars(module) for module in model.modules())
     assert [layer.self_attn.layer_idx for layer in model.model.layers] == [0, 1]
-    expected = _steps_through(session, None, cases, prompt)
+    expected = session.first_steps(prompt, cases)
     for (batch, context), a, b in zip(cases, got, expected):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"batch {batch} context {context}")
 
@@ -149,8 +134,8 @@ def test_fused_layers_under_inductor_match_eager():
     fused = FusedForward(model)
     cases = [(2, 32), (1, 32), (2, 64)]
     prompt = torch.randint(0, 256, (2, 6))
-    got = _steps_through(session, fused, cases, prompt)
-    expected = _steps_through(session, None, cases, prompt)
+    got = session.first_steps(prompt, cases, fused)
+    expected = session.first_steps(prompt, cases)
     assert fused.recompiles == 0
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
@@ -289,8 +274,8 @@ def test_fused_layers_match_eager_across_architectures(model_type):
     fused = FusedForward(model, backend="aot_eager")
     cases = [(2, 32), (1, 64)]
     prompt = torch.randint(0, 100, (2, 6))
-    got = _steps_through(session, fused, cases, prompt)
-    expected = _steps_through(session, None, cases, prompt)
+    got = session.first_steps(prompt, cases, fused)
+    expected = session.first_steps(prompt, cases)
     assert fused.graphs >= 2 and fused.recompiles == 0
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
@@ -344,4 +329,4 @@ def test_fused_layers_refuse_a_model_whose_layers_share_their_cache():
     model = _zoo_model("dory")
     session = DecodeSession(model, 2, 64)
     with pytest.raises(CaptureError, match="addressed another layer's slot"):
-        _steps_through(session, FusedForward(model, backend="aot_eager"), [(2, 32)], torch.randint(0, 100, (2, 6)))
+        session.first_steps(torch.randint(0, 100, (2, 6)), [(2, 32)], FusedForward(model, backend="aot_eager"))
