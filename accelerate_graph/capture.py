@@ -16,6 +16,7 @@ from .buckets import bucket_for, context_for
 from .debug import debug_enabled
 from .decode_session import DecodeSession
 from .errors import CaptureError, ReplaySafetyError, ResourceError, is_out_of_memory
+from .fused_step import DROP_FUSE
 from .grouped_attention import hf_attention
 from .module_stack import ModuleStack
 from .source_location import traceback_location
@@ -163,9 +164,7 @@ def _capture_one(session: DecodeSession, backend: GraphBackend, bucket: int, con
         where = modules.describe_current()
         at = traceback_location(err)
         hint = (
-            "Use --mode piecewise to run that module eagerly, or --mode eager."
-            if session.fused is None
-            else "Drop --fuse: the plain graph still removes the launch overhead."
+            "Use --mode piecewise to run that module eagerly, or --mode eager." if session.fused is None else DROP_FUSE
         )
         raise CaptureError(
             f"capturing bucket {bucket} failed in {where}{' at ' + at if at else ''}: {message}", hint

@@ -35,6 +35,8 @@ from .gemv_lowering import gemv_at_batch_1
 # benchmarks/profile_step.py can measure the step without them.
 GEMV_AT_BATCH_1 = True
 
+DROP_FUSE = "Drop --fuse: the plain graph still removes the launch overhead."  # the hint of every --fuse refusal
+
 
 def inductor_cache_dir(plan_path: Path | str) -> Path:
     """`my.plan.yaml` -> `my.plan.inductor/`: compiled kernels kept beside the plan they serve."""
@@ -73,7 +75,7 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
     raise CaptureError(
         f"--fuse compiles the decoder layers, and {type(model).__name__} has no list of "
         f"{count} layers (its config's num_hidden_layers).",
-        "Drop --fuse: the plain graph still removes the launch overhead.",
+        DROP_FUSE,
     )
 
 
@@ -100,7 +102,7 @@ def _as_layer_zero(layer: torch.nn.Module):
         raise CaptureError(
             f"--fuse runs each decoder layer over its own slice of the cache, as layer 0, but "
             f"{type(layer).__name__} addressed another layer's slot ({err}): it shares or offsets its cache.",
-            "Drop --fuse: the plain graph still removes the launch overhead.",
+            DROP_FUSE,
         ) from err
     finally:
         for module, name, index in indexed:
@@ -151,7 +153,7 @@ def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int
         raise CaptureError(
             f"--fuse compiles each decoder layer over its own slice of the cache, but layer {index} "
             f"({type(layer).__name__}) was called with {caches} caches among its arguments.",
-            "Drop --fuse: the plain graph still removes the launch overhead.",
+            DROP_FUSE,
         )
     return bound.args, bound.kwargs
 
@@ -219,7 +221,7 @@ class FusedForward:
             raise CaptureError(
                 f"--fuse compiles the {len(self.layers)} decoder layers it found in {type(self.model).__name__}, "
                 f"but the step called them {self._layer_calls} times: it runs its layers some other way.",
-                "Drop --fuse: the plain graph still removes the launch overhead.",
+                DROP_FUSE,
             )
         made = counters["stats"]["unique_graphs"] - before
         if made:

@@ -120,9 +120,8 @@ def _total_cells(rows: list[BenchRow], names: list[str]) -> list[str]:
         seconds = [r.setup_seconds for r in rows if r.contender == name and r.setup_seconds is not None]
         return f"{sum(seconds):.1f}" if seconds else "-"
 
-    width = len(_cells({r.contender: r for r in rows if r.bucket == rows[0].bucket}, names))
     tail = (["-", "-"] if "graph" in names else []) + [total(n) for n in ("fused", "compile") if n in names]
-    return ["all"] + ["-"] * (width - 1 - len(tail)) + tail
+    return ["all"] + ["-"] * (len(_columns(names)) - 1 - len(tail)) + tail
 
 
 def generate_table(report: BenchReport, context: int) -> Table:

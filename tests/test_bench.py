@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig
+from conftest import tiny_decoder
 
 from accelerate_graph.bench import context_request
 from accelerate_graph.bench_options import DEFAULT_COMPARE, parse_compare, parse_contexts
@@ -103,16 +103,7 @@ def test_floor_bytes_of_the_tiny_recipe_by_hand():
 
 
 def test_tied_weights_count_once():
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=256,
-        tie_word_embeddings=True,
-    )
-    model = AutoModelForCausalLM.from_config(config)
+    model = tiny_decoder("llama", num_hidden_layers=1, tie_word_embeddings=True)
     assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
     distinct = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}
     assert weight_bytes(model, batch=3) == sum(distinct.values())

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import SMALL_DECODER
+from conftest import SMALL_DECODER, tiny_decoder
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from accelerate_graph.backends import EmulatedBackend
@@ -211,17 +211,7 @@ def test_sliding_window_layers_are_replaced_and_verify_past_the_window():
 
 
 def test_falcon_index_list_is_an_island():
-    torch.manual_seed(0)
-    config = AutoConfig.for_model(
-        "falcon",
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_kv_heads=2,
-        vocab_size=256,
-        new_decoder_architecture=True,
-    )
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    model = tiny_decoder("falcon", num_kv_heads=2, new_decoder_architecture=True)
     session = DecodeSession(model, 4, 64)
     decision = decide_regions(session, "auto", 1)
     assert decision.regions.mode == "piecewise"
