@@ -23,6 +23,7 @@ from .contenders import build_contender
 from .decode_session import draw_inputs
 from .devices import resolve_device
 from .errors import CaptureError, CpuTimingRefused, VerificationError, is_out_of_memory
+from .fused_step import warm_compile_workers
 from .generate_bench import bench_hf_generate, bench_our_loop
 from .hardware_floor import Bandwidth, describe_floor, measure_bandwidth, step_bytes
 from .pipeline import CaptureRequest, Hooks, Prepared, capture_fused, prepare
@@ -272,6 +273,8 @@ def run_bench(request: CaptureRequest, settings: BenchSettings, hooks: BenchHook
     hooks = hooks or BenchHooks()
     device = resolve_device(request.device)
     environment = bench_environment(device)
+    if "fused" in settings.step_contenders:
+        warm_compile_workers(device, request.inductor_cache)
     hooks.stage("measuring memory bandwidth (the floor's denominator)")
     report = BenchReport(environment, measure_bandwidth(device), {})
     for context in settings.contexts or (None,):

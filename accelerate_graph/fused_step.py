@@ -51,6 +51,16 @@ def use_cache_dir(folder: Path | str | None) -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(folder).resolve())
 
 
+def warm_compile_workers(device: torch.device, cache_dir: Path | str | None) -> None:
+    """Start inductor's kernel-compiling worker processes now (while a model loads) rather than at
+    the first compilation, which would wait for them. They inherit the cache folder, so it is set first."""
+    use_cache_dir(cache_dir)
+    if device.type == "cuda":
+        from torch._inductor.async_compile import maybe_warm_pool
+
+        maybe_warm_pool()
+
+
 # The int attributes by which HF's attention modules name their slot in the cache.
 INDEX_ATTRIBUTES = ("layer_idx", "layer_id")
 

@@ -12,7 +12,7 @@ from .decode_session import DecodeSession
 from .devices import dtype_name, resolve_device, resolve_dtype
 from .environment import environment_info
 from .errors import BadOptionError, CaptureError, VerificationError
-from .fused_step import DROP_FUSE, FusedForward, use_cache_dir
+from .fused_step import DROP_FUSE, FusedForward, use_cache_dir, warm_compile_workers
 from .grouped_attention import use_grouped_attention
 from .hazards import Hazard, find_hazards
 from .loading import LoadedModel, load_model
@@ -136,6 +136,8 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
     dtype = resolve_dtype(request.dtype, device)
     if request.attn not in ATTENTIONS:
         raise BadOptionError(f"--attn {request.attn!r} is not supported.", f"Use {', '.join(ATTENTIONS)}.")
+    if request.fuse:
+        warm_compile_workers(device, request.inductor_cache)
     hooks.stage(f"loading {request.model}")
     loaded = load_model(
         request.model, device, dtype, "sdpa" if request.attn == "grouped" else request.attn, request.revision

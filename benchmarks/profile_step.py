@@ -54,18 +54,21 @@ def _profile(step, rewind, calls: int) -> dict:
         torch.cuda.synchronize()
     counts: dict[str, int] = defaultdict(int)
     micros: dict[str, float] = defaultdict(float)
+    by_name: dict[str, float] = defaultdict(float)
     for event in prof.events():
         if event.device_type != torch.autograd.DeviceType.CUDA or "memcpy" in event.name.lower():
             continue
         label = kernel_class(event.name)
         counts[label] += 1
         micros[label] += event.device_time
+        by_name[event.name] += event.device_time
     rewind()  # the calls above each rewound first; keep the cache where it was
     by_class = {k: {"kernels": counts[k] / calls, "us": round(micros[k] / calls, 1)} for k in sorted(counts)}
     return {
         "kernels": sum(counts.values()) / calls,
         "kernel_us": round(sum(micros.values()) / calls, 1),
         "by_class": by_class,
+        "by_kernel_us": {name: round(us / calls, 2) for name, us in sorted(by_name.items(), key=lambda kv: -kv[1])},
     }
 
 
@@ -77,6 +80,7 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--ways", default="graph,fused,fused-cublas", help="which ways, in this order")
     parser.add_argument("--json")
+    parser.add_argument("--top", type=int, default=0, help="also print the N kernels that take longest")
     args = parser.parse_args()
     batches = tuple(int(b) for b in args.batches.split(","))
     ways = {
@@ -96,6 +100,7 @@ def main() -> None:
             print(f"{args.model} {label}: failed: {' '.join(str(err).split())[:300]}", flush=True)
             continue
         session = prepared.session
+        print(f"{args.model} {label}: compiled in {prepared.compile_seconds:.1f} s", flush=True)
         rewind = functools.partial(session.kv.rewind, args.prompt)
         context = prepared.graphs.contexts[0] if args.prompt < prepared.graphs.contexts[0] else None
         for batch in batches:
@@ -109,6 +114,8 @@ def main() -> None:
                     + ", ".join(f"{k} {v['kernels']:.0f}/{v['us']:.0f}us" for k, v in found["by_class"].items()),
                     flush=True,
                 )
+                for name, us in list(found["by_kernel_us"].items())[: args.top]:
+                    print(f"    {us:8.2f} us  {name[:110]}")
         del prepared, session, rewind
         torch._dynamo.reset()
         torch.cuda.empty_cache()

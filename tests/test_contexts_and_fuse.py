@@ -236,17 +236,52 @@ def test_batch_1_lowers_projections_with_and_without_a_bias_to_gemv_reductions()
 
     aten = torch.ops.aten
 
-    def traced_ops(rows: int, enabled: bool) -> set:
-        bias, weight = torch.empty(4, device="meta"), torch.empty(8, 4, device="meta")
-        x = torch.empty(rows, 8, device="meta")
+    def traced_ops(rows: int, enabled: bool, bias: bool = True) -> set:
+        weight = torch.empty(8, 4, device="meta", dtype=torch.bfloat16)
+        x = torch.empty(rows, 8, device="meta", dtype=torch.bfloat16)
+        args = (torch.empty(4, device="meta", dtype=torch.bfloat16), x, weight) if bias else (x, weight)
         with gemv_at_batch_1(enabled):
-            graph = make_fx(torch.addmm, decomposition_table=select_decomp_table())(bias, x, weight)
+            graph = make_fx(torch.addmm if bias else torch.mm, decomposition_table=select_decomp_table())(*args)
         return {node.target for node in graph.graph.nodes if node.op == "call_function"}
 
-    gemv = traced_ops(1, True)
-    assert aten.sum.dim_IntList in gemv and not {aten.addmm.default, aten.mm.default} & gemv
-    assert aten.sum.dim_IntList not in traced_ops(4, True)
+    for bias in (True, False):
+        gemv = traced_ops(1, True, bias)
+        assert aten.sum.dim_IntList in gemv and not {aten.addmm.default, aten.mm.default} & gemv, bias
+        assert aten.sum.dim_IntList not in traced_ops(4, True, bias)
     assert aten.sum.dim_IntList not in traced_ops(1, False)
+    assert aten.sum.dim_IntList not in traced_ops(1, False, bias=False)
+
+
+def test_batch_1_lowering_keys_inductor_caches_and_keeps_a_users_pass():
+    """Inductor's cache keys do not see decomposition tables: the lowering adds a graph pass whose uuid
+    they do see (and runs a pass the user had set, keyed with it); all is restored after."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    from accelerate_graph.gemv_lowering import gemv_at_batch_1
+
+    class Users(CustomGraphPass):
+        calls = 0
+
+        def __call__(self, graph):
+            Users.calls += 1
+
+        def uuid(self):
+            return "users"
+
+    with gemv_at_batch_1(False):
+        assert inductor_config.post_grad_custom_post_pass is None
+    with gemv_at_batch_1(True):
+        alone = inductor_config.post_grad_custom_post_pass.uuid()
+    assert alone and inductor_config.post_grad_custom_post_pass is None
+    users = Users()
+    with inductor_config.patch(post_grad_custom_post_pass=users):
+        with gemv_at_batch_1(True):
+            tag = inductor_config.post_grad_custom_post_pass
+            tag(torch.fx.Graph())
+            assert tag.uuid() != alone and "users" in tag.uuid()
+        assert inductor_config.post_grad_custom_post_pass is users
+    assert Users.calls == 1
 
 
 def _zoo_model(model_type: str):
@@ -330,3 +365,15 @@ def test_fused_layers_refuse_a_model_whose_layers_share_their_cache():
     session = DecodeSession(model, 2, 64)
     with pytest.raises(CaptureError, match="addressed another layer's slot"):
         session.first_steps(torch.randint(0, 100, (2, 6)), [(2, 32)], FusedForward(model, backend="aot_eager"))
+
+
+def test_compile_workers_start_with_the_plans_cache_folder(tmp_path, monkeypatch):
+    """The workers inherit the environment when they start: the plan's cache folder is set first."""
+    import os
+
+    from accelerate_graph import fused_step
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "elsewhere"))  # restored after the test
+    fused_step.warm_compile_workers(torch.device("cpu"), tmp_path / "my.plan.inductor")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str((tmp_path / "my.plan.inductor").resolve())
+    assert (tmp_path / "my.plan.inductor").is_dir()
