@@ -27,6 +27,7 @@ from .fused_step import warm_compile_workers
 from .generate_bench import bench_hf_generate, bench_our_loop
 from .hardware_floor import Bandwidth, describe_floor, measure_bandwidth, step_bytes
 from .pipeline import CaptureRequest, Hooks, Prepared, capture_fused, prepare
+from .plan import Plan
 from .timing import time_calls
 
 
@@ -189,12 +190,7 @@ def bench_context(
         rows += _bench_fused(prepared, request or CaptureRequest(), settings, floors, hooks, info)
     if "compile" in settings.step_contenders:
         with recompile_headroom(len(plan.buckets) + 8):
-            for bucket in plan.buckets:
-                more, notes = bench_bucket(
-                    graphs, bucket, plan.prompt_len, settings, floors[bucket], hooks, only=("compile",)
-                )
-                rows += more
-                info.notes += notes
+            rows += _bench_buckets(graphs, plan, settings, floors, hooks, info, only=("compile",))
         forget_compiled()
     info.eager_fallbacks = graphs.eager_fallbacks  # counted before torch.compile / HF generate run
     for bucket in plan.buckets if generate else ():
@@ -234,9 +230,22 @@ def _bench_fused(
         f"({prepared.session.fused.graphs} graph(s), {prepared.session.fused.recompiles} recompilation(s)); "
         "the fused setup column includes it"
     )
+    return _bench_buckets(fused, plan, settings, floors, hooks, info, only=("fused",))
+
+
+def _bench_buckets(
+    graphs: DecodeGraphs,
+    plan: Plan,
+    settings: BenchSettings,
+    floors: dict[int, float],
+    hooks: BenchHooks,
+    info: ContextInfo,
+    only: tuple[str, ...],
+) -> list[BenchRow]:
+    """The contenders in `only` on every bucket of the plan; their notes go to the context's."""
     rows = []
     for bucket in plan.buckets:
-        more, notes = bench_bucket(fused, bucket, plan.prompt_len, settings, floors[bucket], hooks, only=("fused",))
+        more, notes = bench_bucket(graphs, bucket, plan.prompt_len, settings, floors[bucket], hooks, only=only)
         rows += more
         info.notes += notes
     return rows

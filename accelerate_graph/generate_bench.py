@@ -16,7 +16,7 @@ import torch
 from .bench_results import GENERATE, BenchRow
 from .capture import DecodeGraphs
 from .compiled_step import forget_compiled
-from .decode_session import PAD_TOKEN
+from .decode_session import PAD_TOKEN, draw_inputs
 from .errors import UnsupportedModelError
 from .timing import Latency, wall_seconds
 
@@ -101,8 +101,8 @@ def _generate_row(
 
 
 def _generate_prompt(session, bucket: int, prompt_len: int, seed: int) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed + 7919 * bucket)
-    return torch.randint(0, session.vocab_size, (bucket, prompt_len), generator=generator).to(session.device)
+    prompt, _ = draw_inputs(bucket, 0, prompt_len, session.vocab_size, seed + 7919 * bucket)
+    return prompt.to(session.device)
 
 
 def bench_our_loop(

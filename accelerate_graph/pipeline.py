@@ -63,7 +63,11 @@ class Prepared:
     session: DecodeSession
     notes: list[str] = field(default_factory=list)
     hazards: list[Hazard] = field(default_factory=list)
-    compile_seconds: float = 0.0  # --fuse: inductor's share of the capture time
+
+    @property
+    def compile_seconds(self) -> float:
+        """--fuse (or bench's fused contender): inductor's share of the capture time so far."""
+        return self.session.fused.compile_seconds if self.session.fused else 0.0
 
 
 def _settings(request: CaptureRequest, loaded: LoadedModel) -> tuple[tuple[int, ...], int, int]:
@@ -210,8 +214,7 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         backend=backend_name,
         fixes=decision.fixes,
     )
-    compile_seconds = session.fused.compile_seconds if session.fused else 0.0
-    return Prepared(loaded, plan, graphs, session, notes, decision.hazards, compile_seconds)
+    return Prepared(loaded, plan, graphs, session, notes, decision.hazards)
 
 
 def _start_fusing(session: DecodeSession, request: CaptureRequest) -> None:
