@@ -5,22 +5,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .backends import backend_for
-from .buckets import resolve_contexts
-from .capture import BucketCapture, DecodeGraphs, capture_decode_graphs
-from .decode_session import DecodeSession
-from .devices import dtype_name, resolve_device, resolve_dtype
-from .environment import environment_info
-from .errors import BadOptionError, CaptureError, VerificationError
-from .fused_step import DROP_FUSE, FusedForward, use_cache_dir, warm_compile_workers
-from .grouped_attention import use_grouped_attention
-from .hazards import Hazard, find_hazards
-from .loading import LoadedModel, load_model
-from .model_fixes import hoist_host_constants, use_capture_safe_experts
-from .plan import Plan
-from .recipes import DEFAULT_RECIPE, RecipeDefaults
-from .regions import RegionPlan, eager_plan, plan_regions
-from .verify import verify_batch
+from accelerate_graph.common.devices import dtype_name, resolve_device, resolve_dtype
+from accelerate_graph.common.environment import environment_info
+from accelerate_graph.common.errors import BadOptionError, CaptureError, VerificationError
+from accelerate_graph.core.backends import backend_for
+from accelerate_graph.core.buckets import resolve_contexts
+from accelerate_graph.core.capture import BucketCapture, DecodeGraphs, capture_decode_graphs
+from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.core.plan import Plan
+from accelerate_graph.detect.hazards import Hazard, find_hazards
+from accelerate_graph.detect.model_fixes import hoist_host_constants, use_capture_safe_experts
+from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
+from accelerate_graph.fused.grouped_attention import use_grouped_attention
+from accelerate_graph.fused.layers import DROP_FUSE, FusedForward, use_cache_dir, warm_compile_workers
+from accelerate_graph.models.loading import LoadedModel, load_model
+from accelerate_graph.models.recipes import DEFAULT_RECIPE, RecipeDefaults
+from accelerate_graph.verify.against_eager import verify_batch
 
 MODES = ("auto", "full", "piecewise", "eager")
 ATTENTIONS = ("sdpa", "eager", "grouped")  # grouped: sdpa for the prompt, grouped-query decode attention

@@ -52,10 +52,10 @@ print("allow_bf16_reduced_precision_reduction", torch.backends.cuda.matmul.allow
 
 # The whole decode step of the Qwen2.5-0.5B shape: 8 steps from the same cache state, eager twice
 # and replayed, with the worst logit difference per step.
-from accelerate_graph.backends import backend_for  # noqa: E402
-from accelerate_graph.capture import capture_decode_graphs  # noqa: E402
-from accelerate_graph.decode_session import DecodeSession  # noqa: E402
-from accelerate_graph.loading import load_model  # noqa: E402
+from accelerate_graph.core.backends import backend_for  # noqa: E402
+from accelerate_graph.core.capture import capture_decode_graphs  # noqa: E402
+from accelerate_graph.core.decode_session import DecodeSession  # noqa: E402
+from accelerate_graph.models.loading import load_model  # noqa: E402
 
 loaded = load_model("qwen2.5-0.5b", torch.device(dev), torch.bfloat16)
 session = DecodeSession(loaded.model, 8, 1024)

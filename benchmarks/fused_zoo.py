@@ -17,13 +17,13 @@ import warnings
 
 import torch
 
-from accelerate_graph.decode_session import DecodeSession
-from accelerate_graph.fused_step import FusedForward
-from accelerate_graph.grouped_attention import use_grouped_attention
+from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.fused.grouped_attention import use_grouped_attention
+from accelerate_graph.fused.layers import FusedForward
 from accelerate_graph.pipeline import decide_regions
-from accelerate_graph.zoo import _build
-from accelerate_graph.zoo_configs import quiet, tiny_config
-from accelerate_graph.zoo_types import zoo_model_types
+from accelerate_graph.zoo.configs import quiet, tiny_config
+from accelerate_graph.zoo.model_types import zoo_model_types
+from accelerate_graph.zoo.run import _build
 
 CASES = [(4, 64), (2, 32), (1, 32), (1, 64), (3, 16)]  # (batch, context slots); the cache holds 64
 

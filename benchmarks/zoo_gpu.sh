@@ -30,7 +30,7 @@ python3 - "$OUT" <<'PY'
 import sys
 from pathlib import Path
 
-from accelerate_graph.zoo_report import compare_files, counts_line, read_results
+from accelerate_graph.zoo.report import compare_files, counts_line, read_results
 
 out = Path(sys.argv[1])
 runs = {"CPU emulation": out / "zoo-cpu.json", "CUDA graphs": out / "zoo.json"}

@@ -7,16 +7,16 @@ from typing import Annotated
 
 import typer
 
-from accelerate_graph.atomic_io import check_writable
-from accelerate_graph.bench import BenchHooks, BenchSettings, run_bench
-from accelerate_graph.bench_options import CONTENDERS, parse_compare, parse_contexts
-from accelerate_graph.bench_plot import require_matplotlib, write_plot
-from accelerate_graph.bench_report import write_csv, write_json
-from accelerate_graph.bench_results import BenchReport
-from accelerate_graph.devices import resolve_device
-from accelerate_graph.errors import CpuTimingRefused
+from accelerate_graph.bench.options import CONTENDERS, parse_compare, parse_contexts
+from accelerate_graph.bench.plot import require_matplotlib, write_plot
+from accelerate_graph.bench.report_files import write_csv, write_json
+from accelerate_graph.bench.results import BenchReport
+from accelerate_graph.bench.run import BenchHooks, BenchSettings, run_bench
+from accelerate_graph.common.atomic_io import check_writable
+from accelerate_graph.common.devices import resolve_device
+from accelerate_graph.common.errors import CpuTimingRefused
+from accelerate_graph.core.plan import DEFAULT_PLAN_PATH, read_plan
 from accelerate_graph.pipeline import CaptureRequest
-from accelerate_graph.plan import DEFAULT_PLAN_PATH, read_plan
 
 from .bench_tables import bench_tables
 from .common import describe_model, request_for

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from accelerate_graph.bench_results import BenchReport, BenchRow
-from accelerate_graph.timing import DRIFT_LIMIT
+from accelerate_graph.bench.results import BenchReport, BenchRow
+from accelerate_graph.bench.timing import DRIFT_LIMIT
 
 MIB = 1024 * 1024
 

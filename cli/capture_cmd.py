@@ -7,11 +7,11 @@ from typing import Annotated
 
 import typer
 
-from accelerate_graph.atomic_io import check_writable
-from accelerate_graph.fused_step import inductor_cache_dir
+from accelerate_graph.common.atomic_io import check_writable
+from accelerate_graph.core.plan import DEFAULT_PLAN_PATH, write_plan
+from accelerate_graph.fused.layers import inductor_cache_dir
+from accelerate_graph.models.recipes import DEFAULT_RECIPE
 from accelerate_graph.pipeline import CaptureRequest
-from accelerate_graph.plan import DEFAULT_PLAN_PATH, write_plan
-from accelerate_graph.recipes import DEFAULT_RECIPE
 
 from .common import prepare_with_progress
 from .errors import guarded

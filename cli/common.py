@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accelerate_graph.devices import device_label, dtype_name
-from accelerate_graph.errors import PlanError
-from accelerate_graph.fused_step import inductor_cache_dir
+from accelerate_graph.common.devices import device_label, dtype_name
+from accelerate_graph.common.errors import PlanError
+from accelerate_graph.core.plan import DEFAULT_PLAN_PATH, check_plan_compatible, read_plan
+from accelerate_graph.fused.layers import inductor_cache_dir
 from accelerate_graph.pipeline import CaptureRequest, Hooks, Prepared, prepare, request_from_plan
-from accelerate_graph.plan import DEFAULT_PLAN_PATH, check_plan_compatible, read_plan
 
 from .output import Output
 from .tables import region_tree

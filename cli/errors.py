@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import typer
 
-from accelerate_graph.debug import DEBUG_ENV, debug_enabled, set_debug  # noqa: F401 - re-exported for the CLI
-from accelerate_graph.errors import RUNTIME_EXIT, CugraphAccelError
+from accelerate_graph.common.debug import DEBUG_ENV, debug_enabled, set_debug  # noqa: F401 - re-exported for the CLI
+from accelerate_graph.common.errors import RUNTIME_EXIT, CugraphAccelError
 
 INTERRUPTED_EXIT = 130
 

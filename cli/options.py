@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from accelerate_graph.buckets import parse_buckets, parse_contexts
+from accelerate_graph.core.buckets import parse_buckets, parse_contexts
 
 ModelArg = Annotated[
     str | None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from accelerate_graph.recipes import DEFAULT_RECIPE, builtin_recipe_names, find_recipe
+from accelerate_graph.models.recipes import DEFAULT_RECIPE, builtin_recipe_names, find_recipe
 
 from .errors import guarded
 from .output import Output

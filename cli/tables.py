@@ -6,8 +6,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from accelerate_graph.capture import BucketCapture
-from accelerate_graph.verify import VerifyRow
+from accelerate_graph.core.capture import BucketCapture
+from accelerate_graph.verify.against_eager import VerifyRow
 
 MIB = 1024 * 1024
 

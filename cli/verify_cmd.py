@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from accelerate_graph.verify import verify_graphs
+from accelerate_graph.verify.against_eager import verify_graphs
 
 from .common import prepare_with_progress, request_for
 from .errors import guarded

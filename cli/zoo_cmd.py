@@ -9,12 +9,12 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from accelerate_graph.atomic_io import check_writable
-from accelerate_graph.devices import resolve_device
-from accelerate_graph.environment import environment_info
-from accelerate_graph.errors import BadOptionError
-from accelerate_graph.zoo import ENTRY_TIMEOUT_S, ZooResult, run_zoo
-from accelerate_graph.zoo_report import (
+from accelerate_graph.common.atomic_io import check_writable
+from accelerate_graph.common.devices import resolve_device
+from accelerate_graph.common.environment import environment_info
+from accelerate_graph.common.errors import BadOptionError
+from accelerate_graph.zoo.model_types import all_causal_lm_types
+from accelerate_graph.zoo.report import (
     counts_line,
     hazard_disagreements,
     now_utc,
@@ -22,7 +22,7 @@ from accelerate_graph.zoo_report import (
     write_json,
     write_zoo_markdown,
 )
-from accelerate_graph.zoo_types import all_causal_lm_types
+from accelerate_graph.zoo.run import ENTRY_TIMEOUT_S, ZooResult, run_zoo
 
 from .errors import guarded
 from .options import DeviceOpt, EmulateFlag

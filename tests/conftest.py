@@ -1,39 +1,9 @@
-"""Tiny models built from configs, saved with save_pretrained, loaded through the real path."""
+"""Shared fixtures; the tiny model builders live in tiny_models.py."""
 
 from __future__ import annotations
 
 import pytest
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM
-
-# A 2-layer decoder with GQA (4 query heads, 2 KV heads): the shape every tiny test model shares.
-SMALL_DECODER = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=256,
-)
-TINY_CONFIGS = {
-    "llama": dict(**SMALL_DECODER, max_position_embeddings=512),
-    "qwen2": dict(**SMALL_DECODER, max_position_embeddings=512),
-    "gpt2": dict(n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=512, bos_token_id=0, eos_token_id=0),
-}
-
-
-def tiny_decoder(model_type: str, **overrides) -> torch.nn.Module:
-    """A tiny random model of `model_type` in SMALL_DECODER's shape (with `overrides`), sdpa attention."""
-    torch.manual_seed(0)
-    config = AutoConfig.for_model(model_type, **{**SMALL_DECODER, **overrides})
-    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
-
-
-def save_tiny_model(model_type: str, folder) -> str:
-    torch.manual_seed(0)
-    config = AutoConfig.for_model(model_type, **TINY_CONFIGS[model_type])
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    return str(folder)
+from tiny_models import save_tiny_model
 
 
 @pytest.fixture(scope="session")

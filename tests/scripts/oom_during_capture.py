@@ -6,10 +6,10 @@ import sys
 import torch
 import typer
 
-from accelerate_graph.backends import backend_for
-from accelerate_graph.capture import capture_decode_graphs
-from accelerate_graph.decode_session import DecodeSession
-from accelerate_graph.loading import load_model
+from accelerate_graph.core.backends import backend_for
+from accelerate_graph.core.capture import capture_decode_graphs
+from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.models.loading import load_model
 from cli.errors import guarded
 
 

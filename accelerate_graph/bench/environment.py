@@ -1,0 +1,44 @@
+"""What a benchmark's numbers depend on: versions, the device, and its SM clock at start and end."""
+
+from __future__ import annotations
+
+import subprocess
+
+import torch
+
+from accelerate_graph.common.environment import environment_info
+
+UNKNOWN = "unknown"
+
+
+def _nvidia_smi_clock(device: torch.device) -> str:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    command = ["nvidia-smi", "-i", str(index), "--query-gpu=clocks.sm", "--format=csv,noheader,nounits"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)
+    return done.stdout.strip().splitlines()[0].strip()
+
+
+def sm_clock_mhz(device: torch.device) -> int | str:
+    """The SM clock now, in MHz, or "unknown": asked of NVML through torch, then of nvidia-smi.
+    A missing tool must never fail a benchmark, so every failure is swallowed here."""
+    if device.type != "cuda":
+        return UNKNOWN
+    try:
+        return int(torch.cuda.clock_rate(device))
+    except Exception:  # noqa: BLE001 - pynvml missing, NVML errors, ...
+        pass
+    try:
+        return int(_nvidia_smi_clock(device))
+    except Exception:  # noqa: BLE001 - no nvidia-smi, odd output, timeout, ...
+        return UNKNOWN
+
+
+def bench_environment(device: torch.device) -> dict:
+    """Versions and device at the start of a run; `sm_clock_mhz_end` is filled in at the end."""
+    info = environment_info(device)
+    info["device"] = str(device)
+    if device.type == "cuda":
+        info["gpu_memory_bytes"] = torch.cuda.get_device_properties(device).total_memory
+    info["sm_clock_mhz_start"] = sm_clock_mhz(device)
+    info["sm_clock_mhz_end"] = UNKNOWN
+    return info

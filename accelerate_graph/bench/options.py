@@ -1,0 +1,26 @@
+"""Parse what `bench` compares and over which cache lengths: --compare and --context."""
+
+from __future__ import annotations
+
+from accelerate_graph.common.errors import BadOptionError
+from accelerate_graph.common.option_lists import parse_whole_numbers, refuse_duplicates, split_items
+
+# Canonical order: tables, files and plots list contenders this way whatever order the user typed.
+CONTENDERS = ("eager", "graph", "fused", "compile", "hf-generate")
+STEP_CONTENDERS = ("eager", "graph", "fused", "compile")  # timed one decode step at a time
+DEFAULT_COMPARE = ("eager", "graph")
+
+
+def parse_compare(text: str) -> tuple[str, ...]:
+    """'graph,eager' -> ('eager', 'graph'). Rejects unknown names, empty items and duplicates."""
+    names = [name.lower() for name in split_items(text, "--compare", "--compare eager,graph,compile")]
+    refuse_duplicates(names, "--compare")
+    unknown = next((name for name in names if name not in CONTENDERS), None)
+    if unknown is not None:
+        raise BadOptionError(f"--compare item {unknown!r} is not a contender.", f"Choose from {', '.join(CONTENDERS)}.")
+    return tuple(name for name in CONTENDERS if name in names)
+
+
+def parse_contexts(text: str) -> tuple[int, ...]:
+    """'1024,128' -> (128, 1024): cache lengths, whole numbers >= 2, each once."""
+    return parse_whole_numbers(text, "--context", 2, "--context 128,1024,4096")

@@ -1,0 +1,121 @@
+"""What `bench` measured: one row per (context, bucket, contender), and the report around them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from accelerate_graph.bench.floor import Bandwidth
+from accelerate_graph.bench.timing import DRIFT_LIMIT, Latency
+
+BENCH_FORMAT = "cugraph-accel-bench/1"
+STEP, GENERATE = "step", "generate"
+BASELINE = {STEP: "eager", GENERATE: "hf-generate"}  # what each kind's speedup is measured against
+
+
+@dataclass
+class BenchRow:
+    """kind "step": one decode step. kind "generate": whole generate calls, per new token
+    (call time / new tokens), so they sit on the same scale as a step and its floor."""
+
+    kind: str
+    context: int  # cache length (slots per row)
+    prompt_len: int
+    bucket: int  # batch size
+    contender: str
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    samples: int
+    drift: float  # relative gap between the medians of the two halves of the samples
+    floor_ms: float  # bytes the step must move / measured bandwidth
+    setup_seconds: float | None = None  # capture (graph), compilation (compile), first call (hf-generate)
+    warmup_seconds: float | None = None
+    memory_bytes: int | None = None  # graph memory (graph), memory reserved while compiling (compile)
+    new_tokens: int | None = None
+    speedup: float | None = None  # over BASELINE[kind] at the same context and bucket
+
+    @classmethod
+    def measured(
+        cls,
+        kind: str,
+        context: int,
+        prompt_len: int,
+        bucket: int,
+        contender: str,
+        latency: Latency,
+        floor_ms: float,
+        **extra,
+    ) -> BenchRow:
+        return cls(
+            kind,
+            context,
+            prompt_len,
+            bucket,
+            contender,
+            latency.median_ms,
+            latency.p10_ms,
+            latency.p90_ms,
+            latency.samples,
+            latency.drift,
+            floor_ms,
+            **extra,
+        )
+
+    @property
+    def x_floor(self) -> float:
+        return self.median_ms / self.floor_ms
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.bucket * 1000.0 / self.median_ms
+
+    def record(self) -> dict:
+        return {**asdict(self), "x_floor": self.x_floor, "tokens_per_s": self.tokens_per_s}
+
+
+def fill_speedups(rows: list[BenchRow]) -> None:
+    """Speedup of each row over its kind's baseline measured at the same context and bucket."""
+    baselines = {(r.kind, r.context, r.bucket): r for r in rows if r.contender == BASELINE[r.kind]}
+    for row in rows:
+        base = baselines.get((row.kind, row.context, row.bucket))
+        row.speedup = base.median_ms / row.median_ms if base else None
+
+
+@dataclass
+class ContextInfo:
+    cache_len: int
+    prompt_len: int
+    buckets: list[int]
+    backend: str  # cuda-graph | emulated | none
+    notes: list[str] = field(default_factory=list)
+    floors: list[dict] = field(default_factory=list)  # per bucket: the bytes a step moves, and its floor
+    eager_fallbacks: int = 0  # batches above the largest captured bucket that ran eagerly
+
+
+@dataclass
+class BenchReport:
+    environment: dict
+    bandwidth: Bandwidth
+    settings: dict
+    contexts: list[ContextInfo] = field(default_factory=list)
+    rows: list[BenchRow] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        bandwidth = {**asdict(self.bandwidth), "gb_per_s": self.bandwidth.gb_per_s}
+        return {
+            "format": BENCH_FORMAT,
+            "environment": self.environment,
+            "bandwidth": bandwidth,
+            "settings": self.settings,
+            "contexts": [asdict(c) for c in self.contexts],
+            "rows": [r.record() for r in self.rows],
+        }
+
+    def step_rows(self, context: int) -> list[BenchRow]:
+        return [r for r in self.rows if r.kind == STEP and r.context == context]
+
+    def generate_rows(self, context: int) -> list[BenchRow]:
+        return [r for r in self.rows if r.kind == GENERATE and r.context == context]
+
+    def unstable(self) -> list[BenchRow]:
+        return [r for r in self.rows if r.kind == STEP and r.drift > DRIFT_LIMIT]

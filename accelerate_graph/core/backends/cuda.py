@@ -1,0 +1,127 @@
+"""Real CUDA graphs: warm up on a side stream, capture into one memory pool shared by all buckets.
+
+With eager islands the step becomes several graphs (segments): a segment ends right before an island,
+is replayed at once so the island sees real inputs, and the island runs eagerly between captures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+
+from accelerate_graph.common.errors import CaptureError, is_out_of_memory
+from accelerate_graph.core.backends.base import CaptureStats, Step
+from accelerate_graph.core.backends.islands import IslandCall, island_hooks
+
+
+class CudaGraph:
+    """Segments replayed in order with the islands between them (one segment when there is none)."""
+
+    def __init__(
+        self, segments: list[torch.cuda.CUDAGraph], islands: list[IslandCall], output: torch.Tensor, stats: CaptureStats
+    ):
+        self._segments = segments
+        self._islands = islands
+        self.output = output
+        self.stats = stats
+        self.island_count = len(islands)
+
+    def replay(self) -> torch.Tensor:
+        for index, segment in enumerate(self._segments):
+            segment.replay()
+            if index < len(self._islands):
+                self._islands[index].run()
+        return self.output
+
+
+class _SegmentRecorder:
+    def __init__(self, pool):
+        self.pool = pool
+        self.segments: list[torch.cuda.CUDAGraph] = []
+        self.islands: list[IslandCall] = []
+        self._open: torch.cuda.CUDAGraph | None = None
+
+    def begin(self) -> None:
+        self._open = torch.cuda.CUDAGraph()
+        self._open.capture_begin(pool=self.pool)
+
+    def end(self) -> None:
+        self._open.capture_end()
+        self.segments.append(self._open)
+        self._open = None
+
+    def enter_island(self, call: IslandCall) -> None:
+        self.end()
+        self.segments[-1].replay()  # the island computes on real inputs, not on stale memory
+        self.islands.append(call)
+
+    def exit_island(self, call: IslandCall) -> None:
+        self.begin()
+
+    def abort(self) -> None:
+        """End a capture that failed midway, so the stream leaves capture mode."""
+        if self._open is not None:
+            try:
+                self._open.capture_end()
+            except RuntimeError:
+                pass
+            self._open = None
+
+
+class CudaGraphBackend:
+    """One pool for every graph: capture largest bucket first so smaller ones reuse its blocks."""
+
+    name = "cuda-graph"
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.pool = torch.cuda.graph_pool_handle()
+        self._side_stream = torch.cuda.Stream(device)
+
+    def capture(self, step: Step, warmups: int = 2, islands: Sequence[torch.nn.Module] = ()) -> CudaGraph:
+        start = time.perf_counter()
+        # Warm-ups on a side stream initialise lazy state (cuBLAS handles, autotuned kernels)
+        # outside the capture, as torch.cuda.graph's own docs recommend.
+        self._side_stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._side_stream), torch.no_grad():
+            for _ in range(warmups):
+                step()
+        torch.cuda.current_stream(self.device).wait_stream(self._side_stream)
+        torch.cuda.synchronize(self.device)
+        # Capture frees the allocator's cache first, so the difference below is the pool's growth alone.
+        torch.cuda.empty_cache()
+        reserved_before = torch.cuda.memory_reserved(self.device)
+        recorder = _SegmentRecorder(self.pool)
+        try:
+            with torch.cuda.stream(self._side_stream), torch.no_grad():
+                with island_hooks(islands, recorder.enter_island, recorder.exit_island):
+                    recorder.begin()
+                    output = step()
+                    recorder.end()
+        except RuntimeError as err:
+            recorder.abort()
+            if is_out_of_memory(err):
+                raise
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise CaptureError(
+                f"CUDA graph capture failed: {first}", "Run `cugraph-accel capture --mode piecewise` or `--mode eager`."
+            ) from err
+        torch.cuda.current_stream(self.device).wait_stream(self._side_stream)
+        torch.cuda.synchronize(self.device)
+        held = torch.cuda.memory_reserved(self.device) - reserved_before
+        stats = CaptureStats(seconds=time.perf_counter() - start, memory_bytes=max(held, 0))
+        return CudaGraph(recorder.segments, recorder.islands, output, stats)
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def release(self) -> None:
+        """Give memory of graphs that were dropped back to the device; best effort, since it also
+        runs after a failed capture, when the device may refuse to synchronize."""
+        try:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+        except RuntimeError:
+            pass

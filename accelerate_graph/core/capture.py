@@ -1,0 +1,229 @@
+"""Capture one decode graph per (batch bucket, context bucket), largest first, and dispatch steps to them."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from accelerate_graph.common.debug import debug_enabled
+from accelerate_graph.common.errors import CaptureError, ReplaySafetyError, ResourceError, is_out_of_memory
+from accelerate_graph.common.source_location import traceback_location
+from accelerate_graph.core.backends import CapturedGraph, GraphBackend
+from accelerate_graph.core.buckets import bucket_for, context_for
+from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.core.module_stack import ModuleStack
+from accelerate_graph.fused.grouped_attention import hf_attention
+from accelerate_graph.fused.layers import DROP_FUSE
+
+
+@dataclass
+class BucketCapture:
+    bucket: int
+    seconds: float
+    memory_bytes: int
+    context: int = 0  # cache slots its attention reads (0: unknown, plans written before context buckets)
+
+
+@contextmanager
+def frozen_gc() -> Iterator[None]:
+    """No garbage collection during capture: a collection can free memory a graph still points at."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+class DecodeGraphs:
+    """Replays the graph of the smallest bucket that fits a batch and the smallest context bucket that
+    holds the write slot; larger batches run eagerly, counted."""
+
+    def __init__(
+        self,
+        session: DecodeSession,
+        graphs: dict[tuple[int, int], CapturedGraph],
+        dropped: list[int] | None = None,
+    ):
+        self.session = session
+        self.graphs = graphs  # (batch bucket, context bucket) -> graph
+        self.buckets = tuple(sorted({b for b, _ in graphs}))
+        self.contexts = tuple(sorted({c for _, c in graphs}))
+        self.dropped = dropped or []  # buckets left out by --max-memory
+        self.eager_fallbacks = 0
+        self.check_pointers = debug_enabled()  # --debug also checks buffer addresses per replay
+        self._pointers = {name: t.data_ptr() for name, t in self._static_buffers().items()}
+
+    def captures(self) -> list[BucketCapture]:
+        return [
+            BucketCapture(b, g.stats.seconds, g.stats.memory_bytes, c)
+            for (b, c), g in sorted(self.graphs.items(), reverse=True)
+        ]
+
+    def bucket_memory(self, bucket: int) -> int:
+        return sum(g.stats.memory_bytes for (b, _), g in self.graphs.items() if b == bucket)
+
+    def bucket_seconds(self, bucket: int) -> float:
+        return sum(g.stats.seconds for (b, _), g in self.graphs.items() if b == bucket)
+
+    def context_now(self) -> int:
+        """The context bucket the next step runs in, from the host's copy of the write slot."""
+        slot = self.session.kv.next_slot
+        context = context_for(slot, self.contexts)
+        if context is None:
+            raise ReplaySafetyError(
+                f"the cache is full: the next token would go to slot {slot} of {self.session.max_cache_len}.",
+                "Capture with a larger --max-cache-len.",
+            )
+        return context
+
+    def run(self, tokens: torch.Tensor, positions: torch.Tensor, copy: bool = True) -> torch.Tensor:
+        """Next-token logits [b, V] for tokens/positions [b]. With copy=False the result is a view of
+        the graph's output, overwritten by the next replay."""
+        batch = tokens.shape[0]
+        bucket = bucket_for(batch, self.buckets)
+        if bucket is None:
+            self._note_fallback(batch)
+            return self.eager(tokens, positions)
+        context = self.context_now()
+        if self.check_pointers:
+            self._check_static_buffers()
+        self.session.load_inputs(bucket, tokens, positions)
+        logits = self.graphs[bucket, context].replay()[:batch]
+        self.session.kv.next_slot += 1
+        return logits.clone() if copy else logits
+
+    def _static_buffers(self) -> dict[str, torch.Tensor]:
+        """Every tensor the graphs read or write in place, by name."""
+        s = self.session
+        buffers = {"input_ids": s.input_ids, "position_ids": s.position_ids, "attention_mask": s.attention_mask}
+        for i, layer in enumerate(s.kv.layers):
+            buffers.update(
+                {
+                    f"cache layer {i} keys": layer.keys,
+                    f"cache layer {i} values": layer.values,
+                    f"cache layer {i} position": layer.cumulative_length,
+                }
+            )
+        return buffers
+
+    def _check_static_buffers(self) -> None:
+        """A graph keeps the addresses it captured: a buffer replaced since then would be silently ignored.
+        The host's write slot must match the device's, or a context bucket would be too short."""
+        device_slot = int(self.session.kv.positions()[0].item())
+        if device_slot != self.session.kv.next_slot:
+            raise ReplaySafetyError(
+                f"the cache's write slot is {device_slot} on the device but {self.session.kv.next_slot} on the host.",
+                "Move the cache only through the session (prefill, rewind, restore) and DecodeGraphs.",
+            )
+        for name, tensor in self._static_buffers().items():
+            if tensor.data_ptr() != self._pointers.get(name):
+                raise ReplaySafetyError(
+                    f"the {name} buffer moved since capture: a replay would not see it.",
+                    "Re-capture after replacing session buffers or the cache.",
+                )
+
+    def eager(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The same step without graphs, over the whole cache, with the attention the model was loaded
+        with: the reference `verify` compares against."""
+        batch = tokens.shape[0]
+        self.session.load_inputs(batch, tokens, positions)
+        with torch.no_grad(), hf_attention(self.session.model):
+            logits = self.session.step_fn(batch)()
+        self.session.kv.next_slot += 1
+        return logits
+
+    def _note_fallback(self, batch: int) -> None:
+        if self.eager_fallbacks == 0:
+            warnings.warn(
+                f"batch {batch} is larger than the largest captured bucket {self.buckets[-1]}: "
+                "running it eagerly (slow). Add a larger bucket to --buckets.",
+                stacklevel=3,
+            )
+        self.eager_fallbacks += 1
+
+
+def _capture_one(session: DecodeSession, backend: GraphBackend, bucket: int, context: int, islands) -> CapturedGraph:
+    """One graph; a failure names the bucket and the submodule that was running."""
+    modules = ModuleStack(session.model)
+    # compiled code does not run module hooks one by one: under --fuse a failure names no module
+    attribution = modules.active() if session.fused is None else contextlib.nullcontext()
+    try:
+        with attribution:
+            return backend.capture(session.capture_step(bucket, context), islands=islands)
+    except (CaptureError, RuntimeError) as err:
+        if is_out_of_memory(err):
+            raise
+        message = err.message if isinstance(err, CaptureError) else str(err).splitlines()[0]
+        where = modules.describe_current()
+        at = traceback_location(err)
+        hint = (
+            "Use --mode piecewise to run that module eagerly, or --mode eager." if session.fused is None else DROP_FUSE
+        )
+        raise CaptureError(
+            f"capturing bucket {bucket} failed in {where}{' at ' + at if at else ''}: {message}", hint
+        ) from err
+
+
+def capture_decode_graphs(
+    session: DecodeSession,
+    backend: GraphBackend,
+    buckets: tuple[int, ...],
+    on_captured: Callable[[BucketCapture], None] | None = None,
+    islands: Sequence[torch.nn.Module] = (),
+    max_memory_bytes: int | None = None,
+    contexts: tuple[int, ...] = (),
+) -> DecodeGraphs:
+    """Capture every (bucket, context) graph, largest first (smaller graphs reuse the pool it grew), then
+    reset the cache: warm-ups wrote into it. `contexts` are the context buckets (default: the whole
+    cache only). Buckets whose graphs would push the total past `max_memory_bytes` are dropped (listed in
+    `DecodeGraphs.dropped`); running out of memory frees what was captured."""
+    contexts = tuple(sorted(set(contexts) | {session.max_cache_len}, reverse=True))
+    graphs: dict[tuple[int, int], CapturedGraph] = {}
+    dropped: list[int] = []
+    held = 0
+    with frozen_gc():
+        for bucket in sorted(buckets, reverse=True):
+            mine: dict[tuple[int, int], CapturedGraph] = {}
+            for context in contexts:
+                session.kv.rewind(0)
+                try:
+                    mine[bucket, context] = _capture_one(session, backend, bucket, context, islands)
+                except RuntimeError as err:
+                    if not is_out_of_memory(err):
+                        raise
+                    graphs.clear()
+                    mine.clear()
+                    backend.release()
+                    raise ResourceError(
+                        f"out of device memory while capturing bucket {bucket} "
+                        f"({held / 2**20:.0f} MiB of graphs captured before it were freed).",
+                        f"Lower the largest bucket (now {max(buckets)}), --max-cache-len, or cap graph memory "
+                        "with --max-memory.",
+                    ) from err
+            grown = sum(g.stats.memory_bytes for g in mine.values())
+            if max_memory_bytes is not None and held + grown > max_memory_bytes:
+                dropped.append(bucket)
+                mine.clear()
+                backend.release()
+                continue
+            graphs.update(mine)
+            held += grown
+            if on_captured:
+                for (b, c), graph in mine.items():
+                    on_captured(BucketCapture(b, graph.stats.seconds, graph.stats.memory_bytes, c))
+    backend.synchronize()
+    session.kv.reset()
+    if not graphs:
+        raise ResourceError(
+            f"no bucket's graph fits in --max-memory {max_memory_bytes / 2**20:g} MiB "
+            f"(dropped {', '.join(map(str, dropped))}).",
+            "Raise --max-memory or lower the buckets.",
+        )
+    return DecodeGraphs(session, graphs, dropped)

@@ -1,0 +1,160 @@
+"""The static decode step: fixed input buffers, a static KV cache, next-token logits out.
+
+A graph can only replay reads of the same memory, so everything a decode step consumes lives in
+buffers allocated once at the largest batch; a step for batch b reads their first b rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable
+
+import torch
+
+from accelerate_graph.common.errors import BadOptionError, ResourceError, UnsupportedModelError
+from accelerate_graph.core.backends import Step
+from accelerate_graph.core.host_constants import HostConstants
+from accelerate_graph.core.static_cache import SharedStaticCache, cache_argument_name, check_cache_fits
+
+PAD_TOKEN = 0  # padding rows need some valid token id; their outputs are discarded
+
+
+def draw_inputs(batch: int, steps: int, prompt_len: int, vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random prompt [b, P] and the tokens fed at each later step [S, b], drawn up front (teacher forcing)
+    on the CPU from `seed`, so every run of the same step sees the same inputs."""
+    generator = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, vocab, (batch, prompt_len), generator=generator)
+    tokens = torch.randint(0, vocab, (steps, batch), generator=generator)
+    return prompt, tokens
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:300] if text else type(err).__name__
+
+
+class DecodeSession:
+    def __init__(self, model: torch.nn.Module, max_batch: int, max_cache_len: int):
+        if max_cache_len < 2:
+            raise BadOptionError(f"--max-cache-len {max_cache_len} is too small.", "Use at least 2 slots.")
+        self.model = model.eval()
+        self.device = next(model.parameters()).device
+        self.max_batch = max_batch
+        self.max_cache_len = max_cache_len
+        self.cache_arg = cache_argument_name(model)
+        self._keeps_last_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        check_cache_fits(model.config, max_batch, max_cache_len, model.dtype, self.device)
+        try:
+            self.kv = SharedStaticCache(model.config, max_batch, max_cache_len)
+        except Exception as err:  # noqa: BLE001 - HF raises many types for caches it cannot build
+            raise UnsupportedModelError(
+                f"transformers cannot build a static cache for {type(model).__name__}: {_first_line(err)}.",
+                "Use --mode eager for this model.",
+            ) from err
+        longs = {"dtype": torch.long, "device": self.device}
+        self.input_ids = torch.zeros(max_batch, 1, **longs)  # [B, 1]
+        self.position_ids = torch.zeros(max_batch, 1, **longs)  # [B, 1]
+        # [B, L]: 1 where a row may attend a cache slot; causality hides slots not yet written,
+        # so this only changes for left-padded prompts and stays constant while decoding.
+        self.attention_mask = torch.ones(max_batch, self.kv.storage_len, **longs)  # spare slot: see SharedStaticCache
+        self.host_constants: HostConstants | None = None  # set by the fix that hoists constant host data
+        self.fused: Callable | None = None  # the compiled forward of --fuse: what capture records
+        self._allocate_cache()
+
+    def _allocate_cache(self) -> None:
+        """Allocate the cache now, with one eager token: an allocation must never happen inside a capture."""
+        with torch.no_grad():
+            try:
+                self.forward(self.max_batch, self.input_ids, self.position_ids, self.attention_mask)
+            except torch.OutOfMemoryError as err:
+                raise ResourceError(
+                    f"out of memory allocating a static cache of {self.max_cache_len} slots for {self.max_batch} rows.",
+                    "Lower --max-cache-len or the largest bucket.",
+                ) from err
+            except Exception as err:  # noqa: BLE001 - any failure here means: no static-cache decode
+                raise UnsupportedModelError(
+                    f"{type(self.model).__name__} could not run a decode step with a static cache: {_first_line(err)}.",
+                    "Try --attn eager, or --mode eager.",
+                ) from err
+        self.kv.check_allocated()
+        self.kv.reset()
+
+    def forward(
+        self, batch: int, input_ids, position_ids, attention_mask, context: int | None = None, runner=None
+    ) -> torch.Tensor:
+        """One forward of `batch` rows through the shared cache, attending its first `context` slots
+        (default: all), by the model itself or `runner` (its compiled form); returns last-position
+        logits [b, V]."""
+        kwargs = {self.cache_arg: self.kv.view(batch, context), "use_cache": True}
+        if self._keeps_last_logits:
+            kwargs["logits_to_keep"] = 1
+        # compiled code builds its constants itself: the hoisting mode is for eager and captured steps
+        hoist = self.host_constants is not None and runner is None
+        with self.host_constants if hoist else contextlib.nullcontext():
+            out = (runner or self.model)(
+                input_ids=input_ids[:batch],
+                position_ids=position_ids[:batch],
+                attention_mask=attention_mask[:batch, : self.kv.slots(context)],
+                **kwargs,
+            )
+        return out.logits[:, -1, :]
+
+    def step_fn(self, batch: int, context: int | None = None, runner=None) -> Step:
+        """The decode step for `batch` rows over the first `context` cache slots, reading only the static
+        buffers, by the model or `runner`. The write slot must lie below `context`."""
+
+        def step() -> torch.Tensor:
+            return self.forward(batch, self.input_ids, self.position_ids, self.attention_mask, context, runner)
+
+        return step
+
+    def capture_step(self, batch: int, context: int | None = None) -> Step:
+        """What a graph records: the step of `step_fn`, through the compiled forward under --fuse."""
+        return self.step_fn(batch, context, self.fused)
+
+    def first_steps(self, prompt: torch.Tensor, cases, runner=None) -> list[torch.Tensor]:
+        """After prefilling `prompt` [b, P]: the logits of one decode step for each (batch, context) in
+        `cases`, each from the same cache state (restored after), by the model or `runner`. What the
+        fused layers are compared against the eager step with."""
+        with torch.no_grad():
+            self.prefill(prompt)
+        start = self.kv.snapshot(self.max_batch)
+        out = []
+        for batch, context in cases:
+            self.kv.restore(start)
+            tokens = torch.arange(batch, device=self.device) + 3
+            self.load_inputs(batch, tokens, torch.full((batch,), prompt.shape[1], device=self.device))
+            with torch.no_grad():
+                out.append(self.step_fn(batch, context, runner)())
+        self.kv.restore(start)
+        return out
+
+    def load_inputs(self, bucket: int, tokens: torch.Tensor, positions: torch.Tensor) -> None:
+        """Write a batch's next tokens and positions ([b] each) into the buffers, padding up to `bucket`."""
+        b = tokens.shape[0]
+        self.input_ids[:b, 0].copy_(tokens)
+        self.position_ids[:b, 0].copy_(positions)
+        if bucket > b:
+            self.input_ids[b:bucket].fill_(PAD_TOKEN)
+            # padding rows share the batch's write slot, in rows no sequence owns
+            self.position_ids[b:bucket].copy_(self.position_ids[:1].expand(bucket - b, 1))
+
+    def prefill(self, prompt: torch.Tensor) -> torch.Tensor:
+        """Eagerly run a prompt [b, P] from slot 0 into rows [:b]; returns last-position logits [b, V]."""
+        b, length = prompt.shape
+        if length >= self.max_cache_len:
+            raise BadOptionError(
+                f"prompt length {length} leaves no room in a cache of {self.max_cache_len} slots.",
+                "Raise --max-cache-len or lower --prompt-len.",
+            )
+        self.kv.rewind(0)
+        positions = torch.arange(length, device=self.device).expand(b, length)
+        with torch.no_grad():
+            logits = self.forward(b, prompt.to(self.device), positions, self.attention_mask)
+        self.kv.next_slot = length
+        return logits
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.get_text_config().vocab_size)

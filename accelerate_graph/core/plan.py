@@ -1,0 +1,145 @@
+"""The plan file: what `capture` decided and measured, enough for `verify`/`bench` to re-capture.
+
+CUDA graphs cannot leave the process that captured them, so a plan stores the recipe for the graphs
+(model, dtype, device, buckets, regions), never the graphs.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+from accelerate_graph.common.atomic_io import atomic_write_text
+from accelerate_graph.common.devices import DTYPE_NAMES, resolve_device
+from accelerate_graph.common.environment import environment_info, major_minor
+from accelerate_graph.common.errors import DeviceError, PlanError
+
+PLAN_FORMAT = "cugraph-accel-plan/1"
+DEFAULT_PLAN_PATH = Path("cugraph-accel.plan.yaml")
+MODES = ("full", "piecewise", "eager")
+
+
+@dataclass
+class Plan:
+    model: str
+    model_kind: str  # recipe | folder | hub
+    model_type: str
+    random_weights: bool
+    dtype: str
+    device: str
+    attn: str
+    mode: str  # full: one graph; piecewise: graph segments around eager islands; eager: no graphs
+    buckets: list[int]
+    max_cache_len: int
+    prompt_len: int
+    regions: list[dict]  # [{path, class, run: graph|eager, reason}]
+    captures: list[dict]  # [{bucket, seconds, memory_bytes, context}]
+    environment: dict
+    revision: str | None = None
+    backend: str = ""
+    fixes: list = field(default_factory=list)  # what was changed to keep the step capturable, and why
+    contexts: list = field(default_factory=list)  # context buckets (cache slots attention reads); [] = all
+    fuse: bool = False  # the step was compiled by inductor before capture
+    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    format: str = PLAN_FORMAT
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value, kind = getattr(self, f.name), FIELD_TYPES[f.name]
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise PlanError(f"plan key {f.name!r} has the wrong type ({type(value).__name__}).")
+        checks = (
+            (self.mode in MODES, f"mode {self.mode!r} is not one of {', '.join(MODES)}"),
+            (
+                self.dtype in DTYPE_NAMES.values(),
+                f"dtype {self.dtype!r} is not one of {', '.join(DTYPE_NAMES.values())}",
+            ),
+            (
+                re.fullmatch(r"cpu|cuda:[0-9]{1,3}", self.device, flags=re.ASCII),
+                f"device {self.device!r} is not a device",
+            ),
+            (self.attn in ("sdpa", "eager", "grouped"), f"attn {self.attn!r} is not sdpa, eager or grouped"),
+            (
+                all(type(c) is int and 1 <= c <= self.max_cache_len for c in self.contexts),
+                "contexts must be whole numbers from 1 to max_cache_len",
+            ),
+            (
+                self.buckets and all(type(b) is int and b >= 1 for b in self.buckets),
+                "buckets must be whole numbers >= 1",
+            ),
+            (self.max_cache_len >= 2, "max_cache_len must be at least 2"),
+            (1 <= self.prompt_len < self.max_cache_len, "prompt_len must be at least 1 and below max_cache_len"),
+        )
+        for ok, problem in checks:
+            if not ok:
+                raise PlanError(f"the plan's {problem}.", "Re-run `cugraph-accel capture`.")
+
+
+FIELD_TYPES = {
+    "model": str, "model_kind": str, "model_type": str, "random_weights": bool, "dtype": str, "device": str,
+    "attn": str, "mode": str, "buckets": list, "max_cache_len": int, "prompt_len": int, "regions": list,
+    "captures": list, "environment": dict, "revision": (str, type(None)), "backend": str, "created": str,
+    "format": str, "fixes": list, "contexts": list, "fuse": bool,
+}  # fmt: skip
+
+
+def write_plan(plan: Plan, path: Path | str) -> None:
+    header = "# Written by cugraph-accel capture. `cugraph-accel verify` / `bench` re-capture from it.\n"
+    atomic_write_text(path, header + yaml.safe_dump(asdict(plan), sort_keys=False))
+
+
+def read_plan(path: Path | str) -> Plan:
+    path = Path(path)
+    if not path.exists():
+        raise PlanError(
+            f"no plan file at {path}.", "Run `cugraph-accel capture MODEL` first, or pass MODEL or --plan PATH."
+        )
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise PlanError(
+            f"plan file {path} cannot be read: {str(err).splitlines()[0]}.", "Re-run `cugraph-accel capture`."
+        ) from err
+    if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
+        raise PlanError(
+            f"{path} is not a cugraph-accel plan (format {PLAN_FORMAT}).", "Re-run `cugraph-accel capture`."
+        )
+    known = {f.name for f in fields(Plan)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise PlanError(f"plan file {path} has an unknown key {unknown[0]!r}.", "Re-run `cugraph-accel capture`.")
+    required = [f.name for f in fields(Plan) if f.default is MISSING and f.default_factory is MISSING]
+    missing = sorted(name for name in required if name not in data)
+    if missing:
+        raise PlanError(f"plan file {path} lacks the key {missing[0]!r}.", "Re-run `cugraph-accel capture`.")
+    try:
+        return Plan(**data)
+    except PlanError as err:
+        raise PlanError(f"plan file {path}: {err.message}", err.hint) from None
+    except TypeError as err:
+        raise PlanError(f"plan file {path} is malformed: {err}.", "Re-run `cugraph-accel capture`.") from err
+
+
+def check_plan_compatible(plan: Plan, device_override: str | None = None) -> None:
+    """The plan's device must exist here, and graphs re-captured under another torch/transformers
+    could differ from what was verified."""
+    wanted = device_override or plan.device
+    try:
+        device = resolve_device(wanted)
+    except DeviceError as err:
+        raise PlanError(
+            f"the plan targets {wanted}, which this machine cannot use: {err.message}",
+            "Capture a plan on this machine: `cugraph-accel capture MODEL`.",
+        ) from None
+    here = environment_info(device)
+    for package in ("torch", "transformers"):
+        then = str(plan.environment.get(package, "?"))
+        if major_minor(then) != major_minor(here[package]):
+            raise PlanError(
+                f"the plan was written with {package} {then}, this is {package} {here[package]}.",
+                "Re-run `cugraph-accel capture` in this environment.",
+            )

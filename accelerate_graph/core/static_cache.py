@@ -1,0 +1,200 @@
+"""One HF StaticCache sized for the largest batch, and views of its first rows and first slots.
+
+Every graph sees a cache whose K/V tensors are `[:b, :, :C]` views of the same storage (b rows, C
+context slots) and whose per-layer write position (`cumulative_length`, a device tensor HF advances in
+place) is the very same tensor. So a sequence in row i keeps its state whichever graph runs it, the
+buckets cost no extra cache memory, and attention in a context bucket reads C slots, not all of them.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import torch
+from transformers import StaticCache
+from transformers.cache_utils import StaticLayer
+
+from accelerate_graph.common.errors import ResourceError, UnsupportedModelError
+
+
+def cache_argument_name(model: torch.nn.Module) -> str:
+    """transformers renamed `past_key_values=` to `cache=` after 5.22: ask the signature."""
+    params = inspect.signature(model.forward).parameters
+    if "cache" in params:
+        return "cache"
+    if "past_key_values" in params:
+        return "past_key_values"
+    raise UnsupportedModelError(
+        f"{type(model).__name__}.forward takes neither `cache` nor `past_key_values`.",
+        "This model cannot run a static-cache decode step; use --mode eager.",
+    )
+
+
+def estimate_cache_bytes(config, batch: int, cache_len: int, dtype: torch.dtype) -> int | None:
+    """K and V for every layer at full length, from the config; None where its geometry is non-standard."""
+    text = config.get_text_config()
+    try:
+        layers = int(text.num_hidden_layers)
+        heads = int(getattr(text, "num_key_value_heads", None) or text.num_attention_heads)
+        head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
+    except Exception:  # noqa: BLE001 - per-layer configs raise their own errors on global reads
+        return None
+    return 2 * layers * heads * head_dim * batch * cache_len * torch.finfo(dtype).bits // 8
+
+
+def check_cache_fits(config, batch: int, cache_len: int, dtype: torch.dtype, device: torch.device) -> None:
+    """Refuse, with the numbers, a cache the GPU cannot hold, before trying to allocate it."""
+    need = estimate_cache_bytes(config, batch, cache_len, dtype)
+    if need is None or device.type != "cuda":
+        return
+    free, _ = torch.cuda.mem_get_info(device)
+    usable = int(free * 0.9)  # leave room for activations and graphs
+    if need > usable:
+        fits = max(usable * cache_len // need, 0)
+        raise ResourceError(
+            f"a static cache of {cache_len} slots for {batch} rows needs {need / 2**30:.1f} GiB; "
+            f"{free / 2**30:.1f} GiB of the GPU is free.",
+            f"Lower --max-cache-len to at most {fits} or the largest bucket.",
+        )
+
+
+SPARE_SLOTS = 1
+
+
+class CacheSnapshot(list):
+    """(keys, values, position) per layer, plus the host's copy of the next write slot."""
+
+    next_slot: int = 0
+
+
+class _LayerView(StaticLayer):
+    """A layer whose K/V are views of another's: its length is its view's, so HF sizes the mask to the
+    context bucket (under torch.compile a symbolic size, so one compile serves every bucket)."""
+
+    def get_mask_sizes(self, *args, **kwargs) -> tuple[int, int]:
+        return self.keys.shape[2], 0
+
+    def get_max_length(self) -> int:
+        return self.keys.shape[2]
+
+
+class SharedStaticCache:
+    """Owns the storage; hands out views for any batch size up to `max_batch`."""
+
+    def __init__(self, config, max_batch: int, max_cache_len: int):
+        self.max_batch = max_batch
+        self.max_cache_len = max_cache_len
+        # One spare slot that no step writes: every view is then a strict slice of the storage, so no
+        # view looks contiguous and torch.compile (--fuse) sees one stride pattern for all of them.
+        self.storage_len = max_cache_len + SPARE_SLOTS
+        self.cache = StaticCache(config=config, max_cache_len=self.storage_len)
+        self.allocated = False
+        self.fixes = self._unslide_layers()
+        self._views: dict[tuple[int, int], StaticCache] = {}
+        # The next write slot as the host knows it: which context bucket a step needs, without reading
+        # the device counter. Set by rewind/restore and advanced by whoever runs a step (DecodeGraphs).
+        self.next_slot = 0
+
+    def _unslide_layers(self) -> list[str]:
+        """HF's static sliding-window layer keeps its write position in a Python int, which a replay
+        freezes (past the window: a device-side assert). Full-length layers keep it on the device, and
+        the sliding-window mask, built from that position, still limits what each token attends."""
+        sliding = [
+            i
+            for i, layer in enumerate(self.cache.layers)
+            if isinstance(layer, StaticLayer) and getattr(layer, "is_sliding", False)
+        ]
+        for i in sliding:
+            self.cache.layers[i] = StaticLayer(max_cache_len=self.storage_len)
+        if not sliding:
+            return []
+        return [
+            f"{len(sliding)} sliding-window cache layer(s) keep their position in a Python int: replaced by "
+            f"full-length layers with a device-side position (the mask still applies the window)"
+        ]
+
+    @property
+    def layers(self) -> list:
+        return list(self.cache.layers)
+
+    def check_allocated(self) -> None:
+        for i, layer in enumerate(self.layers):
+            if type(layer) is not StaticLayer:
+                raise UnsupportedModelError(
+                    f"cache layer {i} is a {type(layer).__name__}, whose per-row state cannot be shared "
+                    "between batch buckets (only plain static attention layers can).",
+                    "Use --mode eager for this model.",
+                )
+            if not getattr(layer, "is_initialized", False) or not hasattr(layer, "keys"):
+                raise UnsupportedModelError(
+                    f"cache layer {i} ({type(layer).__name__}) was not allocated by a forward pass.",
+                    "This model's layers do not all use the static cache; use --mode eager.",
+                )
+            if not isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
+                raise UnsupportedModelError(
+                    f"cache layer {i} ({type(layer).__name__}) keeps its write position in a Python int, "
+                    "which a graph replay would never advance.",
+                    "Use --mode eager for this model.",
+                )
+        self.allocated = True
+
+    def slots(self, context: int | None = None) -> int:
+        """The slots a step attends: `context`, by default all but the spare; before allocation the whole
+        storage, which the first forward allocates."""
+        if not self.allocated:
+            return self.storage_len
+        return context or self.max_cache_len
+
+    def view(self, batch: int, context: int | None = None) -> StaticCache:
+        """A cache whose layers are views of rows [:batch] and slots [:self.slots(context)]; positions
+        are shared. Before allocation, the cache itself (its first forward allocates)."""
+        if not self.allocated:
+            return self.cache
+        context = self.slots(context)
+        if (batch, context) not in self._views:
+            view = copy.copy(self.cache)
+            view.layers = [self._layer_view(layer, batch, context) for layer in self.cache.layers]
+            self._views[batch, context] = view
+        return self._views[batch, context]
+
+    @staticmethod
+    def _layer_view(layer, batch: int, context: int):
+        clone = _LayerView.__new__(_LayerView)
+        clone.__dict__.update(layer.__dict__)
+        clone.keys = layer.keys[:batch, :, :context]
+        clone.values = layer.values[:batch, :, :context]
+        clone.batch_size = batch
+        clone.max_cache_len = context
+        return clone
+
+    def positions(self) -> list[torch.Tensor]:
+        return [layer.cumulative_length for layer in self.layers]
+
+    def rewind(self, position: int) -> None:
+        """Set every layer's write position (the next token goes to slot `position`)."""
+        for counter in self.positions():
+            counter.fill_(position)
+        self.next_slot = position
+
+    def reset(self) -> None:
+        for layer in self.layers:
+            layer.keys.zero_()
+            layer.values.zero_()
+        self.rewind(0)
+
+    def snapshot(self, rows: int) -> CacheSnapshot:
+        snap = CacheSnapshot(
+            (layer.keys[:rows].clone(), layer.values[:rows].clone(), layer.cumulative_length.clone())
+            for layer in self.layers
+        )
+        snap.next_slot = self.next_slot
+        return snap
+
+    def restore(self, snap: CacheSnapshot) -> None:
+        self.next_slot = snap.next_slot
+        for layer, (keys, values, position) in zip(self.layers, snap):
+            rows = keys.shape[0]
+            layer.keys[:rows].copy_(keys)
+            layer.values[:rows].copy_(values)
+            layer.cumulative_length.copy_(position)

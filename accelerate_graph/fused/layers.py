@@ -1,0 +1,243 @@
+"""Fused mode (`capture --fuse`): the decoder layers compiled by inductor, without inductor's own CUDA
+graphs, then the whole step captured by us like any other: same buckets, shared pool, plan, `verify`.
+
+Regional compilation: every decoder layer runs one compiled function (inductor's kernels for one
+layer, fed each layer's weights and cache as inputs), so dynamo traces one layer, not 24: the whole
+Qwen2.5-0.5B step took ~40 s to compile on the H200, its layer ~19 s for both batch classes. What runs
+between the layers (embedding, rotary tables, mask, final norm, lm_head: ~10-30 small kernels) stays
+eager inside our graph: compiling it too saved ~10 kernels and cost ~6 s per batch class (H200).
+
+Two compilations per layer class serve every graph: one for batch 1 (static shapes; its projections
+become GEMV kernels, gemv_lowering.py) and one for every larger batch (batch and context dimensions
+dynamic; a spare cache slot keeps every cache view's strides alike). Inductor's caches live in a folder
+next to the plan (TORCHINDUCTOR_CACHE_DIR), so `verify` and `bench` in a new process reuse its kernels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch._inductor.config as inductor_config
+from torch._dynamo.utils import counters
+from transformers.cache_utils import Cache
+
+from accelerate_graph.bench.compiled_step import recompile_headroom
+from accelerate_graph.common.errors import CaptureError
+from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
+
+# Batch 1 compiles its projections to GEMV kernels (gemv_lowering.py). A switch so that
+# benchmarks/profile_step.py can measure the step without them.
+GEMV_AT_BATCH_1 = True
+
+DROP_FUSE = "Drop --fuse: the plain graph still removes the launch overhead."  # the hint of every --fuse refusal
+
+
+def inductor_cache_dir(plan_path: Path | str) -> Path:
+    """`my.plan.yaml` -> `my.plan.inductor/`: compiled kernels kept beside the plan they serve."""
+    path = Path(plan_path)
+    return path.with_name(path.name.removesuffix(".yaml").removesuffix(".yml") + ".inductor")
+
+
+def use_cache_dir(folder: Path | str | None) -> None:
+    """Point inductor (and triton under it) at `folder`; must happen before the first compilation."""
+    if folder is not None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(folder).resolve())
+
+
+def warm_compile_workers(device: torch.device, cache_dir: Path | str | None) -> None:
+    """Start inductor's kernel-compiling worker processes now (while a model loads) rather than at
+    the first compilation, which would wait for them. They inherit the cache folder, so it is set first."""
+    use_cache_dir(cache_dir)
+    if device.type == "cuda":
+        from torch._inductor.async_compile import maybe_warm_pool
+
+        maybe_warm_pool()
+
+
+# The int attributes by which HF's attention modules name their slot in the cache.
+INDEX_ATTRIBUTES = ("layer_idx", "layer_id")
+
+
+def _cache_indices(layer: torch.nn.Module) -> list[tuple[torch.nn.Module, str, int]]:
+    return [
+        (module, name, getattr(module, name))
+        for module in layer.modules()
+        for name in INDEX_ATTRIBUTES
+        if isinstance(getattr(module, name, None), int)
+    ]
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The model's decoder layers: a module list as long as the config's layer count, preferably one
+    whose layers carry a cache index (a vision tower's encoder layers, say, do not)."""
+    count = getattr(model.config.get_text_config(), "num_hidden_layers", None)
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and count and len(m) == count]
+    indexed = [m for m in lists if _cache_indices(m[0])]
+    if indexed or lists:
+        return (indexed or lists)[0]
+    raise CaptureError(
+        f"--fuse compiles the decoder layers, and {type(model).__name__} has no list of "
+        f"{count} layers (its config's num_hidden_layers).",
+        DROP_FUSE,
+    )
+
+
+def _one_layer_cache(cache, index: int):
+    """The cache as layer `index` alone sees it, as layer 0 of a one-layer cache over new tensor objects
+    of the same memory: every layer then passes the same guards (and carries its own size marks)."""
+    one = copy.copy(cache)
+    layer = copy.copy(cache.layers[index])
+    layer.keys, layer.values = layer.keys[:], layer.values[:]
+    one.layers = [layer]
+    return one
+
+
+@contextlib.contextmanager
+def _as_layer_zero(layer: torch.nn.Module):
+    """HF's attention passes its layer index to the cache, and dynamo specialises on that int: 24
+    compilations. Under the one-layer cache every layer is layer 0, for the duration of the call."""
+    indexed = _cache_indices(layer)
+    for module, name, _ in indexed:
+        setattr(module, name, 0)
+    try:
+        yield
+    except IndexError as err:  # it reached past layer 0 of its one-layer cache
+        raise CaptureError(
+            f"--fuse runs each decoder layer over its own slice of the cache, as layer 0, but "
+            f"{type(layer).__name__} addressed another layer's slot ({err}): it shares or offsets its cache.",
+            DROP_FUSE,
+        ) from err
+    finally:
+        for module, name, index in indexed:
+            setattr(module, name, index)
+
+
+def _fresh(value, batch: int):
+    """A new view of a tensor (tuples walked), its batch dimension marked dynamic: dynamo reads marks
+    from tensor objects, and the session's own (the compile contender's) must stay clean."""
+    if isinstance(value, torch.Tensor):
+        view = value[:]
+        if view.dim() and view.shape[0] == batch:
+            torch._dynamo.maybe_mark_dynamic(view, 0)
+        return view
+    if isinstance(value, tuple):
+        return tuple(_fresh(v, batch) for v in value)
+    return value
+
+
+def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int, args: tuple, kwargs: dict):
+    """The layer's call as (args, kwargs) for its class's compiled forward: its one-layer cache in place
+    of the whole cache, wherever the model passes it (by name or position), and fresh inputs with the
+    batch and context dimensions marked dynamic. Refuses a call that passes no cache: such a layer
+    finds its cache some other way, which the one-layer view cannot redirect."""
+    bound = signature.bind(layer, *args, **kwargs)
+    caches = 0
+
+    def prepared(name: str, value):
+        nonlocal caches
+        if isinstance(value, Cache):
+            caches += 1
+            one = _one_layer_cache(value, index)
+            for tensor in (one.layers[0].keys, one.layers[0].values):  # [b, H, C, d]
+                torch._dynamo.maybe_mark_dynamic(tensor, 0)
+                torch._dynamo.maybe_mark_dynamic(tensor, 2)
+            return one
+        value = _fresh(value, batch)
+        if name == "attention_mask" and isinstance(value, torch.Tensor) and value.dim():
+            torch._dynamo.maybe_mark_dynamic(value, value.dim() - 1)  # [b, 1, q, C]
+        return value
+
+    for name, value in list(bound.arguments.items())[1:]:  # after self
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            bound.arguments[name] = {key: prepared(key, v) for key, v in value.items()}
+        else:
+            bound.arguments[name] = prepared(name, value)
+    if caches != 1:
+        raise CaptureError(
+            f"--fuse compiles each decoder layer over its own slice of the cache, but layer {index} "
+            f"({type(layer).__name__}) was called with {caches} caches among its arguments.",
+            DROP_FUSE,
+        )
+    return bound.args, bound.kwargs
+
+
+class FusedForward:
+    """Calls the model with its decoder layers compiled by inductor; counts the time and graphs spent
+    compiling, and the compilations beyond the first of each batch class (recompilations)."""
+
+    def __init__(self, model: torch.nn.Module, backend: str = "inductor"):
+        self.model = model
+        self.backend = backend
+        self.layers = decoder_layers(model)
+        self._compiled: dict[type, object] = {}  # one compiled forward per layer class
+        self._classes_done: set[bool] = set()  # batch classes (batch 1 or not) compiled so far
+        self.compile_seconds = 0.0
+        self.graphs = 0  # FX graphs dynamo made
+        self.recompiles = 0  # compilations in a call whose batch class had compiled already
+        self._layer_calls = 0  # in the current call: a step that never calls its layers is refused
+
+    def _compiled_forward(self, layer: torch.nn.Module):
+        kind = type(layer)
+        if kind not in self._compiled:
+            self._compiled[kind] = torch.compile(kind.forward, backend=self.backend, dynamic=None)
+        return self._compiled[kind]
+
+    def _layer_forward(self, layer: torch.nn.Module, index: int, batch: int):
+        """Layer `index`'s forward through its class's compiled forward, over its one-layer cache."""
+        compiled = self._compiled_forward(layer)
+        signature = inspect.signature(type(layer).forward)
+
+        def forward(*args, **kwargs):
+            self._layer_calls += 1
+            args, kwargs = _layer_arguments(signature, layer, index, batch, args, kwargs)
+            with _as_layer_zero(layer):
+                return compiled(*args, **kwargs)
+
+        return forward
+
+    def _settings(self, batch: int):
+        """Inductor's settings for our compilation only, patched around the call (options passed to
+        torch.compile apply too late for some, e.g. freezing, seen with torch 2.13)."""
+        if self.backend != "inductor":
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        # our graphs, not inductor's; no padding of matmuls, whose pass guarded on the context length
+        # (`17 <= context`: a recompilation for a 16-slot bucket, seen on the H200)
+        stack.enter_context(inductor_config.patch({"triton.cudagraphs": False, "shape_padding": False}))
+        stack.enter_context(gemv_at_batch_1(GEMV_AT_BATCH_1 and batch == 1))
+        return stack
+
+    def __call__(self, *, input_ids, **kwargs):
+        batch = input_ids.shape[0]
+        for index, layer in enumerate(self.layers):  # for this call only: eager runs stay eager
+            layer.forward = self._layer_forward(layer, index, batch)
+        before = counters["stats"]["unique_graphs"]
+        start = time.perf_counter()
+        self._layer_calls = 0
+        try:
+            with recompile_headroom(64), torch.no_grad(), self._settings(batch):
+                out = self.model(input_ids=input_ids, **kwargs)
+        finally:
+            for layer in self.layers:
+                del layer.forward
+        if self._layer_calls < len(self.layers):
+            raise CaptureError(
+                f"--fuse compiles the {len(self.layers)} decoder layers it found in {type(self.model).__name__}, "
+                f"but the step called them {self._layer_calls} times: it runs its layers some other way.",
+                DROP_FUSE,
+            )
+        made = counters["stats"]["unique_graphs"] - before
+        if made:
+            self.graphs += made
+            self.compile_seconds += time.perf_counter() - start
+            if (batch == 1) in self._classes_done:
+                self.recompiles += made
+        self._classes_done.add(batch == 1)
+        return out

@@ -1,0 +1,214 @@
+"""Turn MODEL (a recipe, a local folder or a hub id) into a causal LM on the requested device."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+from accelerate_graph.common.devices import dtype_name
+from accelerate_graph.common.errors import (
+    BadOptionError,
+    ModelNotFoundError,
+    RecipeError,
+    ResourceError,
+    UnsupportedModelError,
+    is_out_of_memory,
+)
+from accelerate_graph.models.recipes import Recipe, find_recipe
+
+# Encoders whose "causal LM" head only works when configured as a decoder.
+ENCODER_FAMILIES = {
+    "bert", "bert-generation", "roberta", "roberta-prelayernorm", "xlm-roberta", "xlm-roberta-xl",
+    "electra", "ernie", "camembert", "data2vec-text", "megatron-bert", "rembert", "roc_bert", "xmod",
+    "big_bird",
+}  # fmt: skip
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    reference: str  # what the user typed
+    kind: str  # "recipe", "folder" or "hub"
+    random_weights: bool
+    device: torch.device
+    dtype: torch.dtype
+    attn: str  # the attention implementation actually in use
+    recipe: Recipe | None = None
+    revision: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        weights = "random weights" if self.random_weights else "trained weights"
+        return f"{self.reference} ({self.kind}, {self.model.config.model_type}, {weights})"
+
+
+def _looks_like_path(reference: str) -> bool:
+    return reference.startswith(("/", "./", "../", "~")) or Path(reference).expanduser().exists()
+
+
+def check_causal_lm(config, reference: str) -> None:
+    model_type = getattr(config, "model_type", "?")
+    if getattr(config, "is_encoder_decoder", False):
+        raise UnsupportedModelError(
+            f"{reference} is an encoder-decoder model ({model_type}); decode graphs need a decoder-only causal LM."
+        )
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise UnsupportedModelError(
+            f"{reference} ({model_type}) is not a causal language model transformers can load with "
+            "AutoModelForCausalLM."
+        )
+    if model_type in ENCODER_FAMILIES and not getattr(config, "is_decoder", False):
+        raise UnsupportedModelError(f"{reference} ({model_type}) is an encoder, not a decoder-only causal LM.")
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    from huggingface_hub import constants
+
+    host = urlparse(constants.ENDPOINT).hostname or ""
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _with_attn_fallback(build, attn: str, notes: list[str]):
+    """Build with the requested attention; fall back to eager where the model has no sdpa."""
+    try:
+        return build(attn), attn
+    except (ValueError, ImportError) as err:
+        if attn == "eager" or "attn" not in str(err).lower() and "attention" not in str(err).lower():
+            raise
+        notes.append(f"{attn} attention is not supported by this model; using eager attention.")
+        return build("eager"), "eager"
+
+
+def _recipe_config(recipe: Recipe):
+    if recipe.model_type not in CONFIG_MAPPING:
+        raise RecipeError(
+            f"recipe {recipe.name}: unknown model_type {recipe.model_type!r}.",
+            "Use a model type transformers knows, e.g. llama or qwen2.",
+        )
+    try:
+        return AutoConfig.for_model(recipe.model_type, **recipe.config)
+    except Exception as err:  # noqa: BLE001 - config classes raise many types on bad values
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise RecipeError(f"recipe {recipe.name}: its config is invalid: {first[:200]}") from err
+
+
+def _load_recipe(recipe: Recipe, device, dtype, attn, notes):
+    config = _recipe_config(recipe)
+    check_causal_lm(config, recipe.name)
+    torch.manual_seed(recipe.seed)
+
+    def build(impl):
+        with torch.device(device):
+            return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=impl)
+
+    return _with_attn_fallback(build, attn, notes)
+
+
+def _load_pretrained(source: str, device, dtype, attn, notes, **hub_kwargs):
+    config = AutoConfig.from_pretrained(source, **hub_kwargs)
+    check_causal_lm(config, source)
+
+    def build(impl):
+        return AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=impl, **hub_kwargs)
+
+    model, impl = _with_attn_fallback(build, attn, notes)
+    return model.to(device), impl
+
+
+def _load_folder(reference: str, device, dtype, attn, notes):
+    folder = Path(reference).expanduser()
+    if not folder.exists():
+        raise ModelNotFoundError(f"model folder {reference} does not exist.", "Check the path.")
+    if not folder.is_dir():
+        raise ModelNotFoundError(
+            f"{reference} is a file, not a model folder.", "Give the folder save_pretrained wrote."
+        )
+    if not (folder / "config.json").is_file():
+        raise ModelNotFoundError(
+            f"{reference} has no config.json, so it is not a Hugging Face model folder.",
+            "Give the folder save_pretrained wrote.",
+        )
+    try:
+        return _load_pretrained(str(folder), device, dtype, attn, notes)
+    except OSError as err:
+        raise ModelNotFoundError(f"cannot load the model in {reference}: {str(err).splitlines()[0]}") from err
+
+
+def _load_hub(reference: str, revision, device, dtype, attn, notes):
+    kwargs = {"revision": revision} if revision else {}
+    try:  # the local HF cache first: no network round trips
+        return _load_pretrained(reference, device, dtype, attn, notes, local_files_only=True, **kwargs)
+    except OSError:
+        pass
+    if not _hub_reachable():
+        raise ModelNotFoundError(
+            f"model {reference!r} is not a built-in recipe, a local folder, or in the local Hugging Face cache, "
+            "and the hub cannot be reached.",
+            "Download it on a connected machine (or pass a local folder); built-in recipes: "
+            "run `cugraph-accel recipes`.",
+        )
+    try:
+        return _load_pretrained(reference, device, dtype, attn, notes, **kwargs)
+    except OSError as err:
+        raise ModelNotFoundError(f"model {reference!r} was not found on the hub: {str(err).splitlines()[0]}") from err
+
+
+def load_model(
+    reference: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    attn: str = "sdpa",
+    revision: str | None = None,
+) -> LoadedModel:
+    """Resolve MODEL in this order: an existing path, a recipe (name or .yaml), a hub id."""
+    if not reference.strip():
+        raise BadOptionError("MODEL is empty.", "Give a recipe name, a model folder or a hub id.")
+    try:
+        return _load(reference, device, dtype, attn, revision)
+    except RuntimeError as err:
+        if not is_out_of_memory(err):
+            raise
+        raise ResourceError(
+            f"out of memory loading {reference} in {dtype_name(dtype)} on {device}: its weights do not fit.",
+            "Use a smaller --dtype (bf16), another --device, or a smaller model.",
+        ) from err
+
+
+def _load(reference: str, device: torch.device, dtype: torch.dtype, attn: str, revision: str | None) -> LoadedModel:
+    notes: list[str] = []
+    if _looks_like_path(reference) and not reference.endswith((".yaml", ".yml")):
+        model, impl = _load_folder(reference, device, dtype, attn, notes)
+        kind, recipe = "folder", None
+    elif (recipe := find_recipe(reference)) is not None:
+        model, impl = _load_recipe(recipe, device, dtype, attn, notes)
+        kind = "recipe"
+    else:
+        model, impl = _load_hub(reference, revision, device, dtype, attn, notes)
+        kind = "hub"
+    return LoadedModel(
+        model=model.eval(),
+        reference=reference,
+        kind=kind,
+        random_weights=kind == "recipe",
+        device=device,
+        dtype=dtype,
+        attn=impl,
+        recipe=recipe,
+        revision=revision,
+        notes=notes,
+    )

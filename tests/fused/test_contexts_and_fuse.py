@@ -1,0 +1,379 @@
+"""Context buckets, grouped-query decode attention and fused (inductor) mode, under the CPU emulation.
+
+The emulation records the step's aten ops; compiled code runs no aten ops of its own, so under the
+emulation's dispatch mode dynamo runs the step uncompiled: on the CPU these tests prove the plumbing
+(one compilation for every graph, plan fields, refusals, kernels kept beside the plan), and the GPU
+tests (tests/test_gpu_fused.py) prove the compiled step replays correctly.
+"""
+
+import pytest
+import torch
+from tiny_models import tiny_decoder
+from typer.testing import CliRunner
+
+from accelerate_graph.common.errors import BadOptionError, CaptureError, ReplaySafetyError
+from accelerate_graph.core.backends import EmulatedBackend
+from accelerate_graph.core.buckets import auto_contexts, context_for, parse_contexts, resolve_contexts
+from accelerate_graph.core.capture import capture_decode_graphs
+from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.core.plan import read_plan
+from accelerate_graph.fused.grouped_attention import use_grouped_attention
+from accelerate_graph.fused.layers import FusedForward, inductor_cache_dir
+from accelerate_graph.pipeline import CaptureRequest, prepare
+from accelerate_graph.verify.against_eager import verify_graphs
+from cli.main import app
+
+
+def test_context_bucket_lists():
+    assert auto_contexts(1024) == (256, 512, 1024)
+    assert auto_contexts(4096) == (256, 512, 1024, 2048, 4096)
+    assert auto_contexts(200) == (200,)
+    assert parse_contexts("auto") is None and parse_contexts("full") == ()
+    assert resolve_contexts((), 600) == (600,)
+    assert resolve_contexts((64, 256, 4096), 600) == (64, 256, 600)
+    with pytest.raises(BadOptionError, match="--context-buckets"):
+        parse_contexts("64,x")
+    assert context_for(0, (16, 32)) == 16 and context_for(15, (16, 32)) == 16
+    assert context_for(16, (16, 32)) == 32 and context_for(32, (16, 32)) is None
+
+
+def test_context_buckets_verify_across_every_boundary():
+    session = DecodeSession(tiny_decoder("qwen2"), 4, 64)
+    graphs = capture_decode_graphs(session, EmulatedBackend(), (1, 2, 4), contexts=(16, 32))
+    assert set(graphs.graphs) == {(b, c) for b in (1, 2, 4) for c in (16, 32, 64)}
+    rows = verify_graphs(graphs, steps=8, prompt_len=6)
+    assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+    assert [r.slots for r in rows[-2:]] == ["12-19", "28-35"]  # runs that move to the next context graph
+
+
+def test_a_context_graph_never_reads_slots_past_its_bucket():
+    """NaN in slots 16 and later: the full-cache step reads them (NaN logits); the 16-slot graph must not."""
+    session = DecodeSession(tiny_decoder("qwen2"), 2, 64)
+    graphs = capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=(16,))
+    session.prefill(torch.randint(0, 256, (2, 6)))
+    for layer in session.kv.layers:
+        layer.keys[:, :, 16:] = float("nan")
+        layer.values[:, :, 16:] = float("nan")
+    start = session.kv.snapshot(2)
+    tokens, positions = torch.tensor([1, 2]), torch.tensor([6, 6])
+    assert graphs.context_now() == 16
+    assert torch.isfinite(graphs.run(tokens, positions)).all()
+    session.kv.restore(start)
+    assert not torch.isfinite(graphs.eager(tokens, positions)).all()
+
+
+def test_a_full_cache_is_refused_before_any_replay():
+    session = DecodeSession(tiny_decoder("qwen2"), 2, 32)
+    graphs = capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=(16,))
+    session.kv.rewind(32)
+    with pytest.raises(ReplaySafetyError, match="the cache is full: the next token would go to slot 32 of 32"):
+        graphs.run(torch.tensor([1, 2]), torch.tensor([32, 32]))
+
+
+def test_debug_catches_a_write_slot_moved_behind_the_sessions_back():
+    from accelerate_graph.common import debug
+
+    session = DecodeSession(tiny_decoder("qwen2"), 2, 32)
+    graphs = capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=(16,))
+    session.prefill(torch.randint(0, 256, (2, 4)))
+    debug.set_debug(True)
+    try:
+        graphs.check_pointers = True
+        session.kv.positions()[0].fill_(20)  # the device counter moved, the host's copy did not
+        with pytest.raises(ReplaySafetyError, match="write slot is 20 on the device but 4 on the host"):
+            graphs.run(torch.tensor([1, 2]), torch.tensor([4, 4]))
+    finally:
+        debug.set_debug(False)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])  # multi-query, grouped, plain multi-head
+def test_grouped_decode_attention_matches_sdpa(kv_heads):
+    model = tiny_decoder("llama", num_key_value_heads=kv_heads)
+    session = DecodeSession(model, 2, 64)
+    prompt = torch.randint(0, 256, (2, 9))
+    expected = []
+    for grouped in (False, True):
+        if grouped:
+            use_grouped_attention(model)
+        session.kv.reset()
+        logits = [session.prefill(prompt)]
+        for step in range(3):
+            session.load_inputs(2, torch.tensor([3 + step, 7]), torch.full((2,), 9 + step))
+            with torch.no_grad():
+                logits.append(session.step_fn(2, 32)())
+        expected.append(torch.stack(logits))
+    assert model.config._attn_implementation == "cugraph_grouped"
+    torch.testing.assert_close(expected[1], expected[0], rtol=1e-4, atol=1e-5)
+
+
+def test_fused_layers_compile_once_per_batch_class_and_leave_the_model_as_it_was():
+    """Every layer runs one compiled forward: batch 1 is one compilation, every larger batch and every
+    context bucket share a second; no recompilation, and the model is eager again after each call."""
+    torch._dynamo.reset()  # compilations of earlier tests share HF's code objects: count only ours
+    model = tiny_decoder("qwen2")
+    use_grouped_attention(model)
+    session = DecodeSession(model, 4, 64)
+    fused = FusedForward(model, backend="aot_eager")
+    cases = [(4, 32), (2, 16), (4, 64), (1, 16), (1, 64), (3, 32)]
+    prompt = torch.randint(0, 256, (4, 6))
+    got = session.first_steps(prompt, cases, fused)
+    assert (fused.graphs, fused.recompiles) == (2, 0)
+    assert all("forward" not in vars(module) for module in model.modules())
+    assert [layer.self_attn.layer_idx for layer in model.model.layers] == [0, 1]
+    expected = session.first_steps(prompt, cases)
+    for (batch, context), a, b in zip(cases, got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"batch {batch} context {context}")
+
+
+def test_fused_layers_under_inductor_match_eager():
+    """The real compiler (inductor's CPU code) on the layers: the same logits as the eager step."""
+    torch._dynamo.reset()
+    model = tiny_decoder("llama")
+    use_grouped_attention(model)
+    session = DecodeSession(model, 2, 64)
+    fused = FusedForward(model)
+    cases = [(2, 32), (1, 32), (2, 64)]
+    prompt = torch.randint(0, 256, (2, 6))
+    got = session.first_steps(prompt, cases, fused)
+    expected = session.first_steps(prompt, cases)
+    assert fused.recompiles == 0
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_fused_capture_verifies_across_batches_and_contexts():
+    torch._dynamo.reset()
+    session = DecodeSession(tiny_decoder("qwen2"), 4, 64)
+    session.fused = FusedForward(session.model, backend="aot_eager")
+    graphs = capture_decode_graphs(session, EmulatedBackend(), (1, 2, 4), contexts=(16, 32))
+    assert len(graphs.graphs) == 9 and session.fused.recompiles == 0
+    rows = verify_graphs(graphs, steps=6, prompt_len=6)
+    assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+
+
+def test_fuse_refuses_a_model_without_its_list_of_layers():
+    model = tiny_decoder("qwen2")
+    model.config.num_hidden_layers = 5  # no module list of 5 layers
+    with pytest.raises(CaptureError, match="has no list of 5 layers"):
+        FusedForward(model)
+
+
+def test_fuse_is_refused_for_a_step_with_eager_islands(tmp_path):
+    model = tiny_decoder("falcon", num_kv_heads=2, new_decoder_architecture=True)
+    model.save_pretrained(tmp_path / "falcon")
+    request = CaptureRequest(model=str(tmp_path / "falcon"), buckets=(1, 2), fuse=True, max_cache_len=32)
+    with pytest.raises(
+        CaptureError,
+        match="--fuse captures the whole step as one graph around its compiled layers, but this plan is piecewise",
+    ):
+        prepare(request)
+
+
+def test_cli_fuse_writes_its_kernels_beside_the_plan_and_verify_reuses_them(tmp_path):
+    plan = tmp_path / "fused.plan.yaml"
+    runner = CliRunner()
+    args = ["--buckets", "1,2", "--max-cache-len", "96", "--context-buckets", "32", "--attn", "grouped"]
+    result = runner.invoke(app, ["capture", *args, "--fuse", "--plan", str(plan)])
+    assert result.exit_code == 0, result.output
+    assert "inductor compiled the step in" in result.output
+    saved = read_plan(plan)
+    assert saved.fuse and saved.contexts == [32, 96] and saved.attn == "grouped"
+    assert {c["context"] for c in saved.captures} == {32, 96}
+    kernels = inductor_cache_dir(plan)
+    assert kernels == tmp_path / "fused.plan.inductor" and any(kernels.iterdir())
+    result = runner.invoke(app, ["verify", "--plan", str(plan)])
+    assert result.exit_code == 0, result.output
+    assert "match eager execution" in result.output
+
+
+def test_bench_fused_contender_uses_grouped_attention_and_leaves_the_plan_step_alone():
+    from accelerate_graph.pipeline import capture_fused
+
+    torch._dynamo.reset()
+    prepared = prepare(CaptureRequest(model="tiny", buckets=(1, 2), max_cache_len=64, device="cpu"))
+    fused = capture_fused(prepared, CaptureRequest())
+    assert prepared.session.fused.recompiles == 0 and fused.buckets == (1, 2)
+    assert prepared.session.model.config._attn_implementation == "sdpa"  # eager, graph and compile keep it
+    # the size marks of the fused compilation stay off the session's own tensors: the compile contender
+    # compiles those with static shapes (marks left on them cost it graph breaks, seen on the H200)
+    session = prepared.session
+    views = [t for b in (1, 2) for layer in session.kv.view(b).layers for t in (layer.keys, layer.values)]
+    for tensor in [*views, session.input_ids, session.position_ids, session.attention_mask]:
+        assert not getattr(tensor, "_dynamo_unbacked_indices", None)
+        assert not getattr(tensor, "_dynamo_weak_dynamic_indices", None)
+    rows = verify_graphs(fused, steps=4, prompt_len=6)
+    assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+
+
+def test_verify_compares_grouped_attention_against_hfs_own_sdpa():
+    model = tiny_decoder("llama")
+    use_grouped_attention(model)
+    session = DecodeSession(model, 2, 64)
+    graphs = capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=(16,))
+    seen = []
+    original = session.step_fn
+
+    def spying_step_fn(batch, context=None):
+        seen.append(model.config._attn_implementation)
+        return original(batch, context)
+
+    session.step_fn = spying_step_fn
+    session.prefill(torch.randint(0, 256, (2, 6)))
+    graphs.eager(torch.tensor([1, 2]), torch.tensor([6, 6]))
+    assert seen == ["sdpa"] and model.config._attn_implementation == "cugraph_grouped"
+    rows = verify_graphs(graphs, steps=6, prompt_len=6)
+    assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+
+
+def test_batch_1_lowers_projections_with_and_without_a_bias_to_gemv_reductions():
+    """Traced with inductor's decompositions on a non-CPU device (meta): a one-row linear with a bias
+    (Qwen2's q/k/v) becomes a multiply-and-sum, like one without; a larger batch keeps its matmul,
+    and leaving the context restores inductor's own table."""
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
+
+    aten = torch.ops.aten
+
+    def traced_ops(rows: int, enabled: bool, bias: bool = True) -> set:
+        weight = torch.empty(8, 4, device="meta", dtype=torch.bfloat16)
+        x = torch.empty(rows, 8, device="meta", dtype=torch.bfloat16)
+        args = (torch.empty(4, device="meta", dtype=torch.bfloat16), x, weight) if bias else (x, weight)
+        with gemv_at_batch_1(enabled):
+            graph = make_fx(torch.addmm if bias else torch.mm, decomposition_table=select_decomp_table())(*args)
+        return {node.target for node in graph.graph.nodes if node.op == "call_function"}
+
+    for bias in (True, False):
+        gemv = traced_ops(1, True, bias)
+        assert aten.sum.dim_IntList in gemv and not {aten.addmm.default, aten.mm.default} & gemv, bias
+        assert aten.sum.dim_IntList not in traced_ops(4, True, bias)
+    assert aten.sum.dim_IntList not in traced_ops(1, False)
+    assert aten.sum.dim_IntList not in traced_ops(1, False, bias=False)
+
+
+def test_batch_1_lowering_keys_inductor_caches_and_keeps_a_users_pass():
+    """Inductor's cache keys do not see decomposition tables: the lowering adds a graph pass whose uuid
+    they do see (and runs a pass the user had set, keyed with it); all is restored after."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
+
+    class Users(CustomGraphPass):
+        calls = 0
+
+        def __call__(self, graph):
+            Users.calls += 1
+
+        def uuid(self):
+            return "users"
+
+    with gemv_at_batch_1(False):
+        assert inductor_config.post_grad_custom_post_pass is None
+    with gemv_at_batch_1(True):
+        alone = inductor_config.post_grad_custom_post_pass.uuid()
+    assert alone and inductor_config.post_grad_custom_post_pass is None
+    users = Users()
+    with inductor_config.patch(post_grad_custom_post_pass=users):
+        with gemv_at_batch_1(True):
+            tag = inductor_config.post_grad_custom_post_pass
+            tag(torch.fx.Graph())
+            assert tag.uuid() != alone and "users" in tag.uuid()
+        assert inductor_config.post_grad_custom_post_pass is users
+    assert Users.calls == 1
+
+
+def _zoo_model(model_type: str):
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from accelerate_graph.zoo.configs import quiet, tiny_config
+    from accelerate_graph.zoo.run import _build
+
+    if model_type not in CONFIG_MAPPING:
+        pytest.skip(f"this transformers has no {model_type}")
+    with quiet():
+        return _build(tiny_config(model_type), torch.device("cpu"), torch.float32)
+
+
+@pytest.mark.parametrize("model_type", ["gpt2", "gpt_neox", "gpt_neo", "gemma3"])
+def test_fused_layers_match_eager_across_architectures(model_type):
+    """GPT-2's and GPT-NeoX's blocks take the cache by position (a missed cache once sent every layer's
+    K/V to layer 0: wrong logits); GPT-Neo's attention names its slot `layer_id`; Gemma 3's vision tower
+    has a list of layers as long as its text model's. Each layer must get its own one-layer cache."""
+    torch._dynamo.reset()
+    model = _zoo_model(model_type)
+    if model.config._attn_implementation == "sdpa":
+        use_grouped_attention(model)
+    session = DecodeSession(model, 2, 64)
+    fused = FusedForward(model, backend="aot_eager")
+    cases = [(2, 32), (1, 64)]
+    prompt = torch.randint(0, 100, (2, 6))
+    got = session.first_steps(prompt, cases, fused)
+    expected = session.first_steps(prompt, cases)
+    assert fused.graphs >= 2 and fused.recompiles == 0
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_layers_refuse_a_layer_called_without_the_cache():
+    model = tiny_decoder("llama")
+    fused = FusedForward(model, backend="aot_eager")
+    layer = model.model.layers[0]
+    with pytest.raises(CaptureError, match="layer 0 .* was called with 0 caches"):
+        fused._layer_forward(layer, 0, 2)(torch.zeros(2, 1, 64))
+
+
+def test_a_failed_fused_capture_says_to_drop_fuse(monkeypatch):
+    session = DecodeSession(tiny_decoder("llama"), 2, 32)
+    session.fused = FusedForward(session.model, backend="aot_eager")
+
+    def failing(**kwargs):
+        raise RuntimeError("LoweringException: an op inductor could not lower")
+
+    monkeypatch.setattr(session, "fused", failing)
+    with pytest.raises(CaptureError) as caught:
+        capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=(16,))
+    assert "capturing bucket 2 failed" in caught.value.message and "LoweringException" in caught.value.message
+    assert caught.value.hint.startswith("Drop --fuse")
+
+
+def test_a_fused_capture_that_disagrees_with_eager_is_refused(monkeypatch):
+    """The quick check after capture also runs the smallest bucket under --fuse (batch 1 is its own
+    compilation), and a disagreement names --fuse as what to drop."""
+    from accelerate_graph.common.errors import VerificationError
+
+    original = FusedForward.__call__
+
+    def off_at_batch_1(self, **kwargs):
+        out = original(self, **kwargs)
+        if kwargs["input_ids"].shape[0] == 1:
+            out.logits = out.logits + 1.0
+        return out
+
+    monkeypatch.setattr(FusedForward, "__call__", off_at_batch_1)
+    torch._dynamo.reset()
+    with pytest.raises(VerificationError) as caught:
+        prepare(CaptureRequest(model="tiny", buckets=(1, 2), fuse=True, max_cache_len=64, device="cpu"))
+    assert "bucket 1, fused" in caught.value.message and caught.value.hint.startswith("Drop --fuse")
+
+
+def test_fused_layers_refuse_a_model_whose_layers_share_their_cache():
+    """Dory's layers read other layers' K/V (and offset their cache index): no one-layer view serves them."""
+    torch._dynamo.reset()
+    model = _zoo_model("dory")
+    session = DecodeSession(model, 2, 64)
+    with pytest.raises(CaptureError, match="addressed another layer's slot"):
+        session.first_steps(torch.randint(0, 100, (2, 6)), [(2, 32)], FusedForward(model, backend="aot_eager"))
+
+
+def test_compile_workers_start_with_the_plans_cache_folder(tmp_path, monkeypatch):
+    """The workers inherit the environment when they start: the plan's cache folder is set first."""
+    import os
+
+    from accelerate_graph.fused import layers as fused_step
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "elsewhere"))  # restored after the test
+    fused_step.warm_compile_workers(torch.device("cpu"), tmp_path / "my.plan.inductor")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str((tmp_path / "my.plan.inductor").resolve())
+    assert (tmp_path / "my.plan.inductor").is_dir()

@@ -1,0 +1,64 @@
+"""Context buckets, grouped-query decode attention and fused (inductor) steps on real CUDA graphs."""
+
+import pytest
+import torch
+from tiny_models import tiny_decoder
+
+from accelerate_graph.core.backends import backend_for
+from accelerate_graph.core.capture import capture_decode_graphs
+from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.fused.grouped_attention import use_grouped_attention
+from accelerate_graph.fused.layers import FusedForward
+from accelerate_graph.verify.against_eager import verify_graphs
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+GPU = torch.device("cuda:0")
+
+
+def capture_and_verify(model, fused: bool, dtype=torch.bfloat16):
+    session = DecodeSession(model.to(GPU, dtype), 4, 64)
+    if fused:
+        torch._dynamo.reset()  # compilations of earlier tests share HF's code objects: count only ours
+        session.fused = FusedForward(session.model)
+    graphs = capture_decode_graphs(session, backend_for(GPU), (1, 2, 4), contexts=(16, 32))
+    rows = verify_graphs(graphs, steps=8, prompt_len=6)
+    assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+    return session, graphs
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "grouped"])
+def test_context_buckets_on_gpu(attn):
+    model = tiny_decoder("qwen2")
+    if attn == "grouped":
+        use_grouped_attention(model)
+    capture_and_verify(model, fused=False)
+
+
+def test_fused_layers_compile_once_per_batch_class_and_replay_like_eager():
+    model = tiny_decoder("llama")
+    use_grouped_attention(model)  # what --fuse runs
+    session, graphs = capture_and_verify(model, fused=True)
+    assert (session.fused.graphs, session.fused.recompiles) == (2, 0)  # batch 1; batches 2 and 4
+    assert len(graphs.graphs) == 9 and session.fused.compile_seconds > 0
+
+
+def test_compile_contender_after_a_fused_capture_compiles_whole():
+    """bench times torch.compile after `fused` on the same session: the fused compilation's dynamic-size
+    marks must not reach the tensors compile sees (they cost it graph breaks and 20 ms steps once)."""
+    from accelerate_graph.bench.compiled_step import compile_step, mark_step_begin
+
+    torch._dynamo.reset()
+    model = tiny_decoder("llama").to(GPU, torch.bfloat16)
+    session = DecodeSession(model, 4, 64)
+    undo = use_grouped_attention(model)
+    session.fused = FusedForward(model)
+    capture_decode_graphs(session, backend_for(GPU), (1, 4), contexts=(16,))
+    undo()
+    session.prefill(torch.randint(0, 200, (4, 5), device=GPU))
+
+    def before() -> None:
+        session.kv.rewind(5)
+        mark_step_begin()
+
+    compiled = compile_step(session, 4, before)
+    assert compiled.graphs == 1 and compiled.cudagraph_skips == 0
