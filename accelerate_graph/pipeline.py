@@ -118,15 +118,17 @@ def decide_regions(session: DecodeSession, request_mode: str, bucket: int) -> De
 
 
 def _quick_check(graphs: DecodeGraphs, prompt_len: int) -> None:
-    """A short replay-vs-eager run on the largest bucket (and under --fuse on the smallest, which has
-    its own compilation): no plan and no bench row claims graphs that were never checked."""
+    """A short run of `verify`'s own check (the same criterion) on the largest bucket (and under --fuse
+    on the smallest, which has its own compilation): no plan and no bench row claims graphs that were
+    never checked."""
     fused = graphs.session.fused is not None
     buckets = (graphs.buckets[-1], graphs.buckets[0]) if fused else (graphs.buckets[-1],)
     for bucket in dict.fromkeys(buckets):  # one bucket only: checked once
         check = verify_batch(graphs, bucket, bucket, steps=3, prompt_len=min(prompt_len, 8))
         if not check.passed:
             raise VerificationError(
-                f"replay disagreed with eager right after capture (bucket {check.bucket}"
+                f"replay was further from the float32 reference than eager allows, right after capture "
+                f"(bucket {check.bucket}"
                 f"{', fused' if fused else ''}): {check.detail[:300]}",
                 DROP_FUSE if fused else "Use --mode eager and report the model.",
             )

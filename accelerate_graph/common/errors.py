@@ -9,6 +9,7 @@ import torch
 
 USAGE_EXIT = 2  # the user asked for something malformed
 RUNTIME_EXIT = 1  # the request was fine but could not be carried out
+DROP_FUSE = "Drop --fuse: the plain graph still removes the launch overhead."  # the hint of every --fuse refusal
 
 
 def is_out_of_memory(err: BaseException) -> bool:

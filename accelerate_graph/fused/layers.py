@@ -28,14 +28,13 @@ from torch._dynamo.utils import counters
 from transformers.cache_utils import Cache
 
 from accelerate_graph.bench.compiled_step import recompile_headroom
-from accelerate_graph.common.errors import CaptureError
+from accelerate_graph.common.errors import DROP_FUSE, CaptureError
 from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
 
 # Batch 1 compiles its projections to GEMV kernels (gemv_lowering.py). A switch so that
 # benchmarks/profile_step.py can measure the step without them.
 GEMV_AT_BATCH_1 = True
 
-DROP_FUSE = "Drop --fuse: the plain graph still removes the launch overhead."  # the hint of every --fuse refusal
 
 
 def inductor_cache_dir(plan_path: Path | str) -> Path:
