@@ -123,19 +123,30 @@ class RouterReport:
         return bool(feeds) and bool(self.near_tie[: step + 1, feeds, row].any())
 
 
+def _one_call_per_step(reference: RouterLog, eager: RouterLog, i: int) -> bool:
+    """A router judged only where both runs saw it once per step with one shape (a router called in
+    other ways is left out rather than misread)."""
+    calls = reference.logits[i]
+    return (
+        bool(calls)
+        and len(calls) == len(eager.logits[i])
+        and len({c.shape for c in calls + eager.logits[i]}) == 1
+    )
+
+
 def compare_routers(reference: RouterLog, eager: RouterLog, factor: float, dtype: torch.dtype) -> RouterReport | None:
     """The near-ties of `reference`: a margin within `2 * factor` times the router's noise (how far
     eager's router logits typically are from the reference's: each of the two logits may move by it, a
     replay by `factor` times more), plus the dtype's rounding of the largest logit."""
-    routers = [r for i, r in enumerate(reference.routers) if reference.logits[i]]
-    if not routers:
+    usable = [i for i in range(len(reference.routers)) if _one_call_per_step(reference, eager, i)]
+    if not usable:
         return None
-    ties, noise, flips, accepted = [], [], 0, 0
-    for i, router in enumerate(reference.routers):
-        if not reference.logits[i]:
-            continue
+    routers, ties, noise, flips, accepted = [], [], [], 0, 0
+    for i in usable:
+        router = reference.routers[i]
+        routers.append(router)
         ref = reference.stacked(i)
-        eag = eager.stacked(i) if eager.logits[i] else ref
+        eag = eager.stacked(i)
         # the typical token's distance: a router downstream of a flip sees a different token, not noise
         router_noise = (eag - ref).abs().amax(-1).median().item()
         limit = 2 * factor * router_noise + torch.finfo(dtype).eps * ref.abs().max().item()
