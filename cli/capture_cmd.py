@@ -81,6 +81,7 @@ def capture(
       cugraph-accel capture --json capture.json               # also the plan and timings as JSON
     """
     from accelerate_graph.common.atomic_io import check_writable
+    from accelerate_graph.common.errors import BadOptionError
     from accelerate_graph.core.plan import write_plan
     from accelerate_graph.fused.layers import inductor_cache_dir
     from accelerate_graph.models.recipes import DEFAULT_RECIPE
@@ -94,6 +95,11 @@ def capture(
     check_writable(path, "plan", force, replaces="plan")
     if json not in (None, STDOUT):
         check_writable(json, "JSON results", force)
+    kernels = inductor_cache_dir(path)
+    if fuse and kernels.exists() and not kernels.is_dir():
+        raise BadOptionError(
+            f"--fuse keeps compiled kernels in {kernels}, which is a file.", "Move it, or choose another --plan."
+        )
     request = CaptureRequest(
         model=DEFAULT_RECIPE if model is None else model,
         buckets=buckets_or_none(buckets),
@@ -108,7 +114,7 @@ def capture(
         max_memory_mib=max_memory,
         contexts=contexts_or_auto(contexts),
         fuse=fuse,
-        inductor_cache=str(inductor_cache_dir(path)) if fuse else None,
+        inductor_cache=str(kernels) if fuse else None,
     )
     prepared = prepare_with_progress(request, out)
     if prepared.graphs:

@@ -20,9 +20,22 @@ from .recipes_cmd import recipes
 from .verify_cmd import verify
 from .zoo_cmd import zoo
 
+HELP = """Verified CUDA graphs for the decode step of Hugging Face causal LMs.
+
+Examples:
+
+  cugraph-accel capture && cugraph-accel verify           # the built-in tiny model
+
+  cugraph-accel capture qwen2.5-0.5b --buckets 1,8,16,32
+
+  cugraph-accel bench --json results.json                 # --json - prints the JSON instead
+
+  cugraph-accel recipes
+"""
+
 app = typer.Typer(
     cls=DebugAnywhereGroup,
-    help="Verified CUDA graphs for the decode step of Hugging Face causal LMs.",
+    help=HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -45,16 +58,7 @@ def main(
         typer.Option("--debug", help=f"Show tracebacks, anywhere on the command line (or set {DEBUG_ENV}=1)."),
     ] = False,
 ) -> None:
-    """Detect, capture, verify and benchmark decode-step CUDA graphs.
-
-    Examples:
-
-      cugraph-accel capture && cugraph-accel verify      # the built-in tiny model
-
-      cugraph-accel capture qwen2.5-0.5b --buckets 1,8,16,32
-
-      cugraph-accel bench --json results.json
-    """
+    """Detect, capture, verify and benchmark decode-step CUDA graphs."""
     # --debug was taken out of the command line (wherever it stood) by DebugAnywhereGroup
 
 

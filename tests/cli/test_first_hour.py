@@ -156,12 +156,19 @@ def test_debug_works_after_the_subcommand():
     assert "Traceback" not in plain.stderr  # --debug is for one invocation only
 
 
-@pytest.mark.parametrize("command", ["capture", "verify", "bench", "zoo"])
+@pytest.mark.parametrize("command", ["capture", "verify", "bench", "zoo", "recipes", None])
 def test_each_commands_help_shows_examples(command):
-    result = runner.invoke(app, [command, "--help"])
+    result = runner.invoke(app, [command, "--help"] if command else ["--help"])
     assert result.exit_code == 0 and "Examples" in result.stdout
-    assert f"cugraph-accel {command}" in result.stdout
-    assert "--json" in result.stdout and "PATH" in result.stdout
+    assert f"cugraph-accel {command or 'capture'}" in result.stdout
+    if command not in ("recipes", None):
+        assert "--json" in result.stdout and "PATH" in result.stdout
+
+
+def test_fuse_kernels_folder_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "p.inductor").write_text("not a folder")
+    result = runner.invoke(app, ["capture", "--fuse", "--plan", str(tmp_path / "p.yaml")])
+    assert "p.inductor, which is a file" in one_error(result, 2)
 
 
 def test_readme_and_quickstart_say_how_to_run_the_command():
