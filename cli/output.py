@@ -36,7 +36,9 @@ def json_text(data: dict) -> str:
 class Output:
     """Human output on stdout, unless the JSON document goes there (`--json -`)."""
 
-    def __init__(self, json_path: str | Path | None = None):
+    def __init__(self, json_path: str | Path | bool | None = None):
+        if isinstance(json_path, bool):  # the old `--json` flag: True meant standard output
+            json_path = STDOUT if json_path else None
         self.json_path = None if json_path is None else str(json_path)
         self.json_mode = self.json_path == STDOUT
         self.console = _console(stderr=self.json_mode)
