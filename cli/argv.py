@@ -4,7 +4,8 @@
   before the subcommand sees it.
 - No option swallows the next flag: `--json --allow-cpu` is refused with one line instead of writing
   to a file named `--allow-cpu`. The old `--json` flag of capture and verify (no path) still works for
-  one release, as `--json -`, with a deprecation line.
+  one release, as `--json -`, with a deprecation line; there, until then, a PATH ends in .json (so
+  that `capture --json tiny` keeps its old meaning: MODEL tiny, JSON on standard output).
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ def _value_options(command) -> set[str]:
     return names
 
 
+def _legacy_json_flag(following: str | None) -> bool:
+    """Whether a capture/verify `--json` is the old flag: nothing after it, another option, or a word
+    that is no JSON path (`capture --json tiny` meant MODEL tiny). This release a PATH there ends in
+    .json, or is `-`."""
+    return following is None or following.startswith("--") or (following != "-" and not following.endswith(".json"))
+
+
 def check_option_values(command_name: str, value_options: set[str], args: list[str]) -> list[str]:
     """`args` with each value-taking option followed by a value; the legacy bare `--json` becomes
     `--json -`; an option followed by another option is refused."""
@@ -63,7 +71,7 @@ def check_option_values(command_name: str, value_options: set[str], args: list[s
         if word not in value_options:
             continue
         following = args[i] if i < len(args) else None
-        if word == JSON_OPTION and command_name in LEGACY_JSON_FLAG and (following or "--").startswith("--"):
+        if word == JSON_OPTION and command_name in LEGACY_JSON_FLAG and _legacy_json_flag(following):
             print(JSON_FLAG_DEPRECATED, file=sys.stderr)
             checked.append("-")
         elif following is not None and following.startswith("--"):

@@ -123,6 +123,14 @@ def test_legacy_json_flag_means_stdout_with_a_deprecation_line(tiny_plan):
     assert json.loads(result.stdout)["passed"] is True
 
 
+def test_legacy_json_flag_before_model_keeps_its_meaning(tiny_plan):
+    from cli.argv import check_option_values
+
+    assert check_option_values("capture", {"--json"}, ["--json", "tiny"]) == ["--json", "-", "tiny"]
+    assert check_option_values("verify", {"--json"}, ["--json", "v.json"]) == ["--json", "v.json"]
+    assert check_option_values("bench", {"--json"}, ["--json", "results"]) == ["--json", "results"]
+
+
 def test_json_path_writes_a_file_and_keeps_the_tables(tiny_plan, tmp_path):
     out = tmp_path / "verify.json"
     result = runner.invoke(app, ["verify", "--plan", str(tiny_plan), "--steps", "2", "--json", str(out)])
@@ -231,7 +239,7 @@ def test_host_out_of_memory_says_memory_not_attention(monkeypatch, tiny_model_di
 
 
 @pytest.mark.parametrize("option", ["--plan", "--json"])
-@pytest.mark.parametrize("path", ["/proc/cugraph-accel-test/out.yaml", "/sys/cugraph-accel-test.yaml"])
+@pytest.mark.parametrize("path", ["/proc/cugraph-accel-test/out.json", "/sys/cugraph-accel-test.json"])
 def test_unwritable_special_paths_are_refused_before_any_work(option, path):
     if not Path("/" + path.split("/")[1]).is_dir():
         pytest.skip("no /proc or /sys here")
