@@ -18,6 +18,7 @@ from accelerate_graph.detect.model_fixes import hoist_host_constants, use_captur
 from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
 from accelerate_graph.fused.layers import DROP_FUSE, FusedForward, use_cache_dir, warm_compile_workers
+from accelerate_graph.models.limits import cache_length, peek_config
 from accelerate_graph.models.loading import LoadedModel, load_model
 from accelerate_graph.models.recipes import DEFAULT_RECIPE, RecipeDefaults
 from accelerate_graph.verify.against_eager import verify_batch
@@ -70,10 +71,11 @@ class Prepared:
         return self.session.fused.compile_seconds if self.session.fused else 0.0
 
 
-def _settings(request: CaptureRequest, loaded: LoadedModel) -> tuple[tuple[int, ...], int, int]:
+def _settings(request: CaptureRequest, loaded: LoadedModel, notes: list[str]) -> tuple[tuple[int, ...], int, int]:
     defaults = loaded.recipe.defaults if loaded.recipe else RecipeDefaults()
     buckets = tuple(sorted(request.buckets or defaults.buckets))
-    cache_len = request.max_cache_len or defaults.max_cache_len
+    cache_len, shortened = cache_length(request.max_cache_len, defaults.max_cache_len, loaded.model.config)
+    notes += [shortened] if shortened else []
     prompt_len = request.prompt_len or min(defaults.prompt_len, cache_len // 2)
     if cache_len < 2:
         raise BadOptionError(f"--max-cache-len {cache_len} is too small.", "Use at least 2.")
@@ -142,6 +144,9 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         raise BadOptionError(f"--attn {request.attn!r} is not supported.", f"Use {', '.join(ATTENTIONS)}.")
     if request.fuse:
         warm_compile_workers(device, request.inductor_cache)
+    config = peek_config(request.model, request.revision)
+    if config is not None:  # a cache longer than the model's positions is refused before any weight loads
+        cache_length(request.max_cache_len, RecipeDefaults().max_cache_len, config)
     hooks.stage(f"loading {request.model}")
     loaded = load_model(
         request.model, device, dtype, "sdpa" if request.attn == "grouped" else request.attn, request.revision
@@ -152,13 +157,13 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         use_grouped_attention(loaded.model)
         loaded.attn = "grouped"
     hooks.loaded(loaded)
-    buckets, cache_len, prompt_len = _settings(request, loaded)
+    notes = list(loaded.notes)  # fixes are shown with the region plan
+    buckets, cache_len, prompt_len = _settings(request, loaded, notes)
     hooks.stage("allocating the static cache")
     session = DecodeSession(loaded.model, max(buckets), cache_len)
     hooks.stage("looking for graph hazards")
     decision = decide_regions(session, request.mode, buckets[0])
     hooks.decided(decision)
-    notes = list(loaded.notes)  # fixes are shown with the region plan
     mode = decision.regions.mode
     if mode == "eager" and request.mode == "auto":
         notes.append(f"running eagerly: {decision.regions.reason}")
