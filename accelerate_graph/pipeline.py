@@ -12,7 +12,9 @@ from accelerate_graph.core.backends import backend_for
 from accelerate_graph.core.buckets import resolve_contexts
 from accelerate_graph.core.capture import BucketCapture, DecodeGraphs, capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.core.memory import MemoryBudget, command_bound, reset_peak
 from accelerate_graph.core.plan import Plan
+from accelerate_graph.core.preflight import preflight
 from accelerate_graph.detect.hazards import Hazard, find_hazards
 from accelerate_graph.detect.model_fixes import hoist_host_constants, use_capture_safe_experts
 from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
@@ -64,6 +66,14 @@ class Prepared:
     session: DecodeSession
     notes: list[str] = field(default_factory=list)
     hazards: list[Hazard] = field(default_factory=list)
+    preflight: str = ""  # what the memory preflight checked, or why it was skipped
+
+    def memory_bound(self, steps: int = 3, extra: dict | None = None, graph_bytes: int = 0) -> MemoryBudget:
+        """The stated bound on this session's peak device memory after checks of `steps` steps."""
+        if self.graphs is not None:
+            graph_bytes += sum(c.memory_bytes for c in self.graphs.captures())
+        fuse = self.plan.fuse or self.session.fused is not None
+        return command_bound(self.session, graph_bytes, self.plan.prompt_len, steps, fuse, extra)
 
     @property
     def compile_seconds(self) -> float:
@@ -140,6 +150,7 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         raise BadOptionError(f"--mode {request.mode!r} is not one of {', '.join(MODES)}.")
     device = resolve_device(request.device)
     dtype = resolve_dtype(request.dtype, device)
+    reset_peak(device)  # a command's peak device memory counts from here
     if request.attn not in ATTENTIONS:
         raise BadOptionError(f"--attn {request.attn!r} is not supported.", f"Use {', '.join(ATTENTIONS)}.")
     if request.fuse:
@@ -159,6 +170,7 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
     hooks.loaded(loaded)
     notes = list(loaded.notes)  # fixes are shown with the region plan
     buckets, cache_len, prompt_len = _settings(request, loaded, notes)
+    checked = preflight(loaded.model.config, dtype, device, buckets, cache_len, prompt_len, request.fuse)
     hooks.stage("allocating the static cache")
     session = DecodeSession(loaded.model, max(buckets), cache_len)
     hooks.stage("looking for graph hazards")
@@ -219,7 +231,7 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         backend=backend_name,
         fixes=decision.fixes,
     )
-    return Prepared(loaded, plan, graphs, session, notes, decision.hazards)
+    return Prepared(loaded, plan, graphs, session, notes, decision.hazards, checked)
 
 
 def _start_fusing(session: DecodeSession, request: CaptureRequest) -> None:

@@ -15,6 +15,7 @@ from accelerate_graph.bench.run import BenchHooks, BenchSettings, run_bench
 from accelerate_graph.common.atomic_io import check_writable
 from accelerate_graph.common.devices import resolve_device
 from accelerate_graph.common.errors import CpuTimingRefused
+from accelerate_graph.core.memory import memory_line
 from accelerate_graph.core.plan import DEFAULT_PLAN_PATH, read_plan
 from accelerate_graph.pipeline import CaptureRequest
 
@@ -170,3 +171,6 @@ def bench(
     for info in report.contexts:
         for note in info.notes:
             out.note(f"cache {info.cache_len}: {note}")
+    for info in report.contexts:
+        if info.memory:
+            out.line(f"cache {info.cache_len}: {memory_line(info.memory)}")

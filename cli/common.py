@@ -6,6 +6,7 @@ from pathlib import Path
 
 from accelerate_graph.common.devices import device_label, dtype_name
 from accelerate_graph.common.errors import PlanError
+from accelerate_graph.core.memory import memory_line, memory_record, peak_bytes
 from accelerate_graph.core.plan import DEFAULT_PLAN_PATH, check_plan_compatible, read_plan
 from accelerate_graph.fused.layers import inductor_cache_dir
 from accelerate_graph.pipeline import CaptureRequest, Hooks, Prepared, prepare, request_from_plan
@@ -60,3 +61,10 @@ def prepare_with_progress(request: CaptureRequest, out: Output) -> Prepared:
     for note in prepared.notes:
         out.note(note)
     return prepared
+
+
+def report_memory(prepared: Prepared, out: Output, steps: int = 3) -> dict:
+    """The command's peak device memory beside its stated bound: one line, and the JSON record."""
+    record = memory_record(peak_bytes(prepared.session.device), prepared.memory_bound(steps))
+    out.line(memory_line(record))
+    return {**record, "preflight": prepared.preflight}

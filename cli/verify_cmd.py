@@ -9,7 +9,7 @@ import typer
 
 from accelerate_graph.verify.against_eager import verify_graphs
 
-from .common import prepare_with_progress, request_for
+from .common import prepare_with_progress, report_memory, request_for
 from .errors import guarded
 from .options import BucketsOpt, JsonFlag, ModelArg, PlanOpt, PromptLenOpt, buckets_or_none
 from .output import Output
@@ -46,8 +46,9 @@ def verify(
         return
     rows = verify_graphs(prepared.graphs, steps=steps, prompt_len=prepared.plan.prompt_len)
     out.show(verify_table(rows))
+    memory = report_memory(prepared, out, steps)
     failed = [r for r in rows if not r.passed]
-    out.emit_json({"passed": not failed, "rows": [asdict(r) for r in rows]})
+    out.emit_json({"passed": not failed, "rows": [asdict(r) for r in rows], "memory": memory})
     if failed:
         first = failed[0]
         out.line(

@@ -90,6 +90,7 @@ class ContextInfo:
     notes: list[str] = field(default_factory=list)
     floors: list[dict] = field(default_factory=list)  # per bucket: the bytes a step moves, and its floor
     eager_fallbacks: int = 0  # batches above the largest captured bucket that ran eagerly
+    memory: dict = field(default_factory=dict)  # peak device memory of this cache length and its stated bound
 
 
 @dataclass
