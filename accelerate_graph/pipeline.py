@@ -20,6 +20,7 @@ from accelerate_graph.detect.model_fixes import hoist_host_constants, use_captur
 from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
 from accelerate_graph.fused.layers import DROP_FUSE, FusedForward, use_cache_dir, warm_compile_workers
+from accelerate_graph.models.fingerprint import model_fingerprint
 from accelerate_graph.models.limits import cache_length, peek_config
 from accelerate_graph.models.loading import LoadedModel, load_model
 from accelerate_graph.models.recipes import DEFAULT_RECIPE, RecipeDefaults
@@ -81,14 +82,27 @@ class Prepared:
         return self.session.fused.compile_seconds if self.session.fused else 0.0
 
 
+# Hazard detection decodes at slots 1-3 after the prompt's first: a smaller cache cannot hold them.
+MIN_CACHE_LEN = 4
+
+
 def _settings(request: CaptureRequest, loaded: LoadedModel, notes: list[str]) -> tuple[tuple[int, ...], int, int]:
     defaults = loaded.recipe.defaults if loaded.recipe else RecipeDefaults()
     buckets = tuple(sorted(request.buckets or defaults.buckets))
     cache_len, shortened = cache_length(request.max_cache_len, defaults.max_cache_len, loaded.model.config)
     notes += [shortened] if shortened else []
     prompt_len = request.prompt_len or min(defaults.prompt_len, cache_len // 2)
-    if cache_len < 2:
-        raise BadOptionError(f"--max-cache-len {cache_len} is too small.", "Use at least 2.")
+    if cache_len < MIN_CACHE_LEN:
+        raise BadOptionError(
+            f"--max-cache-len {cache_len} is too small: finding graph hazards decodes {MIN_CACHE_LEN - 1} "
+            "tokens after a prompt token.",
+            f"Use at least {MIN_CACHE_LEN}.",
+        )
+    if request.prompt_len is None and prompt_len < defaults.prompt_len:
+        notes.append(
+            f"the prompt is {prompt_len} tokens, not {defaults.prompt_len}: half of --max-cache-len {cache_len} "
+            "(pass --prompt-len to choose)."
+        )
     if prompt_len >= cache_len:
         raise BadOptionError(
             f"--prompt-len {prompt_len} leaves no room in a cache of {cache_len} slots.",
@@ -230,6 +244,7 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         environment=environment_info(device),
         backend=backend_name,
         fixes=decision.fixes,
+        fingerprint=model_fingerprint(loaded.reference, loaded.kind, loaded.revision),
     )
     return Prepared(loaded, plan, graphs, session, notes, decision.hazards, checked)
 

@@ -216,7 +216,9 @@ def _memory(prepared: Prepared, rows: list[BenchRow], generate: bool) -> dict:
     extra = {"compile's graphs": sum(r.memory_bytes or 0 for r in rows if r.kind == STEP and r.contender == "compile")}
     geometry = Geometry.of(session.model.config)
     if generate and geometry is not None:  # generate(cache_implementation="static") builds a cache of its own
-        extra["HF generate's cache"] = geometry.kv_bytes(max(prepared.plan.buckets), session.max_cache_len, session.model.dtype)
+        extra["HF generate's cache"] = geometry.kv_bytes(
+            max(prepared.plan.buckets), session.max_cache_len, session.model.dtype
+        )
     bound = prepared.memory_bound(3, extra, graph_bytes=fused)
     return memory_record(peak_bytes(session.device), bound)
 

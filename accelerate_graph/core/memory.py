@@ -49,7 +49,9 @@ class Geometry:
                 q_heads=q_heads,
                 kv_heads=int(getattr(text, "num_key_value_heads", None) or q_heads),
                 head_dim=int(getattr(text, "head_dim", None) or hidden // q_heads),
-                intermediate=int(getattr(text, "intermediate_size", None) or getattr(text, "n_inner", None) or 4 * hidden),
+                intermediate=int(
+                    getattr(text, "intermediate_size", None) or getattr(text, "n_inner", None) or 4 * hidden
+                ),
                 vocab=int(text.vocab_size),
                 top_k=int(_first(text, "num_experts_per_tok", "moe_topk", "top_k") or 0),
                 expert_intermediate=int(_first(text, "moe_intermediate_size", "expert_intermediate_size") or 0),
@@ -221,7 +223,9 @@ def memory_line(record: dict) -> str:
     return f"peak device memory {said}{over}; bound {gib(record['bound_bytes'])} = {record['bound']}"
 
 
-def command_bound(session, graph_bytes: int, prompt_len: int, steps: int, fuse: bool, extra: dict | None = None) -> MemoryBudget:
+def command_bound(
+    session, graph_bytes: int, prompt_len: int, steps: int, fuse: bool, extra: dict | None = None
+) -> MemoryBudget:
     """The stated bound of a command on `session`: its measured weights, cache and graph pool (the
     graphs' recorded growth), the estimated activations of its largest bucket and the logits its checks
     keep, inductor's workspace when it compiled, `extra` parts (bench: compile's graphs, HF generate's
@@ -233,7 +237,9 @@ def command_bound(session, graph_bytes: int, prompt_len: int, steps: int, fuse: 
     geometry = Geometry.of(session.model.config)
     dtype = session.model.dtype
     if geometry is not None:
-        bound.add("activations", activation_bytes(geometry, session.max_batch, session.max_cache_len, prompt_len, dtype))
+        bound.add(
+            "activations", activation_bytes(geometry, session.max_batch, session.max_cache_len, prompt_len, dtype)
+        )
         bound.add("kept logits", kept_logits_bytes(geometry, session.max_batch, steps))
     else:  # no geometry to estimate from: a tenth of the weights
         bound.add("activations", bound.parts["weights"] // 10)

@@ -65,7 +65,9 @@ def test_default_is_cut_to_the_limit_and_an_explicit_longer_cache_refused():
     assert cache_length(None, 1024, config) == (256, cache_length(None, 1024, config)[1])
     assert "cache length 256, not the default 1024" in cache_length(None, 1024, config)[1]
     assert cache_length(128, 1024, config) == (128, None)
-    with pytest.raises(BadOptionError, match=r"--max-cache-len 512 is longer than the model's 256 positions \(n_positions"):
+    with pytest.raises(
+        BadOptionError, match=r"--max-cache-len 512 is longer than the model's 256 positions \(n_positions"
+    ):
         cache_length(512, 1024, config)
 
 
@@ -97,7 +99,16 @@ def test_an_explicit_longer_cache_is_refused_before_the_weights_load(short_model
 def test_cli_refuses_with_one_line(short_model, tmp_path):
     result = CliRunner().invoke(
         app,
-        ["capture", short_model("gptj"), "--max-cache-len", "512", "--device", "cpu", "--plan", str(tmp_path / "p.yaml")],
+        [
+            "capture",
+            short_model("gptj"),
+            "--max-cache-len",
+            "512",
+            "--device",
+            "cpu",
+            "--plan",
+            str(tmp_path / "p.yaml"),
+        ],
     )
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
