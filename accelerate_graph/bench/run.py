@@ -20,7 +20,7 @@ from accelerate_graph.bench.environment import bench_environment, sm_clock_mhz
 from accelerate_graph.bench.floor import Bandwidth, describe_floor, measure_bandwidth, step_bytes
 from accelerate_graph.bench.generate import bench_hf_generate, bench_our_loop
 from accelerate_graph.bench.options import DEFAULT_COMPARE, STEP_CONTENDERS
-from accelerate_graph.bench.results import STEP, BenchReport, BenchRow, ContextInfo, fill_speedups
+from accelerate_graph.bench.results import STEP, BenchReport, BenchRow, ContextInfo, fill_speedups, under_floor_notes
 from accelerate_graph.bench.timing import time_calls
 from accelerate_graph.common.devices import resolve_device
 from accelerate_graph.common.errors import CaptureError, CpuTimingRefused, VerificationError, is_out_of_memory
@@ -205,6 +205,7 @@ def bench_context(
         hooks.advance()
     if generate:
         info.memory = _memory(prepared, rows, generate=True)
+    info.notes += under_floor_notes(rows)
     return info, rows
 
 

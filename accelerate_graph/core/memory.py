@@ -54,7 +54,9 @@ class Geometry:
                 ),
                 vocab=int(text.vocab_size),
                 top_k=int(_first(text, "num_experts_per_tok", "moe_topk", "top_k") or 0),
-                expert_intermediate=int(_first(text, "moe_intermediate_size", "expert_intermediate_size") or 0),
+                # OLMoE and Mixtral size each expert by intermediate_size
+                expert_intermediate=int(_first(text, "moe_intermediate_size", "expert_intermediate_size") or 0)
+                or int(getattr(text, "intermediate_size", 0) or 0),
                 experts=int(_first(text, "num_experts", "num_local_experts", "n_routed_experts") or 0),
             )
         except (AttributeError, TypeError, ValueError):  # per-layer or non-standard configs
