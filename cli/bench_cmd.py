@@ -202,3 +202,8 @@ def bench(
     for info in report.contexts:
         for note in info.notes:
             out.note(f"cache {info.cache_len}: {note}")
+    from accelerate_graph.core.memory import memory_line
+
+    for info in report.contexts:
+        if info.memory:
+            out.line(f"cache {info.cache_len}: {memory_line(info.memory)}")

@@ -87,7 +87,7 @@ def capture(
     from accelerate_graph.models.recipes import DEFAULT_RECIPE
     from accelerate_graph.pipeline import CaptureRequest
 
-    from .common import prepare_with_progress
+    from .common import prepare_with_progress, report_memory
     from .tables import capture_table
 
     out = Output(json)
@@ -121,6 +121,7 @@ def capture(
         out.show(capture_table(prepared.graphs.captures()))
     if prepared.compile_seconds:
         out.line(f"inductor compiled the step in {prepared.compile_seconds:.1f} s (included in the capture times)")
+    memory = report_memory(prepared, out)
     write_plan(prepared.plan, path)
     out.line(f"plan written to {path}; next: cugraph-accel verify" + (f" --plan {path}" if plan else ""))
-    out.emit_json({"plan_path": str(path), "plan": asdict(prepared.plan), "notes": prepared.notes})
+    out.emit_json({"plan_path": str(path), "plan": asdict(prepared.plan), "notes": prepared.notes, "memory": memory})

@@ -51,7 +51,7 @@ def verify(
     from accelerate_graph.common.atomic_io import check_writable
     from accelerate_graph.verify.against_eager import verify_graphs
 
-    from .common import prepare_with_progress, request_for
+    from .common import prepare_with_progress, report_memory, request_for
     from .tables import verify_table
 
     out = Output(json)
@@ -65,12 +65,21 @@ def verify(
         return
     rows = verify_graphs(prepared.graphs, steps=steps, prompt_len=prepared.plan.prompt_len)
     out.show(verify_table(rows))
+    memory = report_memory(prepared, out, steps)
     notes = list(prepared.notes)
     if shortened := shortened_runs(rows, steps):
         out.note(shortened)
         notes.append(shortened)
     failed = [r for r in rows if not r.passed]
-    out.emit_json({"passed": not failed, "steps_requested": steps, "rows": [asdict(r) for r in rows], "notes": notes})
+    out.emit_json(
+        {
+            "passed": not failed,
+            "steps_requested": steps,
+            "rows": [asdict(r) for r in rows],
+            "notes": notes,
+            "memory": memory,
+        }
+    )
     if failed:
         first = failed[0]
         out.line(

@@ -102,7 +102,8 @@ def _with_attn_fallback(build, attn: str, notes: list[str]):
         return build("eager"), "eager"
 
 
-def _recipe_config(recipe: Recipe):
+def recipe_config(recipe: Recipe):
+    """The transformers config a recipe describes (no weights)."""
     if recipe.model_type not in CONFIG_MAPPING:
         raise RecipeError(
             f"recipe {recipe.name}: unknown model_type {recipe.model_type!r}.",
@@ -116,7 +117,7 @@ def _recipe_config(recipe: Recipe):
 
 
 def _load_recipe(recipe: Recipe, device, dtype, attn, notes):
-    config = _recipe_config(recipe)
+    config = recipe_config(recipe)
     check_causal_lm(config, recipe.name)
     torch.manual_seed(recipe.seed)
 
