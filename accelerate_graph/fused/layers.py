@@ -36,7 +36,6 @@ from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
 GEMV_AT_BATCH_1 = True
 
 
-
 def inductor_cache_dir(plan_path: Path | str) -> Path:
     """`my.plan.yaml` -> `my.plan.inductor/`: compiled kernels kept beside the plan they serve."""
     path = Path(plan_path)

@@ -59,7 +59,9 @@ class VerifyRow:
 def written(session: DecodeSession, rows: int, first: int, steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Copies of the K/V a run of `steps` steps from slot `first` wrote into rows [:rows], per layer."""
     window = slice(first, first + steps)
-    return [(layer.keys[:rows, :, window].clone(), layer.values[:rows, :, window].clone()) for layer in session.kv.layers]
+    return [
+        (layer.keys[:rows, :, window].clone(), layer.values[:rows, :, window].clone()) for layer in session.kv.layers
+    ]
 
 
 @dataclass
@@ -81,11 +83,11 @@ def _run(session: DecodeSession, step_once: Callable, tokens: torch.Tensor, firs
 
 
 def run_case(graphs: DecodeGraphs, bucket: int, tokens: torch.Tensor, first: int) -> tuple[Run, Run, Run]:
-    """Replay, eager and float32 reference runs of the same steps from the same cache state (the cache
-    is restored between them)."""
+    """Replay, eager and float32 reference runs of the same steps from the same cache state (restored
+    between them: only the rows and slots the steps overwrite are copied)."""
     session = graphs.session
     routers = find_routers(session.model)
-    start = session.kv.snapshot(bucket)
+    start = session.kv.snapshot(bucket, first, tokens.shape[0])
 
     def eager(s, t, p):
         return eager_step(s, t, p).float().clone()

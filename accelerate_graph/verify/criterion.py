@@ -191,7 +191,9 @@ def _judge_top1(replay, eager, reference, r: LogitMeasures, e: LogitMeasures, ke
     flips, eager_flips = int((~r.top1 & keep).sum()), int((~e.top1).sum())
     allowed = tol.factor * eager_flips + math.ceil(tol.top1_floor * r.top1.numel())
     if flips > allowed:
-        failures.append(f"{flips} greedy tokens differ from the reference's (eager: {eager_flips}, allowed {allowed:g})")
+        failures.append(
+            f"{flips} greedy tokens differ from the reference's (eager: {eager_flips}, allowed {allowed:g})"
+        )
     return failures
 
 
@@ -199,9 +201,9 @@ def cache_errors(run: list, reference: list) -> torch.Tensor:
     """Relative L2 error [layers, rows] of the K and V each layer wrote ([rows, heads, slots, dim] each)."""
     rows = []
     for (keys, values), (ref_keys, ref_values) in zip(run, reference):
-        diff = (keys.double() - ref_keys.double()).pow(2).sum((1, 2, 3)) + (
-            values.double() - ref_values.double()
-        ).pow(2).sum((1, 2, 3))
+        diff = (keys.double() - ref_keys.double()).pow(2).sum((1, 2, 3)) + (values.double() - ref_values.double()).pow(
+            2
+        ).sum((1, 2, 3))
         size = ref_keys.double().pow(2).sum((1, 2, 3)) + ref_values.double().pow(2).sum((1, 2, 3))
         rows.append((diff.sqrt() / size.sqrt().clamp_min(1e-30)).float())
     return torch.stack(rows) if rows else torch.zeros(0, 0)

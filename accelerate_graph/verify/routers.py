@@ -116,9 +116,7 @@ class RouterReport:
         """A near-tie in `row` at or before `step`, in a router that feeds `layer` (routers of earlier
         decoder layers; None: any router)."""
         feeds = [
-            i
-            for i, r in enumerate(self.routers)
-            if layer is None or r.decoder_layer is None or r.decoder_layer < layer
+            i for i, r in enumerate(self.routers) if layer is None or r.decoder_layer is None or r.decoder_layer < layer
         ]
         return bool(feeds) and bool(self.near_tie[: step + 1, feeds, row].any())
 
@@ -127,11 +125,7 @@ def _one_call_per_step(reference: RouterLog, eager: RouterLog, i: int) -> bool:
     """A router judged only where both runs saw it once per step with one shape (a router called in
     other ways is left out rather than misread)."""
     calls = reference.logits[i]
-    return (
-        bool(calls)
-        and len(calls) == len(eager.logits[i])
-        and len({c.shape for c in calls + eager.logits[i]}) == 1
-    )
+    return bool(calls) and len(calls) == len(eager.logits[i]) and len({c.shape for c in calls + eager.logits[i]}) == 1
 
 
 def compare_routers(reference: RouterLog, eager: RouterLog, factor: float, dtype: torch.dtype) -> RouterReport | None:
