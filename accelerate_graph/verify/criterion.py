@@ -249,7 +249,21 @@ def judge_case(
         _count_router_rows(judgement, over_logits, excused_logits, over_cache, excused_cache)
         judgement.eager_router_flips = routers.eager_flips
         judgement.eager_router_accepted = routers.eager_flips_accepted
+        _judge_router_rows(judgement, routers, tol)
     return judgement
+
+
+def _judge_router_rows(judgement: Judgement, routers: RouterReport, tol: Tolerance) -> None:
+    """Near-ties excuse a row only as often as eager itself flips a router: a fault that sends every
+    row off its bound cannot hide behind near-ties, which random-weight routers have in most rows."""
+    allowed = tol.factor * routers.eager_flip_rows + 1
+    if judgement.router_accepted > allowed:
+        judgement.failures.append(
+            f"{judgement.router_accepted} rows left their bound at router near-ties; eager's routers flipped "
+            f"in {routers.eager_flip_rows} row(s) (allowed {allowed:g})"
+        )
+        judgement.passed = False
+        judgement.detail = "; ".join(judgement.failures[:2])
 
 
 def _count_router_rows(judgement: Judgement, over_logits, excused_logits, over_cache, excused_cache) -> None:

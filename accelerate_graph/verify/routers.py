@@ -111,6 +111,7 @@ class RouterReport:
     noise: list[float]  # per router: the median over tokens of the largest |eager - reference| router logit
     eager_flips: int = 0  # (step, router, row) where eager chose other experts than the reference
     eager_flips_accepted: int = 0  # ... at a near-tie
+    eager_flip_rows: int = 0  # rows in which eager chose other experts than the reference at least once
 
     def tie_in_row_before(self, row: int, step: int, layer: int | None = None) -> bool:
         """A near-tie in `row` at or before `step`, in a router that feeds `layer` (routers of earlier
@@ -135,7 +136,7 @@ def compare_routers(reference: RouterLog, eager: RouterLog, factor: float, dtype
     usable = [i for i in range(len(reference.routers)) if _one_call_per_step(reference, eager, i)]
     if not usable:
         return None
-    routers, ties, noise, flips, accepted = [], [], [], 0, 0
+    routers, ties, noise, flips, accepted, flip_rows = [], [], [], 0, 0, None
     for i in usable:
         router = reference.routers[i]
         routers.append(router)
@@ -147,7 +148,8 @@ def compare_routers(reference: RouterLog, eager: RouterLog, factor: float, dtype
         tie = margins(ref, router.top_k) <= limit
         flipped = (chosen(eag, router.top_k) != chosen(ref, router.top_k)).any(-1)
         flips += int(flipped.sum())
+        flip_rows = flipped.any(0) if flip_rows is None else flip_rows | flipped.any(0)
         accepted += int((flipped & tie).sum())
         ties.append(tie)
         noise.append(router_noise)
-    return RouterReport(routers, torch.stack(ties, dim=1), noise, flips, accepted)
+    return RouterReport(routers, torch.stack(ties, dim=1), noise, flips, accepted, int(flip_rows.sum()))

@@ -160,3 +160,14 @@ def test_eager_router_flips_are_counted_against_the_reference():
     router_eager[1, 1, 2] += 2.5  # and expert 2 over 1 across a clear margin: counted, not accepted
     report = compare_routers(router_log(router_ref), router_log(router_eager), 2.0, BF16)
     assert (report.eager_flips, report.eager_flips_accepted) == (2, 1)
+
+
+def test_near_ties_cannot_excuse_every_row():
+    """A fault that sends every row off its bound fails although every row has a router near-tie."""
+    reference, cache = cases()
+    router_ref = torch.tensor([3.0, 1.0, 1.0005, -2.0]).expand(STEPS, ROWS, 4).clone()  # ties everywhere
+    report = compare_routers(router_log(router_ref), router_log(router_ref.clone()), 2.0, BF16)
+    assert report.near_tie.all() and report.eager_flip_rows == 0
+    replay = bf16_like(reference, 2) + torch.randn(STEPS, ROWS, VOCAB) * 0.5  # a skipped layer, say
+    verdict = judge(replay, bf16_like(reference, 1), reference, cache, routers=report)
+    assert not verdict.passed and "rows left their bound at router near-ties" in verdict.detail
