@@ -11,6 +11,7 @@ from accelerate_graph import __version__
 from .bench_cmd import bench
 from .capture_cmd import capture
 from .errors import DEBUG_ENV, set_debug
+from .generate_cmd import generate
 from .recipes_cmd import recipes
 from .verify_cmd import verify
 from .zoo_cmd import zoo
@@ -43,5 +44,6 @@ def main(
 app.command()(capture)
 app.command()(verify)
 app.command()(bench)
+app.command()(generate)
 app.command()(recipes)
 app.command()(zoo)

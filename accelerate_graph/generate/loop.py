@@ -77,7 +77,11 @@ class NativeLoop:
         self.check_every = max(1, check_every)
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, on_tokens: OnTokens | None = None
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        on_tokens: OnTokens | None = None,
+        on_rows: Callable[[int], None] | None = None,
     ) -> Generation:
         """Generate for every prompt, in chunks of the largest bucket."""
         if max_new_tokens < 1:
@@ -97,6 +101,8 @@ class NativeLoop:
             first = first if first is not None else first_at - start
             rows += [RowResult(p, t) for p, t in zip(part, tokens)]
             steps += part_steps
+            if on_rows is not None:
+                on_rows(len(part))
         self.session.kv.rewind(0)
         return Generation(rows, first or 0.0, time.perf_counter() - start, steps)
 
