@@ -100,9 +100,16 @@ class Tokens:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
 def load_tokenizer(source: str | None, revision: str | None = None):
-    """The tokenizer saved with the model (a folder or a hub id in the local cache); None without one."""
+    """The tokenizer saved with the model (a folder or a hub id in the local cache); None without one.
+    transformers builds an empty tokenizer from a config alone: a folder must hold a tokenizer file."""
     if source is None:
+        return None
+    folder = Path(source).expanduser()
+    if folder.is_dir() and not any((folder / name).exists() for name in TOKENIZER_FILES):
         return None
     try:
         from transformers import AutoTokenizer
@@ -123,6 +130,8 @@ def encode_prompts(prompts: list[Prompt], tokenizer, model_label: str) -> Tokens
                     "Give token ids with --input-ids 1,15,27 (or input_ids in --prompts).",
                 )
             prompt = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+            if len(prompt) == 0:
+                raise BadOptionError(f"prompt {number} encodes to no token with {model_label}'s tokenizer.")
         if len(prompt) == 0:
             raise BadOptionError(f"prompt {number} is empty.", "Give every prompt at least one token.")
         ids.append(list(prompt))
