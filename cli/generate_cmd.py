@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import json as json_module
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from accelerate_graph.common.atomic_io import atomic_write_text, check_writable
-from accelerate_graph.generate.prompts import collect_prompts, encode_prompts, load_tokenizer
-from accelerate_graph.generate.run import GenerateJob, generation_report, run_generate, special_ids
-from accelerate_graph.generate.sampling import Sampling
-from accelerate_graph.generate.stream import TextStream
-
-from .common import prepare_with_progress, request_for
 from .errors import guarded
 from .options import (
     BucketsOpt,
@@ -22,13 +14,15 @@ from .options import (
     DeviceOpt,
     DtypeOpt,
     EmulateFlag,
+    ForceFlag,
     FuseFlag,
+    JsonOpt,
     ModelArg,
     PlanOpt,
     RevisionOpt,
     buckets_or_none,
 )
-from .output import Output
+from .output import STDOUT, Output
 
 PromptOpt = Annotated[list[str] | None, typer.Option("--prompt", help="A prompt (repeat for a batch).")]
 PromptsOpt = Annotated[
@@ -43,9 +37,6 @@ TemperatureOpt = Annotated[float, typer.Option("--temperature", help="0: greedy 
 TopKOpt = Annotated[int, typer.Option("--top-k", help="Sample among the k most likely tokens (0: all).")]
 TopPOpt = Annotated[float, typer.Option("--top-p", help="Sample among the top tokens holding this mass.")]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed of the sampler.")]
-JsonPathOpt = Annotated[
-    Path | None, typer.Option("--json", help="Write ids, text, first-token time, tokens/s, step percentiles.")
-]
 
 
 @guarded
@@ -67,7 +58,8 @@ def generate(
     fuse: FuseFlag = False,
     plan: PlanOpt = None,
     emulate: EmulateFlag = False,
-    json: JsonPathOpt = None,
+    json: JsonOpt = None,
+    force: ForceFlag = False,
 ) -> None:
     """Generate text for prompts: eager prefill, then one graph replay per new token.
 
@@ -79,16 +71,23 @@ def generate(
 
       cugraph-accel generate --plan cugraph-accel.plan.yaml --input-ids 1,15,27 --temperature 0.7 --seed 1
     """
+    from accelerate_graph.common.atomic_io import check_writable
+    from accelerate_graph.generate.prompts import collect_prompts, encode_prompts, load_tokenizer
+    from accelerate_graph.generate.run import GenerateJob, generation_report
+    from accelerate_graph.generate.sampling import Sampling
+
+    from .common import prepare_with_progress, request_for
+
     sampling = Sampling(temperature, top_k, top_p, seed).check()
     wanted = collect_prompts(prompt, prompts, input_ids)
-    if json is not None:
-        check_writable(json, "--json file")
-    out = Output()
+    if json not in (None, STDOUT):
+        check_writable(json, "JSON results", force)
+    out = Output(json)
     overrides = dict(buckets=buckets_or_none(buckets), max_cache_len=max_cache_len, revision=revision)
     if model is not None and plan is None:
         overrides.update(dtype=dtype, device=device, fuse=fuse or None, emulate=emulate or None)
-    request = request_for(model, plan, out, **overrides)
-    prepared = prepare_with_progress(request, out)
+    request, source = request_for(model, plan, out, **overrides)
+    prepared = prepare_with_progress(request, out, source)
     loaded = prepared.loaded
     tokenizer = load_tokenizer(loaded.reference if loaded.kind != "recipe" else None, loaded.revision)
     tokens = encode_prompts(wanted, tokenizer, loaded.reference)
@@ -96,13 +95,14 @@ def generate(
     generation = _run(prepared.graphs, job, out)
     report = generation_report(generation, tokens, job)
     _summary(report, out, show_text=len(tokens.ids) > 1)
-    if json is not None:
-        atomic_write_text(json, json_module.dumps(report, indent=2) + "\n")
-        out.line(f"written to {json}")
+    out.emit_json(report)  # ids, text, first-token time, tokens/s, step percentiles
 
 
-def _run(graphs, job: GenerateJob, out: Output):
+def _run(graphs, job, out: Output):
     """One prompt streams to the terminal; many draw a progress bar."""
+    from accelerate_graph.generate.run import run_generate, special_ids
+    from accelerate_graph.generate.stream import TextStream
+
     if len(job.tokens.ids) == 1:
         eos, _ = special_ids(graphs.session.model if graphs else None, job.tokens.tokenizer)
         stream = TextStream(job.tokens.tokenizer, eos)

@@ -70,14 +70,14 @@ def verify_batch(
 
     session.kv.reset()
     session.prefill(prompt)
-    start = session.kv.snapshot(bucket)
+    start = session.kv.snapshot(bucket, prompt_len, steps)  # only what the steps overwrite
 
     def run(step_once: Callable) -> tuple[list[torch.Tensor], list]:
         logits = []
         for i in range(steps):
             positions = torch.full((batch,), prompt_len + i, device=session.device)
             logits.append(step_once(tokens[i], positions).float().clone())
-        return logits, session.kv.snapshot(batch)
+        return logits, session.kv.snapshot(batch, prompt_len, steps)
 
     eager_logits, eager_cache = run(graphs.eager)
     session.kv.restore(start)
