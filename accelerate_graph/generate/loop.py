@@ -35,6 +35,7 @@ class Generation:
     first_token_seconds: float  # from the call to the first token of the first chunk on the host
     seconds: float
     step_ms: list[float] = field(default_factory=list)  # every decode step (graph + choice) of every chunk
+    first_token_unix: float = 0.0  # wall clock at the first token: from a process's start, with capture
 
     @property
     def new_tokens(self) -> int:
@@ -95,16 +96,18 @@ class NativeLoop:
         rows: list[RowResult] = []
         steps: list[float] = []
         first = None
+        first_unix = 0.0
         for at in range(0, len(prompts), chunk):
             part = [list(p) for p in prompts[at : at + chunk]]
             tokens, part_steps, first_at = self._chunk(part, max_new_tokens, on_tokens, at)
-            first = first if first is not None else first_at - start
+            if first is None:
+                first, first_unix = first_at - start, time.time() - (time.perf_counter() - first_at)
             rows += [RowResult(p, t) for p, t in zip(part, tokens)]
             steps += part_steps
             if on_rows is not None:
                 on_rows(len(part))
         self.session.kv.rewind(0)
-        return Generation(rows, first or 0.0, time.perf_counter() - start, steps)
+        return Generation(rows, first or 0.0, time.perf_counter() - start, steps, first_unix)
 
     def _left_pad(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(p) for p in prompts)

@@ -64,6 +64,7 @@ def generation_report(generation: Generation, tokens: Tokens, job: GenerateJob) 
         "max_new_tokens": job.max_new_tokens,
         "sampling": vars(job.sampling),
         "time_to_first_token_s": generation.first_token_seconds,
+        "first_token_unix": generation.first_token_unix,
         "seconds": generation.seconds,
         "new_tokens": generation.new_tokens,
         "tokens_per_second": generation.tokens_per_second,
