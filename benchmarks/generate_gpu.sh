@@ -31,7 +31,7 @@ random.seed(0)
 for batch in (1, 8, 32):
     with open(f"{sys.argv[1]}/prompts-{batch}.jsonl", "w") as f:
         for _ in range(batch):
-            f.write(json.dumps({"input_ids": [random.randrange(1000, 30000) for _ in range(128)]}) + "\n")
+            f.write(json.dumps({"input_ids": [random.randrange(100, 500) for _ in range(128)]}) + "\n")
 PY
 
 first_token() {  # MODEL BATCH BUCKETS: a new process; prints launch -> first token, and tok/s

@@ -38,9 +38,15 @@ class GenerateJob:
     check_every: int = 8
 
 
-def check_job(job: GenerateJob, cache_len: int) -> None:
-    """Every prompt must fit the cache with its new tokens: refused before any decoding."""
+def check_job(job: GenerateJob, cache_len: int, vocab_size: int) -> None:
+    """Every prompt must fit the cache with its new tokens, and hold only ids the model knows:
+    refused before any decoding."""
     for number, ids in enumerate(job.tokens.ids, 1):
+        if max(ids) >= vocab_size:
+            raise BadOptionError(
+                f"prompt {number} holds token id {max(ids)}; the model's vocabulary has {vocab_size} ids.",
+                f"Use ids below {vocab_size}.",
+            )
         try:
             check_fits(len(ids), job.max_new_tokens, cache_len)
         except BadOptionError as err:
@@ -52,7 +58,7 @@ def run_generate(
 ) -> Generation:
     if graphs is None:
         raise BadOptionError("this model's plan runs the decode step eagerly: there are no graphs to generate with.")
-    check_job(job, graphs.session.max_cache_len)
+    check_job(job, graphs.session.max_cache_len, graphs.session.vocab_size)
     eos, pad = special_ids(graphs.session.model, job.tokens.tokenizer)
     loop = NativeLoop(graphs, job.sampling, eos, pad, job.check_every)
     return loop.generate(job.tokens.ids, job.max_new_tokens, on_tokens, on_rows)
