@@ -124,3 +124,43 @@ def test_sampling_stays_on_the_device_and_respects_top_k_and_seed():
     nucleus = Sampler(Sampling(temperature=1.0, top_p=1e-6, seed=1), torch.device("cpu"))(logits)
     assert torch.equal(nucleus, logits.argmax(-1))  # the top token alone holds the smallest mass p
     assert torch.equal(Sampler(Sampling(), torch.device("cpu"))(logits), logits.argmax(-1))
+
+
+def test_a_plan_from_capture_is_reused(tmp_path):
+    plan = tmp_path / "tiny.plan.yaml"
+    captured = runner.invoke(
+        app,
+        [
+            "capture",
+            "tiny",
+            "--buckets",
+            "1,2",
+            "--max-cache-len",
+            "48",
+            "--context-buckets",
+            "full",
+            "--plan",
+            str(plan),
+        ],
+        env={DEBUG_ENV: None},
+    )
+    assert captured.exit_code == 0, captured.output
+    report = tmp_path / "out.json"
+    result = invoke(
+        "--plan",
+        plan,
+        "--input-ids",
+        "3,4,5",
+        "--input-ids",
+        "7",
+        "--input-ids",
+        "9,9",
+        "--max-new-tokens",
+        5,
+        "--json",
+        report,
+    )
+    assert result.exit_code == 0, result.output
+    assert "re-capturing from plan" in result.output
+    data = json.loads(report.read_text())
+    assert [len(o["token_ids"]) for o in data["outputs"]] == [5, 5, 5]  # three prompts: chunks of bucket 2
