@@ -1,4 +1,4 @@
-"""`cugraph-accel verify`: replay vs eager for every bucket and a padded batch in each."""
+"""`cugraph-accel verify`: replay vs eager for every captured graph, full and padded, and across context buckets."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from accelerate_graph.verify.against_eager import verify_graphs
+from accelerate_graph.verify.cases import plan_cases, uncovered
 
 from .common import prepare_with_progress, request_for
 from .errors import guarded
@@ -44,10 +45,21 @@ def verify(
         out.line("the plan runs the decode step eagerly: there is no graph to verify.")
         out.emit_json({"passed": True, "rows": [], "mode": "eager"})
         return
-    rows = verify_graphs(prepared.graphs, steps=steps, prompt_len=prepared.plan.prompt_len)
+    graphs = prepared.graphs
+    cases = plan_cases(graphs.buckets, graphs.contexts, steps, prepared.plan.prompt_len)
+    for short in cases.shortened:
+        out.line(f"[yellow]shortened[/yellow]: {short.line()}")
+    rows = verify_graphs(graphs, plan=cases)
     out.show(verify_table(rows))
     failed = [r for r in rows if not r.passed]
-    out.emit_json({"passed": not failed, "rows": [asdict(r) for r in rows]})
+    out.emit_json(
+        {
+            "passed": not failed,
+            "graphs": len(graphs.graphs),
+            "rows": [asdict(r) for r in rows],
+            "shortened": [s.as_json() for s in cases.shortened],
+        }
+    )
     if failed:
         first = failed[0]
         out.line(
@@ -55,7 +67,8 @@ def verify(
             f"batch {first.batch}: {first.detail}"
         )
         raise typer.Exit(1)
+    replayed = len(graphs.graphs) - len(uncovered(cases, graphs.buckets, graphs.contexts))
     out.line(
-        f"[green]verified[/green]: {len(rows)} batches across {len(prepared.graphs.buckets)} buckets "
-        f"match eager execution."
+        f"[green]verified[/green]: {len(rows)} runs replaying {replayed} of {len(graphs.graphs)} graphs "
+        f"({len(graphs.buckets)} batch buckets x {len(graphs.contexts)} context buckets) match eager execution."
     )
