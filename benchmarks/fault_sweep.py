@@ -25,8 +25,7 @@ from accelerate_graph.core.backends import backend_for
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.models.loading import load_model
 from accelerate_graph.verify.against_eager import verify_graphs
-from accelerate_graph.verify.faults import KINDS, SIZED, fault
-from accelerate_graph.verify.faults import capture_with_fault
+from accelerate_graph.verify.faults import KINDS, SIZED, capture_with_fault, fault
 
 BUCKETS = (1, 4)  # bucket 4 also runs batch 2, padded
 CONTEXTS = (16,)  # and the cache, 32

@@ -71,7 +71,7 @@ def verify_batch(
     prompt, tokens = draw_inputs(batch, steps, prompt_len, session.vocab_size, seed + 1000 * bucket + batch)
     session.kv.reset()
     session.prefill(prompt)
-    start = session.kv.snapshot(bucket)
+    start = session.kv.snapshot(bucket, prompt_len, steps)  # only what the steps overwrite
     row = judge_case(graphs, bucket, batch, tokens.to(session.device), prompt_len, start)
     session.kv.reset()
     return row
@@ -92,7 +92,7 @@ def judge_case(
         for i in range(steps):
             positions = torch.full((batch,), start_slot + i, device=session.device)
             logits.append(step_once(tokens[i], positions).float().clone())
-        return logits, session.kv.snapshot(batch)
+        return logits, session.kv.snapshot(batch, start_slot, steps)
 
     eager_logits, eager_cache = run(graphs.eager)
     again_logits, _ = run(graphs.eager)
@@ -130,17 +130,19 @@ def verify_graphs(
     plan: CasePlan | None = None,
 ) -> list[VerifyRow]:
     """Every case of `plan` (default: `plan_cases` for these graphs: every graph at full and padded
-    batch, and across each context boundary), all from one prefilled cache."""
+    batch, and across each context boundary), all from one prefilled cache: each case copies only the
+    rows and slots it writes, and puts them back after."""
     plan = plan or plan_cases(graphs.buckets, graphs.contexts, steps, prompt_len)
     session = graphs.session
     prompt = _draw(plan.rows, plan.prefill_len, session.vocab_size, seed)
     session.kv.reset()
     _prefill(session, prompt)
-    prefilled = session.kv.snapshot(plan.rows)
     rows = []
     for number, case in enumerate(plan.cases):
         tokens = _draw(case.steps, case.batch, session.vocab_size, seed + 1 + number).to(session.device)
-        row = _judge_guarded(graphs, case, tokens, at_slot(prefilled, case.start))
+        start = at_slot(session.kv.snapshot(case.bucket, case.start, case.steps), case.start)
+        row = _judge_guarded(graphs, case, tokens, start)
+        session.kv.restore(start)  # the prefilled state again, for the next case
         rows.append(row)
         if on_row:
             on_row(row)
@@ -171,6 +173,7 @@ def at_slot(snap: CacheSnapshot, slot: int) -> CacheSnapshot:
     """The same cache contents with the write position at `slot` (no copy of the K/V)."""
     moved = CacheSnapshot((keys, values, torch.full_like(position, slot)) for keys, values, position in snap)
     moved.next_slot = slot
+    moved.first_slot = snap.first_slot
     return moved
 
 
