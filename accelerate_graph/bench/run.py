@@ -20,12 +20,13 @@ from accelerate_graph.bench.environment import bench_environment, sm_clock_mhz
 from accelerate_graph.bench.floor import Bandwidth, describe_floor, measure_bandwidth, step_bytes
 from accelerate_graph.bench.generate import bench_hf_generate, bench_our_loop
 from accelerate_graph.bench.options import DEFAULT_COMPARE, STEP_CONTENDERS
-from accelerate_graph.bench.results import STEP, BenchReport, BenchRow, ContextInfo, fill_speedups
+from accelerate_graph.bench.results import STEP, BenchReport, BenchRow, ContextInfo, fill_speedups, under_floor_notes
 from accelerate_graph.bench.timing import time_calls
 from accelerate_graph.common.devices import resolve_device
 from accelerate_graph.common.errors import CaptureError, CpuTimingRefused, VerificationError, is_out_of_memory
 from accelerate_graph.core.capture import DecodeGraphs
 from accelerate_graph.core.decode_session import draw_inputs
+from accelerate_graph.core.memory import Geometry, memory_record, peak_bytes
 from accelerate_graph.core.plan import Plan
 from accelerate_graph.fused.layers import warm_compile_workers
 from accelerate_graph.pipeline import CaptureRequest, Hooks, Prepared, capture_fused, prepare
@@ -193,6 +194,7 @@ def bench_context(
             rows += _bench_buckets(graphs, plan, settings, floors, hooks, info, only=("compile",))
         forget_compiled()
     info.eager_fallbacks = graphs.eager_fallbacks  # counted before torch.compile / HF generate run
+    info.memory = _memory(prepared, rows, generate=False)  # before HF generate: it allocates its own cache
     for bucket in plan.buckets if generate else ():
         hooks.stage(f"cache {plan.max_cache_len}, batch {bucket}: HF generate (its first call compiles)")
         rows.append(
@@ -201,7 +203,25 @@ def bench_context(
             )
         )
         hooks.advance()
+    if generate:
+        info.memory = _memory(prepared, rows, generate=True)
+    info.notes += under_floor_notes(rows)
     return info, rows
+
+
+def _memory(prepared: Prepared, rows: list[BenchRow], generate: bool) -> dict:
+    """The peak so far beside the bound: one session, one cache, every contender on it; the fused graphs
+    and compile's cudagraph trees as measured, and HF generate's own static cache when it ran."""
+    session = prepared.session
+    fused = sum(r.memory_bytes or 0 for r in rows if r.kind == STEP and r.contender == "fused")
+    extra = {"compile's graphs": sum(r.memory_bytes or 0 for r in rows if r.kind == STEP and r.contender == "compile")}
+    geometry = Geometry.of(session.model.config)
+    if generate and geometry is not None:  # generate(cache_implementation="static") builds a cache of its own
+        extra["HF generate's cache"] = geometry.kv_bytes(
+            max(prepared.plan.buckets), session.max_cache_len, session.model.dtype
+        )
+    bound = prepared.memory_bound(3, extra, graph_bytes=fused)
+    return memory_record(peak_bytes(session.device), bound)
 
 
 def _bench_fused(

@@ -63,9 +63,11 @@ SPARE_SLOTS = 1
 
 
 class CacheSnapshot(list):
-    """(keys, values, position) per layer, plus the host's copy of the next write slot."""
+    """(keys, values, position) per layer, plus the host's copy of the next write slot; keys and values
+    are [rows, heads, slots, dim] from slot `first_slot` on."""
 
     next_slot: int = 0
+    first_slot: int = 0
 
 
 class _LayerView(StaticLayer):
@@ -172,18 +174,31 @@ class SharedStaticCache:
             layer.values.zero_()
         self.rewind(0)
 
-    def snapshot(self, rows: int) -> CacheSnapshot:
+    def snapshot(self, rows: int, first_slot: int = 0, steps: int | None = None) -> CacheSnapshot:
+        """A copy of what `steps` decode steps from `first_slot` on rows [:rows] will overwrite: those rows
+        at slots first_slot .. first_slot + steps - 1 (a step writes one slot per row), and the write
+        positions. Nothing else changes, so nothing else is copied: a whole-cache copy of a 32-row,
+        4096-slot cache of a 3.8B model is 51 GB. steps=None: every slot from `first_slot` on."""
+        stop = self.storage_len if steps is None else min(first_slot + steps, self.storage_len)
+        window = slice(first_slot, max(stop, first_slot))
         snap = CacheSnapshot(
-            (layer.keys[:rows].clone(), layer.values[:rows].clone(), layer.cumulative_length.clone())
+            (
+                layer.keys[:rows, :, window].clone(),
+                layer.values[:rows, :, window].clone(),
+                layer.cumulative_length.clone(),
+            )
             for layer in self.layers
         )
         snap.next_slot = self.next_slot
+        snap.first_slot = first_slot
         return snap
 
     def restore(self, snap: CacheSnapshot) -> None:
+        """Put back the rows and slots `snap` holds, and the write positions."""
         self.next_slot = snap.next_slot
         for layer, (keys, values, position) in zip(self.layers, snap):
-            rows = keys.shape[0]
-            layer.keys[:rows].copy_(keys)
-            layer.values[:rows].copy_(values)
+            rows, slots = keys.shape[0], keys.shape[2]
+            window = slice(snap.first_slot, snap.first_slot + slots)
+            layer.keys[:rows, :, window].copy_(keys)
+            layer.values[:rows, :, window].copy_(values)
             layer.cumulative_length.copy_(position)

@@ -180,7 +180,7 @@ def _first_difference(a: _OpRecord, b: _OpRecord) -> str:
 def find_hazards(session: DecodeSession, bucket: int, position: int = 1) -> list[Hazard]:
     """Trace two eager decode steps at `position + 1` and `position + 2` after one untraced step (which
     does the one-time work a capture's warm-ups also do); the cache is restored afterwards."""
-    snapshot = session.kv.snapshot(session.max_batch)
+    snapshot = session.kv.snapshot(bucket, position, 3)  # the three steps write these slots only
     session.kv.rewind(position)
     tokens = torch.arange(bucket, device=session.device) % max(session.vocab_size, 1)
     try:
