@@ -48,15 +48,16 @@ def verify_table(rows: list[VerifyRow]) -> Table:
     L2, worst row-step), the next-token distribution (mean KL), greedy tokens (share agreeing) and the
     cache (relative L2, worst layer and row); routers: rows off their bound, accepted at a near-tie."""
     reference = rows[0].reference if rows else "float32"
-    table = Table(title=f"replay / eager, each against the {reference} reference")
+    table = Table(title=f"replay / eager, each against the reference ({reference})")
     routers = any(r.has_routers for r in rows)
-    columns = ["bucket", "batch", "slots", "logits L2", "x eager", "KL", "top-1", "drift", "cache L2"]
+    columns = ["bucket", "batch", "context", "slots", "logits L2", "x eager", "KL", "top-1", "drift", "cache L2"]
     for name in [*columns, *(["router rows"] if routers else []), "result"]:
         table.add_column(name, justify="right")
     for r in rows:
         cells = [
             str(r.bucket),
             str(r.batch),
+            str(r.context or ""),
             r.slots,
             f"{r.logit_err:.1e}/{r.eager_err:.1e}",
             f"{r.ratio:.2f}",

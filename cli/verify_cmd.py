@@ -1,4 +1,4 @@
-"""`cugraph-accel verify`: replay vs eager for every bucket and a padded batch in each."""
+"""`cugraph-accel verify`: replay vs eager for every captured graph, full and padded, and across context buckets."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from .output import STDOUT, Output
 StepsOpt = Annotated[int, typer.Option("--steps", min=1, help="Decode steps compared per batch.")]
 
 
-def shortened_runs(rows, steps: int) -> str | None:
-    """One line when the cache had no room for --steps steps after the prompt (verify ran fewer)."""
-    short = sorted({r.steps for r in rows if r.steps < steps})
-    if not short:
+def shortened_line(plan, steps: int) -> str | None:
+    """One line when some runs got fewer than --steps steps (their context bucket or the cache has no
+    room for more); each one is in the JSON's `shortened`."""
+    if not plan.shortened:
         return None
+    first = plan.shortened[0]
     return (
-        f"{sum(r.steps < steps for r in rows)} of {len(rows)} batches ran {', '.join(map(str, short))} "
-        f"step(s), not --steps {steps}: the cache has no room for more after the prompt "
-        "(capture with a larger --max-cache-len, or lower --prompt-len)."
+        f"{len(plan.shortened)} of {len(plan.cases)} runs ran fewer than --steps {steps}; first: {first.line()} "
+        "(capture with a larger --max-cache-len or wider context buckets for more)."
     )
 
 
@@ -50,6 +50,7 @@ def verify(
     """
     from accelerate_graph.common.atomic_io import check_writable
     from accelerate_graph.verify.against_eager import verify_graphs
+    from accelerate_graph.verify.cases import plan_cases, uncovered
     from accelerate_graph.verify.criterion import CRITERION_LINE, criterion_summary
 
     from .common import prepare_with_progress, report_memory, request_for
@@ -64,11 +65,13 @@ def verify(
         out.line("the plan runs the decode step eagerly: there is no graph to verify.")
         out.emit_json({"passed": True, "rows": [], "mode": "eager", "notes": prepared.notes})
         return
-    rows = verify_graphs(prepared.graphs, steps=steps, prompt_len=prepared.plan.prompt_len)
+    graphs = prepared.graphs
+    cases = plan_cases(graphs.buckets, graphs.contexts, steps, prepared.plan.prompt_len)
+    rows = verify_graphs(graphs, plan=cases)
     out.show(verify_table(rows))
     memory = report_memory(prepared, out, steps)
     notes = list(prepared.notes)
-    if shortened := shortened_runs(rows, steps):
+    if shortened := shortened_line(cases, steps):
         out.note(shortened)
         notes.append(shortened)
     failed = [r for r in rows if not r.passed]
@@ -77,7 +80,9 @@ def verify(
             "passed": not failed,
             "criterion": criterion_summary(),
             "steps_requested": steps,
+            "graphs": len(graphs.graphs),
             "rows": [asdict(r) for r in rows],
+            "shortened": [s.as_json() for s in cases.shortened],
             "notes": notes,
             "memory": memory,
         }
@@ -89,7 +94,9 @@ def verify(
             f"batch {first.batch}: {first.detail}"
         )
         raise typer.Exit(1)
+    replayed = len(graphs.graphs) - len(uncovered(cases, graphs.buckets, graphs.contexts))
     out.line(
-        f"[green]verified[/green]: {len(rows)} batches across {len(prepared.graphs.buckets)} buckets "
-        f"are as close to the {rows[0].reference if rows else 'float32'} reference as eager execution ({CRITERION_LINE})."
+        f"[green]verified[/green]: {len(rows)} runs replaying {replayed} of {len(graphs.graphs)} graphs "
+        f"({len(graphs.buckets)} batch buckets x {len(graphs.contexts)} context buckets) are as close to the "
+        f"reference ({rows[0].reference if rows else 'float32'}) as eager execution ({CRITERION_LINE})."
     )

@@ -17,10 +17,12 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from accelerate_graph.core.buckets import padded_batch
+from accelerate_graph.common.errors import is_out_of_memory
 from accelerate_graph.core.capture import DecodeGraphs
 from accelerate_graph.core.decode_session import DecodeSession, draw_inputs
-from accelerate_graph.verify.criterion import Judgement, judge_case, tolerance_for
+from accelerate_graph.core.static_cache import CacheSnapshot
+from accelerate_graph.verify.cases import Case, CasePlan, plan_cases
+from accelerate_graph.verify.criterion import Judgement, judge_tensors, tolerance_for
 from accelerate_graph.verify.reference import eager_step, float32_reference, reference_step
 from accelerate_graph.verify.routers import RouterLog, compare_routers, find_routers, recording
 
@@ -54,6 +56,7 @@ class VerifyRow:
     max_abs: float = 0.0  # worst |replay - eager| logit: informational, judged by none of the rules
     has_routers: bool = False
     reference: str = "float32"  # what the runs were measured against
+    context: int = 0  # the context bucket of the first step (0: not known)
 
 
 def written(session: DecodeSession, rows: int, first: int, steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -82,12 +85,11 @@ def _run(session: DecodeSession, step_once: Callable, tokens: torch.Tensor, firs
     return Run(torch.stack(logits), written(session, batch, first, tokens.shape[0]), positions, log)
 
 
-def run_case(graphs: DecodeGraphs, bucket: int, tokens: torch.Tensor, first: int) -> tuple[Run, Run, Run]:
-    """Replay, eager and float32 reference runs of the same steps from the same cache state (restored
-    between them: only the rows and slots the steps overwrite are copied)."""
+def run_case(graphs: DecodeGraphs, tokens: torch.Tensor, first: int, start: CacheSnapshot) -> tuple[Run, Run, Run]:
+    """Replay, eager and float32 reference runs of the teacher-forced `tokens` [steps, batch], each from
+    the cache state `start` (whose next write slot is `first`)."""
     session = graphs.session
     routers = find_routers(session.model)
-    start = session.kv.snapshot(bucket, first, tokens.shape[0])
 
     def eager(s, t, p):
         return eager_step(s, t, p).float().clone()
@@ -95,6 +97,7 @@ def run_case(graphs: DecodeGraphs, bucket: int, tokens: torch.Tensor, first: int
     def replay(s, t, p):
         return graphs.run(t, p).float()
 
+    session.kv.restore(start)
     eager_run = _run(session, eager, tokens, first, routers)
     reference_run = eager_run
     if session.model.dtype != torch.float32:
@@ -111,7 +114,7 @@ def judge_runs(replay: Run, eager: Run, reference: Run, dtype: torch.dtype) -> J
     routers = None
     if reference.routers is not None and reference.routers.routers:
         routers = compare_routers(reference.routers, eager.routers, tolerance_for(dtype).factor, dtype)
-    judgement = judge_case(
+    judgement = judge_tensors(
         (replay.logits, eager.logits, reference.logits), (replay.cache, eager.cache, reference.cache), dtype, routers
     )
     for layer, (got, want) in enumerate(zip(replay.positions, eager.positions)):
@@ -126,31 +129,43 @@ def judge_runs(replay: Run, eager: Run, reference: Run, dtype: torch.dtype) -> J
 def verify_batch(
     graphs: DecodeGraphs, bucket: int, batch: int, steps: int, prompt_len: int, seed: int = 0
 ) -> VerifyRow:
-    """Judge one case: `batch` rows in `bucket`'s graphs, `steps` steps after a prompt of `prompt_len`."""
+    """One batch from its own prompt of `prompt_len` tokens (the check `capture` runs)."""
     session = graphs.session
     if prompt_len + steps > session.max_cache_len:
         steps = session.max_cache_len - prompt_len
     prompt, tokens = draw_inputs(batch, steps, prompt_len, session.vocab_size, seed + 1000 * bucket + batch)
     session.kv.reset()
     session.prefill(prompt)
-    replay, eager, reference = run_case(graphs, bucket, tokens.to(session.device), prompt_len)
+    start = session.kv.snapshot(bucket, prompt_len, steps)  # only what the steps overwrite
+    row = judge_case(graphs, bucket, batch, tokens.to(session.device), prompt_len, start)
     session.kv.reset()
+    return row
+
+
+def judge_case(
+    graphs: DecodeGraphs, bucket: int, batch: int, tokens: torch.Tensor, start_slot: int, start: CacheSnapshot
+) -> VerifyRow:
+    """One case judged (criterion.judge_tensors): replay, eager and the float32 reference from the cache
+    state `start` (whose next write slot is `start_slot`), for the teacher-forced `tokens` [steps, batch]."""
+    session = graphs.session
     dtype = session.model.dtype
+    replay, eager, reference = run_case(graphs, tokens, start_slot, start)
     judgement = judge_runs(replay, eager, reference, dtype)
     measures = {f.name: getattr(judgement, f.name) for f in fields(VerifyRow) if hasattr(judgement, f.name)}
-    measures.pop("passed")
-    measures.pop("detail")
+    for key in ("passed", "detail"):
+        measures.pop(key)
+    steps = tokens.shape[0]
     return VerifyRow(
         bucket,
         batch,
         steps,
-        f"{prompt_len}-{prompt_len + steps - 1}",
+        f"{start_slot}-{start_slot + steps - 1}",
         judgement.passed,
         judgement.detail,
         **measures,
         max_abs=(replay.logits - eager.logits).abs().max().item(),
         has_routers=reference.routers is not None and bool(reference.routers.routers),
-        reference="float32" if dtype != torch.float32 else "the model (float32)",
+        reference="float32" if dtype != torch.float32 else "float32: the model itself",
     )
 
 
@@ -160,21 +175,67 @@ def verify_graphs(
     prompt_len: int = 16,
     seed: int = 0,
     on_row: Callable[[VerifyRow], None] | None = None,
+    plan: CasePlan | None = None,
 ) -> list[VerifyRow]:
-    """Every bucket at full size and at its most-padded size; then the largest bucket across each
-    context-bucket boundary."""
-    runs = [
-        (bucket, batch, prompt_len)
-        for bucket in graphs.buckets
-        for batch in (bucket, padded_batch(bucket, graphs.buckets))
-        if batch is not None
-    ]
-    largest = graphs.buckets[-1] if graphs.buckets else None
-    runs += [(largest, largest, max(boundary - steps // 2, 1)) for boundary in graphs.contexts[:-1]]
+    """Every case of `plan` (default: `plan_cases` for these graphs: every graph at full and padded
+    batch, and across each context boundary), all from one prefilled cache: each case copies only the
+    rows and slots it writes, and puts them back after."""
+    plan = plan or plan_cases(graphs.buckets, graphs.contexts, steps, prompt_len)
+    session = graphs.session
+    prompt = _draw(plan.rows, plan.prefill_len, session.vocab_size, seed)
+    session.kv.reset()
+    _prefill(session, prompt)
     rows = []
-    for bucket, batch, start in runs:
-        row = verify_batch(graphs, bucket, batch, steps, start, seed)
+    for number, case in enumerate(plan.cases):
+        tokens = _draw(case.steps, case.batch, session.vocab_size, seed + 1 + number).to(session.device)
+        start = at_slot(session.kv.snapshot(case.bucket, case.start, case.steps), case.start)
+        row = _judge_guarded(graphs, case, tokens, start)
+        session.kv.restore(start)  # the prefilled state again, for the next case
         rows.append(row)
         if on_row:
             on_row(row)
+    session.kv.reset()
     return rows
+
+
+def _draw(rows: int, columns: int, vocab: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, vocab, (rows, columns), generator=torch.Generator().manual_seed(seed))
+
+
+PREFILL_CHUNK = 256  # prompt tokens per forward: bounds the prefill's attention scores at long starts
+
+
+def _prefill(session, prompt: torch.Tensor) -> None:
+    """Run `prompt` [rows, P] into the cache from slot 0, in chunks."""
+    rows, length = prompt.shape
+    session.kv.rewind(0)
+    with torch.no_grad():
+        for first in range(0, length, PREFILL_CHUNK):
+            chunk = prompt[:, first : first + PREFILL_CHUNK].to(session.device)
+            positions = torch.arange(first, first + chunk.shape[1], device=session.device).expand(rows, -1)
+            session.forward(rows, chunk, positions, session.attention_mask)
+    session.kv.next_slot = length
+
+
+def at_slot(snap: CacheSnapshot, slot: int) -> CacheSnapshot:
+    """The same cache contents with the write position at `slot` (no copy of the K/V)."""
+    moved = CacheSnapshot((keys, values, torch.full_like(position, slot)) for keys, values, position in snap)
+    moved.next_slot = slot
+    moved.first_slot = snap.first_slot
+    return moved
+
+
+def _judge_guarded(graphs: DecodeGraphs, case: Case, tokens: torch.Tensor, start: CacheSnapshot) -> VerifyRow:
+    """`judge_case` for one case; a replay that raises (a graph of the wrong shape or context, say) is
+    that case's failure, not the end of verify."""
+    try:
+        row = judge_case(graphs, case.bucket, case.batch, tokens, case.start, start)
+    except (RuntimeError, IndexError) as err:
+        if is_out_of_memory(err):
+            raise
+        problem = " ".join(str(err).split())[:300] or type(err).__name__
+        nan = float("nan")
+        row = VerifyRow(case.bucket, case.batch, case.steps, case.slots, False, f"the step raised: {problem}")
+        row.logit_err = row.ratio = row.kl = row.cache_err = row.max_abs = nan
+    row.context = case.context
+    return row

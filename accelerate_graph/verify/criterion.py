@@ -232,7 +232,7 @@ def judge_cache(
     return {"cache_err": r.max().item(), "eager_cache_err": e.max().item()}, failures, over, excused
 
 
-def judge_case(
+def judge_tensors(
     logits: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     caches: tuple[list, list, list],
     dtype: torch.dtype,

@@ -44,7 +44,15 @@ def test_context_buckets_verify_across_every_boundary():
     assert set(graphs.graphs) == {(b, c) for b in (1, 2, 4) for c in (16, 32, 64)}
     rows = verify_graphs(graphs, steps=8, prompt_len=6)
     assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
-    assert [r.slots for r in rows[-2:]] == ["12-19", "28-35"]  # runs that move to the next context graph
+    # each graph from inside its context bucket, full and padded; then runs that move to the next graph
+    assert {(r.bucket, r.batch, r.context, r.slots) for r in rows if r.bucket == 4} >= {
+        (4, 4, 16, "6-13"),
+        (4, 3, 32, "16-23"),
+        (4, 4, 64, "32-39"),
+        (4, 4, 16, "12-19"),
+        (4, 4, 32, "28-35"),
+    }
+    assert len(rows) == 3 * 4 + 2 * 2
 
 
 def test_a_context_graph_never_reads_slots_past_its_bucket():
@@ -184,7 +192,7 @@ def test_cli_fuse_writes_its_kernels_beside_the_plan_and_verify_reuses_them(tmp_
     assert kernels == tmp_path / "fused.plan.inductor" and any(kernels.iterdir())
     result = runner.invoke(app, ["verify", "--plan", str(plan)])
     assert result.exit_code == 0, result.output
-    assert "match eager execution" in result.output
+    assert "as close to the reference (float32: the model itself) as eager execution" in " ".join(result.output.split())
 
 
 def test_bench_fused_contender_uses_grouped_attention_and_leaves_the_plan_step_alone():

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from accelerate_graph.verify.criterion import judge_case, tolerance_for
+from accelerate_graph.verify.criterion import judge_tensors, tolerance_for
 from accelerate_graph.verify.routers import Router, RouterLog, compare_routers
 
 BF16 = torch.bfloat16
@@ -39,7 +39,7 @@ def noisy_cache(cache, seed: int):
 def judge(replay, eager, reference, cache, replay_cache=None, routers=None):
     eager_cache = noisy_cache(cache, 1)
     replay_cache = replay_cache if replay_cache is not None else noisy_cache(cache, 2)
-    return judge_case((replay, eager, reference), (replay_cache, eager_cache, cache), BF16, routers)
+    return judge_tensors((replay, eager, reference), (replay_cache, eager_cache, cache), BF16, routers)
 
 
 def test_a_replay_with_eagers_own_error_passes():
@@ -125,9 +125,9 @@ def test_a_wrong_cache_row_of_one_layer_fails():
 def test_float32_floors_are_tight():
     reference, cache = cases()
     replay = reference * (1 + 1e-3)
-    verdict = judge_case((replay, reference, reference), (cache, cache, cache), torch.float32)
+    verdict = judge_tensors((replay, reference, reference), (cache, cache, cache), torch.float32)
     assert not verdict.passed
-    assert judge_case((reference, reference, reference), (cache, cache, cache), torch.float32).passed
+    assert judge_tensors((reference, reference, reference), (cache, cache, cache), torch.float32).passed
     assert tolerance_for(torch.float32).l2_floor < 1e-3
 
 

@@ -86,4 +86,4 @@ def test_verify_json_and_table_show_the_measures(tmp_path):
     for key in ("logit_err", "eager_err", "ratio", "kl", "eager_kl", "drift", "top1", "cache_err", "router_flips"):
         assert key in data["rows"][0]
     table = runner.invoke(app, ["verify", "--plan", str(plan), "--steps", "3"])
-    assert table.exit_code == 0 and "float32 reference" in table.output and "x eager" in table.output
+    assert table.exit_code == 0 and "against the reference (float32)" in table.output and "x eager" in table.output
