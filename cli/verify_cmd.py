@@ -96,7 +96,11 @@ def verify(
         raise typer.Exit(1)
     replayed = len(graphs.graphs) - len(uncovered(cases, graphs.buckets, graphs.contexts))
     out.line(
-        f"[green]verified[/green]: {len(rows)} runs replaying {replayed} of {len(graphs.graphs)} graphs "
-        f"({len(graphs.buckets)} batch buckets x {len(graphs.contexts)} context buckets) are as close to the "
-        f"reference ({rows[0].reference if rows else 'float32'}) as eager execution ({CRITERION_LINE})."
+        f"[green]verified[/green]: {_count(len(rows), 'run')} replaying {replayed} of {_count(len(graphs.graphs), 'graph')} "
+        f"({_count(len(graphs.buckets), 'batch bucket')} x {_count(len(graphs.contexts), 'context bucket')}) are as close "
+        f"to the reference ({rows[0].reference if rows else 'float32'}) as eager execution ({CRITERION_LINE})."
     )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
