@@ -16,6 +16,10 @@ from accelerate_graph.core.plan import Plan
 from accelerate_graph.detect.hazards import Hazard, find_hazards
 from accelerate_graph.detect.model_fixes import hoist_host_constants, use_capture_safe_experts
 from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
+from accelerate_graph.distributed.aligned import AlignedBackend
+from accelerate_graph.distributed.rank import gather_objects
+from accelerate_graph.distributed.rank import join as join_group
+from accelerate_graph.distributed.sharding import shard_model
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
 from accelerate_graph.fused.layers import DROP_FUSE, FusedForward, use_cache_dir, warm_compile_workers
 from accelerate_graph.models.loading import LoadedModel, load_model
@@ -42,6 +46,7 @@ class CaptureRequest:
     contexts: tuple[int, ...] | None = None  # context buckets; None: powers of two up to the cache length
     fuse: bool = False  # compile the step with inductor (no inductor graphs), then capture it
     inductor_cache: str | None = None  # where --fuse keeps compiled kernels (beside the plan)
+    tp: int = 1  # tensor-parallel ranks; above 1 this process is one of them (distributed.launch)
 
 
 @dataclass
@@ -137,6 +142,8 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
     if request.mode not in MODES:
         raise BadOptionError(f"--mode {request.mode!r} is not one of {', '.join(MODES)}.")
     device = resolve_device(request.device)
+    if request.tp > 1:  # this rank's device (cuda:LOCAL_RANK, or the CPU over gloo)
+        device = join_group(request.tp, device).device
     dtype = resolve_dtype(request.dtype, device)
     if request.attn not in ATTENTIONS:
         raise BadOptionError(f"--attn {request.attn!r} is not supported.", f"Use {', '.join(ATTENTIONS)}.")
@@ -151,6 +158,7 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         # dynamic batch (a broadcast of the batch size in the cache write, seen on the H200)
         use_grouped_attention(loaded.model)
         loaded.attn = "grouped"
+    layout = split_for_ranks(loaded, request.tp)
     hooks.loaded(loaded)
     buckets, cache_len, prompt_len = _settings(request, loaded)
     hooks.stage("allocating the static cache")
@@ -174,6 +182,8 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
     if mode != "eager":
         backend = backend_for(device, emulate=request.emulate)
         backend_name = backend.name
+        if request.tp > 1:
+            backend = AlignedBackend(backend)
         if request.fuse:
             _start_fusing(session, request)
         hooks.bucket_count(len(buckets) * len(contexts))
@@ -213,8 +223,23 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         environment=environment_info(device),
         backend=backend_name,
         fixes=decision.fixes,
+        tp=request.tp,
+        tp_layout=layout,
     )
     return Prepared(loaded, plan, graphs, session, notes, decision.hazards)
+
+
+def split_for_ranks(loaded: LoadedModel, tp: int) -> list[dict]:
+    """Under --tp N: split the model by its tensor-parallel plan; every rank's layout, in rank order."""
+    if tp <= 1:
+        return []
+    info = join_group(tp, loaded.device)
+    mine = shard_model(loaded.model, info.rank, tp, loaded.reference)
+    loaded.notes.append(
+        f"tensor parallel over {tp} ranks: {mine['split_layers']} layers split, "
+        f"{mine['attention_heads']} attention heads and {mine['kv_heads']} KV heads per rank"
+    )
+    return gather_objects({**mine, "device": str(info.device)})
 
 
 def _start_fusing(session: DecodeSession, request: CaptureRequest) -> None:
@@ -259,6 +284,7 @@ def request_from_plan(plan: Plan, **overrides) -> CaptureRequest:
         revision=plan.revision,
         contexts=tuple(plan.contexts),
         fuse=plan.fuse,
+        tp=plan.tp,
     )
     for key, value in overrides.items():
         if value is not None:

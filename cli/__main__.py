@@ -2,4 +2,5 @@
 
 from .main import app
 
-app(prog_name="cugraph-accel")
+if __name__ == "__main__":  # --tp ranks start by importing this module again (spawn): they must not rerun the app
+    app(prog_name="cugraph-accel")

@@ -16,14 +16,16 @@ from accelerate_graph.common.atomic_io import check_writable
 from accelerate_graph.common.devices import resolve_device
 from accelerate_graph.common.errors import CpuTimingRefused
 from accelerate_graph.core.plan import DEFAULT_PLAN_PATH, read_plan
+from accelerate_graph.distributed.rank import is_main_rank
 from accelerate_graph.pipeline import CaptureRequest
 
 from .bench_tables import bench_tables
 from .common import describe_model, request_for
 from .errors import guarded
-from .options import BucketsOpt, ContextsOpt, ModelArg, PlanOpt, buckets_or_none, contexts_or_auto
+from .options import BucketsOpt, ContextsOpt, ModelArg, PlanOpt, TpOpt, buckets_or_none, contexts_or_auto
 from .output import Output
 from .tables import region_tree
+from .tp import plan_tp, spread
 
 CompareOpt = Annotated[
     str,
@@ -119,6 +121,7 @@ def bench(
     allow_cpu: AllowCpuFlag = False,
     attn: AttnOverrideOpt = None,
     context_buckets: ContextsOpt = None,
+    tp: TpOpt = None,
 ) -> None:
     """Time the decode step per bucket and contender against the hardware floor (median, p10, p90).
 
@@ -134,6 +137,7 @@ def bench(
 
       cugraph-accel bench qwen2.5-0.5b --compare graph,fused,compile --attn grouped --context 1024,4096
     """
+    arguments = dict(locals())
     out = Output(False)
     settings = BenchSettings(
         compare=parse_compare(compare),
@@ -154,6 +158,9 @@ def bench(
             "bench needs a CUDA GPU: CPU timings say nothing about CUDA graphs.",
             "Run it on a GPU machine, or pass --allow-cpu to time the emulation anyway.",
         )
+    arguments["tp"] = tp = plan_tp(tp, model, plan)
+    if spread(bench, arguments, tp, str(target)):
+        return
     request = request_for(
         model,
         plan,
@@ -162,9 +169,11 @@ def bench(
         device=str(target),
         attn=attn,
         contexts=contexts_or_auto(context_buckets),
+        tp=tp,
     )
     report = _run_with_progress(request, settings, out)
-    _write_files(report, out, json, csv, plot)
+    if is_main_rank():  # under --tp each rank timed its own share; rank 0's are the ones reported
+        _write_files(report, out, json, csv, plot)
     for table in bench_tables(report):
         out.show(table)
     for info in report.contexts:

@@ -9,6 +9,7 @@ import typer
 
 from accelerate_graph.common.atomic_io import check_writable
 from accelerate_graph.core.plan import DEFAULT_PLAN_PATH, write_plan
+from accelerate_graph.distributed.rank import barrier, is_main_rank
 from accelerate_graph.fused.layers import inductor_cache_dir
 from accelerate_graph.models.recipes import DEFAULT_RECIPE
 from accelerate_graph.pipeline import CaptureRequest
@@ -29,11 +30,13 @@ from .options import (
     PlanOpt,
     PromptLenOpt,
     RevisionOpt,
+    TpOpt,
     buckets_or_none,
     contexts_or_auto,
 )
 from .output import Output
 from .tables import capture_table
+from .tp import spread
 
 MaxMemoryOpt = Annotated[
     float | None,
@@ -70,6 +73,7 @@ def capture(
     contexts: ContextsOpt = None,
     fuse: FuseFlag = False,
     json: JsonFlag = False,
+    tp: TpOpt = None,
 ) -> None:
     """Capture decode graphs for MODEL (default: the built-in `tiny` recipe) and write a plan.
 
@@ -83,6 +87,8 @@ def capture(
 
       cugraph-accel capture qwen2.5-0.5b --fuse --attn grouped --max-cache-len 4096
     """
+    if spread(capture, dict(locals()), tp or 1, device):
+        return
     out = Output(json)
     path = plan or DEFAULT_PLAN_PATH
     check_writable(path, "plan")
@@ -101,12 +107,15 @@ def capture(
         contexts=contexts_or_auto(contexts),
         fuse=fuse,
         inductor_cache=str(inductor_cache_dir(path)) if fuse else None,
+        tp=tp or 1,
     )
     prepared = prepare_with_progress(request, out)
     if prepared.graphs:
         out.show(capture_table(prepared.graphs.captures()))
     if prepared.compile_seconds:
         out.line(f"inductor compiled the step in {prepared.compile_seconds:.1f} s (included in the capture times)")
-    write_plan(prepared.plan, path)
+    barrier()  # under --tp: every rank captured and checked its graphs before rank 0 writes the plan
+    if is_main_rank():
+        write_plan(prepared.plan, path)
     out.line(f"plan written to {path}; next: cugraph-accel verify" + (f" --plan {path}" if plan else ""))
     out.emit_json({"plan_path": str(path), "plan": asdict(prepared.plan)})

@@ -11,9 +11,10 @@ from accelerate_graph.verify.against_eager import verify_graphs
 
 from .common import prepare_with_progress, request_for
 from .errors import guarded
-from .options import BucketsOpt, JsonFlag, ModelArg, PlanOpt, PromptLenOpt, buckets_or_none
+from .options import BucketsOpt, JsonFlag, ModelArg, PlanOpt, PromptLenOpt, TpOpt, buckets_or_none
 from .output import Output
 from .tables import verify_table
+from .tp import plan_device, plan_tp, spread
 
 StepsOpt = Annotated[int, typer.Option("--steps", min=1, help="Decode steps compared per batch.")]
 
@@ -26,6 +27,7 @@ def verify(
     prompt_len: PromptLenOpt = None,
     buckets: BucketsOpt = None,
     json: JsonFlag = False,
+    tp: TpOpt = None,
 ) -> None:
     """Re-capture from the plan (or MODEL) and prove every replay matches eager execution.
 
@@ -37,8 +39,11 @@ def verify(
 
       cugraph-accel verify qwen2.5-0.5b --steps 16 --buckets 1,8
     """
+    tp = plan_tp(tp, model, plan)
+    if tp > 1 and spread(verify, dict(locals()), tp, plan_device(model, plan)):
+        return
     out = Output(json)
-    request = request_for(model, plan, out, buckets=buckets_or_none(buckets), prompt_len=prompt_len)
+    request = request_for(model, plan, out, buckets=buckets_or_none(buckets), prompt_len=prompt_len, tp=tp)
     prepared = prepare_with_progress(request, out)
     if prepared.graphs is None:
         out.line("the plan runs the decode step eagerly: there is no graph to verify.")

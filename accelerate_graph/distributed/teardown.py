@@ -1,0 +1,73 @@
+"""Leave the process group in the order that cannot hang, and never wait for it without a bound.
+
+Seen on two H200s: after capturing graphs with NCCL all-reduces inside, destroy_process_group()
+hung at exit until the process was killed (330 s; PyTorch issue 115388 is the same class: a
+communicator torn down while graphs that hold its kernels, or unfinished work, still exist).
+So: drop the graphs first, finish the device's queued work, meet at a barrier (only when every rank
+is healthy: a dead peer would keep it waiting), destroy the group in a helper thread, and if that
+does not return in time say so in one line and end the process without it (os._exit).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import threading
+
+import torch
+import torch.distributed as dist
+
+from accelerate_graph.distributed import rank as ranks
+
+TEARDOWN_TIMEOUT_S = 10.0
+
+
+def _finish(healthy: bool) -> None:
+    if healthy:
+        ranks.barrier()
+    dist.destroy_process_group()
+
+
+def leave_group(healthy: bool, timeout_s: float = TEARDOWN_TIMEOUT_S) -> bool:
+    """True when the group was destroyed in time (or there was none); False when it was abandoned."""
+    info = ranks.current()
+    if not dist.is_initialized():
+        ranks.forget()
+        return True
+    gc.collect()  # graphs referenced only from cycles (closures, frames) go before the communicator
+    if info is not None and info.device.type == "cuda" and healthy:
+        torch.cuda.synchronize(info.device)
+        torch.cuda.empty_cache()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _finish(healthy)
+        except BaseException as err:  # noqa: BLE001 - reported below, never raised from a thread
+            errors.append(err)
+
+    worker = threading.Thread(target=run, name="cugraph-accel-teardown", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    ranks.forget()
+    who = f"rank {info.rank}" if info else "this process"
+    if worker.is_alive():
+        print(
+            f"note: {who}: torch.distributed teardown did not finish within {timeout_s:.0f} s; "
+            "ending the process without it.",
+            file=sys.stderr,
+            flush=True,
+        )
+        return False
+    if errors and healthy:
+        first = str(errors[0]).splitlines()[0] if str(errors[0]) else type(errors[0]).__name__
+        print(f"note: {who}: torch.distributed teardown failed: {first[:200]}", file=sys.stderr, flush=True)
+    return True
+
+
+def end_process(code: int) -> None:
+    """Exit now with `code`: no atexit handler (NCCL's among them) gets a chance to hang."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
