@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ class RankReport:
     code: int
     message: str | None = None
     domain: bool = False  # one of our own errors (not a peer's lost connection)
+    at: float = 0.0  # when it failed: the first failure is the cause, later ones its echo on the peers
 
 
 def run_on_ranks(world_size: int, target: Callable, kwargs: dict, classify: Classify) -> int:
@@ -61,7 +63,7 @@ def _run(target: Callable, kwargs: dict, classify: Classify, rank: int) -> RankR
     except KeyboardInterrupt:
         return RankReport(rank, 130, "interrupted: nothing was written.")
     except BaseException as err:  # noqa: BLE001 - every failure becomes this rank's report
-        return RankReport(rank, *_outcome(err, classify))
+        return RankReport(rank, *_outcome(err, classify), at=time.time())
     return RankReport(rank, 0)
 
 
@@ -87,10 +89,19 @@ def _rank_main(index: int, world: int, port: int, target, kwargs, classify, fold
             "MASTER_PORT": str(port),
         }
     )
+    _quiet_libraries()
     report = _run(target, kwargs, classify, index)
     atomic_write_text(Path(folder) / f"rank{index}.json", json.dumps(asdict(report)))
     leave_group(healthy=report.code == 0)
     end_process(report.code)
+
+
+def _quiet_libraries() -> None:
+    """No per-rank weight-loading bars: N of them interleave, and tqdm's bars take a multiprocessing
+    lock that a rank ending through os._exit would leave behind as a 'leaked semaphore'."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 def _free_port() -> int:
@@ -132,8 +143,8 @@ def _verdict(reports: list[RankReport], first_failure: tuple[int, int] | None) -
     failed = [r for r in reports if r.code != 0]
     if not failed and first_failure is None:
         return 0
-    said = [r for r in failed if r.message]
-    pick = next((r for r in said if r.domain), said[0] if said else None)
+    said = sorted((r for r in failed if r.message), key=lambda r: (not r.domain, r.at))
+    pick = said[0] if said else None
     if pick is None:
         if failed:  # the command already said why (e.g. verify's table): only the exit code is left
             return failed[0].code
