@@ -23,6 +23,17 @@ from accelerate_graph.distributed import rank as ranks
 TEARDOWN_TIMEOUT_S = 10.0
 
 
+def _reset_cuda_graphs() -> int:
+    """Reset every CUDA graph still alive: a graph holding NCCL kernels makes ncclCommDestroy hang
+    (PyTorch issue 115388), and a reference kept by a cycle or a library would keep it alive."""
+    if not torch.cuda.is_available():
+        return 0
+    graphs = [obj for obj in gc.get_objects() if isinstance(obj, torch.cuda.CUDAGraph)]
+    for graph in graphs:
+        graph.reset()
+    return len(graphs)
+
+
 def _finish(healthy: bool) -> None:
     if healthy:
         ranks.barrier()
@@ -36,6 +47,7 @@ def leave_group(healthy: bool, timeout_s: float = TEARDOWN_TIMEOUT_S) -> bool:
         ranks.forget()
         return True
     gc.collect()  # graphs referenced only from cycles (closures, frames) go before the communicator
+    _reset_cuda_graphs()
     if info is not None and info.device.type == "cuda" and healthy:
         torch.cuda.synchronize(info.device)
         torch.cuda.empty_cache()
