@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import click
+import typer
 
 from accelerate_graph.common.devices import resolve_device
 from accelerate_graph.common.errors import PlanError
@@ -20,7 +21,7 @@ from .errors import debug_enabled, describe
 
 def classify(err: BaseException) -> tuple[int, str | None]:
     """A rank's failure as (exit code, one line); None when the command already said it."""
-    if isinstance(err, click.exceptions.Exit):
+    if isinstance(err, typer.Exit | click.exceptions.Exit):
         return err.exit_code, None
     if debug_enabled():
         traceback.print_exc()
@@ -39,7 +40,7 @@ def spread(command: Callable, arguments: dict, tp: int, device: str) -> bool:
     check_world_fits(tp, resolve_device(device).type)
     code = run_on_ranks(tp, functools.partial(_unguarded, command), arguments, classify)
     if code:
-        raise click.exceptions.Exit(code)
+        raise typer.Exit(code)
     return True
 
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from accelerate_graph.distributed.single_device import against_single_device
 from accelerate_graph.verify.against_eager import verify_graphs
 
 from .common import prepare_with_progress, request_for
@@ -51,6 +52,14 @@ def verify(
         return
     rows = verify_graphs(prepared.graphs, steps=steps, prompt_len=prepared.plan.prompt_len)
     out.show(verify_table(rows))
+    if tp > 1:  # the split itself: the replay against the whole model on one device
+        single = against_single_device(prepared.graphs, prepared.plan, steps)
+        if single is not None:
+            out.line(
+                f"tp {tp} replay vs single-device eager (bucket {single.bucket}, {single.steps} steps): max abs "
+                f"{single.max_abs:.1e}, rtol {single.rtol:g}: {'pass' if single.passed else 'FAIL ' + single.detail}"
+            )
+            rows.append(single)
     failed = [r for r in rows if not r.passed]
     out.emit_json({"passed": not failed, "rows": [asdict(r) for r in rows]})
     if failed:

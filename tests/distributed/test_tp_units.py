@@ -10,7 +10,7 @@ import torch
 from tiny_models import tiny_decoder
 from tp_runs import ROOT
 
-from accelerate_graph.common.errors import DeviceError, UnsupportedModelError
+from accelerate_graph.common.errors import BadOptionError, DeviceError, UnsupportedModelError
 from accelerate_graph.distributed import launch, rank
 from accelerate_graph.distributed.sharding import shard_model
 
@@ -53,6 +53,14 @@ def test_more_ranks_than_gpus(monkeypatch):
     rank.check_world_fits(5, "cpu")  # gloo: processes share the CPU
     with pytest.raises(DeviceError, match=r"--tp 3 needs 3 GPUs, but 2 are visible\. Use --tp 2 or fewer"):
         rank.check_world_fits(3, "cuda")
+
+
+def test_tp_must_match_torchrun_world_size(monkeypatch):
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(BadOptionError, match=r"^--tp 2 does not match this torchrun's WORLD_SIZE=1\. Use --tp 1\.$"):
+        rank.join(2, torch.device("cpu"))
+    assert rank.current() is None
 
 
 def test_verdict_prefers_our_first_error_over_its_echo():
