@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Issue 17 on two H200s (device kind nvidia-h200-x2), about 5 minutes: a Llama-3.1-8B shape at --tp 2, buckets
-# 1,8,32: capture, verify, bench (eager, graph; fused too with FUSED=1) against --tp 1, each command's exit timed.
-# Usage on the device machine: OUT=/some/dir bash benchmarks/tp_gpu.sh
-# First a quick check of the plumbing: the cuda-marked tp tests (tiny llama, 2 GPUs).
+# Issue 17 on two H200s (device kind nvidia-h200-x2), each part one device call:
+#   tests (about 1 min): the cuda-marked tp tests (tiny llama on 2 GPUs: capture, verify, bench, exits timed).
+#   run   (about 5 min): a Llama-3.1-8B shape at --tp 2, buckets 1,8,32: capture, verify (also against one
+#         GPU), bench eager/graph/fused (FUSED=0: no fused) at --tp 2 and --tp 1, every command's exit timed,
+#         a short table last.
+# Usage on the device machine: OUT=/some/dir bash benchmarks/tp_gpu.sh tests|run
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200} TRANSFORMERS_VERBOSITY=error
@@ -39,18 +41,22 @@ defaults:
 YAML
 fi
 SHAPE=(--buckets 1,8,32 --max-cache-len 1024 --context-buckets full)
-COMPARE=eager,graph${FUSED:+,fused}
+BENCH_SHAPE=(--buckets 1,8,32 --context 1024 --context-buckets full)
+COMPARE=eager,graph; [ "${FUSED:-1}" = 1 ] && COMPARE=$COMPARE,fused
 timed() { local name=$1; shift; echo "$name: $(python3 benchmarks/timed_exit.py "$OUT/$name.log" -- "$@")"; grep -E "^error|^note: rank|teardown" "$OUT/$name.log" | head -n 3; }
 
 python3 -c 'import torch; print("GPUs:", torch.cuda.device_count(), torch.__version__)'
-timed tp-tests timeout 120 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/distributed
-tail -n 2 "$OUT/tp-tests.log"
+if [ "${1:-run}" = tests ]; then
+  timed tp-tests timeout 300 python3 -m pytest -m cuda -q -p no:cacheprovider -rf --durations=4 tests/distributed
+  tail -n 8 "$OUT/tp-tests.log"
+  exit 0
+fi
 timed capture-tp2 timeout 150 python3 -m cli capture "$RECIPE" --tp 2 "${SHAPE[@]}" --plan "$OUT/tp2.plan.yaml"
 timed verify-tp2 timeout 150 python3 -m cli verify --plan "$OUT/tp2.plan.yaml" --steps 4
 grep -E "verified|verify failed" "$OUT/verify-tp2.log"
-timed bench-tp2 timeout 200 python3 -m cli bench "$RECIPE" --tp 2 "${SHAPE[@]}" --compare "$COMPARE" --steps 50 \
+timed bench-tp2 timeout 200 python3 -m cli bench "$RECIPE" --tp 2 "${BENCH_SHAPE[@]}" --compare "$COMPARE" --steps 50 \
   --warmup 5 --csv "$OUT/bench-tp2.csv"
-timed bench-tp1 timeout 200 python3 -m cli bench "$RECIPE" --tp 1 "${SHAPE[@]}" --compare "$COMPARE" --steps 50 \
+timed bench-tp1 timeout 200 python3 -m cli bench "$RECIPE" --tp 1 "${BENCH_SHAPE[@]}" --compare "$COMPARE" --steps 50 \
   --warmup 5 --csv "$OUT/bench-tp1.csv"
 python3 - "$OUT/bench-tp1.csv" "$OUT/bench-tp2.csv" <<'PY'
 import csv, sys

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -73,11 +75,22 @@ def _run_here(target: Callable, kwargs: dict, classify: Classify) -> None:
     report = _run(target, kwargs, classify, int(os.environ["RANK"]))
     if report.message:
         print(f"error: rank {report.rank}: {report.message}", file=sys.stderr, flush=True)
-    leave_group(healthy=report.code == 0)
-    end_process(report.code)
+    end_process(report.code, clean=leave_group(healthy=report.code == 0))
 
 
-def _rank_main(index: int, world: int, port: int, target, kwargs, classify, folder: str) -> None:
+def _end_with_parent(parent: int) -> None:
+    """A rank whose launcher is gone (killed by a timeout, say) ends too: no orphan keeps a GPU."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="cugraph-accel-parent-watch", daemon=True).start()
+
+
+def _rank_main(index: int, world: int, port: int, target, kwargs, classify, folder: str, parent: int) -> None:
+    _end_with_parent(parent)
     os.environ.update(
         {
             WORKER_ENV: "1",
@@ -92,8 +105,7 @@ def _rank_main(index: int, world: int, port: int, target, kwargs, classify, fold
     _quiet_libraries()
     report = _run(target, kwargs, classify, index)
     atomic_write_text(Path(folder) / f"rank{index}.json", json.dumps(asdict(report)))
-    leave_group(healthy=report.code == 0)
-    end_process(report.code)
+    end_process(report.code, clean=leave_group(healthy=report.code == 0))
 
 
 def _quiet_libraries() -> None:
@@ -113,8 +125,9 @@ def _free_port() -> int:
 def _spawn(world: int, target: Callable, kwargs: dict, classify: Classify) -> int:
     first_failure: tuple[int, int] | None = None  # (rank, exit code) of the rank that ended first
     with tempfile.TemporaryDirectory(prefix="cugraph-accel-tp-") as folder:
-        args = (world, _free_port(), target, kwargs, classify, folder)
+        args = (world, _free_port(), target, kwargs, classify, folder, os.getpid())
         context = mp.start_processes(_rank_main, args=args, nprocs=world, join=False, start_method="spawn")
+        previous = signal.signal(signal.SIGTERM, _interrupt)  # a timeout's SIGTERM ends the ranks too
         try:
             while not context.join(grace_period=GRACE_S):
                 pass
@@ -126,8 +139,14 @@ def _spawn(world: int, target: Callable, kwargs: dict, classify: Classify) -> in
             for process in context.processes:
                 process.kill()
             raise
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         reports = _read_reports(Path(folder), world)
     return _verdict(reports, first_failure)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _read_reports(folder: Path, world: int) -> list[RankReport]:

@@ -91,6 +91,29 @@ def _split_linear(name: str, module: torch.nn.Module, style: str, rank: int, wor
     module.register_forward_hook(_all_reduce_output)
 
 
+def _gather_columns(module, args, output):
+    """Each rank computed its slice of the vocabulary: gather them in rank order (inside the graph)."""
+    world = dist.get_world_size()
+    parts = output.new_empty((world * output.shape[0], *output.shape[1:]))  # gloo takes only this layout
+    dist.all_gather_into_tensor(parts, output.contiguous())
+    return parts.view(world, *output.shape).movedim(0, -2).reshape(*output.shape[:-1], world * output.shape[-1])
+
+
+def _split_lm_head(model: torch.nn.Module, rank: int, world: int) -> bool:
+    """The LM head split by vocabulary rows and its logits gathered (transformers' class-level plan
+    for it: colwise with gathered output), unless it shares its weight with the input embedding or
+    the vocabulary does not divide: then every rank keeps the whole head."""
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    if not isinstance(head, torch.nn.Linear) or head.bias is not None or head.out_features % world:
+        return False
+    if embed is not None and head.weight.data_ptr() == embed.weight.data_ptr():
+        return False
+    head.weight = torch.nn.Parameter(_slice(head.weight.data, 0, rank, world, "lm_head"), requires_grad=False)
+    head.out_features = head.weight.shape[0]
+    head.register_forward_hook(_gather_columns)
+    return True
+
+
 def shard_model(model: torch.nn.Module, rank: int, world: int, reference: str) -> dict:
     """Split `model` in place for `rank` of `world`; returns this rank's layout for the plan."""
     plan = tp_plan(model, reference)
@@ -105,12 +128,14 @@ def shard_model(model: torch.nn.Module, rank: int, world: int, reference: str) -
         )
     for name, module, style in targets:
         _split_linear(name, module, style, rank, world)
+    head_split = _split_lm_head(model, rank, world)
     config = model.config.get_text_config()
     heads = int(config.num_attention_heads)
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
     return {
         "rank": rank,
-        "split_layers": len(targets),
+        "split_layers": len(targets) + head_split,
+        "lm_head": "split" if head_split else "whole",
         "attention_heads": heads // world,
         "kv_heads": kv_heads // world,
         "weight_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),

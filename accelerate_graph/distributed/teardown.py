@@ -78,8 +78,27 @@ def leave_group(healthy: bool, timeout_s: float = TEARDOWN_TIMEOUT_S) -> bool:
     return True
 
 
-def end_process(code: int) -> None:
-    """Exit now with `code`: no atexit handler (NCCL's among them) gets a chance to hang."""
+EXIT_GRACE_S = 5.0  # for the interpreter's own exit (atexit handlers: inductor's compile workers, ...)
+
+
+def end_process(code: int, clean: bool) -> None:
+    """End this rank with `code`. After a clean teardown the interpreter exits normally (its atexit
+    handlers release what they hold), watched by a timer that ends it anyway after EXIT_GRACE_S;
+    after an abandoned teardown, at once (os._exit): no handler gets a chance to hang."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)
+    if not clean:
+        os._exit(code)
+
+    def overdue() -> None:
+        print(
+            f"note: the process did not end within {EXIT_GRACE_S:.0f} s of its work; ending it now.",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(code)
+
+    watchdog = threading.Timer(EXIT_GRACE_S, overdue)
+    watchdog.daemon = True  # runs through the atexit handlers, never keeps the process alive itself
+    watchdog.start()
+    sys.exit(code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -22,11 +23,18 @@ def test_split_keeps_slice_r_of_each_layer():
     assert torch.equal(q_half.weight, q_full.weight[32:]) and q_half.out_features == 32
     down_full, down_half = full.model.layers[1].mlp.down_proj, half.model.layers[1].mlp.down_proj
     assert torch.equal(down_half.weight, down_full.weight[:, 64:]) and down_half.in_features == 64
-    assert torch.equal(half.lm_head.weight, full.lm_head.weight)  # not in the base plan: replicated
+    assert torch.equal(half.lm_head.weight, full.lm_head.weight[128:])  # vocabulary rows 128-255
     assert layout == {
-        "rank": 1, "split_layers": 14, "attention_heads": 2, "kv_heads": 1,
+        "rank": 1, "split_layers": 15, "lm_head": "split", "attention_heads": 2, "kv_heads": 1,
         "weight_bytes": sum(p.numel() * 4 for p in half.parameters()),
     }  # fmt: skip
+
+
+def test_a_head_tied_to_the_embedding_stays_whole():
+    full, half = tiny_decoder("llama", tie_word_embeddings=True), tiny_decoder("llama", tie_word_embeddings=True)
+    assert shard_model(half, 0, 2, "tiny")["lm_head"] == "whole"
+    assert torch.equal(half.lm_head.weight, full.lm_head.weight)
+    assert half.lm_head.weight.data_ptr() == half.model.embed_tokens.weight.data_ptr()
 
 
 @pytest.mark.parametrize(
@@ -83,4 +91,4 @@ def test_emulation_replays_collectives():
         cwd=ROOT, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    assert sorted(result.stdout.split("\n")[:2]) == ["rank 0 replay-ok", "rank 1 replay-ok"]
+    assert sorted(re.findall(r"rank \d replay-\w+", result.stdout)) == ["rank 0 replay-ok", "rank 1 replay-ok"]
