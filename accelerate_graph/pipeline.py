@@ -142,11 +142,16 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
     if request.mode not in MODES:
         raise BadOptionError(f"--mode {request.mode!r} is not one of {', '.join(MODES)}.")
     device = resolve_device(request.device)
-    if request.tp > 1:  # this rank's device (cuda:LOCAL_RANK, or the CPU over gloo)
-        device = join_group(request.tp, device).device
     dtype = resolve_dtype(request.dtype, device)
     if request.attn not in ATTENTIONS:
         raise BadOptionError(f"--attn {request.attn!r} is not supported.", f"Use {', '.join(ATTENTIONS)}.")
+    if request.tp > 1 and request.max_memory_mib is not None:
+        raise BadOptionError(
+            "--max-memory with --tp is not supported: each rank would drop buckets on its own measurements.",
+            "Drop --max-memory, or lower the largest --buckets value.",
+        )
+    if request.tp > 1:  # this rank's device (cuda:LOCAL_RANK, or the CPU over gloo)
+        device = join_group(request.tp, device).device
     if request.fuse:
         warm_compile_workers(device, request.inductor_cache)
     hooks.stage(f"loading {request.model}")
@@ -261,6 +266,8 @@ def capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:
         )
     _start_fusing(session, request)
     backend = backend_for(session.device, emulate=request.emulate)
+    if plan.tp > 1:
+        backend = AlignedBackend(backend)
     undo = use_grouped_attention(session.model) if plan.attn == "sdpa" else (lambda: None)
     try:  # graphs keep the kernels they recorded: switching the attention back changes none of them
         graphs = capture_decode_graphs(session, backend, tuple(plan.buckets), contexts=tuple(plan.contexts))

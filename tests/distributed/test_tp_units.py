@@ -92,3 +92,11 @@ def test_emulation_replays_collectives():
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert sorted(re.findall(r"rank \d replay-\w+", result.stdout)) == ["rank 0 replay-ok", "rank 1 replay-ok"]
+
+
+def test_max_memory_is_refused_before_any_rendezvous():
+    from accelerate_graph.pipeline import CaptureRequest, prepare
+
+    with pytest.raises(BadOptionError, match="--max-memory with --tp is not supported"):
+        prepare(CaptureRequest(model="tiny", device="cpu", tp=2, max_memory_mib=64.0))
+    assert rank.current() is None
