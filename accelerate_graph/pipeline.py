@@ -19,7 +19,7 @@ from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
 from accelerate_graph.distributed.aligned import AlignedBackend
 from accelerate_graph.distributed.rank import gather_objects
 from accelerate_graph.distributed.rank import join as join_group
-from accelerate_graph.distributed.sharding import shard_model
+from accelerate_graph.distributed.sharding import check_can_split, shard_model, share_rank0_weights
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
 from accelerate_graph.fused.layers import DROP_FUSE, FusedForward, use_cache_dir, warm_compile_workers
 from accelerate_graph.models.loading import LoadedModel, load_model
@@ -239,6 +239,9 @@ def split_for_ranks(loaded: LoadedModel, tp: int) -> list[dict]:
     if tp <= 1:
         return []
     info = join_group(tp, loaded.device)
+    check_can_split(loaded.model, tp, loaded.reference)
+    if loaded.random_weights:
+        share_rank0_weights(loaded.model)
     mine = shard_model(loaded.model, info.rank, tp, loaded.reference)
     loaded.notes.append(
         f"tensor parallel over {tp} ranks: {mine['split_layers']} layers split, "

@@ -75,7 +75,8 @@ def _run_here(target: Callable, kwargs: dict, classify: Classify) -> None:
     report = _run(target, kwargs, classify, int(os.environ["RANK"]))
     if report.message:
         print(f"error: rank {report.rank}: {report.message}", file=sys.stderr, flush=True)
-    end_process(report.code, clean=leave_group(healthy=report.code == 0))
+    leave_group(healthy=report.code == 0)
+    end_process(report.code)
 
 
 def _end_with_parent(parent: int) -> None:
@@ -105,7 +106,8 @@ def _rank_main(index: int, world: int, port: int, target, kwargs, classify, fold
     _quiet_libraries()
     report = _run(target, kwargs, classify, index)
     atomic_write_text(Path(folder) / f"rank{index}.json", json.dumps(asdict(report)))
-    end_process(report.code, clean=leave_group(healthy=report.code == 0))
+    leave_group(healthy=report.code == 0)
+    end_process(report.code)
 
 
 def _quiet_libraries() -> None:

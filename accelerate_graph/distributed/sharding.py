@@ -33,6 +33,12 @@ def tp_plan(model: torch.nn.Module, reference: str) -> dict[str, str]:
     return dict(plan)
 
 
+def check_can_split(model: torch.nn.Module, world: int, reference: str) -> None:
+    """A plan, and heads that divide: refused before any weight moves."""
+    tp_plan(model, reference)
+    check_divisible(model, world, reference)
+
+
 def check_divisible(model: torch.nn.Module, world: int, reference: str) -> None:
     config = model.config.get_text_config()
     heads = int(config.num_attention_heads)
@@ -114,10 +120,18 @@ def _split_lm_head(model: torch.nn.Module, rank: int, world: int) -> bool:
     return True
 
 
+def share_rank0_weights(model: torch.nn.Module) -> None:
+    """Random weights drawn on each rank from one seed agree only if every device's generator does:
+    rank 0's copy is sent to all, so the split (and verify's single-device reference) starts from
+    one model."""
+    for tensor in [*model.parameters(), *model.buffers()]:
+        dist.broadcast(tensor.data, src=0)
+
+
 def shard_model(model: torch.nn.Module, rank: int, world: int, reference: str) -> dict:
     """Split `model` in place for `rank` of `world`; returns this rank's layout for the plan."""
+    check_can_split(model, world, reference)
     plan = tp_plan(model, reference)
-    check_divisible(model, world, reference)
     targets = _matches(plan, model.base_model)
     unsupported = sorted({style for _, _, style in targets} - set(STYLES))
     if unsupported:

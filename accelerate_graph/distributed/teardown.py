@@ -5,7 +5,7 @@ hung at exit until the process was killed (330 s; PyTorch issue 115388 is the sa
 communicator torn down while graphs that hold its kernels, or unfinished work, still exist).
 So: drop the graphs first, finish the device's queued work, meet at a barrier (only when every rank
 is healthy: a dead peer would keep it waiting), destroy the group in a helper thread, and if that
-does not return in time say so in one line and end the process without it (os._exit).
+does not return in time say so in one line; then the rank ends through os._exit either way.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from accelerate_graph.common.debug import debug_enabled
 from accelerate_graph.distributed import rank as ranks
+from accelerate_graph.distributed.inductor_workers import release_process_resources
 
 TEARDOWN_TIMEOUT_S = 10.0
 
@@ -78,27 +79,11 @@ def leave_group(healthy: bool, timeout_s: float = TEARDOWN_TIMEOUT_S) -> bool:
     return True
 
 
-EXIT_GRACE_S = 5.0  # for the interpreter's own exit (atexit handlers: inductor's compile workers, ...)
-
-
-def end_process(code: int, clean: bool) -> None:
-    """End this rank with `code`. After a clean teardown the interpreter exits normally (its atexit
-    handlers release what they hold), watched by a timer that ends it anyway after EXIT_GRACE_S;
-    after an abandoned teardown, at once (os._exit): no handler gets a chance to hang."""
+def end_process(code: int) -> None:
+    """End this rank now with `code`, after a bounded teardown. The interpreter's own finalization
+    (module teardown, library destructors, NCCL's among them) is skipped: on this 2-core CI machine
+    it alone took 10 s and more, and it is where a hang at exit would live."""
+    release_process_resources()
     sys.stdout.flush()
     sys.stderr.flush()
-    if not clean:
-        os._exit(code)
-
-    def overdue() -> None:
-        print(
-            f"note: the process did not end within {EXIT_GRACE_S:.0f} s of its work; ending it now.",
-            file=sys.stderr,
-            flush=True,
-        )
-        os._exit(code)
-
-    watchdog = threading.Timer(EXIT_GRACE_S, overdue)
-    watchdog.daemon = True  # runs through the atexit handlers, never keeps the process alive itself
-    watchdog.start()
-    sys.exit(code)
+    os._exit(code)

@@ -8,11 +8,12 @@ from tp_runs import cli
 TEARDOWN_LIMIT_S = 10.0
 
 
-def test_capture_then_verify_at_tp2(tiny_model_dir, tmp_path):
+def test_capture_then_verify_at_tp2(tmp_path):
+    """The built-in `tiny` recipe: random weights, drawn on each rank and then rank 0's shared."""
     plan_path = tmp_path / "tp.plan.yaml"
     common = ["--plan", str(plan_path)]
     captured = cli(
-        "capture", tiny_model_dir("llama"), "--tp", "2", "--buckets", "1,4", "--max-cache-len", "64",
+        "capture", "tiny", "--tp", "2", "--buckets", "1,4", "--max-cache-len", "64",
         "--prompt-len", "8", "--context-buckets", "full", *common,
     )  # fmt: skip
     assert captured.code == 0, captured.stdout[-3000:]
