@@ -5,6 +5,7 @@ argv = model folder, plan path, pid folder. Exit code and stderr are what the te
 import os
 from pathlib import Path
 
+import torch
 import typer
 
 from accelerate_graph.distributed.launch import run_on_ranks
@@ -21,7 +22,8 @@ def rank_body(model: str, plan: str, pids: str) -> None:
         real = EmulatedBackend.capture
 
         def failing(self, step, warmups=2, islands=()):
-            step()  # one step with its all-reduces: rank 0 is now inside the same capture
+            with torch.no_grad():
+                step()  # one step with its all-reduces: rank 0 is now inside the same capture
             raise RuntimeError("injected failure on rank 1 during capture")
 
         EmulatedBackend.capture = failing
