@@ -12,7 +12,9 @@ from accelerate_graph.core.backends import backend_for
 from accelerate_graph.core.buckets import resolve_contexts
 from accelerate_graph.core.capture import BucketCapture, DecodeGraphs, capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.core.memory import MemoryBudget, command_bound, reset_peak
 from accelerate_graph.core.plan import Plan
+from accelerate_graph.core.preflight import preflight
 from accelerate_graph.detect.hazards import Hazard, find_hazards
 from accelerate_graph.detect.model_fixes import hoist_host_constants, use_capture_safe_experts
 from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
@@ -22,6 +24,8 @@ from accelerate_graph.distributed.rank import join as join_group
 from accelerate_graph.distributed.sharding import check_can_split, shard_model, share_rank0_weights
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
 from accelerate_graph.fused.layers import DROP_FUSE, FusedForward, use_cache_dir, warm_compile_workers
+from accelerate_graph.models.fingerprint import model_fingerprint
+from accelerate_graph.models.limits import cache_length, peek_config
 from accelerate_graph.models.loading import LoadedModel, load_model
 from accelerate_graph.models.recipes import DEFAULT_RECIPE, RecipeDefaults
 from accelerate_graph.verify.against_eager import verify_batch
@@ -68,6 +72,14 @@ class Prepared:
     session: DecodeSession
     notes: list[str] = field(default_factory=list)
     hazards: list[Hazard] = field(default_factory=list)
+    preflight: str = ""  # what the memory preflight checked, or why it was skipped
+
+    def memory_bound(self, steps: int = 3, extra: dict | None = None, graph_bytes: int = 0) -> MemoryBudget:
+        """The stated bound on this session's peak device memory after checks of `steps` steps."""
+        if self.graphs is not None:
+            graph_bytes += sum(c.memory_bytes for c in self.graphs.captures())
+        fuse = self.plan.fuse or self.session.fused is not None
+        return command_bound(self.session, graph_bytes, self.plan.prompt_len, steps, fuse, extra)
 
     @property
     def compile_seconds(self) -> float:
@@ -75,13 +87,27 @@ class Prepared:
         return self.session.fused.compile_seconds if self.session.fused else 0.0
 
 
-def _settings(request: CaptureRequest, loaded: LoadedModel) -> tuple[tuple[int, ...], int, int]:
+# Hazard detection decodes at slots 1-3 after the prompt's first: a smaller cache cannot hold them.
+MIN_CACHE_LEN = 4
+
+
+def _settings(request: CaptureRequest, loaded: LoadedModel, notes: list[str]) -> tuple[tuple[int, ...], int, int]:
     defaults = loaded.recipe.defaults if loaded.recipe else RecipeDefaults()
     buckets = tuple(sorted(request.buckets or defaults.buckets))
-    cache_len = request.max_cache_len or defaults.max_cache_len
+    cache_len, shortened = cache_length(request.max_cache_len, defaults.max_cache_len, loaded.model.config)
+    notes += [shortened] if shortened else []
     prompt_len = request.prompt_len or min(defaults.prompt_len, cache_len // 2)
-    if cache_len < 2:
-        raise BadOptionError(f"--max-cache-len {cache_len} is too small.", "Use at least 2.")
+    if cache_len < MIN_CACHE_LEN:
+        raise BadOptionError(
+            f"--max-cache-len {cache_len} is too small: finding graph hazards decodes {MIN_CACHE_LEN - 1} "
+            "tokens after a prompt token.",
+            f"Use at least {MIN_CACHE_LEN}.",
+        )
+    if request.prompt_len is None and prompt_len < defaults.prompt_len:
+        notes.append(
+            f"the prompt is {prompt_len} tokens, not {defaults.prompt_len}: half of --max-cache-len {cache_len} "
+            "(pass --prompt-len to choose)."
+        )
     if prompt_len >= cache_len:
         raise BadOptionError(
             f"--prompt-len {prompt_len} leaves no room in a cache of {cache_len} slots.",
@@ -143,6 +169,7 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         raise BadOptionError(f"--mode {request.mode!r} is not one of {', '.join(MODES)}.")
     device = resolve_device(request.device)
     dtype = resolve_dtype(request.dtype, device)
+    reset_peak(device)  # a command's peak device memory counts from here
     if request.attn not in ATTENTIONS:
         raise BadOptionError(f"--attn {request.attn!r} is not supported.", f"Use {', '.join(ATTENTIONS)}.")
     if request.tp > 1 and request.max_memory_mib is not None:
@@ -154,6 +181,9 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         device = join_group(request.tp, device).device
     if request.fuse:
         warm_compile_workers(device, request.inductor_cache)
+    config = peek_config(request.model, request.revision)
+    if config is not None:  # a cache longer than the model's positions is refused before any weight loads
+        cache_length(request.max_cache_len, RecipeDefaults().max_cache_len, config)
     hooks.stage(f"loading {request.model}")
     loaded = load_model(
         request.model, device, dtype, "sdpa" if request.attn == "grouped" else request.attn, request.revision
@@ -165,13 +195,14 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         loaded.attn = "grouped"
     layout = split_for_ranks(loaded, request.tp)
     hooks.loaded(loaded)
-    buckets, cache_len, prompt_len = _settings(request, loaded)
+    notes = list(loaded.notes)  # fixes are shown with the region plan
+    buckets, cache_len, prompt_len = _settings(request, loaded, notes)
+    checked = preflight(loaded.model.config, dtype, device, buckets, cache_len, prompt_len, request.fuse)
     hooks.stage("allocating the static cache")
     session = DecodeSession(loaded.model, max(buckets), cache_len)
     hooks.stage("looking for graph hazards")
     decision = decide_regions(session, request.mode, buckets[0])
     hooks.decided(decision)
-    notes = list(loaded.notes)  # fixes are shown with the region plan
     mode = decision.regions.mode
     if mode == "eager" and request.mode == "auto":
         notes.append(f"running eagerly: {decision.regions.reason}")
@@ -228,10 +259,11 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         environment=environment_info(device),
         backend=backend_name,
         fixes=decision.fixes,
+        fingerprint=model_fingerprint(loaded.reference, loaded.kind, loaded.revision),
         tp=request.tp,
         tp_layout=layout,
     )
-    return Prepared(loaded, plan, graphs, session, notes, decision.hazards)
+    return Prepared(loaded, plan, graphs, session, notes, decision.hazards, checked)
 
 
 def split_for_ranks(loaded: LoadedModel, tp: int) -> list[dict]:

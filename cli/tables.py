@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from accelerate_graph.core.capture import BucketCapture
-from accelerate_graph.verify.against_eager import VerifyRow
+if TYPE_CHECKING:
+    from accelerate_graph.core.capture import BucketCapture
+    from accelerate_graph.verify.against_eager import VerifyRow
 
 MIB = 1024 * 1024
 
@@ -42,13 +45,25 @@ def region_tree(model: str, mode: str, regions: list[dict], fixes: list[str]) ->
 
 def verify_table(rows: list[VerifyRow]) -> Table:
     table = Table(title="replay vs eager")
-    for name in ("bucket", "batch", "slots", "max abs", "max rel", "cache abs", "eager noise", "rtol", "result"):
+    for name in (
+        "bucket",
+        "batch",
+        "context",
+        "slots",
+        "max abs",
+        "max rel",
+        "cache abs",
+        "eager noise",
+        "rtol",
+        "result",
+    ):
         table.add_column(name, justify="right")
     for r in rows:
         verdict = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
         table.add_row(
             str(r.bucket),
             str(r.batch),
+            str(r.context or ""),
             r.slots,
             f"{r.max_abs:.1e}",
             f"{r.max_rel:.1e}",

@@ -69,8 +69,18 @@ class BenchRow:
     def tokens_per_s(self) -> float:
         return self.bucket * 1000.0 / self.median_ms
 
+    @property
+    def under_floor(self) -> bool:
+        """Faster than the bytes it must move allow: the floor or the timing is wrong."""
+        return self.median_ms < self.floor_ms
+
     def record(self) -> dict:
-        return {**asdict(self), "x_floor": self.x_floor, "tokens_per_s": self.tokens_per_s}
+        return {
+            **asdict(self),
+            "x_floor": self.x_floor,
+            "tokens_per_s": self.tokens_per_s,
+            "under_floor": self.under_floor,
+        }
 
 
 def fill_speedups(rows: list[BenchRow]) -> None:
@@ -90,6 +100,7 @@ class ContextInfo:
     notes: list[str] = field(default_factory=list)
     floors: list[dict] = field(default_factory=list)  # per bucket: the bytes a step moves, and its floor
     eager_fallbacks: int = 0  # batches above the largest captured bucket that ran eagerly
+    memory: dict = field(default_factory=dict)  # peak device memory of this cache length and its stated bound
 
 
 @dataclass
@@ -119,3 +130,13 @@ class BenchReport:
 
     def unstable(self) -> list[BenchRow]:
         return [r for r in self.rows if r.kind == STEP and r.drift > DRIFT_LIMIT]
+
+
+def under_floor_notes(rows: list[BenchRow]) -> list[str]:
+    """One loud line per row measured under its floor."""
+    return [
+        f"[red]UNDER THE FLOOR[/red]: {r.contender} at batch {r.bucket} took {r.median_ms:.3f} ms, less than "
+        f"the {r.floor_ms:.3f} ms its bytes need at the measured bandwidth: the floor or the timing is wrong"
+        for r in rows
+        if r.under_floor
+    ]

@@ -19,13 +19,15 @@ from accelerate_graph.bench.contenders import build_contender
 from accelerate_graph.bench.environment import bench_environment, sm_clock_mhz
 from accelerate_graph.bench.floor import Bandwidth, describe_floor, measure_bandwidth, step_bytes
 from accelerate_graph.bench.generate import bench_hf_generate, bench_our_loop
+from accelerate_graph.bench.generate_contenders import GENERATE_CONTENDERS, bench_generate_contenders
 from accelerate_graph.bench.options import DEFAULT_COMPARE, STEP_CONTENDERS
-from accelerate_graph.bench.results import STEP, BenchReport, BenchRow, ContextInfo, fill_speedups
+from accelerate_graph.bench.results import STEP, BenchReport, BenchRow, ContextInfo, fill_speedups, under_floor_notes
 from accelerate_graph.bench.timing import time_calls
 from accelerate_graph.common.devices import resolve_device
 from accelerate_graph.common.errors import CaptureError, CpuTimingRefused, VerificationError, is_out_of_memory
 from accelerate_graph.core.capture import DecodeGraphs
 from accelerate_graph.core.decode_session import draw_inputs
+from accelerate_graph.core.memory import Geometry, memory_record, peak_bytes
 from accelerate_graph.core.plan import Plan
 from accelerate_graph.fused.layers import warm_compile_workers
 from accelerate_graph.pipeline import CaptureRequest, Hooks, Prepared, capture_fused, prepare
@@ -146,7 +148,7 @@ def bench_bucket(
 def _require_graphs(prepared: Prepared, settings: BenchSettings) -> DecodeGraphs:
     if prepared.graphs is not None:
         return prepared.graphs
-    needing = [name for name in settings.compare if name in ("graph", "hf-generate")]
+    needing = [name for name in settings.compare if name in ("graph", "hf-generate", "generate", "drop-in")]
     if needing:
         raise CpuTimingRefused(
             f"the plan runs eagerly: there is no graph to time ({', '.join(needing)}).",
@@ -166,7 +168,8 @@ def bench_context(
     graphs = _require_graphs(prepared, settings)
     plan, session = prepared.plan, prepared.session
     generate = "hf-generate" in settings.compare
-    hooks.planned(len(plan.buckets) * (len(settings.step_contenders) + int(generate)))
+    end_to_end = [name for name in GENERATE_CONTENDERS if name in settings.compare]
+    hooks.planned(len(plan.buckets) * (len(settings.step_contenders) + int(generate) + len(end_to_end)))
     info = ContextInfo(plan.max_cache_len, plan.prompt_len, list(plan.buckets), plan.backend, list(prepared.notes))
     # the timed steps decode position prompt_len: they attend the prompt and themselves
     info.floors = [describe_floor(b, step_bytes(session, b, plan.prompt_len + 1), bandwidth) for b in plan.buckets]
@@ -186,6 +189,7 @@ def bench_context(
             rows.append(
                 bench_our_loop(graphs, bucket, plan.prompt_len, settings.new_tokens, floors[bucket], settings.seed)
             )
+    rows += bench_generate_contenders(prepared, graphs, settings, floors, hooks, bool(request and request.emulate))
     if "fused" in settings.step_contenders:
         rows += _bench_fused(prepared, request or CaptureRequest(), settings, floors, hooks, info)
     if "compile" in settings.step_contenders:
@@ -193,6 +197,7 @@ def bench_context(
             rows += _bench_buckets(graphs, plan, settings, floors, hooks, info, only=("compile",))
         forget_compiled()
     info.eager_fallbacks = graphs.eager_fallbacks  # counted before torch.compile / HF generate run
+    info.memory = _memory(prepared, rows, generate=False)  # before HF generate: it allocates its own cache
     for bucket in plan.buckets if generate else ():
         hooks.stage(f"cache {plan.max_cache_len}, batch {bucket}: HF generate (its first call compiles)")
         rows.append(
@@ -201,7 +206,25 @@ def bench_context(
             )
         )
         hooks.advance()
+    if generate:
+        info.memory = _memory(prepared, rows, generate=True)
+    info.notes += under_floor_notes(rows)
     return info, rows
+
+
+def _memory(prepared: Prepared, rows: list[BenchRow], generate: bool) -> dict:
+    """The peak so far beside the bound: one session, one cache, every contender on it; the fused graphs
+    and compile's cudagraph trees as measured, and HF generate's own static cache when it ran."""
+    session = prepared.session
+    fused = sum(r.memory_bytes or 0 for r in rows if r.kind == STEP and r.contender == "fused")
+    extra = {"compile's graphs": sum(r.memory_bytes or 0 for r in rows if r.kind == STEP and r.contender == "compile")}
+    geometry = Geometry.of(session.model.config)
+    if generate and geometry is not None:  # generate(cache_implementation="static") builds a cache of its own
+        extra["HF generate's cache"] = geometry.kv_bytes(
+            max(prepared.plan.buckets), session.max_cache_len, session.model.dtype
+        )
+    bound = prepared.memory_bound(3, extra, graph_bytes=fused)
+    return memory_record(peak_bytes(session.device), bound)
 
 
 def _bench_fused(

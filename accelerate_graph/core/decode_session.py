@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from accelerate_graph.common.errors import BadOptionError, ResourceError, UnsupportedModelError
+from accelerate_graph.common.errors import BadOptionError, ResourceError, UnsupportedModelError, is_out_of_memory
 from accelerate_graph.core.backends import Step
 from accelerate_graph.core.host_constants import HostConstants
 from accelerate_graph.core.static_cache import SharedStaticCache, cache_argument_name, check_cache_fits
@@ -48,6 +48,8 @@ class DecodeSession:
         try:
             self.kv = SharedStaticCache(model.config, max_batch, max_cache_len)
         except Exception as err:  # noqa: BLE001 - HF raises many types for caches it cannot build
+            if is_out_of_memory(err):
+                raise self._out_of_memory() from err
             raise UnsupportedModelError(
                 f"transformers cannot build a static cache for {type(model).__name__}: {_first_line(err)}.",
                 "Use --mode eager for this model.",
@@ -62,17 +64,22 @@ class DecodeSession:
         self.fused: Callable | None = None  # the compiled forward of --fuse: what capture records
         self._allocate_cache()
 
+    def _out_of_memory(self) -> ResourceError:
+        where = "host" if self.device.type == "cpu" else "device"
+        return ResourceError(
+            f"out of {where} memory allocating a static cache of {self.max_cache_len} slots for "
+            f"{self.max_batch} rows (the largest bucket).",
+            "Lower the largest --buckets value or --max-cache-len.",
+        )
+
     def _allocate_cache(self) -> None:
         """Allocate the cache now, with one eager token: an allocation must never happen inside a capture."""
         with torch.no_grad():
             try:
                 self.forward(self.max_batch, self.input_ids, self.position_ids, self.attention_mask)
-            except torch.OutOfMemoryError as err:
-                raise ResourceError(
-                    f"out of memory allocating a static cache of {self.max_cache_len} slots for {self.max_batch} rows.",
-                    "Lower --max-cache-len or the largest bucket.",
-                ) from err
             except Exception as err:  # noqa: BLE001 - any failure here means: no static-cache decode
+                if is_out_of_memory(err):
+                    raise self._out_of_memory() from err
                 raise UnsupportedModelError(
                     f"{type(self.model).__name__} could not run a decode step with a static cache: {_first_line(err)}.",
                     "Try --attn eager, or --mode eager.",
@@ -119,7 +126,7 @@ class DecodeSession:
         fused layers are compared against the eager step with."""
         with torch.no_grad():
             self.prefill(prompt)
-        start = self.kv.snapshot(self.max_batch)
+        start = self.kv.snapshot(self.max_batch, prompt.shape[1], 1)  # each case writes this one slot
         out = []
         for batch, context in cases:
             self.kv.restore(start)

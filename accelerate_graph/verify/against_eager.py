@@ -15,9 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
-from accelerate_graph.core.buckets import padded_batch
+from accelerate_graph.common.errors import is_out_of_memory
 from accelerate_graph.core.capture import DecodeGraphs
 from accelerate_graph.core.decode_session import draw_inputs
+from accelerate_graph.core.static_cache import CacheSnapshot
+from accelerate_graph.verify.cases import Case, CasePlan, plan_cases
 
 # Relative tolerance per dtype; the absolute tolerance is the same fraction of the largest eager
 # value, because one rounding difference in a hidden state moves every logit by about the same
@@ -47,6 +49,7 @@ class VerifyRow:
     passed: bool
     detail: str = ""  # where and how it failed
     slots: str = ""  # the cache slots the steps wrote, e.g. "16-23"
+    context: int = 0  # the context bucket of the first step (0: not known)
 
 
 def _compare(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> str:
@@ -61,28 +64,38 @@ def _compare(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -
 def verify_batch(
     graphs: DecodeGraphs, bucket: int, batch: int, steps: int, prompt_len: int, seed: int = 0
 ) -> VerifyRow:
+    """One batch from its own prompt of `prompt_len` tokens (the check `capture` runs)."""
     session = graphs.session
     if prompt_len + steps > session.max_cache_len:
         steps = session.max_cache_len - prompt_len
     prompt, tokens = draw_inputs(batch, steps, prompt_len, session.vocab_size, seed + 1000 * bucket + batch)
-    tokens = tokens.to(session.device)
-    dtype = session.model.dtype
-
     session.kv.reset()
     session.prefill(prompt)
-    start = session.kv.snapshot(bucket)
+    start = session.kv.snapshot(bucket, prompt_len, steps)  # only what the steps overwrite
+    row = judge_case(graphs, bucket, batch, tokens.to(session.device), prompt_len, start)
+    session.kv.reset()
+    return row
+
+
+def judge_case(
+    graphs: DecodeGraphs, bucket: int, batch: int, tokens: torch.Tensor, start_slot: int, start: CacheSnapshot
+) -> VerifyRow:
+    """Replay vs eager for the teacher-forced `tokens` [steps, batch], each run from the cache state
+    `start` (whose next write slot is `start_slot`)."""
+    session = graphs.session
+    steps = tokens.shape[0]
+    dtype = session.model.dtype
 
     def run(step_once: Callable) -> tuple[list[torch.Tensor], list]:
+        session.kv.restore(start)
         logits = []
         for i in range(steps):
-            positions = torch.full((batch,), prompt_len + i, device=session.device)
+            positions = torch.full((batch,), start_slot + i, device=session.device)
             logits.append(step_once(tokens[i], positions).float().clone())
-        return logits, session.kv.snapshot(batch)
+        return logits, session.kv.snapshot(batch, start_slot, steps)
 
     eager_logits, eager_cache = run(graphs.eager)
-    session.kv.restore(start)
     again_logits, _ = run(graphs.eager)
-    session.kv.restore(start)
     replay_logits, replay_cache = run(graphs.run)
 
     noise = max((a - b).abs().max().item() for a, b in zip(again_logits, eager_logits))
@@ -104,8 +117,7 @@ def verify_batch(
             detail = f"cache layer {layer} write position {rpos.item()} after replay, {epos.item()} after eager"
         if not detail and (problem := _compare(rk, ek, dtype) or _compare(rv, ev, dtype)):
             detail = f"cache layer {layer} differs after {steps} steps: {problem}"
-    session.kv.reset()
-    slots = f"{prompt_len}-{prompt_len + steps - 1}"
+    slots = f"{start_slot}-{start_slot + steps - 1}"
     return VerifyRow(bucket, batch, steps, max_abs, max_rel, rtol, atol, cache_abs, noise, not detail, detail, slots)
 
 
@@ -115,21 +127,68 @@ def verify_graphs(
     prompt_len: int = 16,
     seed: int = 0,
     on_row: Callable[[VerifyRow], None] | None = None,
+    plan: CasePlan | None = None,
 ) -> list[VerifyRow]:
-    """Every bucket at full size and at its most-padded size; then the largest bucket across each
-    context-bucket boundary."""
-    runs = [
-        (bucket, batch, prompt_len)
-        for bucket in graphs.buckets
-        for batch in (bucket, padded_batch(bucket, graphs.buckets))
-        if batch is not None
-    ]
-    largest = graphs.buckets[-1] if graphs.buckets else None
-    runs += [(largest, largest, max(boundary - steps // 2, 1)) for boundary in graphs.contexts[:-1]]
+    """Every case of `plan` (default: `plan_cases` for these graphs: every graph at full and padded
+    batch, and across each context boundary), all from one prefilled cache: each case copies only the
+    rows and slots it writes, and puts them back after."""
+    plan = plan or plan_cases(graphs.buckets, graphs.contexts, steps, prompt_len)
+    session = graphs.session
+    prompt = _draw(plan.rows, plan.prefill_len, session.vocab_size, seed)
+    session.kv.reset()
+    _prefill(session, prompt)
     rows = []
-    for bucket, batch, start in runs:
-        row = verify_batch(graphs, bucket, batch, steps, start, seed)
+    for number, case in enumerate(plan.cases):
+        tokens = _draw(case.steps, case.batch, session.vocab_size, seed + 1 + number).to(session.device)
+        start = at_slot(session.kv.snapshot(case.bucket, case.start, case.steps), case.start)
+        row = _judge_guarded(graphs, case, tokens, start)
+        session.kv.restore(start)  # the prefilled state again, for the next case
         rows.append(row)
         if on_row:
             on_row(row)
+    session.kv.reset()
     return rows
+
+
+def _draw(rows: int, columns: int, vocab: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, vocab, (rows, columns), generator=torch.Generator().manual_seed(seed))
+
+
+PREFILL_CHUNK = 256  # prompt tokens per forward: bounds the prefill's attention scores at long starts
+
+
+def _prefill(session, prompt: torch.Tensor) -> None:
+    """Run `prompt` [rows, P] into the cache from slot 0, in chunks."""
+    rows, length = prompt.shape
+    session.kv.rewind(0)
+    with torch.no_grad():
+        for first in range(0, length, PREFILL_CHUNK):
+            chunk = prompt[:, first : first + PREFILL_CHUNK].to(session.device)
+            positions = torch.arange(first, first + chunk.shape[1], device=session.device).expand(rows, -1)
+            session.forward(rows, chunk, positions, session.attention_mask)
+    session.kv.next_slot = length
+
+
+def at_slot(snap: CacheSnapshot, slot: int) -> CacheSnapshot:
+    """The same cache contents with the write position at `slot` (no copy of the K/V)."""
+    moved = CacheSnapshot((keys, values, torch.full_like(position, slot)) for keys, values, position in snap)
+    moved.next_slot = slot
+    moved.first_slot = snap.first_slot
+    return moved
+
+
+def _judge_guarded(graphs: DecodeGraphs, case: Case, tokens: torch.Tensor, start: CacheSnapshot) -> VerifyRow:
+    """`judge_case` for one case; a replay that raises (a graph of the wrong shape or context, say) is
+    that case's failure, not the end of verify."""
+    try:
+        row = judge_case(graphs, case.bucket, case.batch, tokens, case.start, start)
+    except (RuntimeError, IndexError) as err:
+        if is_out_of_memory(err):
+            raise
+        problem = " ".join(str(err).split())[:300] or type(err).__name__
+        nan = float("nan")
+        rtol = RTOL.get(graphs.session.model.dtype, 1e-4)
+        row = VerifyRow(case.bucket, case.batch, case.steps, nan, nan, rtol, nan, nan, nan, False, "", case.slots)
+        row.detail = f"the step raised: {problem}"
+    row.context = case.context
+    return row
