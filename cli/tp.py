@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +42,9 @@ def spread(command: Callable, arguments: dict, tp: int, device: str) -> bool:
     if tp <= 1 or in_rank():
         return False
     check_world_fits(tp, resolve_device(device).type)
+    # `arguments` is the command's locals(): keep its parameters, not names it imported before calling us
+    parameters = inspect.signature(command.__wrapped__).parameters
+    arguments = {name: value for name, value in arguments.items() if name in parameters}
     code = run_on_ranks(tp, functools.partial(_unguarded, command), arguments, classify)
     end_process(code)
     return True  # not reached
