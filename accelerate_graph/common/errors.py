@@ -74,6 +74,10 @@ class VerificationError(CugraphAccelError):
     """Replay disagreed with eager execution."""
 
 
+class DistributedError(CugraphAccelError):
+    """A tensor-parallel run could not start, lost a rank, or could not end cleanly."""
+
+
 class CpuTimingRefused(CugraphAccelError):
     """Timings on the CPU say nothing about CUDA graphs; refused unless asked for."""
 
