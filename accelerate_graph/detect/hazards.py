@@ -56,6 +56,9 @@ def _signature(args, kwargs) -> tuple:
     for leaf in pytree_leaves((args, kwargs)):
         if isinstance(leaf, torch.Tensor):
             parts.append(("tensor", tuple(leaf.shape), str(leaf.device)))
+        elif isinstance(leaf, torch.ScriptObject):
+            # a collective's process group and reduce op: a new wrapper (and address) on every call
+            parts.append(("script-object", leaf._type().qualified_name()))
         else:
             parts.append(repr(leaf))
     return tuple(parts)

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from transformers.cache_utils import Cache
 
-from accelerate_graph.common.errors import CaptureError
+from accelerate_graph.common.errors import DROP_FUSE, CaptureError
 from accelerate_graph.compat import torch_internals
 from accelerate_graph.compat.transformers_internals import cache_indices, cache_indices_set_to_zero, static_layer_view
 from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
@@ -36,8 +36,6 @@ GEMV_AT_BATCH_1 = True
 # Our graphs, not inductor's; no padding of matmuls, whose pass guarded on the context length
 # (`17 <= context`: a recompilation for a 16-slot bucket, seen on the H200).
 INDUCTOR_SETTINGS = {"triton.cudagraphs": False, "shape_padding": False}
-
-DROP_FUSE = "Drop --fuse: the plain graph still removes the launch overhead."  # the hint of every --fuse refusal
 
 
 def inductor_cache_dir(plan_path: Path | str) -> Path:

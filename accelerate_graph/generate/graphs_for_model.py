@@ -51,7 +51,10 @@ def capture_for_model(
     if not check.passed:
         for step in undo:
             step()
-        raise VerificationError(f"replay disagreed with eager right after capture: {check.detail[:300]}")
+        raise VerificationError(
+            f"replay was further from the float32 reference than eager allows, right after capture: "
+            f"{check.detail[:300]}"
+        )
     return graphs, undo
 
 

@@ -21,6 +21,7 @@ from accelerate_graph.fused.grouped_attention import use_grouped_attention
 from accelerate_graph.fused.layers import FusedForward, inductor_cache_dir
 from accelerate_graph.pipeline import CaptureRequest, prepare
 from accelerate_graph.verify.against_eager import verify_graphs
+from accelerate_graph.verify.reference import eager_step
 from cli.main import app
 
 
@@ -67,7 +68,7 @@ def test_a_context_graph_never_reads_slots_past_its_bucket():
     assert graphs.context_now() == 16
     assert torch.isfinite(graphs.run(tokens, positions)).all()
     session.kv.restore(start)
-    assert not torch.isfinite(graphs.eager(tokens, positions)).all()
+    assert not torch.isfinite(eager_step(graphs.session, tokens, positions)).all()
 
 
 def test_a_full_cache_is_refused_before_any_replay():
@@ -191,7 +192,7 @@ def test_cli_fuse_writes_its_kernels_beside_the_plan_and_verify_reuses_them(tmp_
     assert kernels == tmp_path / "fused.plan.inductor" and any(kernels.iterdir())
     result = runner.invoke(app, ["verify", "--plan", str(plan)])
     assert result.exit_code == 0, result.output
-    assert "match eager execution" in result.output
+    assert "as close to the reference (float32: the model itself) as eager execution" in " ".join(result.output.split())
 
 
 def test_bench_fused_contender_uses_grouped_attention_and_leaves_the_plan_step_alone():
@@ -227,7 +228,7 @@ def test_verify_compares_grouped_attention_against_hfs_own_sdpa():
 
     session.step_fn = spying_step_fn
     session.prefill(torch.randint(0, 256, (2, 6)))
-    graphs.eager(torch.tensor([1, 2]), torch.tensor([6, 6]))
+    eager_step(graphs.session, torch.tensor([1, 2]), torch.tensor([6, 6]))
     assert seen == ["sdpa"] and model.config._attn_implementation == "cugraph_grouped"
     rows = verify_graphs(graphs, steps=6, prompt_len=6)
     assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]

@@ -25,6 +25,23 @@ from accelerate_graph.core.host_reads import HOST_SYNC_OPS, HostReadMode
 aten = torch.ops.aten
 
 
+def _is_collective(func) -> bool:
+    """torch.distributed's ops (c10d: dist.all_reduce; _c10d_functional: the traceable ones). Their
+    schemas do not mark the in-place result as written, so without this they would look like views
+    and be skipped at replay: a rank would replay its partial sums and never meet its peers."""
+    return func.namespace in ("c10d", "_c10d_functional")
+
+
+def _finish_collective(func, result) -> None:
+    """Replay must wait for a collective's result before anything reads it, as the eager call did."""
+    for item in pytree_leaves(result):
+        if isinstance(item, torch.Tensor):
+            if func.namespace == "_c10d_functional":
+                torch.ops._c10d_functional.wait_tensor(item)
+        elif hasattr(item, "wait"):  # c10d's Work handle
+            item.wait()
+
+
 def _storage_ptr(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr() if t.numel() else 0
 
@@ -37,6 +54,7 @@ class RecordedOp:
     outputs: list[torch.Tensor]  # every tensor the op returned, in pytree order
     fresh: list[bool]  # per output: owns new memory, so replay copies the new value into it
     run_at_replay: bool  # False for pure views: the logged view still aliases the right memory
+    collective: bool = False  # a torch.distributed op: replayed, and waited for, on every rank
 
 
 class _Recorder(DispatchMode):
@@ -75,8 +93,9 @@ class _Recorder(DispatchMode):
         input_ptrs = {_storage_ptr(t) for t in inputs} - {0}
         outputs = [o for o in pytree_leaves(out) if isinstance(o, torch.Tensor)]
         fresh = [bool(o.numel()) and _storage_ptr(o) not in input_ptrs for o in outputs]
-        run = op_is_mutable(func) or any(fresh)
-        self.ops.append(RecordedOp(func, args, kwargs, outputs, fresh, run))
+        collective = _is_collective(func)
+        run = op_is_mutable(func) or any(fresh) or collective
+        self.ops.append(RecordedOp(func, args, kwargs, outputs, fresh, run, collective))
         return out
 
     def held_bytes(self) -> int:
@@ -103,6 +122,8 @@ class EmulatedGraph:
                     op.run()
                     continue
                 result = op.func(*op.args, **op.kwargs)
+                if op.collective:
+                    _finish_collective(op.func, result)
                 if not any(op.fresh):
                     continue
                 new = [r for r in pytree_leaves(result) if isinstance(r, torch.Tensor)]
