@@ -45,6 +45,12 @@ def torch_function_disabled():
     return torch._C.DisableTorchFunction()
 
 
+def script_object_type_name(obj: torch.ScriptObject) -> str:
+    """The TorchScript class name of a script object (a process group, a reduce op):
+    `torch.ScriptObject._type().qualified_name()`. No public equivalent. Checked: torch 2.11, 2.13."""
+    return obj._type().qualified_name()
+
+
 def tensor_version(tensor: torch.Tensor) -> int:
     """The counter torch bumps on every in-place write to a tensor: `torch.Tensor._version` (what autograd
     checks saved tensors with). No public equivalent. Checked: torch 2.11, 2.13."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from accelerate_graph.common.source_location import caller_location
-from accelerate_graph.compat.torch_internals import DispatchMode, pytree_leaves
+from accelerate_graph.compat.torch_internals import DispatchMode, pytree_leaves, script_object_type_name
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.core.host_reads import HOST_SYNC_OPS, HostReadMode
 from accelerate_graph.core.module_stack import ModuleStack
@@ -58,7 +58,7 @@ def _signature(args, kwargs) -> tuple:
             parts.append(("tensor", tuple(leaf.shape), str(leaf.device)))
         elif isinstance(leaf, torch.ScriptObject):
             # a collective's process group and reduce op: a new wrapper (and address) on every call
-            parts.append(("script-object", leaf._type().qualified_name()))
+            parts.append(("script-object", script_object_type_name(leaf)))
         else:
             parts.append(repr(leaf))
     return tuple(parts)

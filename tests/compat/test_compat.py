@@ -369,3 +369,11 @@ def test_modeling_module_defines():
         found = hf.modeling_module_defines(bloom, "build_alibi_tensor")
         llama = hf.modeling_module_defines(tiny_decoder("llama"), "build_alibi_tensor")
     expect(found and not llama, symbol, HF, f"bloom {found}, llama {llama}")
+
+
+def test_script_object_type_name_is_still_offered():
+    """Exercised with a real process group by tests/distributed on the GPU; here: the method is there."""
+    symbol = "torch.ScriptObject._type().qualified_name"
+    with upstream(symbol, TORCH):
+        method = torch.ScriptObject._type
+    expect(callable(method), symbol, TORCH, "torch.ScriptObject._type is not callable")
