@@ -18,6 +18,10 @@ from accelerate_graph.core.preflight import preflight
 from accelerate_graph.detect.hazards import Hazard, find_hazards
 from accelerate_graph.detect.model_fixes import hoist_host_constants, use_capture_safe_experts
 from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
+from accelerate_graph.distributed.aligned import AlignedBackend
+from accelerate_graph.distributed.rank import gather_objects
+from accelerate_graph.distributed.rank import join as join_group
+from accelerate_graph.distributed.sharding import check_can_split, shard_model, share_rank0_weights
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
 from accelerate_graph.fused.layers import DROP_FUSE, FusedForward, use_cache_dir, warm_compile_workers
 from accelerate_graph.models.fingerprint import model_fingerprint
@@ -46,6 +50,7 @@ class CaptureRequest:
     contexts: tuple[int, ...] | None = None  # context buckets; None: powers of two up to the cache length
     fuse: bool = False  # compile the step with inductor (no inductor graphs), then capture it
     inductor_cache: str | None = None  # where --fuse keeps compiled kernels (beside the plan)
+    tp: int = 1  # tensor-parallel ranks; above 1 this process is one of them (distributed.launch)
 
 
 @dataclass
@@ -144,15 +149,17 @@ def decide_regions(session: DecodeSession, request_mode: str, bucket: int) -> De
 
 
 def _quick_check(graphs: DecodeGraphs, prompt_len: int) -> None:
-    """A short replay-vs-eager run on the largest bucket (and under --fuse on the smallest, which has
-    its own compilation): no plan and no bench row claims graphs that were never checked."""
+    """A short run of `verify`'s own check (the same criterion) on the largest bucket (and under --fuse
+    on the smallest, which has its own compilation): no plan and no bench row claims graphs that were
+    never checked."""
     fused = graphs.session.fused is not None
     buckets = (graphs.buckets[-1], graphs.buckets[0]) if fused else (graphs.buckets[-1],)
     for bucket in dict.fromkeys(buckets):  # one bucket only: checked once
         check = verify_batch(graphs, bucket, bucket, steps=3, prompt_len=min(prompt_len, 8))
         if not check.passed:
             raise VerificationError(
-                f"replay disagreed with eager right after capture (bucket {check.bucket}"
+                f"replay was further from the float32 reference than eager allows, right after capture "
+                f"(bucket {check.bucket}"
                 f"{', fused' if fused else ''}): {check.detail[:300]}",
                 DROP_FUSE if fused else "Use --mode eager and report the model.",
             )
@@ -167,6 +174,13 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
     reset_peak(device)  # a command's peak device memory counts from here
     if request.attn not in ATTENTIONS:
         raise BadOptionError(f"--attn {request.attn!r} is not supported.", f"Use {', '.join(ATTENTIONS)}.")
+    if request.tp > 1 and request.max_memory_mib is not None:
+        raise BadOptionError(
+            "--max-memory with --tp is not supported: each rank would drop buckets on its own measurements.",
+            "Drop --max-memory, or lower the largest --buckets value.",
+        )
+    if request.tp > 1:  # this rank's device (cuda:LOCAL_RANK, or the CPU over gloo)
+        device = join_group(request.tp, device).device
     if request.fuse:
         warm_compile_workers(device, request.inductor_cache)
     config = peek_config(request.model, request.revision)
@@ -181,6 +195,7 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         # dynamic batch (a broadcast of the batch size in the cache write, seen on the H200)
         use_grouped_attention(loaded.model)
         loaded.attn = "grouped"
+    layout = split_for_ranks(loaded, request.tp)
     hooks.loaded(loaded)
     notes = list(loaded.notes)  # fixes are shown with the region plan
     buckets, cache_len, prompt_len = _settings(request, loaded, notes)
@@ -205,6 +220,8 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
     if mode != "eager":
         backend = backend_for(device, emulate=request.emulate)
         backend_name = backend.name
+        if request.tp > 1:
+            backend = AlignedBackend(backend)
         if request.fuse:
             _start_fusing(session, request)
         hooks.bucket_count(len(buckets) * len(contexts))
@@ -245,8 +262,26 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         backend=backend_name,
         fixes=decision.fixes,
         fingerprint=model_fingerprint(loaded.reference, loaded.kind, loaded.revision),
+        tp=request.tp,
+        tp_layout=layout,
     )
     return Prepared(loaded, plan, graphs, session, notes, decision.hazards, checked)
+
+
+def split_for_ranks(loaded: LoadedModel, tp: int) -> list[dict]:
+    """Under --tp N: split the model by its tensor-parallel plan; every rank's layout, in rank order."""
+    if tp <= 1:
+        return []
+    info = join_group(tp, loaded.device)
+    check_can_split(loaded.model, tp, loaded.reference)
+    if loaded.random_weights:
+        share_rank0_weights(loaded.model)
+    mine = shard_model(loaded.model, info.rank, tp, loaded.reference)
+    loaded.notes.append(
+        f"tensor parallel over {tp} ranks: {mine['split_layers']} layers split, "
+        f"{mine['attention_heads']} attention heads and {mine['kv_heads']} KV heads per rank"
+    )
+    return gather_objects({**mine, "device": str(info.device)})
 
 
 def _start_fusing(session: DecodeSession, request: CaptureRequest) -> None:
@@ -268,6 +303,8 @@ def capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:
         )
     _start_fusing(session, request)
     backend = backend_for(session.device, emulate=request.emulate)
+    if plan.tp > 1:
+        backend = AlignedBackend(backend)
     undo = use_grouped_attention(session.model) if plan.attn == "sdpa" else (lambda: None)
     try:  # graphs keep the kernels they recorded: switching the attention back changes none of them
         graphs = capture_decode_graphs(session, backend, tuple(plan.buckets), contexts=tuple(plan.contexts))
@@ -291,6 +328,7 @@ def request_from_plan(plan: Plan, **overrides) -> CaptureRequest:
         revision=plan.revision,
         contexts=tuple(plan.contexts),
         fuse=plan.fuse,
+        tp=plan.tp,
     )
     for key, value in overrides.items():
         if value is not None:

@@ -8,6 +8,7 @@ setup (capture, compilation) is done here, before timing starts, and reported ap
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -15,6 +16,7 @@ import torch
 
 from accelerate_graph.bench.compiled_step import compile_step, mark_step_begin
 from accelerate_graph.core.capture import DecodeGraphs
+from accelerate_graph.verify.reference import eager_step
 
 StepCall = Callable[[torch.Tensor, torch.Tensor], object]
 
@@ -51,7 +53,7 @@ def _compiled(graphs: DecodeGraphs, bucket: int, rewind: Callable[[], None]) -> 
     compiled = compile_step(session, bucket, before)
 
     def call(tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        session.load_inputs(bucket, tokens, positions)  # what graphs.run and graphs.eager do too
+        session.load_inputs(bucket, tokens, positions)  # what graphs.run and eager_step do too
         return compiled.call()
 
     notes = compiled.problems(bucket, on_gpu=session.device.type == "cuda")
@@ -62,7 +64,7 @@ def build_contender(name: str, graphs: DecodeGraphs, bucket: int, rewind: Callab
     """Set up contender `name` for `bucket`. `rewind` puts the cache back at the prompt's end, which
     compilation needs before each of its first calls."""
     if name == "eager":
-        return StepContender("eager", graphs.eager)
+        return StepContender("eager", functools.partial(eager_step, graphs.session))
     if name in ("graph", "fused"):  # fused: graphs of the inductor-compiled step (capture_fused)
         return _graph(graphs, bucket, name)
     if name == "compile":

@@ -6,7 +6,7 @@ from accelerate_graph.common.errors import BadOptionError
 from accelerate_graph.common.option_lists import parse_whole_numbers, refuse_duplicates, split_items
 
 # Canonical order: tables, files and plots list contenders this way whatever order the user typed.
-CONTENDERS = ("eager", "graph", "fused", "compile", "hf-generate")
+CONTENDERS = ("eager", "graph", "fused", "compile", "hf-generate", "generate", "drop-in", "hf-eager")
 STEP_CONTENDERS = ("eager", "graph", "fused", "compile")  # timed one decode step at a time
 DEFAULT_COMPARE = ("eager", "graph")
 

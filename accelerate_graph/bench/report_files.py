@@ -11,7 +11,13 @@ from pathlib import Path
 from accelerate_graph.bench.results import BenchReport, BenchRow
 from accelerate_graph.common.atomic_io import atomic_write_text
 
-CSV_COLUMNS = [f.name for f in fields(BenchRow)] + ["x_floor", "tokens_per_s", "gpu", "bandwidth_gb_per_s"]
+CSV_COLUMNS = [f.name for f in fields(BenchRow)] + [
+    "x_floor",
+    "tokens_per_s",
+    "under_floor",
+    "gpu",
+    "bandwidth_gb_per_s",
+]
 
 
 def write_json(report: BenchReport, path: Path | str) -> None:

@@ -19,6 +19,7 @@ from accelerate_graph.bench.contenders import build_contender
 from accelerate_graph.bench.environment import bench_environment, sm_clock_mhz
 from accelerate_graph.bench.floor import Bandwidth, describe_floor, measure_bandwidth, step_bytes
 from accelerate_graph.bench.generate import bench_hf_generate, bench_our_loop
+from accelerate_graph.bench.generate_contenders import GENERATE_CONTENDERS, bench_generate_contenders
 from accelerate_graph.bench.options import DEFAULT_COMPARE, STEP_CONTENDERS
 from accelerate_graph.bench.results import STEP, BenchReport, BenchRow, ContextInfo, fill_speedups, under_floor_notes
 from accelerate_graph.bench.timing import time_calls
@@ -147,7 +148,7 @@ def bench_bucket(
 def _require_graphs(prepared: Prepared, settings: BenchSettings) -> DecodeGraphs:
     if prepared.graphs is not None:
         return prepared.graphs
-    needing = [name for name in settings.compare if name in ("graph", "hf-generate")]
+    needing = [name for name in settings.compare if name in ("graph", "hf-generate", "generate", "drop-in")]
     if needing:
         raise CpuTimingRefused(
             f"the plan runs eagerly: there is no graph to time ({', '.join(needing)}).",
@@ -167,7 +168,8 @@ def bench_context(
     graphs = _require_graphs(prepared, settings)
     plan, session = prepared.plan, prepared.session
     generate = "hf-generate" in settings.compare
-    hooks.planned(len(plan.buckets) * (len(settings.step_contenders) + int(generate)))
+    end_to_end = [name for name in GENERATE_CONTENDERS if name in settings.compare]
+    hooks.planned(len(plan.buckets) * (len(settings.step_contenders) + int(generate) + len(end_to_end)))
     info = ContextInfo(plan.max_cache_len, plan.prompt_len, list(plan.buckets), plan.backend, list(prepared.notes))
     # the timed steps decode position prompt_len: they attend the prompt and themselves
     info.floors = [describe_floor(b, step_bytes(session, b, plan.prompt_len + 1), bandwidth) for b in plan.buckets]
@@ -187,6 +189,7 @@ def bench_context(
             rows.append(
                 bench_our_loop(graphs, bucket, plan.prompt_len, settings.new_tokens, floors[bucket], settings.seed)
             )
+    rows += bench_generate_contenders(prepared, graphs, settings, floors, hooks, bool(request and request.emulate))
     if "fused" in settings.step_contenders:
         rows += _bench_fused(prepared, request or CaptureRequest(), settings, floors, hooks, info)
     if "compile" in settings.step_contenders:

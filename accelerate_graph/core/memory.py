@@ -133,9 +133,28 @@ def activation_bytes(geometry: Geometry, batch: int, cache_len: int, prompt_len:
     return max(prefill, geometry.tokens_bytes(batch, slots, 1, dtype))
 
 
-def kept_logits_bytes(geometry: Geometry, batch: int, steps: int, runs: int = 3) -> int:
-    """float32 logits a check keeps to compare runs: `runs` runs of `steps` steps of `batch` rows."""
-    return runs * steps * batch * geometry.vocab * 4
+def kept_logits_bytes(geometry: Geometry, batch: int, steps: int, copies: int = 7) -> int:
+    """float32 logits a check keeps to compare runs: replay, eager and the float32 reference, and the
+    criterion's temporaries (log-softmaxes, differences): `copies` of `steps` steps of `batch` rows."""
+    return copies * steps * batch * geometry.vocab * 4
+
+
+def reference_bytes(
+    model: torch.nn.Module, geometry: Geometry | None, batch: int, cache_len: int, prompt_len: int
+) -> int:
+    """The float32 reference's own memory (verify.reference): one module's parameters promoted to float32 at
+    a time (the largest counts), and activations in float32 where the model's are narrower."""
+    if model.dtype == torch.float32:
+        return 0
+    largest = max(
+        (sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules()),
+        default=0,
+    )
+    extra = 0
+    if geometry is not None:
+        extra = activation_bytes(geometry, batch, cache_len, prompt_len, torch.float32)
+        extra -= activation_bytes(geometry, batch, cache_len, prompt_len, model.dtype)
+    return 4 * largest + max(extra, 0)
 
 
 def margin(parts_total: int) -> int:
@@ -153,6 +172,10 @@ def request_need(
     need.add("graph pool (estimate)", geometry.tokens_bytes(batch, cache_len + SPARE_SLOTS, 1, dtype))
     need.add("activations", activation_bytes(geometry, batch, cache_len, prompt_len, dtype))
     need.add("kept logits", kept_logits_bytes(geometry, batch, steps))
+    if dtype != torch.float32:  # the float32 reference: the LM head (or embedding) promoted, float32 activations
+        need.add("float32 reference", 4 * geometry.vocab * geometry.hidden)
+        extra = activation_bytes(geometry, batch, cache_len, prompt_len, torch.float32)
+        need.add("float32 reference", extra - activation_bytes(geometry, batch, cache_len, prompt_len, dtype))
     if fuse:
         need.add("compile workspace", COMPILE_WORKSPACE)
     need.add("margin", margin(need.total))
@@ -245,6 +268,8 @@ def command_bound(
         bound.add("kept logits", kept_logits_bytes(geometry, session.max_batch, steps))
     else:  # no geometry to estimate from: a tenth of the weights
         bound.add("activations", bound.parts["weights"] // 10)
+    batch, length = session.max_batch, session.max_cache_len
+    bound.add("float32 reference", reference_bytes(session.model, geometry, batch, length, prompt_len))
     if fuse:
         bound.add("compile workspace", COMPILE_WORKSPACE)
     for name, nbytes in (extra or {}).items():

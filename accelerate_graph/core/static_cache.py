@@ -8,14 +8,14 @@ buckets cost no extra cache memory, and attention in a context bucket reads C sl
 
 from __future__ import annotations
 
-import copy
 import inspect
 
 import torch
 from transformers import StaticCache
-from transformers.cache_utils import StaticLayer
+from transformers.cache_utils import Cache, StaticLayer
 
 from accelerate_graph.common.errors import ResourceError, UnsupportedModelError
+from accelerate_graph.compat.transformers_internals import static_layer_view
 
 
 def cache_argument_name(model: torch.nn.Module) -> str:
@@ -93,7 +93,7 @@ class SharedStaticCache:
         self.cache = StaticCache(config=config, max_cache_len=self.storage_len)
         self.allocated = False
         self.fixes = self._unslide_layers()
-        self._views: dict[tuple[int, int], StaticCache] = {}
+        self._views: dict[tuple[int, int], Cache] = {}
         # The next write slot as the host knows it: which context bucket a step needs, without reading
         # the device counter. Set by rewind/restore and advanced by whoever runs a step (DecodeGraphs).
         self.next_slot = 0
@@ -148,27 +148,16 @@ class SharedStaticCache:
             return self.storage_len
         return context or self.max_cache_len
 
-    def view(self, batch: int, context: int | None = None) -> StaticCache:
+    def view(self, batch: int, context: int | None = None) -> Cache:
         """A cache whose layers are views of rows [:batch] and slots [:self.slots(context)]; positions
         are shared. Before allocation, the cache itself (its first forward allocates)."""
         if not self.allocated:
             return self.cache
         context = self.slots(context)
         if (batch, context) not in self._views:
-            view = copy.copy(self.cache)
-            view.layers = [self._layer_view(layer, batch, context) for layer in self.cache.layers]
-            self._views[batch, context] = view
+            layers = [static_layer_view(layer, batch, context, _LayerView) for layer in self.cache.layers]
+            self._views[batch, context] = Cache(layers=layers)
         return self._views[batch, context]
-
-    @staticmethod
-    def _layer_view(layer, batch: int, context: int):
-        clone = _LayerView.__new__(_LayerView)
-        clone.__dict__.update(layer.__dict__)
-        clone.keys = layer.keys[:batch, :, :context]
-        clone.values = layer.values[:batch, :, :context]
-        clone.batch_size = batch
-        clone.max_cache_len = context
-        return clone
 
     def positions(self) -> list[torch.Tensor]:
         return [layer.cumulative_length for layer in self.layers]

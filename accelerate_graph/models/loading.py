@@ -9,9 +9,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM
 
 from accelerate_graph.common.devices import dtype_name
 from accelerate_graph.common.errors import (
@@ -23,6 +21,7 @@ from accelerate_graph.common.errors import (
     UnsupportedModelError,
     is_out_of_memory,
 )
+from accelerate_graph.compat.transformers_internals import causal_lm_class_names
 from accelerate_graph.models.fingerprint import check_weight_files, hub_snapshot
 from accelerate_graph.models.recipes import Recipe, find_recipe
 
@@ -69,7 +68,7 @@ def check_causal_lm(config, reference: str) -> None:
         raise UnsupportedModelError(
             f"{reference} is an encoder-decoder model ({model_type}); decode graphs need a decoder-only causal LM."
         )
-    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    if model_type not in causal_lm_class_names():
         raise UnsupportedModelError(
             f"{reference} ({model_type}) is not a causal language model transformers can load with "
             "AutoModelForCausalLM."

@@ -17,7 +17,9 @@ BASE = dict(
     vocab_size=256, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0, pad_token_id=0,
 )  # fmt: skip
 MOE = {
-    "qwen2_moe": dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48),
+    "qwen2_moe": dict(
+        num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48
+    ),
     "olmoe": dict(num_experts=8, num_experts_per_tok=2),
     "mixtral": dict(num_local_experts=8, num_experts_per_tok=2),
 }

@@ -335,7 +335,8 @@ def test_a_shrunk_prompt_is_said_and_recorded(tmp_path):
     assert "prompt is 4 tokens, not 16" in result.stderr
 
 
-def test_a_shortened_verify_run_is_said_and_recorded(tmp_path):
+def test_a_prompt_that_fills_the_cache_still_gets_every_step(tmp_path):
+    """verify starts its runs early enough for --steps: the prompt is rewound, not the steps cut."""
     plan = str(tmp_path / "p.yaml")
     captured = runner.invoke(
         app, ["capture", "--buckets", "1", "--max-cache-len", "16", "--prompt-len", "15", "--plan", plan]
@@ -344,9 +345,21 @@ def test_a_shortened_verify_run_is_said_and_recorded(tmp_path):
     result = runner.invoke(app, ["verify", "--plan", plan, "--json", "-"])
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
-    assert document["steps_requested"] == 8 and {row["steps"] for row in document["rows"]} == {1}
-    assert any("ran 1 step(s), not --steps 8" in note for note in document["notes"])
-    assert "not --steps 8" in result.stderr
+    assert document["steps_requested"] == 8 and {row["steps"] for row in document["rows"]} == {8}
+    assert document["shortened"] == [] and not any("fewer than --steps" in note for note in document["notes"])
+
+
+def test_a_shortened_verify_run_is_said_and_recorded(tmp_path):
+    plan = str(tmp_path / "p.yaml")
+    captured = runner.invoke(app, ["capture", "--buckets", "1", "--max-cache-len", "6", "--plan", plan])
+    assert captured.exit_code == 0, captured.output
+    result = runner.invoke(app, ["verify", "--plan", plan, "--json", "-"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["steps_requested"] == 8 and {row["steps"] for row in document["rows"]} == {5}
+    assert [(s["asked"], s["run"], s["why"]) for s in document["shortened"]] == [(8, 5, "context 6 holds slots 0-5")]
+    assert any("1 of 1 runs ran fewer than --steps 8" in note for note in document["notes"])
+    assert "fewer than --steps 8" in result.stderr
 
 
 # --- 5. the model is who the plan says ------------------------------------------------------------
