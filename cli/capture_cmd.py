@@ -82,9 +82,10 @@ def capture(
 
       cugraph-accel capture --json capture.json               # also the plan and timings as JSON
     """
+    arguments = dict(locals())
     from .tp import spread
 
-    if spread(capture, dict(locals()), tp or 1, device):
+    if spread(capture, arguments, tp or 1, device):
         return
     from accelerate_graph.common.atomic_io import check_writable
     from accelerate_graph.common.errors import BadOptionError

@@ -49,10 +49,11 @@ def verify(
 
       cugraph-accel verify qwen2.5-0.5b --steps 16 --buckets 1,8
     """
+    arguments = dict(locals())
     from .tp import plan_device, plan_tp, spread
 
-    tp = plan_tp(tp, model, plan)
-    if tp > 1 and spread(verify, dict(locals()), tp, plan_device(model, plan)):
+    arguments["tp"] = tp = plan_tp(tp, model, plan)
+    if tp > 1 and spread(verify, arguments, tp, plan_device(model, plan)):
         return
     from accelerate_graph.common.atomic_io import check_writable
     from accelerate_graph.distributed.single_device import against_single_device
