@@ -144,10 +144,14 @@ def judge_logits(
     bound and which of those a router near-tie excuses."""
     r, e = logit_measures(replay, reference), logit_measures(eager, reference)
     bound = row_bound(e.rel_l2, tol)
-    over = r.rel_l2 > bound
+    # A row-step departs from the reference when its error leaves the bound or its greedy token flips
+    # across a clear margin; in an MoE both are what one router decision that went the other way looks
+    # like, so both get the same near-tie excuse (and the same cap, in _judge_router_rows).
+    over_bound = r.rel_l2 > bound
+    over = over_bound | clear_flips(replay, reference, e)
     excused = _excused(over, routers)
     failures = []
-    for step, row in (over & ~excused).nonzero().tolist()[:1]:
+    for step, row in (over_bound & ~excused).nonzero().tolist()[:1]:
         failures.append(
             f"logits of row {row} at step {step + 1}: relative L2 error {r.rel_l2[step, row]:.3g} against the "
             f"float32 reference, allowed {bound[step, row]:.3g} (eager's: {e.rel_l2[step, row]:.3g})"

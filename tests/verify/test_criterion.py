@@ -171,3 +171,23 @@ def test_near_ties_cannot_excuse_every_row():
     replay = bf16_like(reference, 2) + torch.randn(STEPS, ROWS, VOCAB) * 0.5  # a skipped layer, say
     verdict = judge(replay, bf16_like(reference, 1), reference, cache, routers=report)
     assert not verdict.passed and "rows left their bound at router near-ties" in verdict.detail
+
+
+def test_a_greedy_flip_after_a_router_near_tie_is_accepted_and_one_without_rejected():
+    """OLMoE on the H200 (2026-11-30): one row-step's greedy token flipped across a clear margin while
+    its logits stayed inside their L2 bound: one router decision that went the other way. Accepted
+    where the row's router had a near-tie upstream, and counted as a router row; rejected elsewhere."""
+    reference, cache = cases()
+    top = reference.argmax(-1, keepdim=True)
+    reference.scatter_add_(-1, top, torch.full_like(top, 0.5, dtype=reference.dtype))
+    router_ref = torch.tensor([[3.0, 1.0, 1.0005, -2.0], [3.0, 1.0, -1.0, -2.0]]).expand(STEPS, 2, 4).clone()
+    router_ref = torch.cat([router_ref, router_ref[:, 1:].expand(STEPS, ROWS - 2, 4)], dim=1)
+    report = compare_routers(router_log(router_ref), router_log(router_ref + 0.002), 2.0, BF16)
+    eager = bf16_like(reference, 1)
+    for row, accepted in ((0, True), (1, False)):
+        replay = bf16_like(reference, 2)
+        second = replay[5, row].topk(2).indices[1]
+        replay[5, row, second] = replay[5, row].max() + 0.05
+        verdict = judge(replay, eager, reference, cache, routers=report)
+        assert verdict.passed is accepted, verdict.failures
+        assert (verdict.router_accepted, verdict.router_rejected) == ((1, 0) if accepted else (0, 1))
