@@ -12,18 +12,17 @@ from accelerate_graph.core.backends import backend_for
 from accelerate_graph.core.buckets import resolve_contexts
 from accelerate_graph.core.capture import BucketCapture, DecodeGraphs, capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
-from accelerate_graph.core.plan import Plan
+from accelerate_graph.core.plan import ATTENTIONS, MODES, Plan
 from accelerate_graph.detect.hazards import Hazard, find_hazards
 from accelerate_graph.detect.model_fixes import hoist_host_constants, use_capture_safe_experts
 from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
-from accelerate_graph.fused.layers import DROP_FUSE, FusedForward, use_cache_dir, warm_compile_workers
+from accelerate_graph.fused.layers import FusedForward, use_cache_dir, warm_compile_workers
 from accelerate_graph.models.loading import LoadedModel, load_model
 from accelerate_graph.models.recipes import DEFAULT_RECIPE, RecipeDefaults
 from accelerate_graph.verify.against_eager import verify_batch
 
-MODES = ("auto", "full", "piecewise", "eager")
-ATTENTIONS = ("sdpa", "eager", "grouped")  # grouped: sdpa for the prompt, grouped-query decode attention
+REQUEST_MODES = ("auto", *MODES)  # auto: the plan's mode is decided from the hazards found
 
 
 @dataclass
@@ -128,14 +127,14 @@ def _quick_check(graphs: DecodeGraphs, prompt_len: int) -> None:
             raise VerificationError(
                 f"replay disagreed with eager right after capture (bucket {check.bucket}"
                 f"{', fused' if fused else ''}): {check.detail[:300]}",
-                DROP_FUSE if fused else "Use --mode eager and report the model.",
+                graphs.session.fused.refusal_hint if fused else "Use --mode eager and report the model.",
             )
 
 
 def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
     hooks = hooks or Hooks()
-    if request.mode not in MODES:
-        raise BadOptionError(f"--mode {request.mode!r} is not one of {', '.join(MODES)}.")
+    if request.mode not in REQUEST_MODES:
+        raise BadOptionError(f"--mode {request.mode!r} is not one of {', '.join(REQUEST_MODES)}.")
     device = resolve_device(request.device)
     dtype = resolve_dtype(request.dtype, device)
     if request.attn not in ATTENTIONS:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from accelerate_graph.bench.options import CONTENDERS, parse_compare, parse_contexts
+from accelerate_graph.bench.options import CONTENDERS, parse_cache_lengths, parse_compare
 from accelerate_graph.bench.plot import require_matplotlib, write_plot
 from accelerate_graph.bench.report_files import write_csv, write_json
 from accelerate_graph.bench.results import BenchReport
@@ -137,7 +137,7 @@ def bench(
     out = Output(False)
     settings = BenchSettings(
         compare=parse_compare(compare),
-        contexts=parse_contexts(context) if context is not None else None,
+        contexts=parse_cache_lengths(context) if context is not None else None,
         steps=steps,
         warmup=warmup,
         new_tokens=new_tokens,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from accelerate_graph.core.buckets import parse_buckets, parse_contexts
+from accelerate_graph.core.buckets import parse_buckets, parse_context_buckets
 
 ModelArg = Annotated[
     str | None,
@@ -56,4 +56,4 @@ def buckets_or_none(text: str | None) -> tuple[int, ...] | None:
 
 
 def contexts_or_auto(text: str | None) -> tuple[int, ...] | None:
-    return parse_contexts(text) if text is not None else None
+    return parse_context_buckets(text) if text is not None else None

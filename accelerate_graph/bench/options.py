@@ -21,6 +21,6 @@ def parse_compare(text: str) -> tuple[str, ...]:
     return tuple(name for name in CONTENDERS if name in names)
 
 
-def parse_contexts(text: str) -> tuple[int, ...]:
+def parse_cache_lengths(text: str) -> tuple[int, ...]:
     """'1024,128' -> (128, 1024): cache lengths, whole numbers >= 2, each once."""
     return parse_whole_numbers(text, "--context", 2, "--context 128,1024,4096")

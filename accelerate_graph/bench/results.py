@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from accelerate_graph.bench.floor import Bandwidth
-from accelerate_graph.bench.timing import DRIFT_LIMIT, Latency
+from accelerate_graph.bench.timing import Latency
 
 BENCH_FORMAT = "cugraph-accel-bench/1"
 STEP, GENERATE = "step", "generate"
@@ -116,6 +116,3 @@ class BenchReport:
 
     def generate_rows(self, context: int) -> list[BenchRow]:
         return [r for r in self.rows if r.kind == GENERATE and r.context == context]
-
-    def unstable(self) -> list[BenchRow]:
-        return [r for r in self.rows if r.kind == STEP and r.drift > DRIFT_LIMIT]

@@ -11,6 +11,14 @@ USAGE_EXIT = 2  # the user asked for something malformed
 RUNTIME_EXIT = 1  # the request was fine but could not be carried out
 
 
+def first_line(err: BaseException, limit: int | None = None) -> str:
+    """The first line of an exception's message (at most `limit` characters), or its type's name when
+    the message is empty: what a one-line error quotes from a failure it wraps."""
+    text = str(err).strip()
+    line = text.splitlines()[0] if text else type(err).__name__
+    return line[:limit] if limit is not None else line
+
+
 def is_out_of_memory(err: BaseException) -> bool:
     """torch raises OutOfMemoryError outside a capture, a plain CUDA error inside one."""
     return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()

@@ -12,14 +12,15 @@ from dataclasses import dataclass
 import torch
 
 from accelerate_graph.common.debug import debug_enabled
-from accelerate_graph.common.errors import CaptureError, ReplaySafetyError, ResourceError, is_out_of_memory
+from accelerate_graph.common.errors import CaptureError, ReplaySafetyError, ResourceError, first_line, is_out_of_memory
 from accelerate_graph.common.source_location import traceback_location
 from accelerate_graph.core.backends import CapturedGraph, GraphBackend
 from accelerate_graph.core.buckets import bucket_for, context_for
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.core.module_stack import ModuleStack
 from accelerate_graph.fused.grouped_attention import hf_attention
-from accelerate_graph.fused.layers import DROP_FUSE
+
+PIECEWISE_HINT = "Use --mode piecewise to run that module eagerly, or --mode eager."
 
 
 @dataclass
@@ -96,7 +97,7 @@ class DecodeGraphs:
             self._check_static_buffers()
         self.session.load_inputs(bucket, tokens, positions)
         logits = self.graphs[bucket, context].replay()[:batch]
-        self.session.kv.next_slot += 1
+        self.session.kv.advance()
         return logits.clone() if copy else logits
 
     def _static_buffers(self) -> dict[str, torch.Tensor]:
@@ -136,7 +137,7 @@ class DecodeGraphs:
         self.session.load_inputs(batch, tokens, positions)
         with torch.no_grad(), hf_attention(self.session.model):
             logits = self.session.step_fn(batch)()
-        self.session.kv.next_slot += 1
+        self.session.kv.advance()
         return logits
 
     def _note_fallback(self, batch: int) -> None:
@@ -160,12 +161,10 @@ def _capture_one(session: DecodeSession, backend: GraphBackend, bucket: int, con
     except (CaptureError, RuntimeError) as err:
         if is_out_of_memory(err):
             raise
-        message = err.message if isinstance(err, CaptureError) else str(err).splitlines()[0]
+        message = err.message if isinstance(err, CaptureError) else first_line(err)
         where = modules.describe_current()
         at = traceback_location(err)
-        hint = (
-            "Use --mode piecewise to run that module eagerly, or --mode eager." if session.fused is None else DROP_FUSE
-        )
+        hint = session.fused.refusal_hint if session.fused is not None else PIECEWISE_HINT
         raise CaptureError(
             f"capturing bucket {bucket} failed in {where}{' at ' + at if at else ''}: {message}", hint
         ) from err

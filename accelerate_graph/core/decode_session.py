@@ -8,14 +8,24 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 
-from accelerate_graph.common.errors import BadOptionError, ResourceError, UnsupportedModelError
+from accelerate_graph.common.errors import BadOptionError, ResourceError, UnsupportedModelError, first_line
 from accelerate_graph.core.backends import Step
 from accelerate_graph.core.host_constants import HostConstants
 from accelerate_graph.core.static_cache import SharedStaticCache, cache_argument_name, check_cache_fits
+
+
+class CompiledForward(Protocol):
+    """A compiled form of the model's forward that capture records instead of the model (`--fuse` sets
+    one). The feature that compiled it names the way out of its own refusals: `refusal_hint`."""
+
+    refusal_hint: str
+
+    def __call__(self, **kwargs) -> Any: ...
+
 
 PAD_TOKEN = 0  # padding rows need some valid token id; their outputs are discarded
 
@@ -27,11 +37,6 @@ def draw_inputs(batch: int, steps: int, prompt_len: int, vocab: int, seed: int) 
     prompt = torch.randint(0, vocab, (batch, prompt_len), generator=generator)
     tokens = torch.randint(0, vocab, (steps, batch), generator=generator)
     return prompt, tokens
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0][:300] if text else type(err).__name__
 
 
 class DecodeSession:
@@ -49,7 +54,7 @@ class DecodeSession:
             self.kv = SharedStaticCache(model.config, max_batch, max_cache_len)
         except Exception as err:  # noqa: BLE001 - HF raises many types for caches it cannot build
             raise UnsupportedModelError(
-                f"transformers cannot build a static cache for {type(model).__name__}: {_first_line(err)}.",
+                f"transformers cannot build a static cache for {type(model).__name__}: {first_line(err, 300)}.",
                 "Use --mode eager for this model.",
             ) from err
         longs = {"dtype": torch.long, "device": self.device}
@@ -59,7 +64,7 @@ class DecodeSession:
         # so this only changes for left-padded prompts and stays constant while decoding.
         self.attention_mask = torch.ones(max_batch, self.kv.storage_len, **longs)  # spare slot: see SharedStaticCache
         self.host_constants: HostConstants | None = None  # set by the fix that hoists constant host data
-        self.fused: Callable | None = None  # the compiled forward of --fuse: what capture records
+        self.fused: CompiledForward | None = None  # the compiled forward of --fuse: what capture records
         self._allocate_cache()
 
     def _allocate_cache(self) -> None:
@@ -74,7 +79,7 @@ class DecodeSession:
                 ) from err
             except Exception as err:  # noqa: BLE001 - any failure here means: no static-cache decode
                 raise UnsupportedModelError(
-                    f"{type(self.model).__name__} could not run a decode step with a static cache: {_first_line(err)}.",
+                    f"{type(self.model).__name__} could not run a decode step with a static cache: {first_line(err, 300)}.",
                     "Try --attn eager, or --mode eager.",
                 ) from err
         self.kv.check_allocated()
@@ -152,7 +157,7 @@ class DecodeSession:
         positions = torch.arange(length, device=self.device).expand(b, length)
         with torch.no_grad():
             logits = self.forward(b, prompt.to(self.device), positions, self.attention_mask)
-        self.kv.next_slot = length
+        self.kv.advance(length)
         return logits
 
     @property

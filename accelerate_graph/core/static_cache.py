@@ -93,7 +93,7 @@ class SharedStaticCache:
         self.fixes = self._unslide_layers()
         self._views: dict[tuple[int, int], StaticCache] = {}
         # The next write slot as the host knows it: which context bucket a step needs, without reading
-        # the device counter. Set by rewind/restore and advanced by whoever runs a step (DecodeGraphs).
+        # the device counter. Only this class writes it: rewind/restore set it, `advance` follows a step.
         self.next_slot = 0
 
     def _unslide_layers(self) -> list[str]:
@@ -170,6 +170,11 @@ class SharedStaticCache:
 
     def positions(self) -> list[torch.Tensor]:
         return [layer.cumulative_length for layer in self.layers]
+
+    def advance(self, tokens: int = 1) -> None:
+        """Follow a forward that wrote `tokens` tokens per row: HF moved the device positions in place
+        (inside the graph too), so only the host's copy moves here."""
+        self.next_slot += tokens
 
     def rewind(self, position: int) -> None:
         """Set every layer's write position (the next token goes to slot `position`)."""

@@ -13,7 +13,7 @@ from tiny_models import tiny_decoder
 
 from accelerate_graph.bench.floor import Bandwidth, StepBytes, floor_ms, measure_bandwidth, step_bytes, weight_bytes
 from accelerate_graph.bench.generate import bench_hf_generate, bench_our_loop, new_token_budget
-from accelerate_graph.bench.options import DEFAULT_COMPARE, parse_compare, parse_contexts
+from accelerate_graph.bench.options import DEFAULT_COMPARE, parse_cache_lengths, parse_compare
 from accelerate_graph.bench.plot import require_matplotlib, write_plot
 from accelerate_graph.bench.report_files import CSV_COLUMNS, csv_text, write_csv, write_json
 from accelerate_graph.bench.results import GENERATE, STEP, BenchReport, BenchRow, ContextInfo, fill_speedups
@@ -45,7 +45,7 @@ def test_bad_compare(text, phrase):
 
 
 def test_contexts_sorted():
-    assert parse_contexts("4096, 128,1024") == (128, 1024, 4096)
+    assert parse_cache_lengths("4096, 128,1024") == (128, 1024, 4096)
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_contexts_sorted():
 )
 def test_bad_contexts(text, phrase):
     with pytest.raises(BadOptionError, match="--context") as err:
-        parse_contexts(text)
+        parse_cache_lengths(text)
     assert phrase in str(err.value)
 
 

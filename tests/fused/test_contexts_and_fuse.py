@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from accelerate_graph.common.errors import BadOptionError, CaptureError, ReplaySafetyError
 from accelerate_graph.core.backends import EmulatedBackend
-from accelerate_graph.core.buckets import auto_contexts, context_for, parse_contexts, resolve_contexts
+from accelerate_graph.core.buckets import auto_contexts, context_for, parse_context_buckets, resolve_contexts
 from accelerate_graph.core.capture import capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.core.plan import read_plan
@@ -28,11 +28,11 @@ def test_context_bucket_lists():
     assert auto_contexts(1024) == (256, 512, 1024)
     assert auto_contexts(4096) == (256, 512, 1024, 2048, 4096)
     assert auto_contexts(200) == (200,)
-    assert parse_contexts("auto") is None and parse_contexts("full") == ()
+    assert parse_context_buckets("auto") is None and parse_context_buckets("full") == ()
     assert resolve_contexts((), 600) == (600,)
     assert resolve_contexts((64, 256, 4096), 600) == (64, 256, 600)
     with pytest.raises(BadOptionError, match="--context-buckets"):
-        parse_contexts("64,x")
+        parse_context_buckets("64,x")
     assert context_for(0, (16, 32)) == 16 and context_for(15, (16, 32)) == 16
     assert context_for(16, (16, 32)) == 32 and context_for(32, (16, 32)) is None
 
