@@ -13,8 +13,8 @@ from accelerate_graph.core.buckets import resolve_contexts
 from accelerate_graph.core.capture import BucketCapture, DecodeGraphs, capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.core.plan import ATTENTIONS, MODES, Plan
+from accelerate_graph.detect.fixes import MODEL_FIXES
 from accelerate_graph.detect.hazards import Hazard, find_hazards
-from accelerate_graph.detect.model_fixes import hoist_host_constants, use_capture_safe_experts
 from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
 from accelerate_graph.fused.layers import FusedForward, use_cache_dir, warm_compile_workers
@@ -92,19 +92,20 @@ class Decision:
 
 
 def decide_regions(session: DecodeSession, request_mode: str, bucket: int) -> Decision:
-    """Detect hazards, apply the fixes that keep the step whole, and choose full / piecewise / eager."""
-    fixes = list(session.kv.fixes)
-    if request_mode == "eager":
-        return Decision(eager_plan(session.model, "--mode eager"), [], fixes)
-    hazards = find_hazards(session, bucket)
+    """Detect hazards, apply the fixes that keep the step whole (MODEL_FIXES, in order), and choose
+    full / piecewise / eager. `--mode eager` looks for no hazard: the fixes see none."""
+    eager = request_mode == "eager"
+    hazards = [] if eager else find_hazards(session, bucket)
 
     def redetect() -> list[Hazard]:
         return find_hazards(session, bucket)
 
-    fix, hazards = hoist_host_constants(session, hazards, redetect)
-    fixes += [fix] if fix else []
-    fix, hazards = use_capture_safe_experts(session.model, hazards, redetect)
-    fixes += [fix] if fix else []
+    fixes = []
+    for fix in MODEL_FIXES:
+        done, hazards = fix.apply(session, hazards, redetect)
+        fixes += [done] if done else []
+    if eager:
+        return Decision(eager_plan(session.model, "--mode eager"), [], fixes)
     if hazards and request_mode == "full":
         raise CaptureError(
             f"--mode full refused: {hazards[0].describe()}",
