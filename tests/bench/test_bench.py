@@ -145,7 +145,7 @@ def fake_report() -> BenchReport:
 
 
 def test_speedups_against_each_kinds_baseline():
-    rows = {(r.contender, r.bucket): r for r in fake_report().rows}
+    rows = {(r.contender, r.batch): r for r in fake_report().rows}
     assert rows[("graph", 1)].speedup == pytest.approx(5.0)
     assert rows[("eager", 8)].speedup == pytest.approx(1.0)
     assert rows[("our-loop", 1)].speedup == pytest.approx(2.0)  # against hf-generate
@@ -232,7 +232,7 @@ def test_generate_contender_on_tiny():
         bench_hf_generate(prepared.session, 2, prepared.plan.prompt_len, new_tokens=4, floor_ms=0.1),
         bench_our_loop(prepared.graphs, 2, prepared.plan.prompt_len, new_tokens=4, floor_ms=0.1),
     ]
-    assert [(r.kind, r.contender, r.bucket, r.new_tokens) for r in rows] == [
+    assert [(r.kind, r.contender, r.batch, r.new_tokens) for r in rows] == [
         (GENERATE, "hf-generate", 2, 4),
         (GENERATE, "our-loop", 2, 4),
     ]
