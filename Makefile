@@ -22,6 +22,7 @@ install: $(BIN)/cugraph-accel
 
 quickstart: install
 	$(BIN)/cugraph-accel capture && $(BIN)/cugraph-accel verify
+	@echo "next: run 'source $(VENV)/bin/activate' to put cugraph-accel on your PATH (or call $(BIN)/cugraph-accel); then cugraph-accel --help"
 
 test: install
 	$(BIN)/python -m pytest

@@ -18,6 +18,7 @@ from accelerate_graph.detect.hazards import Hazard, find_hazards
 from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
 from accelerate_graph.fused.layers import FusedForward, use_cache_dir, warm_compile_workers
+from accelerate_graph.models.fingerprint import model_fingerprint
 from accelerate_graph.models.loading import LoadedModel, load_model
 from accelerate_graph.models.recipes import DEFAULT_RECIPE, RecipeDefaults
 from accelerate_graph.verify.against_eager import verify_batch
@@ -69,13 +70,26 @@ class Prepared:
         return self.session.fused.compile_seconds if self.session.fused else 0.0
 
 
-def _settings(request: CaptureRequest, loaded: LoadedModel) -> tuple[tuple[int, ...], int, int]:
+# Hazard detection decodes at slots 1-3 after the prompt's first: a smaller cache cannot hold them.
+MIN_CACHE_LEN = 4
+
+
+def _settings(request: CaptureRequest, loaded: LoadedModel, notes: list[str]) -> tuple[tuple[int, ...], int, int]:
     defaults = loaded.recipe.defaults if loaded.recipe else RecipeDefaults()
     buckets = tuple(sorted(request.buckets or defaults.buckets))
     cache_len = request.max_cache_len or defaults.max_cache_len
     prompt_len = request.prompt_len or min(defaults.prompt_len, cache_len // 2)
-    if cache_len < 2:
-        raise BadOptionError(f"--max-cache-len {cache_len} is too small.", "Use at least 2.")
+    if cache_len < MIN_CACHE_LEN:
+        raise BadOptionError(
+            f"--max-cache-len {cache_len} is too small: finding graph hazards decodes {MIN_CACHE_LEN - 1} "
+            "tokens after a prompt token.",
+            f"Use at least {MIN_CACHE_LEN}.",
+        )
+    if request.prompt_len is None and prompt_len < defaults.prompt_len:
+        notes.append(
+            f"the prompt is {prompt_len} tokens, not {defaults.prompt_len}: half of --max-cache-len {cache_len} "
+            "(pass --prompt-len to choose)."
+        )
     if prompt_len >= cache_len:
         raise BadOptionError(
             f"--prompt-len {prompt_len} leaves no room in a cache of {cache_len} slots.",
@@ -152,13 +166,13 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         use_grouped_attention(loaded.model)
         loaded.attn = "grouped"
     hooks.loaded(loaded)
-    buckets, cache_len, prompt_len = _settings(request, loaded)
+    notes = list(loaded.notes)  # fixes are shown with the region plan
+    buckets, cache_len, prompt_len = _settings(request, loaded, notes)
     hooks.stage("allocating the static cache")
     session = DecodeSession(loaded.model, max(buckets), cache_len)
     hooks.stage("looking for graph hazards")
     decision = decide_regions(session, request.mode, buckets[0])
     hooks.decided(decision)
-    notes = list(loaded.notes)  # fixes are shown with the region plan
     mode = decision.regions.mode
     if mode == "eager" and request.mode == "auto":
         notes.append(f"running eagerly: {decision.regions.reason}")
@@ -213,6 +227,7 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         environment=environment_info(device),
         backend=backend_name,
         fixes=decision.fixes,
+        fingerprint=model_fingerprint(loaded.reference, loaded.kind, loaded.revision),
     )
     return Prepared(loaded, plan, graphs, session, notes, decision.hazards)
 

@@ -1,5 +1,5 @@
-"""`python -m cli`: the same app as the `cugraph-accel` script."""
+"""`python -m cli`: the same entry point as the `cugraph-accel` script."""
 
-from .main import app
+from .entry import main
 
-app(prog_name="cugraph-accel")
+main()

@@ -3,27 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from accelerate_graph.bench.options import CONTENDERS, parse_cache_lengths, parse_compare
-from accelerate_graph.bench.plot import require_matplotlib, write_plot
-from accelerate_graph.bench.report_files import write_csv, write_json
-from accelerate_graph.bench.results import BenchReport
-from accelerate_graph.bench.run import BenchHooks, BenchSettings, run_bench
-from accelerate_graph.common.atomic_io import check_writable
-from accelerate_graph.common.devices import resolve_device
-from accelerate_graph.common.errors import CpuTimingRefused
-from accelerate_graph.core.plan import DEFAULT_PLAN_PATH, read_plan
-from accelerate_graph.pipeline import CaptureRequest
+from accelerate_graph.bench.options import CONTENDERS
 
-from .bench_tables import bench_tables
-from .common import describe_model, request_for
 from .errors import guarded
-from .options import BucketsOpt, ContextsOpt, ModelArg, PlanOpt, buckets_or_none, contexts_or_auto
-from .output import Output
-from .tables import region_tree
+from .options import (
+    DEFAULT_PLAN_PATH,
+    BucketsOpt,
+    ContextsOpt,
+    ForceFlag,
+    JsonOpt,
+    ModelArg,
+    PlanOpt,
+    buckets_or_none,
+    contexts_or_auto,
+)
+from .output import STDOUT, Output
+
+if TYPE_CHECKING:
+    from accelerate_graph.bench.results import BenchReport
+    from accelerate_graph.bench.run import BenchSettings
+    from accelerate_graph.pipeline import CaptureRequest
+
+    from .common import PlanSource
 
 CompareOpt = Annotated[
     str,
@@ -44,7 +49,6 @@ ContextOpt = Annotated[
 StepsOpt = Annotated[int, typer.Option("--steps", min=5, help="Timed decode steps per bucket and contender.")]
 WarmupOpt = Annotated[int, typer.Option("--warmup", min=0, help="Untimed steps before timing.")]
 NewTokensOpt = Annotated[int, typer.Option("--new-tokens", min=1, help="New tokens per generate call (hf-generate).")]
-JsonPathOpt = Annotated[Path | None, typer.Option("--json", help="Also write the results to this JSON file.")]
 CsvPathOpt = Annotated[Path | None, typer.Option("--csv", help="Also write the result rows to this CSV file.")]
 PlotPathOpt = Annotated[
     Path | None,
@@ -61,6 +65,8 @@ DeviceOpt = Annotated[
 
 
 def _device_text(model: str | None, plan: Path | None, device: str | None) -> str:
+    from accelerate_graph.core.plan import read_plan
+
     if device is not None:
         return device
     if model is None or plan is not None:
@@ -68,7 +74,14 @@ def _device_text(model: str | None, plan: Path | None, device: str | None) -> st
     return "auto"
 
 
-def _run_with_progress(request: CaptureRequest, settings: BenchSettings, out: Output) -> BenchReport:
+def _run_with_progress(
+    request: CaptureRequest, settings: BenchSettings, out: Output, source: PlanSource | None
+) -> BenchReport:
+    from accelerate_graph.bench.run import BenchHooks, run_bench
+
+    from .common import describe_model
+    from .tables import region_tree
+
     with out.progress() as progress:
         stage = progress.add_task("starting", total=None)
         work = progress.add_task("benchmark", total=0)
@@ -81,6 +94,8 @@ def _run_with_progress(request: CaptureRequest, settings: BenchSettings, out: Ou
 
         def prepared(prep) -> None:
             if not described:  # the same model and plan for every context: say them once
+                if source is not None:
+                    source.check(prep.loaded)
                 describe_model(prep.loaded, out)
                 plan = prep.plan
                 out.show(region_tree(plan.model, plan.mode, plan.regions, plan.fixes))
@@ -95,8 +110,12 @@ def _run_with_progress(request: CaptureRequest, settings: BenchSettings, out: Ou
         return run_bench(request, settings, hooks)
 
 
-def _write_files(report: BenchReport, out: Output, json: Path | None, csv: Path | None, plot: Path | None) -> None:
-    for path, write in ((json, write_json), (csv, write_csv), (plot, write_plot)):
+def _write_files(report: BenchReport, out: Output, csv: Path | None, plot: Path | None) -> None:
+    from accelerate_graph.bench.plot import write_plot
+    from accelerate_graph.bench.report_files import write_csv
+
+    out.emit_json(report.to_dict())
+    for path, write in ((csv, write_csv), (plot, write_plot)):
         if path:
             write(report, path)
             out.line(f"written: {path}")
@@ -113,12 +132,13 @@ def bench(
     warmup: WarmupOpt = 10,
     new_tokens: NewTokensOpt = 128,
     device: DeviceOpt = None,
-    json: JsonPathOpt = None,
+    json: JsonOpt = None,
     csv: CsvPathOpt = None,
     plot: PlotPathOpt = None,
     allow_cpu: AllowCpuFlag = False,
     attn: AttnOverrideOpt = None,
     context_buckets: ContextsOpt = None,
+    force: ForceFlag = False,
 ) -> None:
     """Time the decode step per bucket and contender against the hardware floor (median, p10, p90).
 
@@ -133,8 +153,20 @@ def bench(
       cugraph-accel bench qwen2.5-0.5b --context 128,1024,4096 --csv sweep.csv
 
       cugraph-accel bench qwen2.5-0.5b --compare graph,fused,compile --attn grouped --context 1024,4096
+
+      cugraph-accel bench --allow-cpu --steps 5 --json -      # JSON on stdout, on a CPU-only machine
     """
-    out = Output(False)
+    from accelerate_graph.bench.options import parse_cache_lengths, parse_compare
+    from accelerate_graph.bench.plot import require_matplotlib
+    from accelerate_graph.bench.run import BenchSettings
+    from accelerate_graph.common.atomic_io import check_writable
+    from accelerate_graph.common.devices import resolve_device
+    from accelerate_graph.common.errors import CpuTimingRefused
+
+    from .bench_tables import bench_tables
+    from .common import request_for
+
+    out = Output(json)
     settings = BenchSettings(
         compare=parse_compare(compare),
         contexts=parse_cache_lengths(context) if context is not None else None,
@@ -143,9 +175,9 @@ def bench(
         new_tokens=new_tokens,
     )
     bucket_sizes = buckets_or_none(buckets)
-    for path, what in ((json, "results"), (csv, "CSV"), (plot, "plot")):
+    for path, what in ((None if json == STDOUT else json, "results"), (csv, "CSV"), (plot, "plot")):
         if path:
-            check_writable(path, what)
+            check_writable(path, what, force)
     if plot:
         require_matplotlib()
     target = resolve_device(_device_text(model, plan, device))
@@ -154,7 +186,7 @@ def bench(
             "bench needs a CUDA GPU: CPU timings say nothing about CUDA graphs.",
             "Run it on a GPU machine, or pass --allow-cpu to time the emulation anyway.",
         )
-    request = request_for(
+    request, source = request_for(
         model,
         plan,
         out,
@@ -163,8 +195,8 @@ def bench(
         attn=attn,
         contexts=contexts_or_auto(context_buckets),
     )
-    report = _run_with_progress(request, settings, out)
-    _write_files(report, out, json, csv, plot)
+    report = _run_with_progress(request, settings, out, source)
+    _write_files(report, out, csv, plot)
     for table in bench_tables(report):
         out.show(table)
     for info in report.contexts:

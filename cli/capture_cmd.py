@@ -7,15 +7,9 @@ from typing import Annotated
 
 import typer
 
-from accelerate_graph.common.atomic_io import check_writable
-from accelerate_graph.core.plan import DEFAULT_PLAN_PATH, write_plan
-from accelerate_graph.fused.layers import inductor_cache_dir
-from accelerate_graph.models.recipes import DEFAULT_RECIPE
-from accelerate_graph.pipeline import CaptureRequest
-
-from .common import prepare_with_progress
 from .errors import guarded
 from .options import (
+    DEFAULT_PLAN_PATH,
     AttnOpt,
     BucketsOpt,
     CacheLenOpt,
@@ -23,8 +17,9 @@ from .options import (
     DeviceOpt,
     DtypeOpt,
     EmulateFlag,
+    ForceFlag,
     FuseFlag,
-    JsonFlag,
+    JsonOpt,
     ModelArg,
     PlanOpt,
     PromptLenOpt,
@@ -32,8 +27,7 @@ from .options import (
     buckets_or_none,
     contexts_or_auto,
 )
-from .output import Output
-from .tables import capture_table
+from .output import STDOUT, Output
 
 MaxMemoryOpt = Annotated[
     float | None,
@@ -69,7 +63,8 @@ def capture(
     max_memory: MaxMemoryOpt = None,
     contexts: ContextsOpt = None,
     fuse: FuseFlag = False,
-    json: JsonFlag = False,
+    json: JsonOpt = None,
+    force: ForceFlag = False,
 ) -> None:
     """Capture decode graphs for MODEL (default: the built-in `tiny` recipe) and write a plan.
 
@@ -82,10 +77,29 @@ def capture(
       cugraph-accel capture ./my-model --dtype bf16 --plan my.plan.yaml
 
       cugraph-accel capture qwen2.5-0.5b --fuse --attn grouped --max-cache-len 4096
+
+      cugraph-accel capture --json capture.json               # also the plan and timings as JSON
     """
+    from accelerate_graph.common.atomic_io import check_writable
+    from accelerate_graph.common.errors import BadOptionError
+    from accelerate_graph.core.plan import write_plan
+    from accelerate_graph.fused.layers import inductor_cache_dir
+    from accelerate_graph.models.recipes import DEFAULT_RECIPE
+    from accelerate_graph.pipeline import CaptureRequest
+
+    from .common import prepare_with_progress
+    from .tables import capture_table
+
     out = Output(json)
     path = plan or DEFAULT_PLAN_PATH
-    check_writable(path, "plan")
+    check_writable(path, "plan", force, replaces="plan")
+    if json not in (None, STDOUT):
+        check_writable(json, "JSON results", force)
+    kernels = inductor_cache_dir(path)
+    if fuse and kernels.exists() and not kernels.is_dir():
+        raise BadOptionError(
+            f"--fuse keeps compiled kernels in {kernels}, which is a file.", "Move it, or choose another --plan."
+        )
     request = CaptureRequest(
         model=DEFAULT_RECIPE if model is None else model,
         buckets=buckets_or_none(buckets),
@@ -100,7 +114,7 @@ def capture(
         max_memory_mib=max_memory,
         contexts=contexts_or_auto(contexts),
         fuse=fuse,
-        inductor_cache=str(inductor_cache_dir(path)) if fuse else None,
+        inductor_cache=str(kernels) if fuse else None,
     )
     prepared = prepare_with_progress(request, out)
     if prepared.graphs:
@@ -109,4 +123,4 @@ def capture(
         out.line(f"inductor compiled the step in {prepared.compile_seconds:.1f} s (included in the capture times)")
     write_plan(prepared.plan, path)
     out.line(f"plan written to {path}; next: cugraph-accel verify" + (f" --plan {path}" if plan else ""))
-    out.emit_json({"plan_path": str(path), "plan": asdict(prepared.plan)})
+    out.emit_json({"plan_path": str(path), "plan": asdict(prepared.plan), "notes": prepared.notes})

@@ -2,42 +2,79 @@
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from accelerate_graph.common.devices import device_label, dtype_name
-from accelerate_graph.common.errors import PlanError
-from accelerate_graph.core.plan import DEFAULT_PLAN_PATH, check_plan_compatible, read_plan
-from accelerate_graph.fused.layers import inductor_cache_dir
-from accelerate_graph.pipeline import CaptureRequest, Hooks, Prepared, prepare, request_from_plan
-
+from .options import DEFAULT_PLAN_PATH
 from .output import Output
-from .tables import region_tree
+
+if TYPE_CHECKING:
+    from accelerate_graph.core.plan import Plan
+    from accelerate_graph.pipeline import CaptureRequest, Prepared
 
 
-def request_for(model: str | None, plan_path: Path | None, out: Output, **overrides) -> CaptureRequest:
+def _same_model(given: str, planned: str) -> bool:
+    """MODEL names the plan's model: the same words, or the same folder."""
+    if given == planned:
+        return True
+    return os.path.exists(given) and os.path.exists(planned) and os.path.samefile(given, planned)
+
+
+@dataclass
+class PlanSource:
+    """The plan a request was made from, to check the loaded model against."""
+
+    plan: Plan
+    path: Path
+
+    def check(self, loaded) -> None:
+        from accelerate_graph.core.plan import check_plan_matches_model
+
+        check_plan_matches_model(self.plan, loaded.model, self.path)
+
+
+def request_for(
+    model: str | None, plan_path: Path | None, out: Output, **overrides
+) -> tuple[CaptureRequest, PlanSource | None]:
     """MODEL wins; else --plan; else ./cugraph-accel.plan.yaml."""
+    from accelerate_graph.common.errors import PlanError
+    from accelerate_graph.core.plan import check_plan_compatible, read_plan
+    from accelerate_graph.fused.layers import inductor_cache_dir
+    from accelerate_graph.models.fingerprint import check_plan_model
+    from accelerate_graph.pipeline import CaptureRequest, request_from_plan
+
     if model is not None and plan_path is None:
-        return CaptureRequest(model=model, **{k: v for k, v in overrides.items() if v is not None})
-    plan = read_plan(plan_path or DEFAULT_PLAN_PATH)
-    if model is not None and model != plan.model:
+        return CaptureRequest(model=model, **{k: v for k, v in overrides.items() if v is not None}), None
+    path = plan_path or DEFAULT_PLAN_PATH
+    plan = read_plan(path)
+    if model is not None and not _same_model(model, plan.model):
         raise PlanError(
-            f"the plan {plan_path} is for {plan.model!r}, not {model!r}.", "Drop MODEL, or capture a plan for it."
+            f"the plan {path} is for {plan.model!r}, not {model!r}.", "Drop MODEL, or capture a plan for it."
         )
     check_plan_compatible(plan, overrides.get("device"))
-    out.line(f"graphs cannot cross processes: re-capturing from plan {plan_path or DEFAULT_PLAN_PATH}")
+    check_plan_model(plan, path)
+    out.line(f"graphs cannot cross processes: re-capturing from plan {path}")
     request = request_from_plan(plan, **overrides)
     if plan.fuse:  # the kernels compiled at capture time, beside the plan
-        request.inductor_cache = str(inductor_cache_dir(plan_path or DEFAULT_PLAN_PATH))
-    return request
+        request.inductor_cache = str(inductor_cache_dir(path))
+    return request, PlanSource(plan, path)
 
 
 def describe_model(loaded, out: Output) -> None:
+    from accelerate_graph.common.devices import device_label, dtype_name
+
     out.line(f"model   {loaded.label}")
     out.line(f"device  {device_label(loaded.device)}; dtype {dtype_name(loaded.dtype)}; attention {loaded.attn}")
 
 
-def prepare_with_progress(request: CaptureRequest, out: Output) -> Prepared:
+def prepare_with_progress(request: CaptureRequest, out: Output, source: PlanSource | None = None) -> Prepared:
     """prepare() with a progress display, the model and the region plan shown as soon as known."""
+    from accelerate_graph.pipeline import Hooks, prepare
+
+    from .tables import region_tree
+
     with out.progress() as progress:
         stage = progress.add_task("starting", total=None)
         captures = {}
@@ -49,8 +86,13 @@ def prepare_with_progress(request: CaptureRequest, out: Output) -> Prepared:
         def decided(decision) -> None:
             out.show(region_tree(request.model, decision.regions.mode, decision.regions.regions, decision.fixes))
 
+        def loaded(loaded) -> None:
+            if source is not None:
+                source.check(loaded)
+            describe_model(loaded, out)
+
         hooks = Hooks(
-            loaded=lambda loaded: describe_model(loaded, out),
+            loaded=loaded,
             decided=decided,
             stage=lambda text: progress.update(stage, description=text),
             bucket_count=bucket_count,

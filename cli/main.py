@@ -1,4 +1,8 @@
-"""The typer app: registers the commands and the global switches."""
+"""The typer app: registers the commands and the global switches.
+
+Nothing here (or in the command modules) imports torch or transformers at import time: commands import
+their heavy modules when they run, so `--version` and `--help` answer at once.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +12,30 @@ import typer
 
 from accelerate_graph import __version__
 
+from .argv import CheckedCommand, DebugAnywhereGroup
 from .bench_cmd import bench
 from .capture_cmd import capture
-from .errors import DEBUG_ENV, set_debug
+from .errors import DEBUG_ENV
 from .recipes_cmd import recipes
 from .verify_cmd import verify
 from .zoo_cmd import zoo
 
+HELP = """Verified CUDA graphs for the decode step of Hugging Face causal LMs.
+
+Examples:
+
+  cugraph-accel capture && cugraph-accel verify           # the built-in tiny model
+
+  cugraph-accel capture qwen2.5-0.5b --buckets 1,8,16,32
+
+  cugraph-accel bench --json results.json                 # --json - prints the JSON instead
+
+  cugraph-accel recipes
+"""
+
 app = typer.Typer(
-    help="Verified CUDA graphs for the decode step of Hugging Face causal LMs.",
+    cls=DebugAnywhereGroup,
+    help=HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -34,14 +53,14 @@ def main(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
-    debug: Annotated[bool, typer.Option("--debug", help=f"Show tracebacks (or set {DEBUG_ENV}=1).")] = False,
+    debug: Annotated[
+        bool,
+        typer.Option("--debug", help=f"Show tracebacks, anywhere on the command line (or set {DEBUG_ENV}=1)."),
+    ] = False,
 ) -> None:
     """Detect, capture, verify and benchmark decode-step CUDA graphs."""
-    set_debug(debug)
+    # --debug was taken out of the command line (wherever it stood) by DebugAnywhereGroup
 
 
-app.command()(capture)
-app.command()(verify)
-app.command()(bench)
-app.command()(recipes)
-app.command()(zoo)
+for command in (capture, verify, bench, recipes, zoo):
+    app.command(cls=CheckedCommand)(command)

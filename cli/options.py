@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from accelerate_graph.core.buckets import parse_buckets, parse_context_buckets
+# core/plan.py's default, repeated so that --help needs no torch (a test checks they agree)
+DEFAULT_PLAN_PATH = Path("cugraph-accel.plan.yaml")
 
 ModelArg = Annotated[
     str | None,
@@ -47,13 +48,29 @@ FuseFlag = Annotated[
 CacheLenOpt = Annotated[int | None, typer.Option("--max-cache-len", min=2, help="Static KV cache slots per row.")]
 PromptLenOpt = Annotated[int | None, typer.Option("--prompt-len", min=1, help="Prompt tokens before decoding.")]
 RevisionOpt = Annotated[str | None, typer.Option("--revision", help="Hub revision (branch, tag or commit).")]
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+JsonOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--json",
+        metavar="PATH",
+        help="Also write the results as one JSON document to PATH; `-` prints it on standard output "
+        "(the tables then go to standard error).",
+    ),
+]
+ForceFlag = Annotated[
+    bool,
+    typer.Option("--force", help="Replace an output file even if it holds a plan, a recipe or a model file."),
+]
 EmulateFlag = Annotated[bool, typer.Option("--emulate", help="Use the graph emulation even on a GPU.")]
 
 
 def buckets_or_none(text: str | None) -> tuple[int, ...] | None:
+    from accelerate_graph.core.buckets import parse_buckets
+
     return parse_buckets(text) if text is not None else None
 
 
 def contexts_or_auto(text: str | None) -> tuple[int, ...] | None:
+    from accelerate_graph.core.buckets import parse_context_buckets
+
     return parse_context_buckets(text) if text is not None else None

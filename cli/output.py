@@ -1,22 +1,47 @@
-"""One output object per command: rich tables and progress for people, JSON for machines."""
+"""One output object per command: rich tables and progress for people, JSON for machines.
+
+`--json PATH` writes the JSON document to PATH (atomically) and keeps the tables on standard output;
+`--json -` prints only the JSON document on standard output and sends the chatter to standard error.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+STDOUT = "-"
+# Without a terminal (a log file, a pipe) rich would squeeze tables into 80 columns and cut numbers
+# to `0.0e+…`: a fixed, wide width keeps every number whole.
+PLAIN_WIDTH = 200
+
+
+def _console(stderr: bool) -> Console:
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=stderr, highlight=False, width=PLAIN_WIDTH)
+    return console
+
+
+def json_text(data: dict) -> str:
+    return json.dumps(data, indent=2, default=str) + "\n"
+
 
 class Output:
-    """Human mode: everything on stdout. JSON mode: only the JSON document on stdout, chatter on stderr."""
+    """Human output on stdout, unless the JSON document goes there (`--json -`)."""
 
-    def __init__(self, json_mode: bool = False):
-        self.json_mode = json_mode
-        self.console = Console(stderr=json_mode, highlight=False)
+    def __init__(self, json_path: str | Path | bool | None = None):
+        if isinstance(json_path, bool):  # the old `--json` flag: True meant standard output
+            json_path = STDOUT if json_path else None
+        self.json_path = None if json_path is None else str(json_path)
+        self.json_mode = self.json_path == STDOUT
+        self.console = _console(stderr=self.json_mode)
 
     def line(self, text: str = "") -> None:
         self.console.print(text)
@@ -29,8 +54,17 @@ class Output:
             self.console.print(renderable)
 
     def emit_json(self, data: dict) -> None:
+        """The command's JSON document, where --json said (nothing without --json)."""
+        if self.json_path is None:
+            return
         if self.json_mode:
-            sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+            sys.stdout.write(json_text(data))
+            sys.stdout.flush()
+            return
+        from accelerate_graph.common.atomic_io import atomic_write_text
+
+        atomic_write_text(self.json_path, json_text(data))
+        self.line(f"written: {self.json_path}")
 
     @contextmanager
     def progress(self) -> Iterator[Progress]:

@@ -12,7 +12,14 @@ from .output import Output
 
 @guarded
 def recipes() -> None:
-    """List the built-in recipes (model shapes with random weights) usable as MODEL."""
+    """List the built-in recipes (model shapes with random weights) usable as MODEL.
+
+    Examples:
+
+      cugraph-accel recipes
+
+      cugraph-accel capture qwen2.5-0.5b          # a recipe's name as MODEL
+    """
     table = Table(title="built-in recipes (random weights, fixed seed)")
     for name in ("name", "model type", "description", "buckets", "cache len"):
         table.add_column(name)

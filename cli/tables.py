@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from accelerate_graph.core.capture import BucketCapture
-from accelerate_graph.verify.against_eager import VerifyRow
+if TYPE_CHECKING:
+    from accelerate_graph.core.capture import BucketCapture
+    from accelerate_graph.verify.against_eager import VerifyRow
 
 MIB = 1024 * 1024
 

@@ -3,30 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from accelerate_graph.common.atomic_io import check_writable
-from accelerate_graph.common.devices import resolve_device
-from accelerate_graph.common.environment import environment_info
 from accelerate_graph.common.errors import BadOptionError
-from accelerate_graph.zoo.model_types import all_causal_lm_types
-from accelerate_graph.zoo.report import (
-    counts_line,
-    hazard_disagreements,
-    now_utc,
-    read_results,
-    write_json,
-    write_zoo_markdown,
-)
-from accelerate_graph.zoo.run import ENTRY_TIMEOUT_S, ZooResult, run_zoo
 
 from .errors import guarded
-from .options import DeviceOpt, EmulateFlag
-from .output import Output
+from .options import DeviceOpt, EmulateFlag, ForceFlag, JsonOpt
+from .output import STDOUT, Output
+
+if TYPE_CHECKING:
+    from accelerate_graph.zoo.run import ZooResult
+
+# zoo/run.py's ENTRY_TIMEOUT_S, repeated so that --help needs no torch (a test checks they agree)
+DEFAULT_TIMEOUT_S = 120.0
 
 TypesOpt = Annotated[
     str | None,
@@ -39,7 +32,6 @@ StepsOpt = Annotated[
     ),
 ]
 MarkdownOpt = Annotated[Path | None, typer.Option("--markdown", help="Write the matrix as markdown, e.g. docs/ZOO.md.")]
-JsonPathOpt = Annotated[Path | None, typer.Option("--json", help="Also write the results to this JSON file.")]
 IsolateOpt = Annotated[
     bool | None,
     typer.Option(
@@ -69,6 +61,8 @@ STATUS_STYLE = {
 
 
 def _types(text: str | None) -> list[str]:
+    from accelerate_graph.zoo.model_types import all_causal_lm_types
+
     known = all_causal_lm_types()
     if text is None:
         return known
@@ -112,11 +106,12 @@ def zoo(
     emulate: EmulateFlag = False,
     steps: StepsOpt = 8,
     markdown: MarkdownOpt = None,
-    json: JsonPathOpt = None,
+    json: JsonOpt = None,
     isolate: IsolateOpt = None,
     workers: WorkersOpt = 1,
-    timeout: TimeoutOpt = ENTRY_TIMEOUT_S,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     compare: CompareOpt = None,
+    force: ForceFlag = False,
 ) -> None:
     """Capture and verify a tiny random model of every decoder-only causal-LM type; print the matrix.
 
@@ -127,11 +122,26 @@ def zoo(
       cugraph-accel zoo --types llama,falcon,mistral --device cpu
 
       cugraph-accel zoo --device cuda --workers 8 --markdown docs/ZOO.md --json zoo.json
+
+      cugraph-accel zoo --types llama --device cpu --json -   # the JSON document on stdout
     """
-    out = Output()
-    for path, what in ((markdown, "markdown"), (json, "JSON results")):
+    from accelerate_graph.common.atomic_io import check_writable
+    from accelerate_graph.common.devices import resolve_device
+    from accelerate_graph.common.environment import environment_info
+    from accelerate_graph.zoo.report import (
+        counts_line,
+        hazard_disagreements,
+        json_document,
+        now_utc,
+        read_results,
+        write_zoo_markdown,
+    )
+    from accelerate_graph.zoo.run import run_zoo
+
+    out = Output(json)
+    for path, what in ((markdown, "markdown"), (None if json == STDOUT else json, "JSON results")):
         if path is not None:
-            check_writable(path, what)
+            check_writable(path, what, force)
     chosen = _types(types)
     other = read_results(compare) if compare else None
     target = resolve_device(device)
@@ -153,8 +163,7 @@ def zoo(
         "generated": now_utc(),
         "backend": "emulated graphs" if emulate or target.type != "cuda" else "CUDA graphs",
     }
-    if json is not None:
-        write_json(results, json, environment, steps)
+    out.emit_json(json_document(results, environment, steps))
     if markdown is not None:
         write_zoo_markdown(results, markdown, environment, steps, disagreements)
         out.line(f"matrix written to {markdown}")

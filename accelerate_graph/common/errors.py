@@ -5,8 +5,6 @@ The CLI maps these to a single stderr line; library users catch `CugraphAccelErr
 
 from __future__ import annotations
 
-import torch
-
 USAGE_EXIT = 2  # the user asked for something malformed
 RUNTIME_EXIT = 1  # the request was fine but could not be carried out
 
@@ -20,8 +18,12 @@ def first_line(err: BaseException, limit: int | None = None) -> str:
 
 
 def is_out_of_memory(err: BaseException) -> bool:
-    """torch raises OutOfMemoryError outside a capture, a plain CUDA error inside one."""
-    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
+    """torch raises OutOfMemoryError outside a capture, a plain CUDA error inside one, and a
+    RuntimeError "can't allocate memory" when the host runs out."""
+    import torch  # here, not at the top: the CLI imports this module and must start fast
+
+    text = str(err).lower()
+    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in text or "can't allocate memory" in text
 
 
 class CugraphAccelError(Exception):
@@ -83,3 +85,11 @@ class CpuTimingRefused(CugraphAccelError):
     """Timings on the CPU say nothing about CUDA graphs; refused unless asked for."""
 
     exit_code = USAGE_EXIT
+
+
+class WriteError(CugraphAccelError):
+    """An output file could not be written (permissions, a full disk, a special file system)."""
+
+
+class ModelFileError(CugraphAccelError):
+    """A file of the model is truncated or corrupt."""

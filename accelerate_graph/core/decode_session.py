@@ -12,7 +12,13 @@ from typing import Any, Protocol
 
 import torch
 
-from accelerate_graph.common.errors import BadOptionError, ResourceError, UnsupportedModelError, first_line
+from accelerate_graph.common.errors import (
+    BadOptionError,
+    ResourceError,
+    UnsupportedModelError,
+    first_line,
+    is_out_of_memory,
+)
 from accelerate_graph.core.backends import Step
 from accelerate_graph.core.host_constants import HostConstants
 from accelerate_graph.core.static_cache import SharedStaticCache, cache_argument_name, check_cache_fits
@@ -53,6 +59,8 @@ class DecodeSession:
         try:
             self.kv = SharedStaticCache(model.config, max_batch, max_cache_len)
         except Exception as err:  # noqa: BLE001 - HF raises many types for caches it cannot build
+            if is_out_of_memory(err):
+                raise self._out_of_memory() from err
             raise UnsupportedModelError(
                 f"transformers cannot build a static cache for {type(model).__name__}: {first_line(err, 300)}.",
                 "Use --mode eager for this model.",
@@ -67,17 +75,22 @@ class DecodeSession:
         self.fused: CompiledForward | None = None  # the compiled forward of --fuse: what capture records
         self._allocate_cache()
 
+    def _out_of_memory(self) -> ResourceError:
+        where = "host" if self.device.type == "cpu" else "device"
+        return ResourceError(
+            f"out of {where} memory allocating a static cache of {self.max_cache_len} slots for "
+            f"{self.max_batch} rows (the largest bucket).",
+            "Lower the largest --buckets value or --max-cache-len.",
+        )
+
     def _allocate_cache(self) -> None:
         """Allocate the cache now, with one eager token: an allocation must never happen inside a capture."""
         with torch.no_grad():
             try:
                 self.forward(self.max_batch, self.input_ids, self.position_ids, self.attention_mask)
-            except torch.OutOfMemoryError as err:
-                raise ResourceError(
-                    f"out of memory allocating a static cache of {self.max_cache_len} slots for {self.max_batch} rows.",
-                    "Lower --max-cache-len or the largest bucket.",
-                ) from err
             except Exception as err:  # noqa: BLE001 - any failure here means: no static-cache decode
+                if is_out_of_memory(err):
+                    raise self._out_of_memory() from err
                 raise UnsupportedModelError(
                     f"{type(self.model).__name__} could not run a decode step with a static cache: {first_line(err, 300)}.",
                     "Try --attn eager, or --mode eager.",

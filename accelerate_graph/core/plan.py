@@ -7,8 +7,9 @@ CUDA graphs cannot leave the process that captured them, so a plan stores the re
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import re
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import yaml
@@ -46,6 +47,7 @@ class Plan:
     fixes: list = field(default_factory=list)  # what was changed to keep the step capturable, and why
     contexts: list = field(default_factory=list)  # context buckets (cache slots attention reads); [] = all
     fuse: bool = False  # the step was compiled by inductor before capture
+    fingerprint: dict = field(default_factory=dict)  # models/fingerprint.py: who the model was at capture
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     format: str = PLAN_FORMAT
 
@@ -73,6 +75,9 @@ class Plan:
                 self.buckets and all(type(b) is int and b >= 1 for b in self.buckets),
                 "buckets must be whole numbers >= 1",
             ),
+            (len(set(self.buckets)) == len(self.buckets), f"buckets {self.buckets} list a bucket twice"),
+            (len(set(self.contexts)) == len(self.contexts), f"contexts {self.contexts} list a context twice"),
+            (all(_is_region(r) for r in self.regions), "regions must each have a path, a class, run and reason"),
             (self.max_cache_len >= 2, "max_cache_len must be at least 2"),
             (1 <= self.prompt_len < self.max_cache_len, "prompt_len must be at least 1 and below max_cache_len"),
         )
@@ -81,16 +86,68 @@ class Plan:
                 raise PlanError(f"the plan's {problem}.", "Re-run `cugraph-accel capture`.")
 
 
+def _is_region(region) -> bool:
+    return (
+        isinstance(region, dict)
+        and {"path", "class", "run", "reason"} <= set(region)
+        and isinstance(region["path"], str)
+        and region["run"] in ("graph", "eager")
+    )
+
+
 FIELD_TYPES = {
     "model": str, "model_kind": str, "model_type": str, "random_weights": bool, "dtype": str, "device": str,
     "attn": str, "mode": str, "buckets": list, "max_cache_len": int, "prompt_len": int, "regions": list,
     "captures": list, "environment": dict, "revision": (str, type(None)), "backend": str, "created": str,
-    "format": str, "fixes": list, "contexts": list, "fuse": bool,
+    "format": str, "fixes": list, "contexts": list, "fuse": bool, "fingerprint": dict,
 }  # fmt: skip
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice (plain YAML keeps the last one, silently)."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def _is_model_path(plan: Plan) -> bool:
+    """A folder, or a recipe given as a .yaml file: both are paths, not names."""
+    return plan.model_kind == "folder" or (plan.model_kind == "recipe" and plan.model.endswith((".yaml", ".yml")))
+
+
+def _model_relative_to(plan: Plan, folder: Path) -> Plan:
+    """The plan with a relative model path rewritten relative to `folder` (the plan's own), so the plan
+    can be used from any working directory."""
+    if not _is_model_path(plan) or os.path.isabs(os.path.expanduser(plan.model)):
+        return plan
+    return replace(plan, model=os.path.relpath(os.path.abspath(plan.model), os.path.abspath(folder)))
+
+
+def _model_resolved_from(plan: Plan, folder: Path) -> Plan:
+    """The inverse: a relative model path in a plan is read against the plan's folder."""
+    if not _is_model_path(plan) or os.path.isabs(os.path.expanduser(plan.model)):
+        return plan
+    resolved = os.path.normpath(os.path.join(folder, plan.model))
+    if not os.path.isabs(resolved) and not resolved.startswith("."):
+        resolved = f".{os.sep}{resolved}"  # still a path to the loader, not a hub id
+    return replace(plan, model=resolved)
 
 
 def write_plan(plan: Plan, path: Path | str) -> None:
     header = "# Written by cugraph-accel capture. `cugraph-accel verify` / `bench` re-capture from it.\n"
+    plan = _model_relative_to(plan, Path(path).parent)
     atomic_write_text(path, header + yaml.safe_dump(asdict(plan), sort_keys=False))
 
 
@@ -101,7 +158,7 @@ def read_plan(path: Path | str) -> Plan:
             f"no plan file at {path}.", "Run `cugraph-accel capture MODEL` first, or pass MODEL or --plan PATH."
         )
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise PlanError(
             f"plan file {path} cannot be read: {first_line(err)}.", "Re-run `cugraph-accel capture`."
@@ -119,11 +176,42 @@ def read_plan(path: Path | str) -> Plan:
     if missing:
         raise PlanError(f"plan file {path} lacks the key {missing[0]!r}.", "Re-run `cugraph-accel capture`.")
     try:
-        return Plan(**data)
+        plan = Plan(**data)
     except PlanError as err:
         raise PlanError(f"plan file {path}: {err.message}", err.hint) from None
     except TypeError as err:
         raise PlanError(f"plan file {path} is malformed: {err}.", "Re-run `cugraph-accel capture`.") from err
+    _check_model_type(plan, path)
+    return _model_resolved_from(plan, path.parent)
+
+
+def _check_model_type(plan: Plan, path: Path) -> None:
+    from transformers import CONFIG_MAPPING
+
+    if plan.model_type not in CONFIG_MAPPING:
+        raise PlanError(
+            f"plan file {path}: model_type {plan.model_type!r} is not a model type transformers knows.",
+            "Re-run `cugraph-accel capture`.",
+        )
+
+
+def check_plan_matches_model(plan: Plan, model, path: Path | str) -> None:
+    """After loading the plan's model: its type is the plan's, and every region names one of its modules."""
+    actual = str(model.config.model_type)
+    if actual != plan.model_type:
+        raise PlanError(
+            f"plan file {path} says model_type {plan.model_type!r}, but {plan.model} is {actual!r}.",
+            "Re-run `cugraph-accel capture` for this model.",
+        )
+    for region in plan.regions:
+        if region["path"]:
+            try:
+                model.get_submodule(region["path"])
+            except AttributeError:
+                raise PlanError(
+                    f"plan file {path} has a region {region['path']!r}, which is no module of {plan.model}.",
+                    "Re-run `cugraph-accel capture` for this model.",
+                ) from None
 
 
 def check_plan_compatible(plan: Plan, device_override: str | None = None) -> None:

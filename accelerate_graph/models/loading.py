@@ -16,6 +16,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 from accelerate_graph.common.devices import dtype_name
 from accelerate_graph.common.errors import (
     BadOptionError,
+    ModelFileError,
     ModelNotFoundError,
     RecipeError,
     ResourceError,
@@ -23,6 +24,7 @@ from accelerate_graph.common.errors import (
     first_line,
     is_out_of_memory,
 )
+from accelerate_graph.models.fingerprint import check_weight_files, hub_snapshot
 from accelerate_graph.models.recipes import Recipe, find_recipe
 
 # Encoders whose "causal LM" head only works when configured as a decoder.
@@ -45,10 +47,16 @@ class LoadedModel:
     recipe: Recipe | None = None
     revision: str | None = None
     notes: list[str] = field(default_factory=list)
+    initialised: list[str] = field(default_factory=list)  # weights missing from the checkpoint, set at random
 
     @property
     def label(self) -> str:
-        weights = "random weights" if self.random_weights else "trained weights"
+        if self.random_weights:
+            weights = "random weights"
+        elif self.initialised:
+            weights = f"partly trained: {len(self.initialised)} weight(s) initialised at random"
+        else:
+            weights = "trained weights"
         return f"{self.reference} ({self.kind}, {self.model.config.model_type}, {weights})"
 
 
@@ -119,18 +127,41 @@ def _load_recipe(recipe: Recipe, device, dtype, attn, notes):
     return _with_attn_fallback(build, attn, notes)
 
 
-def _load_pretrained(source: str, device, dtype, attn, notes, **hub_kwargs):
+MISSING_SHOWN = 3  # missing weight names quoted in the note
+
+
+def _missing_weights_note(source: str, missing: list[str]) -> str:
+    shown = ", ".join(missing[:MISSING_SHOWN]) + (", ..." if len(missing) > MISSING_SHOWN else "")
+    return (
+        f"{len(missing)} weight(s) are missing from the checkpoint in {source} and were initialised at "
+        f"random by transformers ({shown}): outputs are not the trained model's."
+    )
+
+
+def _load_pretrained(source: str, device, dtype, attn, notes, initialised: list[str] | None = None, **hub_kwargs):
     config = AutoConfig.from_pretrained(source, **hub_kwargs)
     check_causal_lm(config, source)
 
     def build(impl):
-        return AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=impl, **hub_kwargs)
+        model, info = AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype, attn_implementation=impl, output_loading_info=True, **hub_kwargs
+        )
+        missing = sorted(info.get("missing_keys") or ())
+        if missing and initialised is not None:
+            initialised[:] = missing
+        return model
 
     model, impl = _with_attn_fallback(build, attn, notes)
+    if initialised:
+        notes.append(_missing_weights_note(source, initialised))
     return model.to(device), impl
 
 
-def _load_folder(reference: str, device, dtype, attn, notes):
+def _is_safetensors_error(err: BaseException) -> bool:
+    return type(err).__module__.split(".")[0] == "safetensors" or "safetensor" in type(err).__name__.lower()
+
+
+def _load_folder(reference: str, device, dtype, attn, notes, initialised):
     folder = Path(reference).expanduser()
     if not folder.exists():
         raise ModelNotFoundError(f"model folder {reference} does not exist.", "Check the path.")
@@ -143,16 +174,26 @@ def _load_folder(reference: str, device, dtype, attn, notes):
             f"{reference} has no config.json, so it is not a Hugging Face model folder.",
             "Give the folder save_pretrained wrote.",
         )
+    check_weight_files(folder)  # a truncated or corrupt file, named, before transformers maps it
     try:
-        return _load_pretrained(str(folder), device, dtype, attn, notes)
+        return _load_pretrained(str(folder), device, dtype, attn, notes, initialised)
     except OSError as err:
         raise ModelNotFoundError(f"cannot load the model in {reference}: {first_line(err)}") from err
+    except Exception as err:
+        if not _is_safetensors_error(err):
+            raise
+        raise ModelFileError(
+            f"a weight file in {reference} cannot be read: {first_line(err)}.",
+            "Copy or download the model again.",
+        ) from err
 
 
-def _load_hub(reference: str, revision, device, dtype, attn, notes):
+def _load_hub(reference: str, revision, device, dtype, attn, notes, initialised):
     kwargs = {"revision": revision} if revision else {}
+    if (snapshot := hub_snapshot(reference, revision)) is not None:
+        check_weight_files(snapshot)
     try:  # the local HF cache first: no network round trips
-        return _load_pretrained(reference, device, dtype, attn, notes, local_files_only=True, **kwargs)
+        return _load_pretrained(reference, device, dtype, attn, notes, initialised, local_files_only=True, **kwargs)
     except OSError:
         pass
     if not _hub_reachable():
@@ -163,7 +204,7 @@ def _load_hub(reference: str, revision, device, dtype, attn, notes):
             "run `cugraph-accel recipes`.",
         )
     try:
-        return _load_pretrained(reference, device, dtype, attn, notes, **kwargs)
+        return _load_pretrained(reference, device, dtype, attn, notes, initialised, **kwargs)
     except OSError as err:
         raise ModelNotFoundError(f"model {reference!r} was not found on the hub: {first_line(err)}") from err
 
@@ -191,14 +232,15 @@ def load_model(
 
 def _load(reference: str, device: torch.device, dtype: torch.dtype, attn: str, revision: str | None) -> LoadedModel:
     notes: list[str] = []
+    initialised: list[str] = []
     if _looks_like_path(reference) and not reference.endswith((".yaml", ".yml")):
-        model, impl = _load_folder(reference, device, dtype, attn, notes)
+        model, impl = _load_folder(reference, device, dtype, attn, notes, initialised)
         kind, recipe = "folder", None
     elif (recipe := find_recipe(reference)) is not None:
         model, impl = _load_recipe(recipe, device, dtype, attn, notes)
         kind = "recipe"
     else:
-        model, impl = _load_hub(reference, revision, device, dtype, attn, notes)
+        model, impl = _load_hub(reference, revision, device, dtype, attn, notes, initialised)
         kind = "hub"
     return LoadedModel(
         model=model.eval(),
@@ -211,4 +253,5 @@ def _load(reference: str, device: torch.device, dtype: torch.dtype, attn: str, r
         recipe=recipe,
         revision=revision,
         notes=notes,
+        initialised=initialised,
     )

@@ -57,14 +57,17 @@ def hazard_disagreements(results: Sequence[ZooResult], other: Sequence[ZooResult
     return lines
 
 
-def write_json(results: Sequence[ZooResult], path: Path | str, environment: dict, steps: int = 8) -> None:
-    document = {
+def json_document(results: Sequence[ZooResult], environment: dict, steps: int = 8) -> dict:
+    return {
         "environment": environment,
         "steps": steps,
         "counts": counts(results),
         "results": [asdict(r) for r in results],
     }
-    atomic_write_text(path, json.dumps(document, indent=1) + "\n")
+
+
+def write_json(results: Sequence[ZooResult], path: Path | str, environment: dict, steps: int = 8) -> None:
+    atomic_write_text(path, json.dumps(json_document(results, environment, steps), indent=1) + "\n")
 
 
 def read_results(path: Path | str) -> list[ZooResult]:

@@ -501,7 +501,7 @@ def test_capture_default_plan_path_then_verify(tmp_path, monkeypatch):
 
 def test_capture_json_is_valid_json(tmp_path):
     path = tmp_path / "p.yaml"
-    result = invoke("capture", "tiny", "--device", "cpu", "--buckets", "1,2", "--plan", path, "--json")
+    result = invoke("capture", "tiny", "--device", "cpu", "--buckets", "1,2", "--plan", path, "--json", "-")
     assert_clean(result)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -512,7 +512,7 @@ def test_capture_json_is_valid_json(tmp_path):
 
 
 def test_verify_json_is_valid_json(good_plan):
-    result = invoke("verify", "--plan", good_plan, "--json")
+    result = invoke("verify", "--plan", good_plan, "--json", "-")
     assert_clean(result)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -532,7 +532,7 @@ def test_verify_single_bucket_plan(tmp_path):
 
 def test_verify_hand_edited_single_bucket_plan(good_plan, tmp_path):
     path = plan_variant(good_plan, tmp_path, buckets=[4], captures=[])
-    result = invoke("verify", "--plan", path, "--json")
+    result = invoke("verify", "--plan", path, "--json", "-")
     assert_clean(result)
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)["rows"]

@@ -101,7 +101,7 @@ def fast_invocations(draw) -> list[str]:
     if command.startswith("bench") and draw(st.booleans()):
         args.append("--allow-cpu")
     if command.startswith(("capture", "verify")) and draw(st.booleans()):
-        args.append("--json")
+        args += ["--json", "-"]
     return args
 
 

@@ -1,15 +1,17 @@
 """Failures that can only happen on a GPU, each in a subprocess (a device-side assert ends the process)."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository (this file lives in tests/cli/)
 
 
 def run(*args) -> subprocess.CompletedProcess:
@@ -48,3 +50,24 @@ def test_cache_too_large_for_the_gpu_gets_the_number(tmp_path):
     assert result.returncode == 1, result.stderr[-2000:]
     assert "needs" in result.stderr and "Lower --max-cache-len to at most" in result.stderr
     assert not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.parametrize("seconds", [1.0, 4.0, 8.0, 15.0])  # imports, CUDA init, loading, capturing
+def test_ctrl_c_at_any_moment_of_a_gpu_capture_exits_130(tmp_path, seconds):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    plan = tmp_path / "p.yaml"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "cli", "capture", "qwen2.5-0.5b", "--buckets", "1,8,32", "--plan", str(plan)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(seconds)
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=120)
+    if child.returncode == 0:
+        pytest.skip(f"the capture finished within {seconds} s")
+    assert child.returncode in (130, -signal.SIGINT), err[-2000:]
+    assert "Traceback" not in err and not plan.exists()

@@ -104,12 +104,12 @@ def test_debug_checks_static_buffer_addresses(session):
 
 
 def test_ctrl_c_during_capture_exits_130_and_writes_nothing(tmp_path, monkeypatch):
-    import cli.common
+    import accelerate_graph.pipeline
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli.common, "prepare", interrupted)
+    monkeypatch.setattr(accelerate_graph.pipeline, "prepare", interrupted)  # cli/ imports it when it runs
     plan = tmp_path / "p.yaml"
     result = runner.invoke(app, ["capture", "tiny", "--plan", str(plan)])
     assert result.exit_code == 130
@@ -137,7 +137,7 @@ def test_cli_max_memory_lists_dropped_buckets(tmp_path):
     import json
 
     plan = tmp_path / "p.yaml"
-    first = runner.invoke(app, ["capture", "tiny", "--device", "cpu", "--plan", str(plan), "--json"])
+    first = runner.invoke(app, ["capture", "tiny", "--device", "cpu", "--plan", str(plan), "--json", "-"])
     sizes = {c["bucket"]: c["memory_bytes"] for c in json.loads(first.stdout)["plan"]["captures"]}
     cap_mib = (sum(sizes.values()) - sizes[8] + 1) / 2**20  # everything but the largest bucket fits
     result = runner.invoke(

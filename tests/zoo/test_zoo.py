@@ -181,7 +181,7 @@ def test_cli_zoo_exits_1_when_a_type_fails_verify(monkeypatch):
             on_result(r)
         return results
 
-    monkeypatch.setattr("cli.zoo_cmd.run_zoo", fake_run_zoo)
+    monkeypatch.setattr("accelerate_graph.zoo.run.run_zoo", fake_run_zoo)
     result = CliRunner().invoke(app, ["zoo", "--types", "llama", "--device", "cpu"])
     assert result.exit_code == 1 and "1 type(s) failed" in result.output and "llama" in result.output
 
