@@ -328,10 +328,10 @@ def test_a_failed_fused_capture_says_to_drop_fuse(monkeypatch):
     session = DecodeSession(tiny_decoder("llama"), 2, 32)
     session.fused = FusedForward(session.model, backend="aot_eager")
 
-    def failing(**kwargs):
+    def failing(self, **kwargs):
         raise RuntimeError("LoweringException: an op inductor could not lower")
 
-    monkeypatch.setattr(session, "fused", failing)
+    monkeypatch.setattr(FusedForward, "__call__", failing)  # the hint comes from the fused forward itself
     with pytest.raises(CaptureError) as caught:
         capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=(16,))
     assert "capturing bucket 2 failed" in caught.value.message and "LoweringException" in caught.value.message
