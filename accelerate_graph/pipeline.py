@@ -12,13 +12,20 @@ from accelerate_graph.core.backends import backend_for
 from accelerate_graph.core.buckets import resolve_contexts
 from accelerate_graph.core.capture import BucketCapture, DecodeGraphs, capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.core.memory import MemoryBudget, command_bound, reset_peak
 from accelerate_graph.core.plan import ATTENTIONS, MODES, Plan
+from accelerate_graph.core.preflight import preflight
 from accelerate_graph.detect.fixes import MODEL_FIXES
 from accelerate_graph.detect.hazards import Hazard, find_hazards
 from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
+from accelerate_graph.distributed.aligned import AlignedBackend
+from accelerate_graph.distributed.rank import gather_objects
+from accelerate_graph.distributed.rank import join as join_group
+from accelerate_graph.distributed.sharding import check_can_split, shard_model, share_rank0_weights
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
 from accelerate_graph.fused.layers import FusedForward, use_cache_dir, warm_compile_workers
 from accelerate_graph.models.fingerprint import model_fingerprint
+from accelerate_graph.models.limits import cache_length, peek_config
 from accelerate_graph.models.loading import LoadedModel, load_model
 from accelerate_graph.models.recipes import DEFAULT_RECIPE, RecipeDefaults
 from accelerate_graph.verify.against_eager import verify_batch
@@ -42,6 +49,7 @@ class CaptureRequest:
     contexts: tuple[int, ...] | None = None  # context buckets; None: powers of two up to the cache length
     fuse: bool = False  # compile the step with inductor (no inductor graphs), then capture it
     inductor_cache: str | None = None  # where --fuse keeps compiled kernels (beside the plan)
+    tp: int = 1  # tensor-parallel ranks; above 1 this process is one of them (distributed.launch)
 
 
 @dataclass
@@ -63,6 +71,14 @@ class Prepared:
     session: DecodeSession
     notes: list[str] = field(default_factory=list)
     hazards: list[Hazard] = field(default_factory=list)
+    preflight: str = ""  # what the memory preflight checked, or why it was skipped
+
+    def memory_bound(self, steps: int = 3, extra: dict | None = None, graph_bytes: int = 0) -> MemoryBudget:
+        """The stated bound on this session's peak device memory after checks of `steps` steps."""
+        if self.graphs is not None:
+            graph_bytes += sum(c.memory_bytes for c in self.graphs.captures())
+        fuse = self.plan.fuse or self.session.fused is not None
+        return command_bound(self.session, graph_bytes, self.plan.prompt_len, steps, fuse, extra)
 
     @property
     def compile_seconds(self) -> float:
@@ -77,7 +93,8 @@ MIN_CACHE_LEN = 4
 def _settings(request: CaptureRequest, loaded: LoadedModel, notes: list[str]) -> tuple[tuple[int, ...], int, int]:
     defaults = loaded.recipe.defaults if loaded.recipe else RecipeDefaults()
     buckets = tuple(sorted(request.buckets or defaults.buckets))
-    cache_len = request.max_cache_len or defaults.max_cache_len
+    cache_len, shortened = cache_length(request.max_cache_len, defaults.max_cache_len, loaded.model.config)
+    notes += [shortened] if shortened else []
     prompt_len = request.prompt_len or min(defaults.prompt_len, cache_len // 2)
     if cache_len < MIN_CACHE_LEN:
         raise BadOptionError(
@@ -132,15 +149,17 @@ def decide_regions(session: DecodeSession, request_mode: str, bucket: int) -> De
 
 
 def _quick_check(graphs: DecodeGraphs, prompt_len: int) -> None:
-    """A short replay-vs-eager run on the largest bucket (and under --fuse on the smallest, which has
-    its own compilation): no plan and no bench row claims graphs that were never checked."""
+    """A short run of `verify`'s own check (the same criterion) on the largest bucket (and under --fuse
+    on the smallest, which has its own compilation): no plan and no bench row claims graphs that were
+    never checked."""
     fused = graphs.session.fused is not None
     buckets = (graphs.buckets[-1], graphs.buckets[0]) if fused else (graphs.buckets[-1],)
     for bucket in dict.fromkeys(buckets):  # one bucket only: checked once
         check = verify_batch(graphs, bucket, bucket, steps=3, prompt_len=min(prompt_len, 8))
         if not check.passed:
             raise VerificationError(
-                f"replay disagreed with eager right after capture (bucket {check.bucket}"
+                f"replay was further from the float32 reference than eager allows, right after capture "
+                f"(bucket {check.bucket}"
                 f"{', fused' if fused else ''}): {check.detail[:300]}",
                 graphs.session.fused.refusal_hint if fused else "Use --mode eager and report the model.",
             )
@@ -152,10 +171,21 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         raise BadOptionError(f"--mode {request.mode!r} is not one of {', '.join(REQUEST_MODES)}.")
     device = resolve_device(request.device)
     dtype = resolve_dtype(request.dtype, device)
+    reset_peak(device)  # a command's peak device memory counts from here
     if request.attn not in ATTENTIONS:
         raise BadOptionError(f"--attn {request.attn!r} is not supported.", f"Use {', '.join(ATTENTIONS)}.")
+    if request.tp > 1 and request.max_memory_mib is not None:
+        raise BadOptionError(
+            "--max-memory with --tp is not supported: each rank would drop buckets on its own measurements.",
+            "Drop --max-memory, or lower the largest --buckets value.",
+        )
+    if request.tp > 1:  # this rank's device (cuda:LOCAL_RANK, or the CPU over gloo)
+        device = join_group(request.tp, device).device
     if request.fuse:
         warm_compile_workers(device, request.inductor_cache)
+    config = peek_config(request.model, request.revision)
+    if config is not None:  # a cache longer than the model's positions is refused before any weight loads
+        cache_length(request.max_cache_len, RecipeDefaults().max_cache_len, config)
     hooks.stage(f"loading {request.model}")
     loaded = load_model(
         request.model, device, dtype, "sdpa" if request.attn == "grouped" else request.attn, request.revision
@@ -165,9 +195,11 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         # dynamic batch (a broadcast of the batch size in the cache write, seen on the H200)
         use_grouped_attention(loaded.model)
         loaded.attn = "grouped"
+    layout = split_for_ranks(loaded, request.tp)
     hooks.loaded(loaded)
     notes = list(loaded.notes)  # fixes are shown with the region plan
     buckets, cache_len, prompt_len = _settings(request, loaded, notes)
+    checked = preflight(loaded.model.config, dtype, device, buckets, cache_len, prompt_len, request.fuse)
     hooks.stage("allocating the static cache")
     session = DecodeSession(loaded.model, max(buckets), cache_len)
     hooks.stage("looking for graph hazards")
@@ -188,6 +220,8 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
     if mode != "eager":
         backend = backend_for(device, emulate=request.emulate)
         backend_name = backend.name
+        if request.tp > 1:
+            backend = AlignedBackend(backend)
         if request.fuse:
             _start_fusing(session, request)
         hooks.bucket_count(len(buckets) * len(contexts))
@@ -228,8 +262,26 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         backend=backend_name,
         fixes=decision.fixes,
         fingerprint=model_fingerprint(loaded.reference, loaded.kind, loaded.revision),
+        tp=request.tp,
+        tp_layout=layout,
     )
-    return Prepared(loaded, plan, graphs, session, notes, decision.hazards)
+    return Prepared(loaded, plan, graphs, session, notes, decision.hazards, checked)
+
+
+def split_for_ranks(loaded: LoadedModel, tp: int) -> list[dict]:
+    """Under --tp N: split the model by its tensor-parallel plan; every rank's layout, in rank order."""
+    if tp <= 1:
+        return []
+    info = join_group(tp, loaded.device)
+    check_can_split(loaded.model, tp, loaded.reference)
+    if loaded.random_weights:
+        share_rank0_weights(loaded.model)
+    mine = shard_model(loaded.model, info.rank, tp, loaded.reference)
+    loaded.notes.append(
+        f"tensor parallel over {tp} ranks: {mine['split_layers']} layers split, "
+        f"{mine['attention_heads']} attention heads and {mine['kv_heads']} KV heads per rank"
+    )
+    return gather_objects({**mine, "device": str(info.device)})
 
 
 def _start_fusing(session: DecodeSession, request: CaptureRequest) -> None:
@@ -251,6 +303,8 @@ def capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:
         )
     _start_fusing(session, request)
     backend = backend_for(session.device, emulate=request.emulate)
+    if plan.tp > 1:
+        backend = AlignedBackend(backend)
     undo = use_grouped_attention(session.model) if plan.attn == "sdpa" else (lambda: None)
     try:  # graphs keep the kernels they recorded: switching the attention back changes none of them
         graphs = capture_decode_graphs(session, backend, tuple(plan.buckets), contexts=tuple(plan.contexts))
@@ -274,6 +328,7 @@ def request_from_plan(plan: Plan, **overrides) -> CaptureRequest:
         revision=plan.revision,
         contexts=tuple(plan.contexts),
         fuse=plan.fuse,
+        tp=plan.tp,
     )
     for key, value in overrides.items():
         if value is not None:

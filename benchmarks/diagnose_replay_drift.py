@@ -3,8 +3,12 @@
 Run on a GPU: python3 benchmarks/diagnose_replay_drift.py
 """
 
+import functools
+
 import torch
 import torch.nn.functional as F
+
+from accelerate_graph.verify.reference import eager_step
 
 
 def graph_of(fn):
@@ -73,7 +77,10 @@ def run(step):
 
 
 names = ["eager1", "eager2", "replay1", "eager3", "replay2", "eager4"]
-results = {name: run(graphs.eager if name.startswith("eager") else graphs.run)[0] for name in names}
+results = {
+    name: run(functools.partial(eager_step, graphs.session) if name.startswith("eager") else graphs.run)[0]
+    for name in names
+}
 for name in names:
     diffs = [f"{(results[name][i] - results['eager1'][i]).abs().max().item():.1e}" for i in range(8)]
     print(f"{name:8s} vs eager1 per step: {' '.join(diffs)}")

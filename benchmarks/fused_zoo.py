@@ -17,6 +17,7 @@ import warnings
 
 import torch
 
+from accelerate_graph.compat.transformers_internals import attention_implementation
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
 from accelerate_graph.fused.layers import FusedForward
@@ -43,9 +44,9 @@ def check(model_type: str, backend: str, device: torch.device) -> str:
         decision = decide_regions(session, "auto", 1)
         if decision.regions.mode != "full":
             return f"skipped: plan {decision.regions.mode}"
-        if model.config._attn_implementation == "sdpa":
+        if attention_implementation(model.config) == "sdpa":
             use_grouped_attention(model)
-        torch._dynamo.reset()
+        torch.compiler.reset()
         fused = FusedForward(model, backend=backend)
         prompt = torch.randint(0, min(session.vocab_size, 100), (4, 6), device=device)
         got, expected = session.first_steps(prompt, CASES, fused), session.first_steps(prompt, CASES)

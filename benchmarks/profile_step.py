@@ -117,7 +117,7 @@ def main() -> None:
                 for name, us in list(found["by_kernel_us"].items())[: args.top]:
                     print(f"    {us:8.2f} us  {name[:110]}")
         del prepared, session, rewind
-        torch._dynamo.reset()
+        torch.compiler.reset()
         torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

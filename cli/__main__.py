@@ -2,4 +2,5 @@
 
 from .entry import main
 
-main()
+if __name__ == "__main__":  # --tp ranks start by importing this module again (spawn): they must not rerun the app
+    main()

@@ -18,6 +18,7 @@ from .options import (
     JsonOpt,
     ModelArg,
     PlanOpt,
+    TpOpt,
     buckets_or_none,
     contexts_or_auto,
 )
@@ -139,6 +140,7 @@ def bench(
     attn: AttnOverrideOpt = None,
     context_buckets: ContextsOpt = None,
     force: ForceFlag = False,
+    tp: TpOpt = None,
 ) -> None:
     """Time the decode step per bucket and contender against the hardware floor (median, p10, p90).
 
@@ -156,15 +158,18 @@ def bench(
 
       cugraph-accel bench --allow-cpu --steps 5 --json -      # JSON on stdout, on a CPU-only machine
     """
+    arguments = dict(locals())
     from accelerate_graph.bench.options import parse_cache_lengths, parse_compare
     from accelerate_graph.bench.plot import require_matplotlib
     from accelerate_graph.bench.run import BenchSettings
     from accelerate_graph.common.atomic_io import check_writable
     from accelerate_graph.common.devices import resolve_device
     from accelerate_graph.common.errors import CpuTimingRefused
+    from accelerate_graph.distributed.rank import is_main_rank
 
     from .bench_tables import bench_tables
     from .common import request_for
+    from .tp import plan_tp, spread
 
     out = Output(json)
     settings = BenchSettings(
@@ -186,6 +191,9 @@ def bench(
             "bench needs a CUDA GPU: CPU timings say nothing about CUDA graphs.",
             "Run it on a GPU machine, or pass --allow-cpu to time the emulation anyway.",
         )
+    arguments["tp"] = tp = plan_tp(tp, model, plan)
+    if spread(bench, arguments, tp, str(target)):
+        return
     request, source = request_for(
         model,
         plan,
@@ -194,11 +202,18 @@ def bench(
         device=str(target),
         attn=attn,
         contexts=contexts_or_auto(context_buckets),
+        tp=tp,
     )
     report = _run_with_progress(request, settings, out, source)
-    _write_files(report, out, csv, plot)
+    if is_main_rank():  # under --tp each rank timed its own share; rank 0's are the ones reported
+        _write_files(report, out, csv, plot)
     for table in bench_tables(report):
         out.show(table)
     for info in report.contexts:
         for note in info.notes:
             out.note(f"cache {info.cache_len}: {note}")
+    from accelerate_graph.core.memory import memory_line
+
+    for info in report.contexts:
+        if info.memory:
+            out.line(f"cache {info.cache_len}: {memory_line(info.memory)}")

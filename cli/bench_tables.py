@@ -8,6 +8,8 @@ from accelerate_graph.bench.contenders import CONTENDERS, GENERATE, STEP, Conten
 from accelerate_graph.bench.results import BASELINE, BenchReport, BenchRow
 from accelerate_graph.bench.timing import DRIFT_LIMIT
 
+from .generate_bench_table import end_to_end_table
+
 
 def environment_table(report: BenchReport) -> Table:
     env, settings, bandwidth = report.environment, report.settings, report.bandwidth
@@ -155,6 +157,9 @@ def bench_tables(report: BenchReport) -> list[Table]:
     for info in report.contexts:
         if report.step_rows(info.cache_len):
             tables.append(step_table(report, info.cache_len))
-        if report.generate_rows(info.cache_len):
+        contenders = {r.contender for r in report.generate_rows(info.cache_len)}
+        if "hf-generate" in contenders:
             tables.append(generate_table(report, info.cache_len))
+        if contenders & {"generate", "drop-in", "hf-eager"}:
+            tables.append(end_to_end_table(report, info.cache_len))
     return tables

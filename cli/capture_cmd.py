@@ -24,6 +24,7 @@ from .options import (
     PlanOpt,
     PromptLenOpt,
     RevisionOpt,
+    TpOpt,
     buckets_or_none,
     contexts_or_auto,
 )
@@ -65,6 +66,7 @@ def capture(
     fuse: FuseFlag = False,
     json: JsonOpt = None,
     force: ForceFlag = False,
+    tp: TpOpt = None,
 ) -> None:
     """Capture decode graphs for MODEL (default: the built-in `tiny` recipe) and write a plan.
 
@@ -80,14 +82,20 @@ def capture(
 
       cugraph-accel capture --json capture.json               # also the plan and timings as JSON
     """
+    arguments = dict(locals())
+    from .tp import spread
+
+    if spread(capture, arguments, tp or 1, device):
+        return
     from accelerate_graph.common.atomic_io import check_writable
     from accelerate_graph.common.errors import BadOptionError
     from accelerate_graph.core.plan import write_plan
+    from accelerate_graph.distributed.rank import barrier, is_main_rank
     from accelerate_graph.fused.layers import inductor_cache_dir
     from accelerate_graph.models.recipes import DEFAULT_RECIPE
     from accelerate_graph.pipeline import CaptureRequest
 
-    from .common import prepare_with_progress
+    from .common import prepare_with_progress, report_memory
     from .tables import capture_table
 
     out = Output(json)
@@ -115,12 +123,16 @@ def capture(
         contexts=contexts_or_auto(contexts),
         fuse=fuse,
         inductor_cache=str(kernels) if fuse else None,
+        tp=tp or 1,
     )
     prepared = prepare_with_progress(request, out)
     if prepared.graphs:
         out.show(capture_table(prepared.graphs.captures()))
     if prepared.compile_seconds:
         out.line(f"inductor compiled the step in {prepared.compile_seconds:.1f} s (included in the capture times)")
-    write_plan(prepared.plan, path)
+    memory = report_memory(prepared, out)
+    barrier()  # under --tp: every rank captured and checked its graphs before rank 0 writes the plan
+    if is_main_rank():
+        write_plan(prepared.plan, path)
     out.line(f"plan written to {path}; next: cugraph-accel verify" + (f" --plan {path}" if plan else ""))
-    out.emit_json({"plan_path": str(path), "plan": asdict(prepared.plan), "notes": prepared.notes})
+    out.emit_json({"plan_path": str(path), "plan": asdict(prepared.plan), "notes": prepared.notes, "memory": memory})

@@ -102,3 +102,12 @@ def prepare_with_progress(request: CaptureRequest, out: Output, source: PlanSour
     for note in prepared.notes:
         out.note(note)
     return prepared
+
+
+def report_memory(prepared: Prepared, out: Output, steps: int = 3) -> dict:
+    """The command's peak device memory beside its stated bound: one line, and the JSON record."""
+    from accelerate_graph.core.memory import memory_line, memory_record, peak_bytes
+
+    record = memory_record(peak_bytes(prepared.session.device), prepared.memory_bound(steps))
+    out.line(memory_line(record))
+    return {**record, "preflight": prepared.preflight}

@@ -16,6 +16,7 @@ from .argv import CheckedCommand, DebugAnywhereGroup
 from .bench_cmd import bench
 from .capture_cmd import capture
 from .errors import DEBUG_ENV
+from .generate_cmd import generate
 from .recipes_cmd import recipes
 from .verify_cmd import verify
 from .zoo_cmd import zoo
@@ -62,5 +63,5 @@ def main(
     # --debug was taken out of the command line (wherever it stood) by DebugAnywhereGroup
 
 
-for command in (capture, verify, bench, recipes, zoo):
+for command in (capture, verify, bench, generate, recipes, zoo):
     app.command(cls=CheckedCommand)(command)

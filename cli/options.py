@@ -74,3 +74,14 @@ def contexts_or_auto(text: str | None) -> tuple[int, ...] | None:
     from accelerate_graph.core.buckets import parse_context_buckets
 
     return parse_context_buckets(text) if text is not None else None
+
+
+TpOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--tp",
+        min=1,
+        help="Tensor-parallel ranks: N processes (one GPU each; gloo on the CPU), the model split by its "
+        "tensor-parallel plan (default 1; verify and bench: the plan's). Inside torchrun: its WORLD_SIZE.",
+    ),
+]

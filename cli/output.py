@@ -22,11 +22,20 @@ STDOUT = "-"
 PLAIN_WIDTH = 200
 
 
-def _console(stderr: bool) -> Console:
-    console = Console(stderr=stderr, highlight=False)
+def _console(stderr: bool, quiet: bool) -> Console:
+    console = Console(stderr=stderr, highlight=False, quiet=quiet)
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(stderr=stderr, highlight=False, width=PLAIN_WIDTH)
+        console = Console(stderr=stderr, highlight=False, width=PLAIN_WIDTH, quiet=quiet)
     return console
+
+
+def _main_rank() -> bool:
+    """Under --tp only rank 0 speaks. Without importing torch (the CLI starts without it): a rank knows
+    its place from the environment its launcher (ours or torchrun, through ours) set."""
+    ranks = sys.modules.get("accelerate_graph.distributed.rank")
+    if ranks is not None:
+        return ranks.is_main_rank()
+    return os.environ.get("CUGRAPH_ACCEL_TP_WORKER") != "1" or os.environ.get("RANK", "0") == "0"
 
 
 def json_text(data: dict) -> str:
@@ -41,7 +50,8 @@ class Output:
             json_path = STDOUT if json_path else None
         self.json_path = None if json_path is None else str(json_path)
         self.json_mode = self.json_path == STDOUT
-        self.console = _console(stderr=self.json_mode)
+        self.quiet = not _main_rank()  # under --tp only rank 0 speaks (and writes the JSON document)
+        self.console = _console(stderr=self.json_mode, quiet=self.quiet)
 
     def line(self, text: str = "") -> None:
         self.console.print(text)
@@ -55,7 +65,7 @@ class Output:
 
     def emit_json(self, data: dict) -> None:
         """The command's JSON document, where --json said (nothing without --json)."""
-        if self.json_path is None:
+        if self.json_path is None or self.quiet:
             return
         if self.json_mode:
             sys.stdout.write(json_text(data))

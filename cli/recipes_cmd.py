@@ -7,30 +7,37 @@ from rich.table import Table
 from accelerate_graph.models.recipes import DEFAULT_RECIPE, builtin_recipe_names, find_recipe
 
 from .errors import guarded
-from .output import Output
+from .options import ForceFlag, JsonOpt
+from .output import STDOUT, Output
 
 
 @guarded
-def recipes() -> None:
+def recipes(json: JsonOpt = None, force: ForceFlag = False) -> None:
     """List the built-in recipes (model shapes with random weights) usable as MODEL.
 
     Examples:
 
       cugraph-accel recipes
 
+      cugraph-accel recipes --json -              # names, types and defaults as JSON
+
       cugraph-accel capture qwen2.5-0.5b          # a recipe's name as MODEL
     """
+    from accelerate_graph.common.atomic_io import check_writable
+
+    out = Output(json)
+    if json not in (None, STDOUT):
+        check_writable(json, "JSON results", force)
     table = Table(title="built-in recipes (random weights, fixed seed)")
     for name in ("name", "model type", "description", "buckets", "cache len"):
         table.add_column(name)
+    listed = []
     for name in builtin_recipe_names():
         recipe = find_recipe(name)
         label = f"{name} (default)" if name == DEFAULT_RECIPE else name
-        table.add_row(
-            label,
-            recipe.model_type,
-            recipe.description,
-            ",".join(map(str, recipe.defaults.buckets)),
-            str(recipe.defaults.max_cache_len),
-        )
-    Output().show(table)
+        buckets, cache_len = list(recipe.defaults.buckets), recipe.defaults.max_cache_len
+        table.add_row(label, recipe.model_type, recipe.description, ",".join(map(str, buckets)), str(cache_len))
+        listed.append({"name": name, "model_type": recipe.model_type, "description": recipe.description,
+                       "buckets": buckets, "max_cache_len": cache_len, "default": name == DEFAULT_RECIPE})  # fmt: skip
+    out.show(table)
+    out.emit_json({"recipes": listed})

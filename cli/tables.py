@@ -44,20 +44,29 @@ def region_tree(model: str, mode: str, regions: list[dict], fixes: list[str]) ->
 
 
 def verify_table(rows: list[VerifyRow]) -> Table:
-    table = Table(title="replay vs eager")
-    for name in ("bucket", "batch", "slots", "max abs", "max rel", "cache abs", "eager noise", "rtol", "result"):
+    """Per case: replay's error / eager's error against the float32 reference, for the logits (relative
+    L2, worst row-step), the next-token distribution (mean KL), greedy tokens (share agreeing) and the
+    cache (relative L2, worst layer and row); routers: rows off their bound, accepted at a near-tie."""
+    reference = rows[0].reference if rows else "float32"
+    table = Table(title=f"replay / eager, each against the reference ({reference})")
+    routers = any(r.has_routers for r in rows)
+    columns = ["bucket", "batch", "context", "slots", "logits L2", "x eager", "KL", "top-1", "drift", "cache L2"]
+    for name in [*columns, *(["router rows"] if routers else []), "result"]:
         table.add_column(name, justify="right")
     for r in rows:
-        verdict = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
-        table.add_row(
+        cells = [
             str(r.bucket),
             str(r.batch),
+            str(r.context or ""),
             r.slots,
-            f"{r.max_abs:.1e}",
-            f"{r.max_rel:.1e}",
-            f"{r.cache_max_abs:.1e}",
-            f"{r.eager_noise_abs:.1e}",
-            f"{r.rtol:g}",
-            verdict,
-        )
+            f"{r.logit_err:.1e}/{r.eager_err:.1e}",
+            f"{r.ratio:.2f}",
+            f"{r.kl:.0e}/{r.eager_kl:.0e}",
+            f"{r.top1:.2f}/{r.eager_top1:.2f}",
+            f"{r.drift:.0e}",
+            f"{r.cache_err:.1e}/{r.eager_cache_err:.1e}",
+        ]
+        if routers:
+            cells.append(f"{r.router_accepted}/{r.router_rejected}" if r.router_flips else "0")
+        table.add_row(*cells, "[green]pass[/green]" if r.passed else "[red]FAIL[/red]")
     return table

@@ -1,4 +1,4 @@
-"""`cugraph-accel verify`: replay vs eager for every bucket and a padded batch in each."""
+"""`cugraph-accel verify`: replay vs eager for every captured graph, full and padded, and across context buckets."""
 
 from __future__ import annotations
 
@@ -8,21 +8,21 @@ from typing import Annotated
 import typer
 
 from .errors import guarded
-from .options import BucketsOpt, ForceFlag, JsonOpt, ModelArg, PlanOpt, PromptLenOpt, buckets_or_none
+from .options import BucketsOpt, ForceFlag, JsonOpt, ModelArg, PlanOpt, PromptLenOpt, TpOpt, buckets_or_none
 from .output import STDOUT, Output
 
 StepsOpt = Annotated[int, typer.Option("--steps", min=1, help="Decode steps compared per batch.")]
 
 
-def shortened_runs(rows, steps: int) -> str | None:
-    """One line when the cache had no room for --steps steps after the prompt (verify ran fewer)."""
-    short = sorted({r.steps for r in rows if r.steps < steps})
-    if not short:
+def shortened_line(plan, steps: int) -> str | None:
+    """One line when some runs got fewer than --steps steps (their context bucket or the cache has no
+    room for more); each one is in the JSON's `shortened`."""
+    if not plan.shortened:
         return None
+    first = plan.shortened[0]
     return (
-        f"{sum(r.steps < steps for r in rows)} of {len(rows)} batches ran {', '.join(map(str, short))} "
-        f"step(s), not --steps {steps}: the cache has no room for more after the prompt "
-        "(capture with a larger --max-cache-len, or lower --prompt-len)."
+        f"{len(plan.shortened)} of {len(plan.cases)} runs ran fewer than --steps {steps}; first: {first.line()} "
+        "(capture with a larger --max-cache-len or wider context buckets for more)."
     )
 
 
@@ -35,8 +35,9 @@ def verify(
     buckets: BucketsOpt = None,
     json: JsonOpt = None,
     force: ForceFlag = False,
+    tp: TpOpt = None,
 ) -> None:
-    """Re-capture from the plan (or MODEL) and prove every replay matches eager execution.
+    """Re-capture from the plan (or MODEL) and prove every replay is as close to a float32 reference as eager.
 
     Exit code 1 names the first failing bucket and step.
 
@@ -48,29 +49,61 @@ def verify(
 
       cugraph-accel verify qwen2.5-0.5b --steps 16 --buckets 1,8
     """
-    from accelerate_graph.common.atomic_io import check_writable
-    from accelerate_graph.verify.against_eager import verify_graphs
+    arguments = dict(locals())
+    from .tp import plan_device, plan_tp, spread
 
-    from .common import prepare_with_progress, request_for
+    arguments["tp"] = tp = plan_tp(tp, model, plan)
+    if tp > 1 and spread(verify, arguments, tp, plan_device(model, plan)):
+        return
+    from accelerate_graph.common.atomic_io import check_writable
+    from accelerate_graph.distributed.single_device import against_single_device
+    from accelerate_graph.verify.against_eager import verify_graphs
+    from accelerate_graph.verify.cases import plan_cases, uncovered
+    from accelerate_graph.verify.criterion import CRITERION_LINE, criterion_summary
+
+    from .common import prepare_with_progress, report_memory, request_for
     from .tables import verify_table
 
     out = Output(json)
     if json not in (None, STDOUT):
         check_writable(json, "JSON results", force)
-    request, source = request_for(model, plan, out, buckets=buckets_or_none(buckets), prompt_len=prompt_len)
+    request, source = request_for(model, plan, out, buckets=buckets_or_none(buckets), prompt_len=prompt_len, tp=tp)
     prepared = prepare_with_progress(request, out, source)
     if prepared.graphs is None:
         out.line("the plan runs the decode step eagerly: there is no graph to verify.")
         out.emit_json({"passed": True, "rows": [], "mode": "eager", "notes": prepared.notes})
         return
-    rows = verify_graphs(prepared.graphs, steps=steps, prompt_len=prepared.plan.prompt_len)
+    graphs = prepared.graphs
+    cases = plan_cases(graphs.buckets, graphs.contexts, steps, prepared.plan.prompt_len)
+    rows = verify_graphs(graphs, plan=cases)
     out.show(verify_table(rows))
+    if tp > 1:  # the split itself: the replay against the whole model on one device
+        single = against_single_device(graphs, prepared.plan, steps)
+        if single is not None:
+            out.line(
+                f"tp {tp} replay vs the unsplit model (bucket {single.bucket}, {single.steps} steps): error against "
+                f"its float32 reference {single.logit_err:.2g} (its own eager step's: {single.eager_err:.2g}), "
+                f"max abs vs its eager {single.max_abs:.1e}: {'pass' if single.passed else 'FAIL ' + single.detail}"
+            )
+            rows.append(single)
+    memory = report_memory(prepared, out, steps)
     notes = list(prepared.notes)
-    if shortened := shortened_runs(rows, steps):
+    if shortened := shortened_line(cases, steps):
         out.note(shortened)
         notes.append(shortened)
     failed = [r for r in rows if not r.passed]
-    out.emit_json({"passed": not failed, "steps_requested": steps, "rows": [asdict(r) for r in rows], "notes": notes})
+    out.emit_json(
+        {
+            "passed": not failed,
+            "criterion": criterion_summary(),
+            "steps_requested": steps,
+            "graphs": len(graphs.graphs),
+            "rows": [asdict(r) for r in rows],
+            "shortened": [s.as_json() for s in cases.shortened],
+            "notes": notes,
+            "memory": memory,
+        }
+    )
     if failed:
         first = failed[0]
         out.line(
@@ -78,7 +111,13 @@ def verify(
             f"batch {first.batch}: {first.detail}"
         )
         raise typer.Exit(1)
+    replayed = len(graphs.graphs) - len(uncovered(cases, graphs.buckets, graphs.contexts))
     out.line(
-        f"[green]verified[/green]: {len(rows)} batches across {len(prepared.graphs.buckets)} buckets "
-        f"match eager execution."
+        f"[green]verified[/green]: {_count(len(rows), 'run')} replaying {replayed} of {_count(len(graphs.graphs), 'graph')} "
+        f"({_count(len(graphs.buckets), 'batch bucket')} x {_count(len(graphs.contexts), 'context bucket')}) are as close "
+        f"to the reference ({rows[0].reference if rows else 'float32'}) as eager execution ({CRITERION_LINE})."
     )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from torch._dynamo.utils import counters
 
 from accelerate_graph.bench.timing import wall_seconds
+from accelerate_graph.compat import torch_internals
 from accelerate_graph.core.backends import Step
 from accelerate_graph.core.decode_session import DecodeSession
 
@@ -49,9 +49,9 @@ class CompiledStep:
 def _mark_static(session: DecodeSession, bucket: int) -> None:
     for layer in session.kv.view(bucket).layers:
         for tensor in (layer.keys, layer.values, layer.cumulative_length):
-            torch._dynamo.mark_static_address(tensor)
+            torch_internals.mark_static_address(tensor)
     for tensor in (session.input_ids, session.position_ids, session.attention_mask):
-        torch._dynamo.mark_static_address(tensor)
+        torch_internals.mark_static_address(tensor)
 
 
 def _reserved(device: torch.device) -> int:
@@ -64,7 +64,7 @@ def compile_step(session: DecodeSession, bucket: int, before: Callable[[], None]
     _mark_static(session, bucket)
     compiled = torch.compile(session.step_fn(bucket), mode=COMPILE_MODE, dynamic=False)
     reserved = _reserved(session.device)
-    graphs, skips = counters["stats"]["unique_graphs"], counters["inductor"]["cudagraph_skips"]
+    graphs, skips = torch_internals.dynamo_graph_count(), torch_internals.cudagraph_skip_count()
 
     def first_calls() -> None:
         with torch.no_grad():
@@ -77,8 +77,8 @@ def compile_step(session: DecodeSession, bucket: int, before: Callable[[], None]
         compiled,
         seconds,
         max(_reserved(session.device) - reserved, 0),
-        counters["stats"]["unique_graphs"] - graphs,
-        counters["inductor"]["cudagraph_skips"] - skips,
+        torch_internals.dynamo_graph_count() - graphs,
+        torch_internals.cudagraph_skip_count() - skips,
     )
 
 
@@ -91,17 +91,13 @@ def mark_step_begin() -> None:
 def recompile_headroom(entries: int) -> Iterator[None]:
     """Every bucket's step shares one code object, so each bucket is one more dynamo cache entry on
     it: past the default limit (8) dynamo would silently run the rest eagerly."""
-    config = torch._dynamo.config
-    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
-    with config.patch(**{name: max(getattr(config, name), entries)}):
+    with torch_internals.recompile_limit_at_least(entries):
         yield
 
 
 def forget_compiled() -> None:
     """Drop every compiled graph (and cudagraph trees' memory): between contexts, and before HF
     generate so its first call compiles from the same cold start a user's would."""
-    torch._dynamo.reset()
+    torch.compiler.reset()
     if torch.cuda.is_available():  # older torch frees cudagraph trees only through their backend
-        from torch._inductor.cudagraph_trees import reset_cudagraph_trees
-
-        reset_cudagraph_trees()
+        torch_internals.reset_cudagraph_trees()

@@ -1,7 +1,11 @@
 """The fastest a decode step could possibly be: the bytes it must move over the memory bandwidth.
 
-A decode step must read every weight once and the KV slots its rows have written (the prompt and
-the tokens since), and write one new K and V per layer and row. A step that reads the whole static
+A decode step must read every weight it uses once and the KV slots its rows have written (the
+prompt and the tokens since), and write one new K and V per layer and row. A mixture-of-experts
+layer uses only the experts its tokens are routed to: at least top_k distinct ones (one token's
+choice), at most min(experts, batch x top_k). The routing of a step is not known in advance, so the
+floor counts the least a step can read, top_k routed experts per layer at any batch (shared experts
+and routers are read whole): a lower bound whatever the routing, and the most is reported beside it. A step that reads the whole static
 cache, written or not, moves more than that: the floor counts what any step must move, so context
 buckets show up as a step closer to it. The bandwidth is measured in the same run by a large copy,
 so the floor moves with the machine it runs on.
@@ -66,13 +70,45 @@ def measure_bandwidth(device: torch.device, copy_bytes: int | None = None) -> Ba
 
 @dataclass
 class StepBytes:
-    weights: int
+    weights: int  # the least a step must read: every weight but the routed experts, + top_k of them per layer
     kv_read: int
     kv_written: int
+    expert_bytes: int = 0  # one routed expert's weights, summed over the MoE layers
+    experts_min: int = 0  # routed experts a step reads per layer, at least (top_k)
+    experts_max: int = 0  # ... and at most (min(experts, batch x top_k))
 
     @property
     def total(self) -> int:
         return self.weights + self.kv_read + self.kv_written
+
+    @property
+    def weights_max(self) -> int:
+        """What the weights could cost when every row routes to experts no other row uses."""
+        return self.weights + (self.experts_max - self.experts_min) * self.expert_bytes
+
+
+def _routing(model: torch.nn.Module) -> tuple[int, int]:
+    """(routed experts per layer, experts per token) from the config; (0, 0) for a dense model."""
+    text = model.config.get_text_config()
+    experts = next((getattr(text, k) for k in ("num_experts", "num_local_experts", "n_routed_experts")
+                    if isinstance(getattr(text, k, None), int)), 0)  # fmt: skip
+    top_k = next((getattr(text, k) for k in ("num_experts_per_tok", "moe_topk", "top_k")
+                  if isinstance(getattr(text, k, None), int)), 0)  # fmt: skip
+    return (experts, top_k) if experts and top_k else (0, 0)
+
+
+def routed_expert_bytes(model: torch.nn.Module, experts: int) -> int:
+    """Bytes of all routed experts of every layer: parameters under a module named `experts` (a fused
+    [experts, ...] tensor, or a list of expert modules); shared experts and routers are not among them."""
+    total = 0
+    for name, param in model.named_parameters():
+        parts = name.split(".")
+        if "experts" not in parts[:-1]:
+            continue
+        after = parts[parts.index("experts") + 1]
+        if after.isdigit() or (param.dim() >= 2 and param.shape[0] == experts):
+            total += param.nbytes
+    return total
 
 
 def weight_bytes(model: torch.nn.Module, batch: int) -> int:
@@ -109,7 +145,14 @@ def kv_bytes(layers: list, batch: int, slots: int) -> tuple[int, int]:
 def step_bytes(session: DecodeSession, batch: int, slots: int) -> StepBytes:
     """What a step of `batch` rows must move when its rows have `slots` KV slots to attend."""
     read, written = kv_bytes(session.kv.layers, batch, slots)
-    return StepBytes(weight_bytes(session.model, batch), read, written)
+    weights = weight_bytes(session.model, batch)
+    experts, top_k = _routing(session.model)
+    if not experts:
+        return StepBytes(weights, read, written)
+    routed = routed_expert_bytes(session.model, experts)
+    one = routed // experts
+    least, most = min(experts, top_k), min(experts, batch * top_k)
+    return StepBytes(weights - routed + least * one, read, written, one, least, most)
 
 
 def floor_ms(moved: StepBytes, bandwidth: Bandwidth) -> float:
@@ -125,4 +168,8 @@ def describe_floor(batch: int, moved: StepBytes, bandwidth: Bandwidth) -> dict:
         "kv_written_bytes": moved.kv_written,
         "total_bytes": moved.total,
         "floor_ms": floor_ms(moved, bandwidth),
+        "expert_bytes": moved.expert_bytes,  # one routed expert, all MoE layers (0: dense)
+        "experts_read_min": moved.experts_min,  # per layer, counted in the floor
+        "experts_read_max": moved.experts_max,  # per layer, at most: the floor with these
+        "floor_max_routing_ms": (moved.total - moved.weights + moved.weights_max) / bandwidth.bytes_per_s * 1000.0,
     }

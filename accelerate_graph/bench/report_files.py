@@ -14,6 +14,7 @@ from accelerate_graph.common.atomic_io import atomic_write_text
 CSV_COLUMNS = [RECORD_KEYS.get(f.name, f.name) for f in fields(BenchRow)] + [
     "x_floor",
     "tokens_per_s",
+    "under_floor",
     "gpu",
     "bandwidth_gb_per_s",
 ]

@@ -69,10 +69,15 @@ class BenchRow:
     def tokens_per_s(self) -> float:
         return self.batch * 1000.0 / self.median_ms
 
+    @property
+    def under_floor(self) -> bool:
+        """Faster than the bytes it must move allow: the floor or the timing is wrong."""
+        return self.median_ms < self.floor_ms
+
     def record(self) -> dict:
         """The row as files write it: the keys they have always had."""
         fields = {RECORD_KEYS.get(key, key): value for key, value in asdict(self).items()}
-        return {**fields, "x_floor": self.x_floor, "tokens_per_s": self.tokens_per_s}
+        return {**fields, "x_floor": self.x_floor, "tokens_per_s": self.tokens_per_s, "under_floor": self.under_floor}
 
 
 # BenchRow fields whose JSON/CSV keys keep their first names, which readers of old files rely on
@@ -96,6 +101,7 @@ class ContextInfo:
     notes: list[str] = field(default_factory=list)
     floors: list[dict] = field(default_factory=list)  # per bucket: the bytes a step moves, and its floor
     eager_fallbacks: int = 0  # batches above the largest captured bucket that ran eagerly
+    memory: dict = field(default_factory=dict)  # peak device memory of this cache length and its stated bound
 
 
 @dataclass
@@ -122,3 +128,13 @@ class BenchReport:
 
     def generate_rows(self, cache_len: int) -> list[BenchRow]:
         return [r for r in self.rows if r.kind == GENERATE and r.cache_len == cache_len]
+
+
+def under_floor_notes(rows: list[BenchRow]) -> list[str]:
+    """One loud line per row measured under its floor."""
+    return [
+        f"[red]UNDER THE FLOOR[/red]: {r.contender} at batch {r.batch} took {r.median_ms:.3f} ms, less than "
+        f"the {r.floor_ms:.3f} ms its bytes need at the measured bandwidth: the floor or the timing is wrong"
+        for r in rows
+        if r.under_floor
+    ]

@@ -18,16 +18,17 @@ import torch
 
 from accelerate_graph.bench.compiled_step import COMPILE_MODE, forget_compiled
 from accelerate_graph.bench.contenders import Contender, chosen_contenders
-from accelerate_graph.bench.contenders.base import ContextRun
+from accelerate_graph.bench.contenders.base import ContextRun, Tier
 from accelerate_graph.bench.environment import bench_environment, sm_clock_mhz
 from accelerate_graph.bench.floor import Bandwidth, describe_floor, measure_bandwidth, step_bytes
 from accelerate_graph.bench.options import DEFAULT_COMPARE
-from accelerate_graph.bench.results import STEP, BenchReport, BenchRow, ContextInfo, fill_speedups
+from accelerate_graph.bench.results import STEP, BenchReport, BenchRow, ContextInfo, fill_speedups, under_floor_notes
 from accelerate_graph.bench.timing import time_calls
 from accelerate_graph.common.devices import resolve_device
 from accelerate_graph.common.errors import CpuTimingRefused
 from accelerate_graph.core.capture import DecodeGraphs
 from accelerate_graph.core.decode_session import draw_inputs
+from accelerate_graph.core.memory import Geometry, memory_record, peak_bytes
 from accelerate_graph.pipeline import CaptureRequest, Hooks, Prepared, prepare
 
 
@@ -173,7 +174,25 @@ def bench_context(
     for tier in sorted({c.tier for c in chosen}):
         rows += _run_tier(run, [c for c in chosen if c.tier == tier])
     info.eager_fallbacks = graphs.eager_fallbacks
+    # the peak beside its bound; HF generate (last) allocates a cache of its own
+    info.memory = _memory(prepared, rows, generate=any(c.tier == Tier.HF_GENERATE for c in chosen))
+    info.notes += under_floor_notes(rows)
     return info, rows
+
+
+def _memory(prepared: Prepared, rows: list[BenchRow], generate: bool) -> dict:
+    """The peak so far beside the bound: one session, one cache, every contender on it; the fused graphs
+    and compile's cudagraph trees as measured, and HF generate's own static cache when it ran."""
+    session = prepared.session
+    fused = sum(r.memory_bytes or 0 for r in rows if r.kind == STEP and r.contender == "fused")
+    extra = {"compile's graphs": sum(r.memory_bytes or 0 for r in rows if r.kind == STEP and r.contender == "compile")}
+    geometry = Geometry.of(session.model.config)
+    if generate and geometry is not None:  # generate(cache_implementation="static") builds a cache of its own
+        extra["HF generate's cache"] = geometry.kv_bytes(
+            max(prepared.plan.buckets), session.max_cache_len, session.model.dtype
+        )
+    bound = prepared.memory_bound(3, extra, graph_bytes=fused)
+    return memory_record(peak_bytes(session.device), bound)
 
 
 def _one_context(

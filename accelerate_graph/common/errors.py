@@ -7,6 +7,7 @@ from __future__ import annotations
 
 USAGE_EXIT = 2  # the user asked for something malformed
 RUNTIME_EXIT = 1  # the request was fine but could not be carried out
+DROP_FUSE = "Drop --fuse: the plain graph still removes the launch overhead."  # the hint of every --fuse refusal
 
 
 def first_line(err: BaseException, limit: int | None = None) -> str:
@@ -79,6 +80,10 @@ class ReplaySafetyError(CugraphAccelError):
 
 class VerificationError(CugraphAccelError):
     """Replay disagreed with eager execution."""
+
+
+class DistributedError(CugraphAccelError):
+    """A tensor-parallel run could not start, lost a rank, or could not end cleanly."""
 
 
 class CpuTimingRefused(CugraphAccelError):

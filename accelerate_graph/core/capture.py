@@ -12,13 +12,18 @@ from dataclasses import dataclass
 import torch
 
 from accelerate_graph.common.debug import debug_enabled
-from accelerate_graph.common.errors import CaptureError, ReplaySafetyError, ResourceError, first_line, is_out_of_memory
+from accelerate_graph.common.errors import (
+    CaptureError,
+    ReplaySafetyError,
+    ResourceError,
+    first_line,
+    is_out_of_memory,
+)
 from accelerate_graph.common.source_location import traceback_location
 from accelerate_graph.core.backends import CapturedGraph, GraphBackend
 from accelerate_graph.core.buckets import bucket_for, context_for
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.core.module_stack import ModuleStack
-from accelerate_graph.fused.grouped_attention import hf_attention
 
 PIECEWISE_HINT = "Use --mode piecewise to run that module eagerly, or --mode eager."
 
@@ -91,7 +96,7 @@ class DecodeGraphs:
         bucket = bucket_for(batch, self.buckets)
         if bucket is None:
             self._note_fallback(batch)
-            return self.eager(tokens, positions)
+            return self._eager(tokens, positions)
         context = self.context_now()
         if self.check_pointers:
             self._check_static_buffers()
@@ -130,12 +135,11 @@ class DecodeGraphs:
                     "Re-capture after replacing session buffers or the cache.",
                 )
 
-    def eager(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """The same step without graphs, over the whole cache, with the attention the model was loaded
-        with: the reference `verify` compares against."""
+    def _eager(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """A batch no graph fits: the session's own step, without graphs, over the whole cache."""
         batch = tokens.shape[0]
         self.session.load_inputs(batch, tokens, positions)
-        with torch.no_grad(), hf_attention(self.session.model):
+        with torch.no_grad():
             logits = self.session.step_fn(batch)()
         self.session.kv.advance()
         return logits

@@ -137,7 +137,7 @@ class DecodeSession:
         fused layers are compared against the eager step with."""
         with torch.no_grad():
             self.prefill(prompt)
-        start = self.kv.snapshot(self.max_batch)
+        start = self.kv.snapshot(self.max_batch, prompt.shape[1], 1)  # each case writes this one slot
         out = []
         for batch, context in cases:
             self.kv.restore(start)

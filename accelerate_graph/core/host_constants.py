@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import _disable_current_modes
 
 from accelerate_graph.common.source_location import caller_location
+from accelerate_graph.compat.torch_internals import dispatch_modes_disabled, tensor_version, torch_function_disabled
 
 _BUILDERS = (torch.tensor, torch.as_tensor)
 _MOVES = (torch.Tensor.to, torch.Tensor.cuda)
@@ -53,7 +53,7 @@ def _describe(value) -> str:
 def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Compare two CPU tensors unseen by the modes around us: hazard detection would take this
     bookkeeping for the model's own `torch.equal` (a host sync), and the emulation would refuse it."""
-    with torch._C.DisableTorchFunction(), _disable_current_modes():
+    with torch_function_disabled(), dispatch_modes_disabled():
         return bool(torch.equal(a, b))
 
 
@@ -79,12 +79,12 @@ class HostConstants(TorchFunctionMode):
     def _build(self, func, args, kwargs):
         key = self._key(args, kwargs)
         cached = self._built.get(key)
-        if cached is not None and cached[0]._version == cached[1]:
+        if cached is not None and tensor_version(cached[0]) == cached[1]:
             return cached[0]
         # a miss, or the model wrote into the tensor it was given: build a fresh one (never inside a
         # capture: detection sees this build as a host-data hazard and puts it in an eager island)
         tensor = func(*args, **kwargs)
-        self._built[key] = (tensor, tensor._version)
+        self._built[key] = (tensor, tensor_version(tensor))
         return tensor
 
     @staticmethod
@@ -100,11 +100,11 @@ class HostConstants(TorchFunctionMode):
         source = args[0]
         key = (*self._key(args[1:], kwargs), tuple(source.shape), source.dtype)
         cached = self._moved.get(key)
-        if cached is not None and cached[1]._version == cached[2] and _same_values(cached[0], source):
+        if cached is not None and tensor_version(cached[1]) == cached[2] and _same_values(cached[0], source):
             return cached[1]
         result = func(*args, **kwargs)
         if isinstance(result, torch.Tensor) and result.device != source.device:  # a real host-to-device copy
-            with torch._C.DisableTorchFunction(), _disable_current_modes():
+            with torch_function_disabled(), dispatch_modes_disabled():
                 kept = source.clone()
-            self._moved[key] = (kept, result, result._version)
+            self._moved[key] = (kept, result, tensor_version(result))
         return result

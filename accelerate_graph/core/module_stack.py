@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-from torch.utils._pytree import tree_flatten
+
+from accelerate_graph.compat.torch_internals import pytree_leaves
 
 
 class ModuleStack:
@@ -26,7 +27,7 @@ class ModuleStack:
         def pop(module, args, output):
             if self.stack:
                 name = self.stack.pop()
-                leaves = tree_flatten(output)[0]
+                leaves = pytree_leaves(output)
                 if any(isinstance(leaf, (int, float)) and not isinstance(leaf, bool) for leaf in leaves):
                     self.python_outputs.add(name)
 

@@ -48,6 +48,8 @@ class Plan:
     contexts: list = field(default_factory=list)  # context buckets (cache slots attention reads); [] = all
     fuse: bool = False  # the step was compiled by inductor before capture
     fingerprint: dict = field(default_factory=dict)  # models/fingerprint.py: who the model was at capture
+    tp: int = 1  # tensor-parallel ranks (world size); device is rank 0's
+    tp_layout: list = field(default_factory=list)  # per rank: device, heads, KV heads, weight bytes
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     format: str = PLAN_FORMAT
 
@@ -79,6 +81,7 @@ class Plan:
             (len(set(self.contexts)) == len(self.contexts), f"contexts {self.contexts} list a context twice"),
             (all(_is_region(r) for r in self.regions), "regions must each have a path, a class, run and reason"),
             (self.max_cache_len >= 2, "max_cache_len must be at least 2"),
+            (self.tp >= 1 and len(self.tp_layout) in (0, self.tp), "tp must be at least 1, with one layout per rank"),
             (1 <= self.prompt_len < self.max_cache_len, "prompt_len must be at least 1 and below max_cache_len"),
         )
         for ok, problem in checks:
@@ -99,7 +102,8 @@ FIELD_TYPES = {
     "model": str, "model_kind": str, "model_type": str, "random_weights": bool, "dtype": str, "device": str,
     "attn": str, "mode": str, "buckets": list, "max_cache_len": int, "prompt_len": int, "regions": list,
     "captures": list, "environment": dict, "revision": (str, type(None)), "backend": str, "created": str,
-    "format": str, "fixes": list, "contexts": list, "fuse": bool, "fingerprint": dict,
+    "format": str, "fixes": list, "contexts": list, "fuse": bool, "fingerprint": dict, "tp": int,
+    "tp_layout": list,
 }  # fmt: skip
 
 

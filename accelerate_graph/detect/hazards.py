@@ -15,10 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from accelerate_graph.common.source_location import caller_location
+from accelerate_graph.compat.torch_internals import DispatchMode, pytree_leaves, script_object_type_name
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.core.host_reads import HOST_SYNC_OPS, HostReadMode
 from accelerate_graph.core.module_stack import ModuleStack
@@ -54,15 +53,18 @@ class _OpRecord:
 
 def _signature(args, kwargs) -> tuple:
     parts = []
-    for leaf in tree_flatten((args, kwargs))[0]:
+    for leaf in pytree_leaves((args, kwargs)):
         if isinstance(leaf, torch.Tensor):
             parts.append(("tensor", tuple(leaf.shape), str(leaf.device)))
+        elif isinstance(leaf, torch.ScriptObject):
+            # a collective's process group and reduce op: a new wrapper (and address) on every call
+            parts.append(("script-object", script_object_type_name(leaf)))
         else:
             parts.append(repr(leaf))
     return tuple(parts)
 
 
-class _Tracer(TorchDispatchMode):
+class _Tracer(DispatchMode):
     def __init__(self, modules: ModuleStack):
         super().__init__()
         self.modules = modules
@@ -111,7 +113,7 @@ class _Tracer(TorchDispatchMode):
             )
         out = func(*args, **kwargs)
         if func in COPY_OPS:
-            devices = {t.device for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)}
+            devices = {t.device for t in pytree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)}
             if len(devices) > 1:
                 self._flag("device-copy", func, f"copies between {' and '.join(sorted(map(str, devices)))}")
         self.records.append(
@@ -181,7 +183,7 @@ def _first_difference(a: _OpRecord, b: _OpRecord) -> str:
 def find_hazards(session: DecodeSession, bucket: int, position: int = 1) -> list[Hazard]:
     """Trace two eager decode steps at `position + 1` and `position + 2` after one untraced step (which
     does the one-time work a capture's warm-ups also do); the cache is restored afterwards."""
-    snapshot = session.kv.snapshot(session.max_batch)
+    snapshot = session.kv.snapshot(bucket, position, 3)  # the three steps write these slots only
     session.kv.rewind(position)
     tokens = torch.arange(bucket, device=session.device) % max(session.vocab_size, 1)
     try:

@@ -18,15 +18,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-import torch._inductor.config as inductor_config
-from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from accelerate_graph.compat.torch_internals import (
+    inductor_cache_tagged,
+    inductor_decompositions_replaced,
+    statically_known_true,
+)
 
 aten = torch.ops.aten
 
 
 def _one_row(mat1) -> bool:
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-
     return mat1.device.type not in ("cpu", "mps") and statically_known_true(mat1.size(0) == 1)
 
 
@@ -47,36 +49,9 @@ def addmm_as_mm(bias, mat1, mat2, beta=1, alpha=1, original=None):
     return NotImplemented if original is None else original(bias, mat1, mat2, beta=beta, alpha=alpha)
 
 
-def _decomposition_tables() -> list[dict]:
-    """The tables inductor reads (the cached fast-random one is a copy of the base one)."""
-    from torch._inductor import decomposition
-
-    tables = [decomposition.decompositions]
-    fast = getattr(decomposition, "fast_random_decomps", None)
-    if fast is not None:
-        tables.append(fast())
-    return tables
-
-
 @functools.cache
 def _source_hash() -> str:
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
-
-
-class LoweringTag(CustomGraphPass):
-    """Changes no graph (it runs the pass it wraps, if any). Its uuid enters inductor's cache keys,
-    which do not see decomposition tables: a graph compiled without this lowering, or with another
-    version of it, is then never reused for one compiled with it."""
-
-    def __init__(self, inner: CustomGraphPass | None):
-        self.inner = inner
-
-    def __call__(self, graph: torch.fx.graph.Graph) -> None:
-        if self.inner is not None:
-            self.inner(graph)
-
-    def uuid(self):
-        return ("cugraph-accel-gemv", _source_hash(), None if self.inner is None else self.inner.uuid())
 
 
 def _decompose_addmm(original):
@@ -95,22 +70,7 @@ def gemv_at_batch_1(enabled: bool) -> Iterator[None]:
         yield
         return
     makers = {aten.addmm.default: _decompose_addmm, aten.mm.default: _decompose_mm}
-    saved = [(table, op, table.get(op)) for table in _decomposition_tables() for op in makers]
-    for table, op, original in saved:
-        table[op] = makers[op](original)
-    current = inductor_config.post_grad_custom_post_pass
-    # a user's pass that inductor cannot key (no uuid) already keeps the graph out of its caches
-    tag = (
-        {"post_grad_custom_post_pass": LoweringTag(current)}
-        if current is None or isinstance(current, CustomGraphPass)
-        else {}
-    )
-    try:
-        with inductor_config.patch(tag):
-            yield
-    finally:
-        for table, op, original in saved:
-            if original is None:
-                table.pop(op, None)
-            else:
-                table[op] = original
+    # inductor's cache keys do not see decomposition tables: a tag with this file's hash keeps a graph
+    # compiled without this lowering, or with another version of it, from being reused for one with it
+    with inductor_decompositions_replaced(makers), inductor_cache_tagged(("cugraph-accel-gemv", _source_hash())):
+        yield

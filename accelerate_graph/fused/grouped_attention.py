@@ -17,7 +17,9 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import AttentionInterface
 
-GROUPED = "cugraph_grouped"  # the name models see in config._attn_implementation
+from accelerate_graph.compat.transformers_internals import attention_implementations
+
+GROUPED = "cugraph_grouped"  # the name of our attention in AttentionInterface and the model's config
 _UNSUPPORTED = ("softcap", "s_aux", "sinks", "head_mask")  # kwargs that ask for more than softmax(qk)v
 
 
@@ -55,23 +57,14 @@ def register() -> None:
     AttentionMaskInterface.register(GROUPED, sdpa_mask)
 
 
-def _configs_using(model: torch.nn.Module, name: str) -> list:
-    configs = [model.config, *(getattr(model.config, sub, None) for sub in ("text_config", "decoder"))]
-    return [c for c in configs if c is not None and getattr(c, "_attn_implementation", None) == name]
-
-
 def _switch(model: torch.nn.Module, old: str, new: str) -> Callable[[], None]:
-    """Every config of the model (its own, text and decoder) using attention `old` now uses `new`.
-    Returns what switches them back."""
-    switched = _configs_using(model, old)
-    for config in switched:
-        config._attn_implementation = new
-
-    def undo() -> None:
-        for config in switched:
-            config._attn_implementation = old
-
-    return undo
+    """Every config of the model (its own and its sub-configs: text, vision, decoder, ...) using attention
+    `old` now uses `new`, through HF's set_attn_implementation. Returns what switches them back."""
+    switched = [key for key, implementation in attention_implementations(model).items() if implementation == old]
+    if not switched:
+        return lambda: None
+    model.set_attn_implementation(dict.fromkeys(switched, new))  # "" is the model's own config
+    return lambda: model.set_attn_implementation(dict.fromkeys(switched, old))
 
 
 def use_grouped_attention(model: torch.nn.Module) -> Callable[[], None]:

@@ -16,26 +16,26 @@ next to the plan (TORCHINDUCTOR_CACHE_DIR), so `verify` and `bench` in a new pro
 from __future__ import annotations
 
 import contextlib
-import copy
 import inspect
 import os
 import time
 from pathlib import Path
 
 import torch
-import torch._inductor.config as inductor_config
-from torch._dynamo.utils import counters
 from transformers.cache_utils import Cache
 
-from accelerate_graph.bench.compiled_step import recompile_headroom
-from accelerate_graph.common.errors import CaptureError
+from accelerate_graph.common.errors import DROP_FUSE, CaptureError
+from accelerate_graph.compat import torch_internals
+from accelerate_graph.compat.transformers_internals import cache_indices, cache_indices_set_to_zero, static_layer_view
 from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
 
 # Batch 1 compiles its projections to GEMV kernels (gemv_lowering.py). A switch so that
 # benchmarks/profile_step.py can measure the step without them.
 GEMV_AT_BATCH_1 = True
 
-DROP_FUSE = "Drop --fuse: the plain graph still removes the launch overhead."  # the hint of every --fuse refusal
+# Our graphs, not inductor's; no padding of matmuls, whose pass guarded on the context length
+# (`17 <= context`: a recompilation for a 16-slot bucket, seen on the H200).
+INDUCTOR_SETTINGS = {"triton.cudagraphs": False, "shape_padding": False}
 
 
 def inductor_cache_dir(plan_path: Path | str) -> Path:
@@ -56,22 +56,7 @@ def warm_compile_workers(device: torch.device, cache_dir: Path | str | None) -> 
     the first compilation, which would wait for them. They inherit the cache folder, so it is set first."""
     use_cache_dir(cache_dir)
     if device.type == "cuda":
-        from torch._inductor.async_compile import maybe_warm_pool
-
-        maybe_warm_pool()
-
-
-# The int attributes by which HF's attention modules name their slot in the cache.
-INDEX_ATTRIBUTES = ("layer_idx", "layer_id")
-
-
-def _cache_indices(layer: torch.nn.Module) -> list[tuple[torch.nn.Module, str, int]]:
-    return [
-        (module, name, getattr(module, name))
-        for module in layer.modules()
-        for name in INDEX_ATTRIBUTES
-        if isinstance(getattr(module, name, None), int)
-    ]
+        torch_internals.warm_compile_workers()
 
 
 def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
@@ -79,7 +64,7 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
     whose layers carry a cache index (a vision tower's encoder layers, say, do not)."""
     count = getattr(model.config.get_text_config(), "num_hidden_layers", None)
     lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and count and len(m) == count]
-    indexed = [m for m in lists if _cache_indices(m[0])]
+    indexed = [m for m in lists if cache_indices(m[0])]
     if indexed or lists:
         return (indexed or lists)[0]
     raise CaptureError(
@@ -92,31 +77,24 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
 def _one_layer_cache(cache, index: int):
     """The cache as layer `index` alone sees it, as layer 0 of a one-layer cache over new tensor objects
     of the same memory: every layer then passes the same guards (and carries its own size marks)."""
-    one = copy.copy(cache)
-    layer = copy.copy(cache.layers[index])
-    layer.keys, layer.values = layer.keys[:], layer.values[:]
-    one.layers = [layer]
-    return one
+    layer = cache.layers[index]
+    batch, _, context, _ = layer.keys.shape
+    return Cache(layers=[static_layer_view(layer, batch, context, type(layer))])
 
 
 @contextlib.contextmanager
 def _as_layer_zero(layer: torch.nn.Module):
     """HF's attention passes its layer index to the cache, and dynamo specialises on that int: 24
     compilations. Under the one-layer cache every layer is layer 0, for the duration of the call."""
-    indexed = _cache_indices(layer)
-    for module, name, _ in indexed:
-        setattr(module, name, 0)
     try:
-        yield
+        with cache_indices_set_to_zero(layer):
+            yield
     except IndexError as err:  # it reached past layer 0 of its one-layer cache
         raise CaptureError(
             f"--fuse runs each decoder layer over its own slice of the cache, as layer 0, but "
             f"{type(layer).__name__} addressed another layer's slot ({err}): it shares or offsets its cache.",
             DROP_FUSE,
         ) from err
-    finally:
-        for module, name, index in indexed:
-            setattr(module, name, index)
 
 
 def _fresh(value, batch: int):
@@ -125,7 +103,7 @@ def _fresh(value, batch: int):
     if isinstance(value, torch.Tensor):
         view = value[:]
         if view.dim() and view.shape[0] == batch:
-            torch._dynamo.maybe_mark_dynamic(view, 0)
+            torch_internals.maybe_mark_dynamic(view, 0)
         return view
     if isinstance(value, tuple):
         return tuple(_fresh(v, batch) for v in value)
@@ -146,12 +124,12 @@ def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int
             caches += 1
             one = _one_layer_cache(value, index)
             for tensor in (one.layers[0].keys, one.layers[0].values):  # [b, H, C, d]
-                torch._dynamo.maybe_mark_dynamic(tensor, 0)
-                torch._dynamo.maybe_mark_dynamic(tensor, 2)
+                torch_internals.maybe_mark_dynamic(tensor, 0)
+                torch_internals.maybe_mark_dynamic(tensor, 2)
             return one
         value = _fresh(value, batch)
         if name == "attention_mask" and isinstance(value, torch.Tensor) and value.dim():
-            torch._dynamo.maybe_mark_dynamic(value, value.dim() - 1)  # [b, 1, q, C]
+            torch_internals.maybe_mark_dynamic(value, value.dim() - 1)  # [b, 1, q, C]
         return value
 
     for name, value in list(bound.arguments.items())[1:]:  # after self
@@ -210,32 +188,27 @@ class FusedForward:
         if self.backend != "inductor":
             return contextlib.nullcontext()
         stack = contextlib.ExitStack()
-        # our graphs, not inductor's; no padding of matmuls, whose pass guarded on the context length
-        # (`17 <= context`: a recompilation for a 16-slot bucket, seen on the H200)
-        stack.enter_context(inductor_config.patch({"triton.cudagraphs": False, "shape_padding": False}))
+        stack.enter_context(torch_internals.inductor_config_patched(INDUCTOR_SETTINGS))
         stack.enter_context(gemv_at_batch_1(GEMV_AT_BATCH_1 and batch == 1))
         return stack
 
     def __call__(self, *, input_ids, **kwargs):
         batch = input_ids.shape[0]
-        for index, layer in enumerate(self.layers):  # for this call only: eager runs stay eager
-            layer.forward = self._layer_forward(layer, index, batch)
-        before = counters["stats"]["unique_graphs"]
+        # for this call only: eager runs stay eager
+        compiled = {layer: self._layer_forward(layer, index, batch) for index, layer in enumerate(self.layers)}
+        before = torch_internals.dynamo_graph_count()
         start = time.perf_counter()
         self._layer_calls = 0
-        try:
-            with recompile_headroom(64), torch.no_grad(), self._settings(batch):
+        with torch_internals.forwards_replaced(compiled):
+            with torch_internals.recompile_limit_at_least(64), torch.no_grad(), self._settings(batch):
                 out = self.model(input_ids=input_ids, **kwargs)
-        finally:
-            for layer in self.layers:
-                del layer.forward
         if self._layer_calls < len(self.layers):
             raise CaptureError(
                 f"--fuse compiles the {len(self.layers)} decoder layers it found in {type(self.model).__name__}, "
                 f"but the step called them {self._layer_calls} times: it runs its layers some other way.",
                 DROP_FUSE,
             )
-        made = counters["stats"]["unique_graphs"] - before
+        made = torch_internals.dynamo_graph_count() - before
         if made:
             self.graphs += made
             self.compile_seconds += time.perf_counter() - start

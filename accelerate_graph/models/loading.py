@@ -9,9 +9,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM
 
 from accelerate_graph.common.devices import dtype_name
 from accelerate_graph.common.errors import (
@@ -24,6 +22,7 @@ from accelerate_graph.common.errors import (
     first_line,
     is_out_of_memory,
 )
+from accelerate_graph.compat.transformers_internals import causal_lm_class_names
 from accelerate_graph.models.fingerprint import check_weight_files, hub_snapshot
 from accelerate_graph.models.recipes import Recipe, find_recipe
 
@@ -70,7 +69,7 @@ def check_causal_lm(config, reference: str) -> None:
         raise UnsupportedModelError(
             f"{reference} is an encoder-decoder model ({model_type}); decode graphs need a decoder-only causal LM."
         )
-    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    if model_type not in causal_lm_class_names():
         raise UnsupportedModelError(
             f"{reference} ({model_type}) is not a causal language model transformers can load with "
             "AutoModelForCausalLM."
@@ -103,7 +102,8 @@ def _with_attn_fallback(build, attn: str, notes: list[str]):
         return build("eager"), "eager"
 
 
-def _recipe_config(recipe: Recipe):
+def recipe_config(recipe: Recipe):
+    """The transformers config a recipe describes (no weights)."""
     if recipe.model_type not in CONFIG_MAPPING:
         raise RecipeError(
             f"recipe {recipe.name}: unknown model_type {recipe.model_type!r}.",
@@ -116,7 +116,7 @@ def _recipe_config(recipe: Recipe):
 
 
 def _load_recipe(recipe: Recipe, device, dtype, attn, notes):
-    config = _recipe_config(recipe)
+    config = recipe_config(recipe)
     check_causal_lm(config, recipe.name)
     torch.manual_seed(recipe.seed)
 

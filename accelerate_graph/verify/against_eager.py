@@ -1,4 +1,6 @@
-"""Prove replay == eager: the same decode steps from the same cache state, logits and cache compared.
+"""Prove a replay is as right as eager execution: the same decode steps from the same cache state, run
+three ways (replay, eager, and a float32 reference), and replay judged by how far it is from the
+reference compared with how far eager is (verify/criterion.py; the reasoning: docs/VERIFY.md).
 
 For each bucket: a full batch, and the smallest batch padded up to it; with context buckets, also
 a run across each boundary between them (the step moves to the next graph mid-run). The eager
@@ -11,102 +13,160 @@ diverge between two numerically equivalent runs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
-from accelerate_graph.core.buckets import padded_batch
+from accelerate_graph.common.errors import is_out_of_memory
 from accelerate_graph.core.capture import DecodeGraphs
-from accelerate_graph.core.decode_session import draw_inputs
-
-# Relative tolerance per dtype; the absolute tolerance is the same fraction of the largest eager
-# value, because one rounding difference in a hidden state moves every logit by about the same
-# amount, near zero too. A padded batch runs other matmul shapes than its eager reference, and bf16
-# eager runs on the H200 were seen to differ from each other by ~2 ulps (docs/PERF.md), so the
-# budget is a few ulps; real bugs (a frozen value, a wrong cache slot) move logits by their own scale.
-RTOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
-
-
-def tolerance(dtype: torch.dtype, expected: torch.Tensor) -> tuple[float, float]:
-    """(rtol, atol) for comparing against `expected`."""
-    rtol = RTOL.get(dtype, 1e-4)
-    return rtol, rtol * max(expected.abs().max().item(), 1e-6)
+from accelerate_graph.core.decode_session import DecodeSession, draw_inputs
+from accelerate_graph.core.static_cache import CacheSnapshot
+from accelerate_graph.verify.cases import Case, CasePlan, plan_cases
+from accelerate_graph.verify.criterion import Judgement, judge_tensors, tolerance_for
+from accelerate_graph.verify.reference import eager_step, float32_reference, reference_step
+from accelerate_graph.verify.routers import RouterLog, compare_routers, find_routers, recording
 
 
 @dataclass
 class VerifyRow:
+    """One case (a batch in a bucket, from a start slot, for some steps) and its verdict; the measures
+    are those of `criterion.Judgement`."""
+
     bucket: int
     batch: int
     steps: int
-    max_abs: float  # worst |replay - eager| over all steps
-    max_rel: float  # worst max|replay - eager| / max|eager| of one step
-    rtol: float
-    atol: float  # of the step with the largest logits
-    cache_max_abs: float
-    eager_noise_abs: float  # worst |eager - eager| of two identical eager runs: the reference's own noise
+    slots: str  # the cache slots the steps wrote, e.g. "16-23"
     passed: bool
-    detail: str = ""  # where and how it failed
-    slots: str = ""  # the cache slots the steps wrote, e.g. "16-23"
+    detail: str  # the rules it broke, in words
+    logit_err: float = 0.0
+    eager_err: float = 0.0
+    ratio: float = 0.0
+    kl: float = 0.0
+    eager_kl: float = 0.0
+    drift: float = 0.0
+    top1: float = 1.0
+    eager_top1: float = 1.0
+    cache_err: float = 0.0
+    eager_cache_err: float = 0.0
+    router_flips: int = 0
+    router_accepted: int = 0
+    router_rejected: int = 0
+    eager_router_flips: int = 0
+    eager_router_accepted: int = 0
+    max_abs: float = 0.0  # worst |replay - eager| logit: informational, judged by none of the rules
+    has_routers: bool = False
+    reference: str = "float32"  # what the runs were measured against
+    context: int = 0  # the context bucket of the first step (0: not known)
 
 
-def _compare(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> str:
-    rtol, atol = tolerance(dtype, expected.float())
-    try:
-        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
-        return ""
-    except AssertionError as err:
-        return " ".join(str(err).split())
+def written(session: DecodeSession, rows: int, first: int, steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Copies of the K/V a run of `steps` steps from slot `first` wrote into rows [:rows], per layer."""
+    window = slice(first, first + steps)
+    return [
+        (layer.keys[:rows, :, window].clone(), layer.values[:rows, :, window].clone()) for layer in session.kv.layers
+    ]
+
+
+@dataclass
+class Run:
+    logits: torch.Tensor  # [steps, rows, vocab], float32
+    cache: list  # written K/V per layer
+    positions: list[int]  # each layer's write position afterwards
+    routers: RouterLog | None = None
+
+
+def _run(session: DecodeSession, step_once: Callable, tokens: torch.Tensor, first: int, routers) -> Run:
+    batch, logits = tokens.shape[1], []
+    with recording(session.model, routers) as log:
+        for i in range(tokens.shape[0]):
+            positions = torch.full((batch,), first + i, device=session.device)
+            logits.append(step_once(session, tokens[i], positions))
+    positions = [int(p.item()) for p in session.kv.positions()]
+    return Run(torch.stack(logits), written(session, batch, first, tokens.shape[0]), positions, log)
+
+
+def run_case(graphs: DecodeGraphs, tokens: torch.Tensor, first: int, start: CacheSnapshot) -> tuple[Run, Run, Run]:
+    """Replay, eager and float32 reference runs of the teacher-forced `tokens` [steps, batch], each from
+    the cache state `start` (whose next write slot is `first`)."""
+    session = graphs.session
+    routers = find_routers(session.model)
+
+    def eager(s, t, p):
+        return eager_step(s, t, p).float().clone()
+
+    def replay(s, t, p):
+        return graphs.run(t, p).float()
+
+    session.kv.restore(start)
+    eager_run = _run(session, eager, tokens, first, routers)
+    reference_run = eager_run
+    if session.model.dtype != torch.float32:
+        session.kv.restore(start)
+        with float32_reference(session):
+            reference_run = _run(session, lambda s, t, p: reference_step(s, t, p).clone(), tokens, first, routers)
+    session.kv.restore(start)
+    replay_run = _run(session, replay, tokens, first, [])
+    return replay_run, eager_run, reference_run
+
+
+def judge_runs(replay: Run, eager: Run, reference: Run, dtype: torch.dtype) -> Judgement:
+    """How one case is judged (criterion.judge_case), plus the exact check of the write positions."""
+    routers = None
+    if reference.routers is not None and reference.routers.routers:
+        routers = compare_routers(reference.routers, eager.routers, tolerance_for(dtype).factor, dtype)
+    judgement = judge_tensors(
+        (replay.logits, eager.logits, reference.logits), (replay.cache, eager.cache, reference.cache), dtype, routers
+    )
+    for layer, (got, want) in enumerate(zip(replay.positions, eager.positions)):
+        if got != want:
+            problem = f"cache layer {layer} write position {got} after replay, {want} after eager"
+            judgement.failures.insert(0, problem)
+            judgement.passed, judgement.detail = False, problem
+            break
+    return judgement
 
 
 def verify_batch(
     graphs: DecodeGraphs, bucket: int, batch: int, steps: int, prompt_len: int, seed: int = 0
 ) -> VerifyRow:
+    """One batch from its own prompt of `prompt_len` tokens (the check `capture` runs)."""
     session = graphs.session
     if prompt_len + steps > session.max_cache_len:
         steps = session.max_cache_len - prompt_len
     prompt, tokens = draw_inputs(batch, steps, prompt_len, session.vocab_size, seed + 1000 * bucket + batch)
-    tokens = tokens.to(session.device)
-    dtype = session.model.dtype
-
     session.kv.reset()
     session.prefill(prompt)
-    start = session.kv.snapshot(bucket)
-
-    def run(step_once: Callable) -> tuple[list[torch.Tensor], list]:
-        logits = []
-        for i in range(steps):
-            positions = torch.full((batch,), prompt_len + i, device=session.device)
-            logits.append(step_once(tokens[i], positions).float().clone())
-        return logits, session.kv.snapshot(batch)
-
-    eager_logits, eager_cache = run(graphs.eager)
-    session.kv.restore(start)
-    again_logits, _ = run(graphs.eager)
-    session.kv.restore(start)
-    replay_logits, replay_cache = run(graphs.run)
-
-    noise = max((a - b).abs().max().item() for a, b in zip(again_logits, eager_logits))
-    max_abs = max_rel = 0.0
-    detail = ""
-    for i, (replayed, expected) in enumerate(zip(replay_logits, eager_logits)):
-        diff = (replayed - expected).abs().max().item()
-        max_abs = max(max_abs, diff)
-        max_rel = max(max_rel, diff / max(expected.abs().max().item(), 1e-12))
-        if not detail and (problem := _compare(replayed, expected, dtype)):
-            detail = f"logits differ at step {i + 1}: {problem}"
-    rtol, atol = tolerance(dtype, torch.stack(eager_logits))
-    cache_abs = 0.0
-    for layer, ((rk, rv, rpos), (ek, ev, epos)) in enumerate(zip(replay_cache, eager_cache)):
-        cache_abs = max(
-            cache_abs, (rk.float() - ek.float()).abs().max().item(), (rv.float() - ev.float()).abs().max().item()
-        )
-        if not detail and not torch.equal(rpos, epos):
-            detail = f"cache layer {layer} write position {rpos.item()} after replay, {epos.item()} after eager"
-        if not detail and (problem := _compare(rk, ek, dtype) or _compare(rv, ev, dtype)):
-            detail = f"cache layer {layer} differs after {steps} steps: {problem}"
+    start = session.kv.snapshot(bucket, prompt_len, steps)  # only what the steps overwrite
+    row = judge_case(graphs, bucket, batch, tokens.to(session.device), prompt_len, start)
     session.kv.reset()
-    slots = f"{prompt_len}-{prompt_len + steps - 1}"
-    return VerifyRow(bucket, batch, steps, max_abs, max_rel, rtol, atol, cache_abs, noise, not detail, detail, slots)
+    return row
+
+
+def judge_case(
+    graphs: DecodeGraphs, bucket: int, batch: int, tokens: torch.Tensor, start_slot: int, start: CacheSnapshot
+) -> VerifyRow:
+    """One case judged (criterion.judge_tensors): replay, eager and the float32 reference from the cache
+    state `start` (whose next write slot is `start_slot`), for the teacher-forced `tokens` [steps, batch]."""
+    session = graphs.session
+    dtype = session.model.dtype
+    replay, eager, reference = run_case(graphs, tokens, start_slot, start)
+    judgement = judge_runs(replay, eager, reference, dtype)
+    measures = {f.name: getattr(judgement, f.name) for f in fields(VerifyRow) if hasattr(judgement, f.name)}
+    for key in ("passed", "detail"):
+        measures.pop(key)
+    steps = tokens.shape[0]
+    return VerifyRow(
+        bucket,
+        batch,
+        steps,
+        f"{start_slot}-{start_slot + steps - 1}",
+        judgement.passed,
+        judgement.detail,
+        **measures,
+        max_abs=(replay.logits - eager.logits).abs().max().item(),
+        has_routers=reference.routers is not None and bool(reference.routers.routers),
+        reference="float32" if dtype != torch.float32 else "float32: the model itself",
+    )
 
 
 def verify_graphs(
@@ -115,21 +175,59 @@ def verify_graphs(
     prompt_len: int = 16,
     seed: int = 0,
     on_row: Callable[[VerifyRow], None] | None = None,
+    plan: CasePlan | None = None,
 ) -> list[VerifyRow]:
-    """Every bucket at full size and at its most-padded size; then the largest bucket across each
-    context-bucket boundary."""
-    runs = [
-        (bucket, batch, prompt_len)
-        for bucket in graphs.buckets
-        for batch in (bucket, padded_batch(bucket, graphs.buckets))
-        if batch is not None
-    ]
-    largest = graphs.buckets[-1] if graphs.buckets else None
-    runs += [(largest, largest, max(boundary - steps // 2, 1)) for boundary in graphs.contexts[:-1]]
+    """Every case of `plan` (default: `plan_cases` for these graphs: every graph at full and padded
+    batch, and across each context boundary), all from one prefilled cache: each case copies only the
+    rows and slots it writes, and puts them back after."""
+    plan = plan or plan_cases(graphs.buckets, graphs.contexts, steps, prompt_len)
+    session = graphs.session
+    prompt = _draw(plan.rows, plan.prefill_len, session.vocab_size, seed)
+    session.kv.reset()
+    _prefill(session, prompt)
     rows = []
-    for bucket, batch, start in runs:
-        row = verify_batch(graphs, bucket, batch, steps, start, seed)
+    for number, case in enumerate(plan.cases):
+        tokens = _draw(case.steps, case.batch, session.vocab_size, seed + 1 + number).to(session.device)
+        start = session.kv.snapshot(case.bucket, case.start, case.steps).at_slot(case.start)
+        row = _judge_guarded(graphs, case, tokens, start)
+        session.kv.restore(start)  # the prefilled state again, for the next case
         rows.append(row)
         if on_row:
             on_row(row)
+    session.kv.reset()
     return rows
+
+
+def _draw(rows: int, columns: int, vocab: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, vocab, (rows, columns), generator=torch.Generator().manual_seed(seed))
+
+
+PREFILL_CHUNK = 256  # prompt tokens per forward: bounds the prefill's attention scores at long starts
+
+
+def _prefill(session, prompt: torch.Tensor) -> None:
+    """Run `prompt` [rows, P] into the cache from slot 0, in chunks."""
+    rows, length = prompt.shape
+    session.kv.rewind(0)
+    with torch.no_grad():
+        for first in range(0, length, PREFILL_CHUNK):
+            chunk = prompt[:, first : first + PREFILL_CHUNK].to(session.device)
+            positions = torch.arange(first, first + chunk.shape[1], device=session.device).expand(rows, -1)
+            session.forward(rows, chunk, positions, session.attention_mask)
+    session.kv.advance(length)  # from slot 0 (the rewind above)
+
+
+def _judge_guarded(graphs: DecodeGraphs, case: Case, tokens: torch.Tensor, start: CacheSnapshot) -> VerifyRow:
+    """`judge_case` for one case; a replay that raises (a graph of the wrong shape or context, say) is
+    that case's failure, not the end of verify."""
+    try:
+        row = judge_case(graphs, case.bucket, case.batch, tokens, case.start, start)
+    except (RuntimeError, IndexError) as err:
+        if is_out_of_memory(err):
+            raise
+        problem = " ".join(str(err).split())[:300] or type(err).__name__
+        nan = float("nan")
+        row = VerifyRow(case.bucket, case.batch, case.steps, case.slots, False, f"the step raised: {problem}")
+        row.logit_err = row.ratio = row.kl = row.cache_err = row.max_abs = nan
+    row.context = case.context
+    return row

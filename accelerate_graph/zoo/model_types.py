@@ -5,27 +5,26 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-import sys
 from typing import Any
 
 import torch
 import transformers
 from transformers import AutoConfig, PreTrainedConfig
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from accelerate_graph.common.errors import UnsupportedModelError
+from accelerate_graph.compat.transformers_internals import causal_lm_class_names, modeling_module_defines
 from accelerate_graph.models.loading import ENCODER_FAMILIES, check_causal_lm
 from accelerate_graph.zoo.configs import HEAD_DIM, quiet
 
 
 def all_causal_lm_types() -> list[str]:
     """Every model type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, sorted."""
-    return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    return sorted(causal_lm_class_names())
 
 
 def _reads_is_decoder(model_type: str) -> bool:
     """An encoder's causal-LM head warns or asserts unless `is_decoder` is set; a decoder sets it itself."""
-    cls = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type], None)
+    cls = getattr(transformers, causal_lm_class_names()[model_type], None)
     if cls is None:
         return False
     source = inspect.getsource(cls.__init__)
@@ -104,7 +103,7 @@ def model_features(model: torch.nn.Module) -> list[str]:
     out, emb = model.get_output_embeddings(), model.get_input_embeddings()
     alibi = _flag(config, "alibi")
     if alibi is None:  # bloom has no switch: ALiBi is all it does
-        alibi = hasattr(sys.modules[type(model).__module__], "build_alibi_tensor")
+        alibi = modeling_module_defines(model, "build_alibi_tensor")
     found = {
         "moe": any(re.search(r"moe|expert", type(m).__name__, re.I) for m in model.modules()),
         "sliding-window": _sliding(text),

@@ -527,7 +527,7 @@ def test_verify_single_bucket_plan(tmp_path):
     result = invoke("verify", "--plan", path)
     assert_clean(result)
     assert result.exit_code == 0, result.output
-    assert "across 1 bucket" in result.stdout
+    assert "replaying 1 of 1 graph (1 batch bucket x 1 context bucket)" in result.stdout
 
 
 def test_verify_hand_edited_single_bucket_plan(good_plan, tmp_path):

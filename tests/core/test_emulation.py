@@ -9,6 +9,7 @@ from accelerate_graph.core.capture import capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.models.loading import load_model
 from accelerate_graph.verify.against_eager import verify_graphs
+from accelerate_graph.verify.reference import eager_step
 
 CPU = torch.device("cpu")
 
@@ -49,12 +50,12 @@ def test_baked_in_python_value_passes_eager_but_fails_verify(tiny_model_dir):
 
     session.model.lm_head.register_forward_hook(add_call_count)
     graphs = capture_decode_graphs(session, EmulatedBackend(), (1, 2))
-    first = graphs.eager(torch.tensor([3]), torch.tensor([0])).clone()
-    second = graphs.eager(torch.tensor([3]), torch.tensor([0])).clone()
+    first = eager_step(graphs.session, torch.tensor([3]), torch.tensor([0])).clone()
+    second = eager_step(graphs.session, torch.tensor([3]), torch.tensor([0])).clone()
     assert not torch.equal(first, second)  # eager really re-runs the Python
     rows = verify_graphs(graphs, steps=4, prompt_len=3)
     assert rows and not any(r.passed for r in rows)
-    assert "logits differ at step 1" in rows[0].detail
+    assert "logits of row 0 at step 1" in rows[0].detail
 
 
 def test_host_sync_in_the_step_is_refused_with_its_location(tiny_model_dir):

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from accelerate_graph.bench.contenders.base import GENERATE, STEP, Contender, SetupColumn, Tier, TimedStep
 from accelerate_graph.bench.contenders.compile import COMPILE
+from accelerate_graph.bench.contenders.drop_in import DROP_IN
 from accelerate_graph.bench.contenders.eager import EAGER
 from accelerate_graph.bench.contenders.fused import FUSED
 from accelerate_graph.bench.contenders.graph import GRAPH
+from accelerate_graph.bench.contenders.hf_eager import HF_EAGER
 from accelerate_graph.bench.contenders.hf_generate import HF_GENERATE, OUR_LOOP
+from accelerate_graph.bench.contenders.native_generate import NATIVE_GENERATE
 
 # Canonical order: --compare names, table columns and files list contenders this way, whatever order
 # the user typed. Within a tier, contenders also run in this order.
@@ -23,6 +26,9 @@ CONTENDERS: tuple[Contender, ...] = (
     COMPILE,
     HF_GENERATE,
     OUR_LOOP,
+    NATIVE_GENERATE,
+    DROP_IN,
+    HF_EAGER,
 )
 
 

@@ -10,20 +10,36 @@ static tensors (the cache, its position counter) repeat on every replay.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from accelerate_graph.common.errors import CaptureError
 from accelerate_graph.common.source_location import caller_location
+from accelerate_graph.compat.torch_internals import DispatchMode, op_is_mutable, pytree_leaves
 from accelerate_graph.core.backends.base import CaptureStats, Step
 from accelerate_graph.core.backends.islands import IslandCall, island_hooks
 from accelerate_graph.core.host_reads import HOST_SYNC_OPS, HostReadMode
 
 aten = torch.ops.aten
+
+
+def _is_collective(func) -> bool:
+    """torch.distributed's ops (c10d: dist.all_reduce; _c10d_functional: the traceable ones). Their
+    schemas do not mark the in-place result as written, so without this they would look like views
+    and be skipped at replay: a rank would replay its partial sums and never meet its peers."""
+    return func.namespace in ("c10d", "_c10d_functional")
+
+
+def _finish_collective(func, result) -> None:
+    """Replay must wait for a collective's result before anything reads it, as the eager call did."""
+    for item in pytree_leaves(result):
+        if isinstance(item, torch.Tensor):
+            if func.namespace == "_c10d_functional":
+                torch.ops._c10d_functional.wait_tensor(item)
+        elif hasattr(item, "wait"):  # c10d's Work handle
+            item.wait()
 
 
 def _storage_ptr(t: torch.Tensor) -> int:
@@ -32,15 +48,16 @@ def _storage_ptr(t: torch.Tensor) -> int:
 
 @dataclass
 class RecordedOp:
-    func: torch._ops.OpOverload
+    func: Callable  # an aten op overload
     args: tuple
     kwargs: dict
     outputs: list[torch.Tensor]  # every tensor the op returned, in pytree order
     fresh: list[bool]  # per output: owns new memory, so replay copies the new value into it
     run_at_replay: bool  # False for pure views: the logged view still aliases the right memory
+    collective: bool = False  # a torch.distributed op: replayed, and waited for, on every rank
 
 
-class _Recorder(TorchDispatchMode):
+class _Recorder(DispatchMode):
     """Logs ops; while an island runs it only passes them through and logs the island call instead."""
 
     def __init__(self) -> None:
@@ -72,12 +89,13 @@ class _Recorder(TorchDispatchMode):
                 "Use --mode piecewise or --mode eager for this model.",
             )
         out = func(*args, **kwargs)
-        inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        inputs = [a for a in pytree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
         input_ptrs = {_storage_ptr(t) for t in inputs} - {0}
-        outputs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+        outputs = [o for o in pytree_leaves(out) if isinstance(o, torch.Tensor)]
         fresh = [bool(o.numel()) and _storage_ptr(o) not in input_ptrs for o in outputs]
-        run = func._schema.is_mutable or any(fresh)
-        self.ops.append(RecordedOp(func, args, kwargs, outputs, fresh, run))
+        collective = _is_collective(func)
+        run = op_is_mutable(func) or any(fresh) or collective
+        self.ops.append(RecordedOp(func, args, kwargs, outputs, fresh, run, collective))
         return out
 
     def held_bytes(self) -> int:
@@ -103,9 +121,11 @@ class EmulatedGraph:
                     op.run()
                     continue
                 result = op.func(*op.args, **op.kwargs)
+                if op.collective:
+                    _finish_collective(op.func, result)
                 if not any(op.fresh):
                     continue
-                new = [r for r in tree_flatten(result)[0] if isinstance(r, torch.Tensor)]
+                new = [r for r in pytree_leaves(result) if isinstance(r, torch.Tensor)]
                 for logged, value, is_fresh in zip(op.outputs, new, op.fresh):
                     if is_fresh:
                         logged.copy_(value)

@@ -13,11 +13,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils._pytree import tree_flatten
+
+from accelerate_graph.compat.torch_internals import pytree_leaves
 
 
 def tensor_leaves(value) -> list[torch.Tensor]:
-    return [leaf for leaf in tree_flatten(value)[0] if isinstance(leaf, torch.Tensor)]
+    return [leaf for leaf in pytree_leaves(value) if isinstance(leaf, torch.Tensor)]
 
 
 @dataclass

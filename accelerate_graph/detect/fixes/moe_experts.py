@@ -20,7 +20,7 @@ def use_capture_safe_experts(
     """Switch MoE experts to `batched_mm` when hazards sit in MoE blocks, and keep the switch only if
     it removed some of them. Returns (what was done or None, the hazards now)."""
     model = session.model
-    current = getattr(model.config, "_experts_implementation", None)
+    current = model.get_experts_implementation()[""] if hasattr(model, "get_experts_implementation") else None
     before = [h for h in hazards if _in_moe(h)]
     if current in (None, SAFE_EXPERTS) or not before:
         return None, hazards

@@ -1,0 +1,237 @@
+"""torch internals we rely on, one function (or base class) each. Checked against torch 2.11 and 2.13.
+
+Each docstring names the upstream symbol and why no public API serves; tests/compat/test_compat.py
+fails naming the symbol when an upgrade removes or changes it. Dynamo and inductor are imported where
+used: detection and the emulation import this module without needing the compiler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode as _TorchDispatchMode
+from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._pytree import tree_flatten as _tree_flatten
+
+CHECKED = "torch 2.11, 2.13"
+
+# --- modes, pytrees, tensors and ops (detection, emulation, host constants) ---------------------------
+
+
+class DispatchMode(_TorchDispatchMode):
+    """Base of our aten-level modes: `torch.utils._python_dispatch.TorchDispatchMode` (a subclass
+    implements `__torch_dispatch__(func, types, args, kwargs)` and is entered with `with`). Documented
+    in "Extending PyTorch" but exported only from a private module. Checked: torch 2.11, 2.13."""
+
+
+def pytree_leaves(value) -> list:
+    """The leaves of nested tuples/lists/dicts, in order: `torch.utils._pytree.tree_flatten(value)[0]`.
+    torch has no public pytree module (2.11, 2.13). Checked: torch 2.11, 2.13."""
+    return _tree_flatten(value)[0]
+
+
+def dispatch_modes_disabled():
+    """A context in which no dispatch mode sees our ops: `torch.utils._python_dispatch._disable_current_modes`.
+    No public equivalent. Checked: torch 2.11, 2.13."""
+    return _disable_current_modes()
+
+
+def torch_function_disabled():
+    """A context in which no torch-function mode or override sees our calls: `torch._C.DisableTorchFunction`.
+    No public equivalent. Checked: torch 2.11, 2.13."""
+    return torch._C.DisableTorchFunction()
+
+
+def script_object_type_name(obj: torch.ScriptObject) -> str:
+    """The TorchScript class name of a script object (a process group, a reduce op):
+    `torch.ScriptObject._type().qualified_name()`. No public equivalent. Checked: torch 2.11, 2.13."""
+    return obj._type().qualified_name()
+
+
+def tensor_version(tensor: torch.Tensor) -> int:
+    """The counter torch bumps on every in-place write to a tensor: `torch.Tensor._version` (what autograd
+    checks saved tensors with). No public equivalent. Checked: torch 2.11, 2.13."""
+    return tensor._version
+
+
+def op_is_mutable(op) -> bool:
+    """Whether an aten op overload writes to any argument: `torch._ops.OpOverload._schema.is_mutable`
+    (a `torch._C.FunctionSchema`). No public equivalent. Checked: torch 2.11, 2.13."""
+    return op._schema.is_mutable
+
+
+# --- nn.Module -----------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def forwards_replaced(replacements: dict[torch.nn.Module, Callable]) -> Iterator[None]:
+    """Each module runs its replacement as `forward` while the context is open; the class's own after.
+    Relies on `torch.nn.Module._call_impl` (behind `__call__`) looking `self.forward` up on the instance at
+    every call, so an instance attribute shadows the class's method, hooks still run. Checked: torch 2.11, 2.13."""
+    for module, forward in replacements.items():
+        module.forward = forward
+    try:
+        yield
+    finally:
+        for module in replacements:
+            vars(module).pop("forward", None)
+
+
+# --- dynamo --------------------------------------------------------------------------------------------
+
+
+def maybe_mark_dynamic(tensor: torch.Tensor, dim: int) -> None:
+    """Ask dynamo to compile `dim` of this tensor object as a symbolic size, unless it must specialise:
+    `torch._dynamo.maybe_mark_dynamic`. torch.compiler has no equivalent (2.11, 2.13). Checked: torch 2.11, 2.13."""
+    _dynamo().maybe_mark_dynamic(tensor, dim)
+
+
+def mark_static_address(tensor: torch.Tensor) -> None:
+    """Tell torch.compile (and its cudagraph trees) this tensor object keeps its address across calls:
+    `torch._dynamo.mark_static_address`. torch.compiler has no equivalent (2.11, 2.13). Checked: torch 2.11, 2.13."""
+    _dynamo().mark_static_address(tensor)
+
+
+def _dynamo():
+    import torch._dynamo
+
+    return torch._dynamo
+
+
+def _inductor_config():
+    import torch._inductor.config
+
+    return torch._inductor.config
+
+
+def _counters():
+    from torch._dynamo.utils import counters
+
+    return counters
+
+
+def dynamo_graph_count() -> int:
+    """FX graphs dynamo has made in this process: `torch._dynamo.utils.counters["stats"]["unique_graphs"]`.
+    No public counter. Checked: torch 2.11, 2.13."""
+    return _counters()["stats"]["unique_graphs"]
+
+
+def cudagraph_skip_count() -> int:
+    """Graphs inductor ran without its CUDA graphs: `torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]`.
+    No public counter. Checked: torch 2.11, 2.13."""
+    return _counters()["inductor"]["cudagraph_skips"]
+
+
+def recompile_limit_at_least(entries: int):
+    """A context in which dynamo keeps at least `entries` compiled entries per code object before it falls
+    back to eager: `torch._dynamo.config.recompile_limit` (named `cache_size_limit` before torch 2.6).
+    Not in torch.compiler.config. Checked: torch 2.11, 2.13."""
+    config = _dynamo().config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    return config.patch(**{name: max(getattr(config, name), entries)})
+
+
+# --- inductor ------------------------------------------------------------------------------------------
+
+
+def inductor_config_patched(settings: dict):
+    """A context with inductor's settings changed (dotted keys, e.g. "triton.cudagraphs"):
+    `torch._inductor.config.patch`. torch.compile(options=...) applies some too late (freezing, seen with
+    torch 2.13). Checked: torch 2.11, 2.13."""
+    return _inductor_config().patch(settings)
+
+
+def warm_compile_workers() -> None:
+    """Start inductor's kernel-compiling worker processes now: `torch._inductor.async_compile.maybe_warm_pool`.
+    No public equivalent. Checked: torch 2.11, 2.13."""
+    from torch._inductor.async_compile import maybe_warm_pool
+
+    maybe_warm_pool()
+
+
+def reset_cudagraph_trees() -> None:
+    """Free cudagraph trees' graphs and memory pool: `torch._inductor.cudagraph_trees.reset_cudagraph_trees`.
+    torch.compiler.reset() does it only through the backend on some versions. Checked: torch 2.11, 2.13."""
+    from torch._inductor.cudagraph_trees import reset_cudagraph_trees as reset
+
+    reset()
+
+
+def _decomposition_tables() -> list[dict]:
+    from torch._inductor import decomposition
+
+    tables = [decomposition.decompositions]
+    fast = getattr(decomposition, "fast_random_decomps", None)  # a cached copy of the base table
+    if fast is not None:
+        tables.append(fast())
+    return tables
+
+
+@contextlib.contextmanager
+def inductor_decompositions_replaced(makers: dict) -> Iterator[None]:
+    """Inductor decomposes each op in `makers` with `makers[op](original)` (original: inductor's own
+    decomposition or None) while the context is open; its own after. Mutates
+    `torch._inductor.decomposition.decompositions` and the table `fast_random_decomps()` caches: inductor
+    takes no decomposition table from the user. Checked: torch 2.11, 2.13."""
+    saved = [(table, op, table.get(op)) for table in _decomposition_tables() for op in makers]
+    for table, op, original in saved:
+        table[op] = makers[op](original)
+    try:
+        yield
+    finally:
+        for table, op, original in saved:
+            if original is None:
+                table.pop(op, None)
+            else:
+                table[op] = original
+
+
+@functools.cache
+def _custom_graph_pass() -> type:
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    return CustomGraphPass
+
+
+@functools.cache
+def _cache_tag_class() -> type:
+    class CacheTag(_custom_graph_pass()):
+        """Changes no graph (runs the pass it wraps, if any); its uuid enters inductor's cache keys."""
+
+        def __init__(self, tag: tuple, inner):
+            self.tag = tag
+            self.inner = inner
+
+        def __call__(self, graph) -> None:
+            if self.inner is not None:
+                self.inner(graph)
+
+        def uuid(self):
+            return (*self.tag, None if self.inner is None else self.inner.uuid())
+
+    return CacheTag
+
+
+def inductor_cache_tagged(tag: tuple):
+    """A context in which `tag` enters inductor's FX-graph cache keys (which do not see decomposition
+    tables), through a no-op graph pass in `torch._inductor.config.post_grad_custom_post_pass`, a
+    `torch._inductor.custom_graph_pass.CustomGraphPass` whose `uuid()` is hashed. A user's pass there
+    still runs, keyed with it; one inductor cannot key (no uuid) already keeps graphs out of its caches,
+    so it is left alone. Checked: torch 2.11, 2.13."""
+    config = _inductor_config()
+    current = config.post_grad_custom_post_pass
+    if current is not None and not isinstance(current, _custom_graph_pass()):
+        return contextlib.nullcontext()
+    return config.patch({"post_grad_custom_post_pass": _cache_tag_class()(tag, current)})
+
+
+def statically_known_true(condition) -> bool:
+    """Whether a (possibly symbolic) condition holds for every size the compiled graph may see, without
+    adding a guard: `torch.fx.experimental.symbolic_shapes.statically_known_true` (an experimental
+    module). Checked: torch 2.11, 2.13."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true as known
+
+    return known(condition)

@@ -1,0 +1,115 @@
+"""transformers internals we rely on, one function each. Checked against transformers 5.17 and 5.24.
+
+Each docstring names the upstream symbol and why no public API serves; tests/compat/test_compat.py
+fails naming the symbol when an upgrade removes or changes it. Where transformers offers a public way
+(`PreTrainedModel.set_attn_implementation`, `get_experts_implementation`, the `StaticLayer` and
+`Cache(layers=...)` constructors), callers use it; only the reads and writes it does not cover live here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from transformers.cache_utils import StaticLayer
+
+CHECKED = "transformers 5.17, 5.24"
+
+
+def attention_implementation(config) -> str | None:
+    """The attention implementation a config selects ("sdpa", "eager", a registered name):
+    `transformers.PreTrainedConfig._attn_implementation`. Written through the public
+    `PreTrainedModel.set_attn_implementation`, but there is no public getter. Checked: transformers 5.17, 5.24."""
+    return getattr(config, "_attn_implementation", None)
+
+
+def attention_implementations(model: torch.nn.Module) -> dict[str, str | None]:
+    """Each config's attention implementation, keyed as `PreTrainedModel.set_attn_implementation` takes
+    a dict: "" for the model's own config, then each key of its `sub_configs` that is set (text_config,
+    vision_config, decoder, ...). Reads `transformers.PreTrainedConfig._attn_implementation` (see
+    `attention_implementation`). Checked: transformers 5.17, 5.24."""
+    config = model.config
+    found = {"": attention_implementation(config)}
+    for key in getattr(config, "sub_configs", {}) or {}:
+        sub = getattr(config, key, None)
+        if sub is not None and not isinstance(sub, dict):
+            found[key] = attention_implementation(sub)
+    return found
+
+
+# What `transformers.cache_utils.StaticLayer.lazy_initialization` sets besides keys/values (5.17 also
+# sets `dtype`): a view carries the same, so every method reads what it would on the layer itself.
+_LAYER_GEOMETRY = ("dtype", "device", "num_heads", "k_head_dim", "v_head_dim")
+
+
+def static_layer_view(layer: StaticLayer, batch: int, context: int, kind: type[StaticLayer] = StaticLayer):
+    """A `kind` (a StaticLayer class) over rows [:batch] and slots [:context] of an allocated layer's K/V,
+    sharing its write position tensor. Built with the public constructor `StaticLayer(max_cache_len=...)`;
+    StaticLayer has no public method that adopts existing tensors (`lazy_initialization` allocates new
+    ones), so the attributes `transformers.cache_utils.StaticLayer.lazy_initialization` sets are set here:
+    keys, values, cumulative_length, batch_size, is_initialized and the geometry above.
+    Checked: transformers 5.17, 5.24."""
+    view = kind(max_cache_len=context)
+    for name in _LAYER_GEOMETRY:
+        if hasattr(layer, name):
+            setattr(view, name, getattr(layer, name))
+    view.keys = layer.keys[:batch, :, :context]
+    view.values = layer.values[:batch, :, :context]
+    view.cumulative_length = layer.cumulative_length
+    view.batch_size = batch
+    view.is_initialized = True
+    return view
+
+
+# The int attributes by which HF's attention modules name their slot in the cache: `layer_idx` (e.g.
+# transformers.models.llama.modeling_llama.LlamaAttention.layer_idx), `layer_id` (GPT-Neo's attention).
+CACHE_INDEX_ATTRIBUTES = ("layer_idx", "layer_id")
+
+
+def cache_indices(layer: torch.nn.Module) -> list[tuple[torch.nn.Module, str, int]]:
+    """(module, attribute, index) for each submodule of a decoder layer that names its cache slot with an
+    int attribute: `LlamaAttention.layer_idx` and the like (`GPTNeoSelfAttention.layer_id`), which the
+    modeling code passes to `Cache.update(..., layer_idx)`. Not an API, a convention of the modeling files.
+    Checked: transformers 5.17, 5.24."""
+    return [
+        (module, name, getattr(module, name))
+        for module in layer.modules()
+        for name in CACHE_INDEX_ATTRIBUTES
+        if isinstance(getattr(module, name, None), int)
+    ]
+
+
+@contextlib.contextmanager
+def cache_indices_set_to_zero(layer: torch.nn.Module) -> Iterator[None]:
+    """Every cache index of the layer (see `cache_indices`) reads 0 while the context is open, its own
+    value after: the layer then addresses slot 0 of whatever cache it is handed. Rewrites
+    `LlamaAttention.layer_idx` and the like on the instances; transformers offers no way to pass the
+    slot in. Checked: transformers 5.17, 5.24."""
+    indexed = cache_indices(layer)
+    for module, name, _ in indexed:
+        setattr(module, name, 0)
+    try:
+        yield
+    finally:
+        for module, name, index in indexed:
+            setattr(module, name, index)
+
+
+def causal_lm_class_names() -> dict[str, str]:
+    """model_type -> class name of every causal-LM head transformers knows:
+    `transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`. The public
+    `transformers.MODEL_FOR_CAUSAL_LM_MAPPING` is keyed by config classes and imports each one to list
+    them. Checked: transformers 5.17, 5.24."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+
+def modeling_module_defines(model: torch.nn.Module, name: str) -> bool:
+    """Whether the modeling file of the model's class defines `name` at module level, e.g.
+    `transformers.models.bloom.modeling_bloom.build_alibi_tensor`: a convention of the modeling files,
+    not an API, for features no config flag announces. Checked: transformers 5.17, 5.24."""
+    import sys
+
+    return hasattr(sys.modules.get(type(model).__module__), name)

@@ -1,0 +1,62 @@
+"""Before the cache and graphs are allocated: does the request fit, and if not, what would.
+
+The weights are loaded by then, so the device's free memory already excludes them; what remains must
+hold the cache, the graph pool, the largest bucket's activations (and, under --fuse, inductor's
+workspace) with a margin. A request that cannot fit is refused with one line naming the largest batch
+bucket that fits at this cache length and the longest cache that fits at these buckets.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from accelerate_graph.common.errors import ResourceError
+from accelerate_graph.core.memory import Geometry, free_bytes, gib, request_need
+
+CACHE_STEP = 256  # the longest cache that fits is said in whole multiples of this
+
+
+def preflight(
+    config,
+    dtype: torch.dtype,
+    device: torch.device,
+    buckets: tuple[int, ...],
+    cache_len: int,
+    prompt_len: int,
+    fuse: bool = False,
+) -> str:
+    """Refuse a request that cannot fit; otherwise the one line that says what was checked (or why not)."""
+    geometry = Geometry.of(config)
+    if geometry is None:
+        return "memory preflight skipped: the config's geometry is not a standard decoder's"
+    free, source = free_bytes(device)
+    if free is None:
+        return f"memory preflight skipped: {source}"
+    largest = max(buckets)
+
+    def need(batch: int, length: int) -> int:
+        return request_need(geometry, dtype, batch, length, min(prompt_len, length - 1), fuse).total
+
+    wanted = request_need(geometry, dtype, largest, cache_len, prompt_len, fuse)
+    if wanted.total <= free:
+        return f"memory preflight: needs {gib(wanted.total)} beyond the weights, {gib(free)} free ({source})"
+    raise ResourceError(
+        f"batch {largest} at cache {cache_len} needs {gib(wanted.total)} beyond the weights "
+        f"({wanted.describe()}); {gib(free)} is free.",
+        _what_fits(need, free, buckets, cache_len, prompt_len),
+    )
+
+
+def _what_fits(need, free: int, buckets: tuple[int, ...], cache_len: int, prompt_len: int) -> str:
+    """The largest bucket at this cache length, the longest cache at the largest bucket."""
+    batches = [b for b in range(max(buckets), 0, -1) if need(b, cache_len) <= free]
+    options = []
+    if batches:
+        options.append(f"batch buckets up to {batches[0]} at --max-cache-len {cache_len}")
+    lengths = range(cache_len - cache_len % CACHE_STEP, prompt_len, -CACHE_STEP)
+    length = next((n for n in lengths if n > prompt_len and need(max(buckets), n) <= free), None)
+    if length:
+        options.append(f"--max-cache-len {length} at batch {max(buckets)}")
+    if not options:
+        return "Not even batch 1 fits: free device memory, use a smaller --dtype or a smaller model."
+    return "What fits: " + ", or ".join(options) + "."

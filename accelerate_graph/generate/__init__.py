@@ -1,0 +1,1 @@
+"""Generating text through the captured graphs: a native decode loop and a drop-in for HF `generate()`."""

@@ -1,0 +1,292 @@
+"""How one case is judged: replay's error against a float32 reference may not exceed eager's own error
+against it by more than a factor, plus a small floor (docs/VERIFY.md has the reasoning and numbers).
+
+Everything here works on tensors: logits [steps, rows, vocab] of the replay, eager and reference runs,
+and the K/V each wrote, per layer [rows, heads, slots, dim]. Each measure is taken per row and step
+(per row and layer for the cache), never only on one worst element:
+- relative L2 error of the logits (catches a fault in any one row or step);
+- KL divergence of the next-token distribution, reference || run (what sampling sees);
+- systematic drift: the part of the error that is a scale or a shift of the reference logits, in units
+  of their spread (rounding noise has almost none; a logit scaled by 1.04 has 0.04);
+- greedy top-1 agreement with the reference, and flips across a margin wider than the noise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from accelerate_graph.verify.routers import RouterReport
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Replay may be `factor` times further from the reference than eager is (squared for KL, which
+    grows with the square of a logit error), plus a floor that covers a reference that equals eager."""
+
+    factor: float
+    l2_floor: float  # relative L2 error of logits, and of each cache layer
+    kl_floor: float  # mean KL, nats
+    drift_floor: float  # scale or shift of the logits, in units of their spread
+    top1_floor: float = 0.02  # share of row-steps whose greedy token may differ beyond eager's count
+
+
+# bf16 keeps 8 significant bits (unit roundoff 2**-9 ~ 2e-3): a 1% drift is several ulps. float16 keeps
+# 11 bits, float32 24 (its floor covers other summation orders of a padded batch or another kernel).
+TOLERANCES = {
+    torch.bfloat16: Tolerance(factor=2.0, l2_floor=1e-2, kl_floor=1e-4, drift_floor=1e-2),
+    torch.float16: Tolerance(factor=2.0, l2_floor=2e-3, kl_floor=1e-5, drift_floor=2e-3),
+    torch.float32: Tolerance(factor=2.0, l2_floor=1e-4, kl_floor=1e-8, drift_floor=1e-4),
+}
+NOISE_SIGMAS = 3.0  # a top-1 flip is a near-tie when the reference's top-2 gap is within this many
+# standard deviations of the difference of two logits of eager's error (sqrt(2) * its rms)
+
+
+def tolerance_for(dtype: torch.dtype) -> Tolerance:
+    return TOLERANCES.get(dtype, TOLERANCES[torch.float32])
+
+
+@dataclass
+class LogitMeasures:
+    """Per row-step measures of one run against the reference, each [steps, rows]."""
+
+    rel_l2: torch.Tensor
+    kl: torch.Tensor
+    scale: torch.Tensor  # least-squares scale of the error onto the centred reference logits
+    shift: torch.Tensor  # mean error over the vocabulary, in units of the reference's spread
+    rms: torch.Tensor  # rms error of one logit
+    top1: torch.Tensor  # bool: the run's greedy token is the reference's
+
+
+def logit_measures(run: torch.Tensor, reference: torch.Tensor) -> LogitMeasures:
+    run, reference = run.double(), reference.double()
+    err = run - reference
+    centred = reference - reference.mean(-1, keepdim=True)
+    spread = centred.pow(2).mean(-1).sqrt().clamp_min(1e-30)
+    err_centred = err - err.mean(-1, keepdim=True)
+    log_ref, log_run = reference.log_softmax(-1), run.log_softmax(-1)
+    return LogitMeasures(
+        rel_l2=(err.norm(dim=-1) / reference.norm(dim=-1).clamp_min(1e-30)).float(),
+        kl=(log_ref.exp() * (log_ref - log_run)).sum(-1).clamp_min(0).float(),
+        scale=((err_centred * centred).sum(-1) / centred.pow(2).sum(-1).clamp_min(1e-30)).float(),
+        shift=(err.mean(-1) / spread).float(),
+        rms=err.pow(2).mean(-1).sqrt().float(),
+        top1=run.argmax(-1) == reference.argmax(-1),
+    )
+
+
+def drift(measures: LogitMeasures, excused: torch.Tensor | None = None) -> float:
+    """The systematic part of the error over a case: mean scale and mean shift (rounding noise averages
+    out over rows and steps, a systematic fault does not)."""
+    keep = ~excused if excused is not None else torch.ones_like(measures.top1)
+    if not keep.any():
+        return 0.0
+    return max(abs(measures.scale[keep].mean().item()), abs(measures.shift[keep].mean().item()))
+
+
+def clear_flips(run: torch.Tensor, reference: torch.Tensor, eager: LogitMeasures) -> torch.Tensor:
+    """bool [steps, rows]: the run's greedy token differs from the reference's although the reference's
+    margin between the two is wider than eager's noise could bridge."""
+    ref_top = reference.argmax(-1, keepdim=True)
+    run_top = run.argmax(-1, keepdim=True)
+    gap = (reference.gather(-1, ref_top) - reference.gather(-1, run_top)).squeeze(-1)
+    noise = NOISE_SIGMAS * math.sqrt(2) * eager.rms
+    return (run_top.squeeze(-1) != ref_top.squeeze(-1)) & (gap > noise)
+
+
+def row_bound(errors: torch.Tensor, tol: Tolerance) -> torch.Tensor:
+    """The largest error replay may have per entry: factor x eager's error of the same entry (or the
+    case's median eager error, if larger: one entry's eager error is a single draw) + floor."""
+    typical = errors.median() if errors.numel() else torch.tensor(0.0)
+    return tol.factor * torch.maximum(errors, typical) + tol.l2_floor
+
+
+@dataclass
+class Judgement:
+    """The verdict on one case, with the measures the table and JSON show."""
+
+    passed: bool
+    detail: str  # the first broken rule, in words
+    logit_err: float  # worst relative L2 error of replay's logits, any row and step
+    eager_err: float  # worst of eager's
+    ratio: float  # worst replay error / eager's error of the same row-step (or eager's median, if larger)
+    kl: float  # mean KL(reference || replay)
+    eager_kl: float
+    drift: float  # systematic scale/shift of replay's logits
+    top1: float  # share of row-steps whose greedy token is the reference's
+    eager_top1: float
+    cache_err: float  # worst relative L2 error of a cache layer's written K/V, any row
+    eager_cache_err: float
+    router_flips: int = 0  # replay row-steps (or cache rows) off by more than rounding: a router flip
+    router_accepted: int = 0  # ... at a near-tie of the reference's routers
+    router_rejected: int = 0
+    eager_router_flips: int = 0  # eager's own decisions that differ from the reference's (counted exactly)
+    eager_router_accepted: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def _excused(over: torch.Tensor, routers: RouterReport | None) -> torch.Tensor:
+    """Of the row-steps `over` their bound, those with a near-tie in the row at or before the step."""
+    excused = torch.zeros_like(over)
+    if routers is None:
+        return excused
+    for step, row in over.nonzero().tolist():
+        excused[step, row] = routers.tie_in_row_before(row, step)
+    return excused
+
+
+def judge_logits(
+    replay: torch.Tensor, eager: torch.Tensor, reference: torch.Tensor, tol: Tolerance, routers: RouterReport | None
+) -> tuple[dict, list[str], torch.Tensor, torch.Tensor]:
+    """Measures and broken rules of the logits [steps, rows, vocab]; also which row-steps broke their
+    bound and which of those a router near-tie excuses."""
+    r, e = logit_measures(replay, reference), logit_measures(eager, reference)
+    bound = row_bound(e.rel_l2, tol)
+    over = r.rel_l2 > bound
+    excused = _excused(over, routers)
+    failures = []
+    for step, row in (over & ~excused).nonzero().tolist()[:1]:
+        failures.append(
+            f"logits of row {row} at step {step + 1}: relative L2 error {r.rel_l2[step, row]:.3g} against the "
+            f"float32 reference, allowed {bound[step, row]:.3g} (eager's: {e.rel_l2[step, row]:.3g})"
+        )
+    keep = ~excused
+    kl, eager_kl = r.kl[keep].mean().item() if keep.any() else 0.0, e.kl.mean().item()
+    if kl > tol.factor**2 * eager_kl + tol.kl_floor:
+        failures.append(f"mean KL {kl:.3g} nats against the reference, eager's {eager_kl:.3g}")
+    drifted, eager_drift = drift(r, excused), drift(e)
+    if drifted > tol.factor * eager_drift + tol.drift_floor:
+        failures.append(
+            f"every logit drifts: a systematic scale/shift of {drifted:.3g} of the logits' spread "
+            f"(eager's {eager_drift:.3g}, allowed {tol.factor * eager_drift + tol.drift_floor:.3g})"
+        )
+    failures += _judge_top1(replay, eager, reference, r, e, keep, tol)
+    measures = {
+        "logit_err": r.rel_l2.max().item(),
+        "eager_err": e.rel_l2.max().item(),
+        "ratio": (r.rel_l2 / torch.maximum(e.rel_l2, e.rel_l2.median()).clamp_min(1e-30)).max().item(),
+        "kl": kl,
+        "eager_kl": eager_kl,
+        "drift": drifted,
+        "top1": r.top1.float().mean().item(),
+        "eager_top1": e.top1.float().mean().item(),
+    }
+    return measures, failures, over, excused
+
+
+def _judge_top1(replay, eager, reference, r: LogitMeasures, e: LogitMeasures, keep, tol: Tolerance) -> list[str]:
+    """Greedy tokens: no more flips across a clear margin than eager has, and no more flips in all than
+    factor x eager's plus a small share of the row-steps."""
+    failures = []
+    clear = clear_flips(replay, reference, e) & keep
+    eager_clear_count = int(clear_flips(eager, reference, e).sum())
+    if int(clear.sum()) > eager_clear_count:
+        step, row = clear.nonzero()[0].tolist()
+        failures.append(
+            f"greedy token of row {row} at step {step + 1} differs from the reference's across a margin "
+            f"wider than the noise ({int(clear.sum())} such row-step(s))"
+        )
+    flips, eager_flips = int((~r.top1 & keep).sum()), int((~e.top1).sum())
+    allowed = tol.factor * eager_flips + math.ceil(tol.top1_floor * r.top1.numel())
+    if flips > allowed:
+        failures.append(
+            f"{flips} greedy tokens differ from the reference's (eager: {eager_flips}, allowed {allowed:g})"
+        )
+    return failures
+
+
+def cache_errors(run: list, reference: list) -> torch.Tensor:
+    """Relative L2 error [layers, rows] of the K and V each layer wrote ([rows, heads, slots, dim] each)."""
+    rows = []
+    for (keys, values), (ref_keys, ref_values) in zip(run, reference):
+        diff = (keys.double() - ref_keys.double()).pow(2).sum((1, 2, 3)) + (values.double() - ref_values.double()).pow(
+            2
+        ).sum((1, 2, 3))
+        size = ref_keys.double().pow(2).sum((1, 2, 3)) + ref_values.double().pow(2).sum((1, 2, 3))
+        rows.append((diff.sqrt() / size.sqrt().clamp_min(1e-30)).float())
+    return torch.stack(rows) if rows else torch.zeros(0, 0)
+
+
+def judge_cache(
+    replay: list, eager: list, reference: list, tol: Tolerance, routers: RouterReport | None, steps: int
+) -> tuple[dict, list[str], torch.Tensor, torch.Tensor]:
+    """Measures and broken rules of the written K/V per (layer, row); also which entries broke their
+    bound and which of those a router near-tie upstream excuses."""
+    r, e = cache_errors(replay, reference), cache_errors(eager, reference)
+    if not r.numel():
+        empty = torch.zeros(0, 0, dtype=torch.bool)
+        return {"cache_err": 0.0, "eager_cache_err": 0.0}, [], empty, empty
+    bound = row_bound(e, tol)
+    over = r > bound
+    excused = torch.zeros_like(over)
+    if routers is not None:
+        for layer, row in over.nonzero().tolist():
+            excused[layer, row] = routers.tie_in_row_before(row, steps - 1, layer)
+    failures = [
+        f"cache layer {layer} row {row}: relative L2 error {r[layer, row]:.3g} of the K/V it wrote against the "
+        f"float32 reference, allowed {bound[layer, row]:.3g} (eager's: {e[layer, row]:.3g})"
+        for layer, row in (over & ~excused).nonzero().tolist()[:1]
+    ]
+    return {"cache_err": r.max().item(), "eager_cache_err": e.max().item()}, failures, over, excused
+
+
+def judge_tensors(
+    logits: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    caches: tuple[list, list, list],
+    dtype: torch.dtype,
+    routers: RouterReport | None = None,
+) -> Judgement:
+    """(replay, eager, reference) logits [steps, rows, vocab] and written K/V per layer: the verdict."""
+    tol = tolerance_for(dtype)
+    steps = logits[0].shape[0]
+    measures, failures, over_logits, excused_logits = judge_logits(*logits, tol, routers)
+    cache_measures, cache_failures, over_cache, excused_cache = judge_cache(*caches, tol, routers, steps)
+    failures += cache_failures
+    judgement = Judgement(not failures, "; ".join(failures[:2]), **measures, **cache_measures, failures=failures)
+    if routers is not None:
+        _count_router_rows(judgement, over_logits, excused_logits, over_cache, excused_cache)
+        judgement.eager_router_flips = routers.eager_flips
+        judgement.eager_router_accepted = routers.eager_flips_accepted
+        _judge_router_rows(judgement, routers, tol)
+    return judgement
+
+
+def _judge_router_rows(judgement: Judgement, routers: RouterReport, tol: Tolerance) -> None:
+    """Near-ties excuse a row only as often as eager itself flips a router: a fault that sends every
+    row off its bound cannot hide behind near-ties, which random-weight routers have in most rows."""
+    allowed = tol.factor * routers.eager_flip_rows + 1
+    if judgement.router_accepted > allowed:
+        judgement.failures.append(
+            f"{judgement.router_accepted} rows left their bound at router near-ties; eager's routers flipped "
+            f"in {routers.eager_flip_rows} row(s) (allowed {allowed:g})"
+        )
+        judgement.passed = False
+        judgement.detail = "; ".join(judgement.failures[:2])
+
+
+def _count_router_rows(judgement: Judgement, over_logits, excused_logits, over_cache, excused_cache) -> None:
+    """Rows whose replay left its bound somewhere (a router decision that went the other way, as far as
+    a replay shows it: its own decisions cannot be read); accepted where every departure has a near-tie
+    upstream."""
+    off = over_logits.any(0)
+    unexcused = (over_logits & ~excused_logits).any(0)
+    if over_cache.numel():
+        off |= over_cache.any(0)
+        unexcused |= (over_cache & ~excused_cache).any(0)
+    judgement.router_flips = int(off.sum())
+    judgement.router_rejected = int((off & unexcused).sum())
+    judgement.router_accepted = judgement.router_flips - judgement.router_rejected
+
+
+CRITERION_LINE = "each error <= 2 x eager's + a floor"
+
+
+def criterion_summary() -> dict:
+    """The rule and its numbers per dtype, for JSON output."""
+    return {
+        "rule": "replay error vs float32 reference <= factor x eager error vs reference + floor",
+        "tolerances": {str(dtype).removeprefix("torch."): vars(tol) for dtype, tol in TOLERANCES.items()},
+        "noise_sigmas": NOISE_SIGMAS,
+    }

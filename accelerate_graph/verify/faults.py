@@ -1,0 +1,220 @@
+"""Faults planted in the replay path only, to prove `verify` catches them (tests/verify/test_faults.py,
+benchmarks/fault_sweep.py).
+
+Most faults are hooks that exist only while a graph is being recorded: the graph keeps the faulty
+work, the eager reference never runs it. They are plain tensor operations, so the CPU emulation and
+CUDA graphs record them alike. `padded_leak` is a step that mixes rows (a mean over the batch): eager
+runs only the real rows, a padded replay mixes the padding rows in. The stale-graph faults replace
+the dispatch table after capture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from accelerate_graph.core.backends import GraphBackend
+from accelerate_graph.core.capture import DecodeGraphs, capture_decode_graphs
+from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.fused.layers import decoder_layers
+
+Undo = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    size: float = 0.0  # drift: eps; close_flip: top-2 gap (fraction of the row's largest logit); padded_leak: weight
+    layer: int = -1  # the decoder layer a layer or cache fault hits
+    cuda_safe: bool = True  # False: on a GPU it would end the process (a device-side assert)
+
+    def describe(self) -> str:
+        return f"{self.kind}({self.size:g})" if self.size else self.kind
+
+
+# The kinds; those with a size are swept by benchmarks/fault_sweep.py.
+KINDS = (
+    "frozen_position",  # the position read from a Python int: frozen at its capture value
+    "skipped_write",  # one layer's cache write undone
+    "wrong_slot",  # one layer's cache write lands one slot late
+    "skipped_layer",  # one decoder layer returns its input
+    "padded_leak",  # a mean over the batch: padding rows leak into real rows
+    "wrong_bucket",  # the largest bucket dispatches to the next smaller bucket's graphs
+    "wrong_context",  # the largest context bucket dispatches to the smallest's graphs (CPU only)
+    "drift",  # every logit scaled by 1 + size
+    "close_flip",  # the runner-up logit raised above the top one where their gap is under size
+)
+SIZED = {"drift": 1e-3, "close_flip": 0.05, "padded_leak": 0.1}  # kind -> default size
+
+
+def fault(kind: str, size: float | None = None, layer: int = -1) -> Fault:
+    if kind not in KINDS:
+        raise ValueError(f"unknown fault {kind!r}; one of {', '.join(KINDS)}")
+    return Fault(kind, SIZED.get(kind, 0.0) if size is None else size, layer, kind != "wrong_context")
+
+
+def capture_with_fault(
+    session: DecodeSession,
+    backend: GraphBackend,
+    buckets: tuple[int, ...],
+    planted: Fault | None,
+    contexts: tuple[int, ...] = (),
+    only: tuple[int, int] | None = None,
+) -> tuple[DecodeGraphs, Undo]:
+    """Capture with `planted` in the recorded step (only in graph `only`=(bucket, context) if given;
+    None: no fault). Returns the graphs and the undo of any hook that outlives the capture."""
+    undo: Undo = lambda: None  # noqa: E731
+    planted = planted or Fault("none")
+    if planted.kind == "padded_leak":
+        undo = _batch_mean_leak(session, planted.size)
+    recording = _RECORDING_FAULTS.get(planted.kind)
+    plain = session.capture_step
+
+    def capture_step(batch: int, context: int | None = None):
+        step = plain(batch, context)
+        if recording is None or (only is not None and only != (batch, context)):
+            return step
+
+        def faulty() -> torch.Tensor:
+            with _installed(recording(session, planted)):
+                return step()
+
+        return faulty
+
+    session.capture_step = capture_step
+    try:
+        graphs = capture_decode_graphs(session, backend, buckets, contexts=contexts)
+    finally:
+        del session.capture_step  # back to the class's method
+    _DISPATCH_FAULTS.get(planted.kind, lambda graphs: None)(graphs)
+    return graphs, undo
+
+
+@contextlib.contextmanager
+def _installed(undos: Sequence[Undo]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for undo in undos:
+            undo()
+
+
+def _layer(session: DecodeSession, index: int) -> tuple[torch.nn.Module, int]:
+    layers = decoder_layers(session.model)
+    index = index % len(layers)
+    return layers[index], index
+
+
+def _frozen_position(session: DecodeSession, planted: Fault) -> list[Undo]:
+    """A decode step whose positions come from the host's copy of the write slot: right in eager,
+    the capture-time value in every replay."""
+
+    def pre(module, args, kwargs):
+        positions = kwargs.get("position_ids")
+        if positions is not None and positions.shape[-1] == 1:
+            kwargs["position_ids"] = torch.full_like(positions, session.kv.next_slot)
+        return args, kwargs
+
+    return [session.model.register_forward_pre_hook(pre, with_kwargs=True).remove]
+
+
+def _moved_write(session: DecodeSession, planted: Fault, shift: int | None) -> list[Undo]:
+    """Undo one layer's cache write (shift None), or move it `shift` slots later, with tensor ops on the
+    device's write position, so the graph records them."""
+    module, index = _layer(session, planted.layer)
+    cache = session.kv.layers[index]
+    saved: dict[str, torch.Tensor] = {}
+
+    def pre(module, args):
+        slot = cache.cumulative_length.reshape(1).clone()
+        saved["slot"] = slot
+        saved["old"] = [t.index_select(2, slot) for t in (cache.keys, cache.values)]
+
+    def post(module, args, output):
+        slot = saved["slot"]
+        for n, tensor in enumerate((cache.keys, cache.values)):
+            written = tensor.index_select(2, slot)
+            tensor.index_copy_(2, slot, saved["old"][n])
+            if shift is not None:
+                tensor.index_copy_(2, slot + shift, written)
+
+    return [module.register_forward_pre_hook(pre).remove, module.register_forward_hook(post).remove]
+
+
+def _skipped_layer(session: DecodeSession, planted: Fault) -> list[Undo]:
+    module, _ = _layer(session, planted.layer)
+
+    def post(module, args, kwargs, output):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+    return [module.register_forward_hook(post, with_kwargs=True).remove]
+
+
+def _logits_hook(session: DecodeSession, change: Callable[[torch.Tensor], torch.Tensor]) -> list[Undo]:
+    head = session.model.get_output_embeddings()
+    return [head.register_forward_hook(lambda module, args, output: change(output)).remove]
+
+
+def _drift(session: DecodeSession, planted: Fault) -> list[Undo]:
+    return _logits_hook(session, lambda logits: logits * (1 + planted.size))
+
+
+def _close_flip(session: DecodeSession, planted: Fault) -> list[Undo]:
+    return _logits_hook(session, lambda logits: flip_close_rows(logits, planted.size))
+
+
+def flip_close_rows(logits: torch.Tensor, gap: float) -> torch.Tensor:
+    """Where a row's top-2 gap is at most `gap` x its largest |logit|, raise the runner-up by twice the
+    gap: one logit moves, the argmax flips."""
+    top = logits.topk(2, dim=-1)
+    first, second = top.values[..., :1], top.values[..., 1:]
+    scale = logits.abs().amax(dim=-1, keepdim=True)
+    close = (first - second) <= gap * scale
+    raised = torch.where(close, 2 * first - second, second)
+    return logits.scatter(-1, top.indices[..., 1:], raised)
+
+
+def _batch_mean_leak(session: DecodeSession, weight: float) -> Undo:
+    """Every row gets `weight` x the batch mean after the first layer: a bug of the step itself, which
+    eager runs over the real rows only."""
+    module, _ = _layer(session, 0)
+
+    def post(module, args, output):
+        hidden = output[0] if isinstance(output, tuple) else output
+        mixed = hidden + weight * hidden.mean(dim=0, keepdim=True)
+        return (mixed, *output[1:]) if isinstance(output, tuple) else mixed
+
+    return module.register_forward_hook(post).remove
+
+
+def _wrong_bucket(graphs: DecodeGraphs) -> None:
+    if len(graphs.buckets) < 2:
+        raise ValueError("a wrong-bucket fault needs two batch buckets")
+    largest, smaller = graphs.buckets[-1], graphs.buckets[-2]
+    for context in graphs.contexts:
+        graphs.graphs[largest, context] = graphs.graphs[smaller, context]
+
+
+def _wrong_context(graphs: DecodeGraphs) -> None:
+    if len(graphs.contexts) < 2:
+        raise ValueError("a wrong-context fault needs two context buckets")
+    for bucket in graphs.buckets:
+        graphs.graphs[bucket, graphs.contexts[-1]] = graphs.graphs[bucket, graphs.contexts[0]]
+
+
+_RECORDING_FAULTS: dict[str, Callable[[DecodeSession, Fault], list[Undo]]] = {
+    "frozen_position": _frozen_position,
+    "skipped_write": lambda session, planted: _moved_write(session, planted, None),
+    "wrong_slot": lambda session, planted: _moved_write(session, planted, 1),
+    "skipped_layer": _skipped_layer,
+    "drift": _drift,
+    "close_flip": _close_flip,
+}
+_DISPATCH_FAULTS: dict[str, Callable[[DecodeGraphs], None]] = {
+    "wrong_bucket": _wrong_bucket,
+    "wrong_context": _wrong_context,
+}

@@ -1,0 +1,135 @@
+"""The smallest planted fault `verify` catches, per fault kind and dtype (issue 13: detection must not weaken).
+
+For each fault with a size (every logit scaled by 1 + eps; the runner-up logit raised past the top one
+where the top-2 gap is under a fraction of the row's largest logit; a weight of the batch mean leaking
+into every row), bisect on a log scale between a size verify misses and one it catches; the faults
+without a size are run once (caught or missed). Each run captures the `tiny` recipe with the fault in
+its replay path only (accelerate_graph/verify/faults.py) and verifies it. Prints a table and writes it
+into docs/VERIFY.md's section "Smallest fault caught".
+
+  PYTHONPATH=. python benchmarks/fault_sweep.py                 # CPU emulation, and CUDA when present
+  PYTHONPATH=. python benchmarks/fault_sweep.py --devices cpu --rounds 6 --no-docs
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from pathlib import Path
+
+import torch
+
+from accelerate_graph.common.atomic_io import atomic_write_text
+from accelerate_graph.core.backends import backend_for
+from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.models.loading import load_model
+from accelerate_graph.verify.against_eager import verify_graphs
+from accelerate_graph.verify.faults import KINDS, SIZED, capture_with_fault, fault
+
+BUCKETS = (1, 4)  # bucket 4 also runs batch 2, padded
+CONTEXTS = (16,)  # and the cache, 32
+CACHE, STEPS, PROMPT = 32, 4, 6
+SECTION = "## Smallest fault caught"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "VERIFY.md"
+
+
+def caught(model: torch.nn.Module, kind: str, size: float | None) -> bool:
+    """Does verify fail with this fault planted? (A fresh session each time: faults leave no trace.)"""
+    session = DecodeSession(model, max(BUCKETS), CACHE)
+    planted = fault(kind, size)
+    graphs, undo = capture_with_fault(session, backend_for(session.device), BUCKETS, planted, CONTEXTS)
+    try:
+        rows = verify_graphs(graphs, steps=STEPS, prompt_len=PROMPT)
+    finally:
+        undo()
+    return not all(r.passed for r in rows)
+
+
+def smallest_caught(model, kind: str, rounds: int, low: float = 1e-6, high: float = 1.0) -> tuple[float, float]:
+    """(largest size missed, smallest size caught) after `rounds` log-scale bisections; inf when even
+    `high` is missed, 0 missed when even `low` is caught."""
+    if not caught(model, kind, high):
+        return high, math.inf
+    if caught(model, kind, low):
+        return 0.0, low
+    for _ in range(rounds):
+        middle = math.sqrt(low * high)
+        if caught(model, kind, middle):
+            high = middle
+        else:
+            low = middle
+    return low, high
+
+
+def sweep(devices: list[str], rounds: int) -> list[dict]:
+    results = []
+    for device in devices:
+        for dtype in (torch.float32, torch.bfloat16):
+            model = load_model("tiny", torch.device(device), dtype).model
+            for kind in KINDS:
+                if kind == "wrong_context" and device != "cpu":
+                    continue  # a device-side assert on a GPU: it would end this process
+                row = {"device": device, "dtype": str(dtype).removeprefix("torch."), "fault": kind}
+                if kind in SIZED:
+                    row["missed"], row["caught"] = smallest_caught(model, kind, rounds)
+                else:
+                    row["caught"] = caught(model, kind, None)
+                results.append(row)
+                print(format_row(row), flush=True)
+    return results
+
+
+def format_row(row: dict) -> str:
+    if row["fault"] not in SIZED:
+        verdict = "caught" if row["caught"] else "**missed**"
+    elif math.isinf(row["caught"]):
+        verdict = f"**missed** even at {row['missed']:g}"
+    else:
+        verdict = f"caught at {row['caught']:.2g} (missed at {row['missed']:.2g})"
+    return f"| {row['device']} | {row['dtype']} | {row['fault']} | {verdict} |"
+
+
+def markdown(results: list[dict], rounds: int) -> str:
+    lines = [
+        SECTION,
+        "",
+        "Written by `benchmarks/fault_sweep.py`: the `tiny` recipe captured with one fault planted in its replay",
+        f"path only (`accelerate_graph/verify/faults.py`), buckets {BUCKETS}, context buckets {CONTEXTS} + cache "
+        f"{CACHE}, {STEPS} steps per case; sizes bisected on a log scale ({rounds} rounds). Sizes: `drift` scales "
+        "every logit by 1 + size; `close_flip` raises the runner-up logit past the top one in rows whose top-2 gap "
+        "is under size x the row's largest |logit|; `padded_leak` adds size x the batch mean to every row after "
+        "the first layer (eager sees only real rows).",
+        "",
+        "| device | dtype | fault | verify |",
+        "|---|---|---|---|",
+        *(format_row(r) for r in results),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_section(path: Path, section: str) -> None:
+    """Replace the section (up to the next '## ' heading) in `path`, or append it; create the file if needed."""
+    text = path.read_text() if path.exists() else "# Verification\n\n"
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip() + "\n\n" + section
+    atomic_write_text(path, text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    default_devices = "cpu,cuda" if torch.cuda.is_available() else "cpu"
+    parser.add_argument("--devices", default=default_devices)
+    parser.add_argument("--rounds", type=int, default=8, help="bisection rounds per sized fault")
+    parser.add_argument("--no-docs", action="store_true", help="print only; leave docs/VERIFY.md alone")
+    args = parser.parse_args()
+    print("| device | dtype | fault | verify |\n|---|---|---|---|")
+    results = sweep(args.devices.split(","), args.rounds)
+    if not args.no_docs:
+        write_section(DOCS, markdown(results, args.rounds))
+        print(f"written to {DOCS}")
+
+
+if __name__ == "__main__":
+    main()

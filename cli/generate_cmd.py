@@ -1,0 +1,132 @@
+"""`cugraph-accel generate`: text from prompts, through the captured graphs (native decode loop)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .errors import guarded
+from .options import (
+    BucketsOpt,
+    CacheLenOpt,
+    DeviceOpt,
+    DtypeOpt,
+    EmulateFlag,
+    ForceFlag,
+    FuseFlag,
+    JsonOpt,
+    ModelArg,
+    PlanOpt,
+    RevisionOpt,
+    buckets_or_none,
+)
+from .output import STDOUT, Output
+
+PromptOpt = Annotated[list[str] | None, typer.Option("--prompt", help="A prompt (repeat for a batch).")]
+PromptsOpt = Annotated[
+    Path | None,
+    typer.Option("--prompts", help='A JSONL file: a string, {"prompt": ...} or {"input_ids": [...]} a line.'),
+]
+InputIdsOpt = Annotated[
+    list[str] | None, typer.Option("--input-ids", help="Token ids, e.g. 1,15,27 (repeat for a batch).")
+]
+NewTokensOpt = Annotated[int, typer.Option("--max-new-tokens", min=1, help="New tokens per prompt at most.")]
+TemperatureOpt = Annotated[float, typer.Option("--temperature", help="0: greedy (default); above 0: sample.")]
+TopKOpt = Annotated[int, typer.Option("--top-k", help="Sample among the k most likely tokens (0: all).")]
+TopPOpt = Annotated[float, typer.Option("--top-p", help="Sample among the top tokens holding this mass.")]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed of the sampler.")]
+
+
+@guarded
+def generate(
+    model: ModelArg = None,
+    prompt: PromptOpt = None,
+    prompts: PromptsOpt = None,
+    input_ids: InputIdsOpt = None,
+    max_new_tokens: NewTokensOpt = 64,
+    temperature: TemperatureOpt = 0.0,
+    top_k: TopKOpt = 0,
+    top_p: TopPOpt = 1.0,
+    seed: SeedOpt = None,
+    buckets: BucketsOpt = None,
+    max_cache_len: CacheLenOpt = None,
+    dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
+    revision: RevisionOpt = None,
+    fuse: FuseFlag = False,
+    plan: PlanOpt = None,
+    emulate: EmulateFlag = False,
+    json: JsonOpt = None,
+    force: ForceFlag = False,
+) -> None:
+    """Generate text for prompts: eager prefill, then one graph replay per new token.
+
+    Examples:
+
+      cugraph-accel generate ./my-model --prompt "Once upon a time" --max-new-tokens 64
+
+      cugraph-accel generate Qwen/Qwen2.5-0.5B --prompts prompts.jsonl --json out.json
+
+      cugraph-accel generate --plan cugraph-accel.plan.yaml --input-ids 1,15,27 --temperature 0.7 --seed 1
+    """
+    from accelerate_graph.common.atomic_io import check_writable
+    from accelerate_graph.generate.prompts import collect_prompts, encode_prompts, load_tokenizer
+    from accelerate_graph.generate.run import GenerateJob, generation_report
+    from accelerate_graph.generate.sampling import Sampling
+
+    from .common import prepare_with_progress, request_for
+
+    sampling = Sampling(temperature, top_k, top_p, seed).check()
+    wanted = collect_prompts(prompt, prompts, input_ids)
+    if json not in (None, STDOUT):
+        check_writable(json, "JSON results", force)
+    out = Output(json)
+    overrides = dict(buckets=buckets_or_none(buckets), max_cache_len=max_cache_len, revision=revision)
+    if model is not None and plan is None:
+        overrides.update(dtype=dtype, device=device, fuse=fuse or None, emulate=emulate or None)
+    request, source = request_for(model, plan, out, **overrides)
+    prepared = prepare_with_progress(request, out, source)
+    loaded = prepared.loaded
+    tokenizer = load_tokenizer(loaded.reference if loaded.kind != "recipe" else None, loaded.revision)
+    tokens = encode_prompts(wanted, tokenizer, loaded.reference)
+    job = GenerateJob(tokens, max_new_tokens, sampling)
+    generation = _run(prepared.graphs, job, out)
+    report = generation_report(generation, tokens, job)
+    _summary(report, out, show_text=len(tokens.ids) > 1)
+    out.emit_json(report)  # ids, text, first-token time, tokens/s, step percentiles
+
+
+def _run(graphs, job, out: Output):
+    """One prompt streams to the terminal; many draw a progress bar."""
+    from accelerate_graph.generate.run import run_generate, special_ids
+    from accelerate_graph.generate.stream import TextStream
+
+    if len(job.tokens.ids) == 1:
+        eos, _ = special_ids(graphs.session.model if graphs else None, job.tokens.tokenizer)
+        stream = TextStream(job.tokens.tokenizer, eos)
+        generation = run_generate(graphs, job, on_tokens=lambda row, new: _print(out, stream.push(new)))
+        out.console.print()
+        return generation
+    with out.progress() as progress:
+        task = progress.add_task("generating", total=len(job.tokens.ids))
+        return run_generate(graphs, job, on_rows=lambda count: progress.advance(task, count))
+
+
+def _print(out: Output, text: str) -> None:
+    if text:
+        out.console.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+
+
+def _summary(report: dict, out: Output, show_text: bool) -> None:
+    if show_text:
+        for number, row in enumerate(report["outputs"], 1):
+            text = row["text"] if row["text"] is not None else " ".join(map(str, row["token_ids"]))
+            out.console.print(f"[bold]{number}[/bold] {text}", markup=True, highlight=False)
+    steps = report["step_ms"]
+    out.line(
+        f"{report['new_tokens']} new tokens in {report['seconds']:.2f} s ({report['tokens_per_second']:.1f} tok/s); "
+        f"first token {report['time_to_first_token_s'] * 1000:.0f} ms"
+        + (f"; step p50 {steps['p50']:.2f} ms, p90 {steps['p90']:.2f} ms" if steps else "")
+    )

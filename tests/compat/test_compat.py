@@ -1,0 +1,379 @@
+"""One test per compat function, against the installed torch and transformers: each fails naming the
+upstream symbol when an upgrade removes it or changes what we rely on."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+
+import pytest
+import torch
+import transformers
+from tiny_models import tiny_decoder
+from torch.overrides import TorchFunctionMode
+from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
+from transformers.cache_utils import StaticLayer
+
+from accelerate_graph.compat import torch_internals as ti
+from accelerate_graph.compat import transformers_internals as hf
+
+aten = torch.ops.aten
+
+
+@contextlib.contextmanager
+def upstream(symbol: str, checked: str):
+    """Turns the error an upgrade would raise into a failure that names the symbol."""
+    try:
+        yield
+    except (AttributeError, ImportError, KeyError, TypeError, RuntimeError) as err:
+        pytest.fail(f"{symbol} is gone or changed (checked on {checked}): {type(err).__name__}: {err}")
+
+
+def expect(condition: bool, symbol: str, checked: str, what: str) -> None:
+    if not condition:
+        pytest.fail(f"{symbol} changed (checked on {checked}): {what}")
+
+
+class _Seen(ti.DispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+class _SeenFunctions(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+# --- torch ---------------------------------------------------------------------------------------------
+
+TORCH = ti.CHECKED
+
+
+def test_dispatch_mode_sees_aten_ops():
+    symbol = "torch.utils._python_dispatch.TorchDispatchMode"
+    with upstream(symbol, TORCH):
+        with _Seen() as seen:
+            torch.ones(2) + 1
+    expect(aten.add.Tensor in seen.ops, symbol, TORCH, f"a subclass saw {seen.ops}, not aten.add.Tensor")
+
+
+def test_pytree_leaves_in_order():
+    symbol = "torch.utils._pytree.tree_flatten"
+    tensor = torch.zeros(1)
+    with upstream(symbol, TORCH):
+        leaves = ti.pytree_leaves(((1, [tensor]), {"a": 2.0}, None))
+    expect(leaves[:3] == [1, tensor, 2.0], symbol, TORCH, f"leaves {leaves}")
+
+
+def test_dispatch_modes_disabled_hides_ops_from_an_active_mode():
+    symbol = "torch.utils._python_dispatch._disable_current_modes"
+    with upstream(symbol, TORCH):
+        with _Seen() as seen:
+            with ti.dispatch_modes_disabled():
+                torch.ones(2).mul(3)
+    expect(aten.mul.Tensor not in seen.ops, symbol, TORCH, "the active mode still saw aten.mul")
+
+
+def test_torch_function_disabled_hides_calls_from_a_function_mode():
+    symbol = "torch._C.DisableTorchFunction"
+    a = torch.ones(2)
+    with upstream(symbol, TORCH):
+        with _SeenFunctions() as seen:
+            with ti.torch_function_disabled():
+                torch.equal(a, a)
+            torch.equal(a, a)
+    expect(
+        seen.calls.count(torch.equal) == 1, symbol, TORCH, f"the mode saw torch.equal {seen.calls.count(torch.equal)}x"
+    )
+
+
+def test_tensor_version_counts_in_place_writes_only():
+    symbol = "torch.Tensor._version"
+    tensor = torch.zeros(3)
+    with upstream(symbol, TORCH):
+        start = ti.tensor_version(tensor)
+        tensor + 1
+        same = ti.tensor_version(tensor)
+        tensor.add_(1)
+        after = ti.tensor_version(tensor)
+    expect(isinstance(start, int) and same == start and after > start, symbol, TORCH, f"{start}, {same}, {after}")
+
+
+def test_op_is_mutable():
+    symbol = "torch._ops.OpOverload._schema.is_mutable"
+    with upstream(symbol, TORCH):
+        found = [ti.op_is_mutable(op) for op in (aten.add_.Tensor, aten.copy_.default, aten.add.Tensor)]
+    expect(found == [True, True, False], symbol, TORCH, f"add_/copy_/add gave {found}")
+
+
+def test_forwards_replaced_shadows_the_class_forward_for_the_duration():
+    symbol = "torch.nn.Module._call_impl (per-call lookup of self.forward)"
+    module = torch.nn.Linear(2, 2)
+    calls = []
+    module.register_forward_hook(lambda *_: calls.append("hook"))
+    with ti.forwards_replaced({module: lambda x: x * 0 + 7}):
+        replaced = module(torch.ones(1, 2))
+    expect(bool((replaced == 7).all()), symbol, TORCH, "an instance `forward` does not replace the class's")
+    expect(calls == ["hook"], symbol, TORCH, "hooks no longer run around an instance `forward`")
+    expect("forward" not in vars(module), symbol, TORCH, "the instance attribute was left behind")
+    expect(not bool((module(torch.ones(1, 2)) == 7).all()), symbol, TORCH, "the class forward did not come back")
+
+
+def _compile_count(fn, *inputs) -> int:
+    torch.compiler.reset()
+    compiled = torch.compile(fn, backend="eager", dynamic=None)
+    before = ti.dynamo_graph_count()
+    for x in inputs:
+        compiled(x)
+    return ti.dynamo_graph_count() - before
+
+
+def test_dynamo_graph_count_counts_each_graph():
+    symbol = 'torch._dynamo.utils.counters["stats"]["unique_graphs"]'
+    with upstream(symbol, TORCH):
+        made = _compile_count(lambda x: x * 2, torch.ones(3))
+    expect(made == 1, symbol, TORCH, f"one compiled function counted {made} graphs")
+
+
+def test_maybe_mark_dynamic_makes_one_graph_serve_two_sizes():
+    symbol = "torch._dynamo.maybe_mark_dynamic"
+    a, b = torch.ones(2, 3), torch.ones(5, 3)
+    with upstream(symbol, TORCH):
+        for tensor in (a, b):
+            ti.maybe_mark_dynamic(tensor, 0)
+        made = _compile_count(lambda x: x.sum(0) * x.shape[0], a, b)
+    expect(made == 1, symbol, TORCH, f"two sizes marked dynamic took {made} graphs")
+
+
+def test_mark_static_address_is_accepted_by_a_compiled_call():
+    symbol = "torch._dynamo.mark_static_address"
+    tensor = torch.zeros(3)
+    with upstream(symbol, TORCH):
+        ti.mark_static_address(tensor)
+        made = _compile_count(lambda x: x.add_(1), tensor)
+    expect(made == 1 and bool((tensor == 1).all()), symbol, TORCH, "a marked tensor did not compile and run")
+
+
+def test_cudagraph_skip_count_reads_the_counter_inductor_bumps():
+    symbol = 'torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]'
+    with upstream("torch._inductor.cudagraph_utils.log_cudagraph_skip_and_bump_counter", TORCH):
+        from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
+
+        before = ti.cudagraph_skip_count()
+        log_cudagraph_skip_and_bump_counter("compat test: a counted skip")
+        after = ti.cudagraph_skip_count()
+    expect(after == before + 1, symbol, TORCH, f"inductor's skip did not reach it ({before} -> {after})")
+
+
+def test_recompile_limit_at_least_raises_and_restores_it():
+    symbol = "torch._dynamo.config.recompile_limit"
+    import torch._dynamo.config as config
+
+    with upstream(symbol, TORCH):
+        start = config.recompile_limit
+        with ti.recompile_limit_at_least(start + 50):
+            inside = config.recompile_limit
+        after = config.recompile_limit
+    expect(inside == start + 50 and after == start, symbol, TORCH, f"{start} -> {inside} -> {after}")
+
+
+def test_inductor_config_patched_with_the_fused_settings():
+    from accelerate_graph.fused.layers import INDUCTOR_SETTINGS
+
+    symbol = f"torch._inductor.config.patch({INDUCTOR_SETTINGS})"
+    import torch._inductor.config as config
+
+    def read(key: str):
+        owner, _, name = key.rpartition(".")
+        return getattr(getattr(config, owner) if owner else config, name)
+
+    with upstream(symbol, TORCH):
+        before = {key: read(key) for key in INDUCTOR_SETTINGS}
+        with ti.inductor_config_patched(INDUCTOR_SETTINGS):
+            inside = {key: read(key) for key in INDUCTOR_SETTINGS}
+        after = {key: read(key) for key in INDUCTOR_SETTINGS}
+    expect(inside == INDUCTOR_SETTINGS and after == before, symbol, TORCH, f"{before} -> {inside} -> {after}")
+
+
+def test_warm_compile_workers(monkeypatch):
+    symbol = "torch._inductor.async_compile.maybe_warm_pool"
+    monkeypatch.setenv("TORCH_WARM_POOL", "0")  # the call, without starting worker processes in a test
+    with upstream(symbol, TORCH):
+        from torch._inductor.async_compile import maybe_warm_pool
+
+        required = [p for p in inspect.signature(maybe_warm_pool).parameters.values() if p.default is p.empty]
+        ti.warm_compile_workers()
+    expect(not required, symbol, TORCH, f"it now requires {[p.name for p in required]}")
+
+
+def test_reset_cudagraph_trees():
+    with upstream("torch._inductor.cudagraph_trees.reset_cudagraph_trees", TORCH):
+        ti.reset_cudagraph_trees()
+
+
+def test_inductor_decompositions_replaced_reaches_the_table_inductor_selects():
+    symbol = "torch._inductor.decomposition.decompositions (and fast_random_decomps())"
+    with upstream(symbol, TORCH):
+        from torch._inductor.decomposition import select_decomp_table
+
+        original = select_decomp_table().get(aten.mm.default)
+        seen = []
+
+        def maker(inner):
+            seen.append(inner)
+            return lambda a, b: NotImplemented
+
+        with ti.inductor_decompositions_replaced({aten.mm.default: maker}):
+            inside = select_decomp_table().get(aten.mm.default)
+        after = select_decomp_table().get(aten.mm.default)
+    expect(inside is not original and seen and seen[0] is original, symbol, TORCH, "inductor's table kept its own mm")
+    expect(after is original, symbol, TORCH, "inductor's own mm decomposition was not restored")
+
+
+def test_inductor_cache_tagged_keys_a_graph_pass_and_keeps_a_users():
+    symbol = "torch._inductor.config.post_grad_custom_post_pass / custom_graph_pass.CustomGraphPass"
+    with upstream(symbol, TORCH):
+        import torch._inductor.config as config
+        from torch._inductor.custom_graph_pass import CustomGraphPass
+
+        class Users(CustomGraphPass):
+            calls = 0
+
+            def __call__(self, graph):
+                Users.calls += 1
+
+            def uuid(self):
+                return "users"
+
+        with ti.inductor_cache_tagged(("tag", 1)):
+            alone = config.post_grad_custom_post_pass
+            alone_uuid = alone.uuid()
+        with config.patch(post_grad_custom_post_pass=Users()):
+            with ti.inductor_cache_tagged(("tag", 1)):
+                config.post_grad_custom_post_pass(torch.fx.Graph())
+                with_users = config.post_grad_custom_post_pass.uuid()
+        after = config.post_grad_custom_post_pass
+    expect(isinstance(alone, CustomGraphPass), symbol, TORCH, "the tag is not a CustomGraphPass")
+    expect("tag" in alone_uuid and "users" in with_users and alone_uuid != with_users, symbol, TORCH, "uuids")
+    expect(Users.calls == 1 and after is None, symbol, TORCH, "the user's pass did not run, or was not restored")
+
+
+def test_statically_known_true():
+    symbol = "torch.fx.experimental.symbolic_shapes.statically_known_true"
+    with upstream(symbol, TORCH):
+        found = (ti.statically_known_true(1 == 1), ti.statically_known_true(1 == 2))
+    expect(found == (True, False), symbol, TORCH, f"gave {found}")
+
+
+# --- transformers --------------------------------------------------------------------------------------
+
+HF = hf.CHECKED
+
+
+def test_attention_implementation_follows_set_attn_implementation():
+    symbol = "transformers.PreTrainedConfig._attn_implementation"
+    model = tiny_decoder("llama")
+    with upstream(symbol, HF):
+        loaded = hf.attention_implementation(model.config)
+        model.set_attn_implementation("eager")
+        switched = hf.attention_implementation(model.config)
+    expect((loaded, switched) == ("sdpa", "eager"), symbol, HF, f"read {loaded!r}, then {switched!r}")
+
+
+def test_attention_implementations_keys_match_set_attn_implementation():
+    symbol = "transformers.PreTrainedConfig.sub_configs / ._attn_implementation"
+    with upstream(symbol, HF):
+        config = AutoConfig.for_model("gemma3")
+
+        class Holder:
+            pass
+
+        holder = Holder()
+        holder.config = config
+        found = hf.attention_implementations(holder)
+        plain = hf.attention_implementations(tiny_decoder("llama"))
+    expect({"", "text_config", "vision_config"} <= set(found), symbol, HF, f"gemma3's configs keyed {sorted(found)}")
+    expect(plain == {"": "sdpa"}, symbol, HF, f"a llama model gave {plain}")
+
+
+def _allocated_layer() -> StaticLayer:
+    config = AutoConfig.for_model("llama", hidden_size=64, num_attention_heads=4, num_key_value_heads=2)
+    cache = StaticCache(config=config, max_cache_len=16)
+    layer = cache.layers[0]
+    keys, values = torch.randn(3, 2, 2, 16), torch.randn(3, 2, 2, 16)
+    layer.update(keys, values)
+    return layer
+
+
+def test_static_layer_view_shares_memory_position_and_every_attribute():
+    symbol = "transformers.cache_utils.StaticLayer (constructor, lazy_initialization's attributes)"
+    with upstream(symbol, HF):
+        layer = _allocated_layer()
+        view = hf.static_layer_view(layer, 2, 8)
+        missing = sorted(set(vars(layer)) - set(vars(view)))
+        expect(not missing, symbol, HF, f"a layer now carries {missing}, which static_layer_view does not set")
+        expect(view.keys.shape == (2, 2, 8, 16) and view.keys.data_ptr() == layer.keys.data_ptr(), symbol, HF, "keys")
+        expect(view.cumulative_length is layer.cumulative_length, symbol, HF, "cumulative_length is not shared")
+        expect((view.batch_size, view.max_cache_len, view.is_initialized) == (2, 8, True), symbol, HF, "sizes")
+        keys, values = torch.ones(2, 2, 1, 16), torch.ones(2, 2, 1, 16)
+        view.update(keys, values)  # slot 2, after the 2 prompt tokens
+    expect(bool((layer.keys[:2, :, 2] == 1).all()) and int(layer.cumulative_length) == 3, symbol, HF, "update")
+
+
+def test_cache_indices_and_setting_them_to_zero():
+    symbol = "transformers.models.llama.modeling_llama.LlamaAttention.layer_idx"
+    model = tiny_decoder("llama")
+    layer = model.model.layers[1]
+    with upstream(symbol, HF):
+        found = hf.cache_indices(layer)
+        with hf.cache_indices_set_to_zero(layer):
+            inside = layer.self_attn.layer_idx
+    expect(found == [(layer.self_attn, "layer_idx", 1)], symbol, HF, f"found {found}")
+    expect(inside == 0 and layer.self_attn.layer_idx == 1, symbol, HF, "not set to 0, or not restored")
+
+
+def test_cache_indices_of_gpt_neo():
+    symbol = "transformers.models.gpt_neo.modeling_gpt_neo.GPTNeoSelfAttention.layer_id"
+    config = AutoConfig.for_model(
+        "gpt_neo", hidden_size=32, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]], vocab_size=64
+    )
+    model = AutoModelForCausalLM.from_config(config)
+    with upstream(symbol, HF):
+        names = {name for _, name, _ in hf.cache_indices(model.transformer.h[1])}
+    expect("layer_id" in names, symbol, HF, f"GPT-Neo's layer names its slot with {names}")
+
+
+def test_causal_lm_class_names():
+    symbol = "transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
+    with upstream(symbol, HF):
+        names = hf.causal_lm_class_names()
+        llama = names["llama"]
+    expect(llama == "LlamaForCausalLM" and hasattr(transformers, llama), symbol, HF, f"llama -> {llama}")
+
+
+def test_modeling_module_defines():
+    symbol = "transformers.models.bloom.modeling_bloom.build_alibi_tensor"
+    config = AutoConfig.for_model("bloom", hidden_size=32, n_layer=1, n_head=4, vocab_size=64)
+    bloom = AutoModelForCausalLM.from_config(config)
+    with upstream(symbol, HF):
+        found = hf.modeling_module_defines(bloom, "build_alibi_tensor")
+        llama = hf.modeling_module_defines(tiny_decoder("llama"), "build_alibi_tensor")
+    expect(found and not llama, symbol, HF, f"bloom {found}, llama {llama}")
+
+
+def test_script_object_type_name_is_still_offered():
+    """Exercised with a real process group by tests/distributed on the GPU; here: the method is there."""
+    symbol = "torch.ScriptObject._type().qualified_name"
+    with upstream(symbol, TORCH):
+        method = torch.ScriptObject._type
+    expect(callable(method), symbol, TORCH, "torch.ScriptObject._type is not callable")

@@ -1,0 +1,37 @@
+"""--tp 2 end to end on the CPU: two gloo ranks, the graph emulation, a tiny llama split in two."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+from tp_runs import cli
+
+TEARDOWN_LIMIT_S = 10.0
+
+
+def test_capture_then_verify_at_tp2(tmp_path):
+    """The built-in `tiny` recipe: random weights, drawn on each rank and then rank 0's shared."""
+    plan_path = tmp_path / "tp.plan.yaml"
+    common = ["--plan", str(plan_path)]
+    captured = cli(
+        "capture", "tiny", "--tp", "2", "--buckets", "1,4", "--max-cache-len", "64",
+        "--prompt-len", "8", "--context-buckets", "full", *common,
+    )  # fmt: skip
+    assert captured.code == 0, captured.stdout[-3000:]
+    assert "tensor parallel over 2 ranks" in captured.stdout
+    assert captured.stdout.count("plan written to") == 1  # rank 0 alone speaks
+    plan = yaml.safe_load(plan_path.read_text())
+    assert plan["tp"] == 2 and plan["backend"] == "emulated"
+    assert [r["rank"] for r in plan["tp_layout"]] == [0, 1]
+    assert all(r["attention_heads"] == 2 and r["kv_heads"] == 1 for r in plan["tp_layout"])
+    assert captured.exit_after_last_line_s < TEARDOWN_LIMIT_S
+
+    verified = cli("verify", *common)  # --tp comes from the plan
+    assert verified.code == 0, verified.stdout[-3000:]
+    assert "re-capturing from plan" in verified.stdout
+    assert "tp 2 replay vs the unsplit model (bucket 4, 8 steps)" in verified.stdout
+    flat = " ".join(verified.stdout.split())
+    assert re.search(r"verified: \d+ runs replaying 2 of 2 graphs .* as close to the reference", flat), flat[-2000:]
+    assert "fail" not in verified.stdout
+    assert verified.exit_after_last_line_s < TEARDOWN_LIMIT_S, verified.exit_after_last_line_s

@@ -1,0 +1,48 @@
+"""Capture a tiny model with a fault planted in its replay path, verify it, and say which cases failed."""
+
+from __future__ import annotations
+
+import torch
+from tiny_models import tiny_decoder
+
+from accelerate_graph.core.backends import backend_for
+from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.pipeline import decide_regions
+from accelerate_graph.verify.against_eager import verify_graphs
+from accelerate_graph.verify.faults import Fault, capture_with_fault
+
+BUCKETS = (1, 4)  # bucket 4 also runs batch 2, padded
+CONTEXTS = (16,)  # and the whole cache, 32: 4 graphs
+CACHE = 32
+STEPS = 4
+PROMPT = 6
+MOE = dict(num_local_experts=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+
+
+def tiny_session(model_type: str = "qwen2", dtype=torch.float32, device="cpu") -> DecodeSession:
+    extra = MOE if "moe" in model_type else {}
+    if model_type == "gpt2":
+        extra = dict(n_embd=64, n_layer=2, n_head=4)
+    model = tiny_decoder(model_type, **extra).to(device=device, dtype=dtype)
+    session = DecodeSession(model, max(BUCKETS), CACHE)
+    decision = decide_regions(session, "full", BUCKETS[0])  # MoE: capture-safe experts; refuses any hazard
+    assert decision.regions.mode == "full"
+    return session
+
+
+def verify_with(session: DecodeSession, planted: Fault | None, only=None):
+    """Rows of verify for `session` captured with `planted` (None: no fault)."""
+    backend = backend_for(session.device)
+    graphs, undo = capture_with_fault(session, backend, BUCKETS, planted, CONTEXTS, only)
+    try:
+        return verify_graphs(graphs, steps=STEPS, prompt_len=PROMPT)
+    finally:
+        undo()
+
+
+def failed(rows) -> set[tuple[int, int, int, str]]:
+    return {(r.bucket, r.batch, r.context, r.slots) for r in rows if not r.passed}
+
+
+def every(rows) -> set[tuple[int, int, int, str]]:
+    return {(r.bucket, r.batch, r.context, r.slots) for r in rows}

@@ -1,0 +1,52 @@
+"""Which runs verify makes: every captured graph, full and padded, and each context crossing."""
+
+from accelerate_graph.core.buckets import auto_contexts
+from accelerate_graph.verify.cases import Case, graphs_replayed, plan_cases, uncovered
+
+
+def test_every_graph_of_the_half_billion_recipe_is_replayed():
+    buckets, contexts = (1, 8, 16, 32), auto_contexts(1024)  # the 0.5B recipe's defaults: 12 graphs
+    plan = plan_cases(buckets, contexts, steps=8, prompt_len=128)
+    assert uncovered(plan, buckets, contexts) == []
+    assert not plan.shortened
+    inside = [c for c in plan.cases if not c.crossing]
+    # each bucket at each context, at full size and at its most-padded size, all 8 steps inside the bucket
+    assert {(c.bucket, c.batch, c.context) for c in inside} == {
+        (b, n, c) for b, n in ((1, 1), (8, 8), (8, 2), (16, 16), (16, 9), (32, 32), (32, 17)) for c in contexts
+    }
+    for case in inside:
+        assert graphs_replayed(case, buckets, contexts) == {(case.bucket, case.context)}, case
+    assert {(c.start, c.context) for c in inside} == {(128, 256), (256, 512), (512, 1024)}
+    crossings = [c for c in plan.cases if c.crossing]
+    assert {(c.bucket, c.start) for c in crossings} == {(32, 252), (1, 252), (32, 508), (1, 508)}
+    assert all(len(graphs_replayed(c, buckets, contexts)) == 2 for c in crossings)
+    assert plan.prefill_len == 512 and plan.rows == 32
+
+
+def test_the_readme_fuse_command_replays_all_twenty_graphs():
+    buckets, contexts = (1, 8, 16, 32), auto_contexts(4096)
+    plan = plan_cases(buckets, contexts, steps=8, prompt_len=128)
+    assert len({(b, c) for b in buckets for c in contexts}) == 20
+    assert uncovered(plan, buckets, contexts) == []
+
+
+def test_a_prompt_that_leaves_no_room_moves_the_start_instead_of_cutting_steps():
+    plan = plan_cases((1,), (16,), steps=8, prompt_len=12)
+    assert plan.cases == [Case(1, 1, 16, 8, 8)] and not plan.shortened
+
+
+def test_a_context_bucket_narrower_than_the_steps_is_shortened_and_said():
+    plan = plan_cases((1,), (16, 20, 64), steps=8, prompt_len=6)
+    assert uncovered(plan, (1,), (16, 20, 64)) == []
+    narrow = [s for s in plan.shortened if s.case.context == 20 and not s.case.crossing]
+    assert len(narrow) == 1 and (narrow[0].asked, narrow[0].run) == (8, 4)
+    assert narrow[0].case.start == 16 and "context 20 holds slots 16-19" in narrow[0].why
+    assert narrow[0].as_json()["asked"] == 8 and "4 of 8 steps" in narrow[0].line()
+    crossing = [s for s in plan.shortened if s.case.crossing]  # 16 -> 20 crossing: 12..19 is 8 steps, fits
+    assert all(s.case.start + s.case.steps <= 64 for s in crossing)
+
+
+def test_a_cache_smaller_than_the_steps_is_shortened():
+    plan = plan_cases((1,), (6,), steps=8, prompt_len=3)
+    assert [(c.start, c.steps) for c in plan.cases] == [(1, 5)]
+    assert plan.shortened[0].why == "context 6 holds slots 0-5"

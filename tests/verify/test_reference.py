@@ -1,0 +1,73 @@
+"""The layer-wise float32 reference: the same numbers as a float32 copy of the model, one module's
+weights in float32 at a time, the bf16 weights untouched afterwards."""
+
+import copy
+
+import torch
+from tiny_models import tiny_decoder
+
+from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.verify.reference import eager_step, float32_reference, reference_step
+
+BF16 = torch.bfloat16
+
+
+def _round_cache_writes_to_bf16(session: DecodeSession) -> None:
+    """A float32 copy stores K/V in float32; the reference stores them in the shared bf16 cache. Round the
+    copy's writes the same way, so the two differ only where the reference would be wrong."""
+    for batch in range(1, session.max_batch + 1):
+        for layer in session.kv.view(batch).layers:
+            update = layer.update
+
+            def rounded(keys, values, *args, _update=update, **kwargs):
+                return _update(keys.to(BF16).float(), values.to(BF16).float(), *args, **kwargs)
+
+            layer.update = rounded
+
+
+def _steps(session, step, prompt, tokens):
+    session.kv.reset()
+    session.prefill(prompt)
+    return torch.stack(
+        [step(session, tokens[i], torch.full((2,), prompt.shape[1] + i)).float().clone() for i in range(len(tokens))]
+    )
+
+
+def test_layerwise_reference_equals_a_float32_copy_of_the_model():
+    model = tiny_decoder("llama").to(BF16)
+    float_copy = copy.deepcopy(model).float()
+    session, float_session = DecodeSession(model, 2, 32), DecodeSession(float_copy, 2, 32)
+    _round_cache_writes_to_bf16(float_session)
+    prompt, tokens = torch.randint(0, 256, (2, 5)), torch.randint(0, 256, (4, 2))
+    with float32_reference(session):
+        reference = _steps(session, reference_step, prompt, tokens)
+    truth = _steps(float_session, eager_step, prompt, tokens)
+    eager = _steps(session, eager_step, prompt, tokens)
+    assert reference.dtype == torch.float32
+    torch.testing.assert_close(reference, truth, rtol=1e-5, atol=1e-5)
+    assert (eager - truth).abs().max() > 100 * (reference - truth).abs().max()  # bf16 eager is far coarser
+    assert all(p.dtype == BF16 for p in model.parameters())  # the model is bf16 again
+
+
+def test_at_most_one_modules_weights_are_float32_at_any_time():
+    model = tiny_decoder("llama").to(BF16)
+    session = DecodeSession(model, 2, 32)
+    seen = []
+
+    def count_float32(module, args):
+        seen.append(sum(p.numel() for p in model.parameters() if p.dtype == torch.float32))
+
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    with float32_reference(session):
+        handles = [m.register_forward_pre_hook(count_float32) for m in model.modules()]  # run after promotion
+        reference_step(session, torch.tensor([1, 2]), torch.tensor([0, 0]))
+        for handle in handles:
+            handle.remove()
+    assert seen and 0 < max(seen) <= largest
+
+
+def test_a_float32_model_is_its_own_reference():
+    model = tiny_decoder("llama")
+    session = DecodeSession(model, 2, 32)
+    with float32_reference(session):
+        assert not model._forward_pre_hooks and not model.lm_head._forward_pre_hooks
