@@ -123,7 +123,8 @@ def generate_table(report: BenchReport, cache_len: int) -> Table:
     rows = report.generate_rows(cache_len)
     present = {r.contender for r in rows}
     base = contender_named(BASELINE[GENERATE])
-    others = [c for c in CONTENDERS if c.kind == GENERATE and c.name in present and c is not base]
+    # the contenders that come with HF generate (our loop); generate, drop-in and hf-eager have their own table
+    others = [c for c in CONTENDERS if c.selected_by == base.name and c.name in present]
     table = Table(
         title=f"end to end, cache length {cache_len}: " + " vs ".join(c.title or c.name for c in [base, *others]),
         caption="tok/s = batch x new tokens / median call time; x floor = ms per new token / floor ms; "
