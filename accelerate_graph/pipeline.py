@@ -13,25 +13,24 @@ from accelerate_graph.core.buckets import resolve_contexts
 from accelerate_graph.core.capture import BucketCapture, DecodeGraphs, capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.core.memory import MemoryBudget, command_bound, reset_peak
-from accelerate_graph.core.plan import Plan
+from accelerate_graph.core.plan import ATTENTIONS, MODES, Plan
 from accelerate_graph.core.preflight import preflight
+from accelerate_graph.detect.fixes import MODEL_FIXES
 from accelerate_graph.detect.hazards import Hazard, find_hazards
-from accelerate_graph.detect.model_fixes import hoist_host_constants, use_capture_safe_experts
 from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
 from accelerate_graph.distributed.aligned import AlignedBackend
 from accelerate_graph.distributed.rank import gather_objects
 from accelerate_graph.distributed.rank import join as join_group
 from accelerate_graph.distributed.sharding import check_can_split, shard_model, share_rank0_weights
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
-from accelerate_graph.fused.layers import DROP_FUSE, FusedForward, use_cache_dir, warm_compile_workers
+from accelerate_graph.fused.layers import FusedForward, use_cache_dir, warm_compile_workers
 from accelerate_graph.models.fingerprint import model_fingerprint
 from accelerate_graph.models.limits import cache_length, peek_config
 from accelerate_graph.models.loading import LoadedModel, load_model
 from accelerate_graph.models.recipes import DEFAULT_RECIPE, RecipeDefaults
 from accelerate_graph.verify.against_eager import verify_batch
 
-MODES = ("auto", "full", "piecewise", "eager")
-ATTENTIONS = ("sdpa", "eager", "grouped")  # grouped: sdpa for the prompt, grouped-query decode attention
+REQUEST_MODES = ("auto", *MODES)  # auto: the plan's mode is decided from the hazards found
 
 
 @dataclass
@@ -124,19 +123,20 @@ class Decision:
 
 
 def decide_regions(session: DecodeSession, request_mode: str, bucket: int) -> Decision:
-    """Detect hazards, apply the fixes that keep the step whole, and choose full / piecewise / eager."""
-    fixes = list(session.kv.fixes)
-    if request_mode == "eager":
-        return Decision(eager_plan(session.model, "--mode eager"), [], fixes)
-    hazards = find_hazards(session, bucket)
+    """Detect hazards, apply the fixes that keep the step whole (MODEL_FIXES, in order), and choose
+    full / piecewise / eager. `--mode eager` looks for no hazard: the fixes see none."""
+    eager = request_mode == "eager"
+    hazards = [] if eager else find_hazards(session, bucket)
 
     def redetect() -> list[Hazard]:
         return find_hazards(session, bucket)
 
-    fix, hazards = hoist_host_constants(session, hazards, redetect)
-    fixes += [fix] if fix else []
-    fix, hazards = use_capture_safe_experts(session.model, hazards, redetect)
-    fixes += [fix] if fix else []
+    fixes = []
+    for fix in MODEL_FIXES:
+        done, hazards = fix.apply(session, hazards, redetect)
+        fixes += [done] if done else []
+    if eager:
+        return Decision(eager_plan(session.model, "--mode eager"), [], fixes)
     if hazards and request_mode == "full":
         raise CaptureError(
             f"--mode full refused: {hazards[0].describe()}",
@@ -161,14 +161,14 @@ def _quick_check(graphs: DecodeGraphs, prompt_len: int) -> None:
                 f"replay was further from the float32 reference than eager allows, right after capture "
                 f"(bucket {check.bucket}"
                 f"{', fused' if fused else ''}): {check.detail[:300]}",
-                DROP_FUSE if fused else "Use --mode eager and report the model.",
+                graphs.session.fused.refusal_hint if fused else "Use --mode eager and report the model.",
             )
 
 
 def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
     hooks = hooks or Hooks()
-    if request.mode not in MODES:
-        raise BadOptionError(f"--mode {request.mode!r} is not one of {', '.join(MODES)}.")
+    if request.mode not in REQUEST_MODES:
+        raise BadOptionError(f"--mode {request.mode!r} is not one of {', '.join(REQUEST_MODES)}.")
     device = resolve_device(request.device)
     dtype = resolve_dtype(request.dtype, device)
     reset_peak(device)  # a command's peak device memory counts from here

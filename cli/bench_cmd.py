@@ -159,7 +159,7 @@ def bench(
       cugraph-accel bench --allow-cpu --steps 5 --json -      # JSON on stdout, on a CPU-only machine
     """
     arguments = dict(locals())
-    from accelerate_graph.bench.options import parse_compare, parse_contexts
+    from accelerate_graph.bench.options import parse_cache_lengths, parse_compare
     from accelerate_graph.bench.plot import require_matplotlib
     from accelerate_graph.bench.run import BenchSettings
     from accelerate_graph.common.atomic_io import check_writable
@@ -174,7 +174,7 @@ def bench(
     out = Output(json)
     settings = BenchSettings(
         compare=parse_compare(compare),
-        contexts=parse_contexts(context) if context is not None else None,
+        contexts=parse_cache_lengths(context) if context is not None else None,
         steps=steps,
         warmup=warmup,
         new_tokens=new_tokens,

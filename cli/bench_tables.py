@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from accelerate_graph.bench.results import BenchReport, BenchRow
+from accelerate_graph.bench.contenders import CONTENDERS, GENERATE, STEP, Contender, SetupColumn, contender_named
+from accelerate_graph.bench.results import BASELINE, BenchReport, BenchRow
 from accelerate_graph.bench.timing import DRIFT_LIMIT
 
 from .generate_bench_table import end_to_end_table
-
-MIB = 1024 * 1024
 
 
 def environment_table(report: BenchReport) -> Table:
@@ -52,115 +51,106 @@ def _ms(row: BenchRow) -> str:
     return f"{row.median_ms:.3f}" + ("*" if row.drift > DRIFT_LIMIT else "")
 
 
+def _registered(names: list[str]) -> list[Contender]:
+    """The registered contenders among `names`, in the registry's order."""
+    return [c for c in CONTENDERS if c.name in names]
+
+
+def _setup_columns(names: list[str]) -> list[tuple[str, SetupColumn]]:
+    return [(c.name, column) for c in _registered(names) for column in c.columns]
+
+
 def _columns(names: list[str]) -> list[str]:
     columns = ["batch", "floor ms"]
     for name in names:
-        columns += [f"{name}\nms"] + ([] if name == "eager" else [f"{name}\nvs eager"]) + [f"{name}\nx floor"]
-    if "graph" in names:
-        columns += ["capture\nms", "graph\nMiB"]
-    if "fused" in names:
-        columns += ["fused\nsetup s"]  # compile + capture; each compilation lands in the first bucket needing it
-    if "compile" in names:
-        columns += ["compile\ns"]
-    return columns
+        vs = [] if name == BASELINE[STEP] else [f"{name}\nvs {BASELINE[STEP]}"]
+        columns += [f"{name}\nms", *vs, f"{name}\nx floor"]
+    return columns + [column.header for _, column in _setup_columns(names)]
 
 
 def _contender_cells(row: BenchRow | None, name: str) -> list[str]:
-    width = 2 if name == "eager" else 3
-    if row is None:  # not measured at this bucket (e.g. its graph was not kept)
+    width = 2 if name == BASELINE[STEP] else 3
+    if row is None:  # not measured at this batch (e.g. its graph was not kept)
         return ["-"] * width
-    speedup = [] if name == "eager" else ["-" if row.speedup is None else f"{row.speedup:.2f}x"]
+    speedup = [] if name == BASELINE[STEP] else ["-" if row.speedup is None else f"{row.speedup:.2f}x"]
     return [_ms(row)] + speedup + [f"{row.x_floor:.1f}x"]
-
-
-def _setup_cells(rows: dict[str, BenchRow], names: list[str]) -> list[str]:
-    cells = []
-    if "graph" in names:
-        graph = rows.get("graph")
-        cells += (
-            ["-", "-"] if graph is None else [f"{graph.setup_seconds * 1000:.1f}", f"{graph.memory_bytes / MIB:.1f}"]
-        )
-    if "fused" in names:
-        cells += ["-" if "fused" not in rows else f"{rows['fused'].setup_seconds:.1f}"]
-    if "compile" in names:
-        cells += ["-" if "compile" not in rows else f"{rows['compile'].setup_seconds:.1f}"]
-    return cells
 
 
 def _cells(rows: dict[str, BenchRow], names: list[str]) -> list[str]:
     any_row = next(iter(rows.values()))
-    cells = [str(any_row.bucket), f"{any_row.floor_ms:.3f}"]
+    cells = [str(any_row.batch), f"{any_row.floor_ms:.3f}"]
     for name in names:
         cells += _contender_cells(rows.get(name), name)
-    return cells + _setup_cells(rows, names)
+    return cells + ["-" if name not in rows else column.cell(rows[name]) for name, column in _setup_columns(names)]
 
 
-def step_table(report: BenchReport, context: int) -> Table:
-    rows = report.step_rows(context)
-    names = list(dict.fromkeys(r.contender for r in rows))
+def step_table(report: BenchReport, cache_len: int) -> Table:
+    rows = report.step_rows(cache_len)
+    present = {r.contender for r in rows}
+    names = [c.name for c in CONTENDERS if c.name in present] + sorted(present - {c.name for c in CONTENDERS})
     samples = rows[0].samples if rows else 0
-    fallbacks = sum(c.eager_fallbacks for c in report.contexts if c.cache_len == context)
+    fallbacks = sum(c.eager_fallbacks for c in report.contexts if c.cache_len == cache_len)
     table = Table(
-        title=f"decode step, cache length {context}: median ms of {samples} steps",
+        title=f"decode step, cache length {cache_len}: median ms of {samples} steps",
         caption=f"x floor: median / (bytes a step moves / bandwidth). * median drifted over "
         f"{DRIFT_LIMIT:.0%} between halves: raise --steps. Eager fallbacks (batches above the largest "
         f"bucket): {fallbacks}.",
     )
     for column in _columns(names):
         table.add_column(column, justify="right")
-    for bucket in sorted({r.bucket for r in rows}):
-        table.add_row(*_cells({r.contender: r for r in rows if r.bucket == bucket}, names))
-    if {"fused", "compile"} & set(names):
+    for batch in sorted({r.batch for r in rows}):
+        table.add_row(*_cells({r.contender: r for r in rows if r.batch == batch}, names))
+    if any(column.summed for _, column in _setup_columns(names)):
         table.add_row(*_total_cells(rows, names), style="bold")
     return table
 
 
 def _total_cells(rows: list[BenchRow], names: list[str]) -> list[str]:
-    """'all': what setting up every bucket cost (fused: compile and capture; compile: its compilations)."""
+    """'all': what setting up every batch cost, under the columns that sum it (fused: compile and
+    capture; compile: its compilations)."""
 
     def total(name: str) -> str:
         seconds = [r.setup_seconds for r in rows if r.contender == name and r.setup_seconds is not None]
         return f"{sum(seconds):.1f}" if seconds else "-"
 
-    tail = (["-", "-"] if "graph" in names else []) + [total(n) for n in ("fused", "compile") if n in names]
+    tail = [total(name) if column.summed else "-" for name, column in _setup_columns(names)]
     return ["all"] + ["-"] * (len(_columns(names)) - 1 - len(tail)) + tail
 
 
-def generate_table(report: BenchReport, context: int) -> Table:
-    rows = report.generate_rows(context)
+def generate_table(report: BenchReport, cache_len: int) -> Table:
+    """Whole generate calls: the baseline (HF generate) first, with its first call; then each other
+    contender of whole calls (our loop) against it; then the floor's rate."""
+    rows = report.generate_rows(cache_len)
+    present = {r.contender for r in rows}
+    base = contender_named(BASELINE[GENERATE])
+    # the contenders that come with HF generate (our loop); generate, drop-in and hf-eager have their own table
+    others = [c for c in CONTENDERS if c.selected_by == base.name and c.name in present]
     table = Table(
-        title=f"end to end, cache length {context}: HF generate (static cache) vs our loop",
+        title=f"end to end, cache length {cache_len}: " + " vs ".join(c.title or c.name for c in [base, *others]),
         caption="tok/s = batch x new tokens / median call time; x floor = ms per new token / floor ms; "
         "HF's first call includes its torch.compile on a GPU",
     )
-    for column in (
-        "batch",
-        "new tokens",
-        "HF first\ncall s",
-        "HF\ntok/s",
-        "HF\nx floor",
-        "our loop\ntok/s",
-        "our loop\nx floor",
-        "ours vs\nHF",
-        "floor\ntok/s",
-    ):
+    headers = ["batch", "new tokens", f"{base.label} first\ncall s", f"{base.label}\ntok/s", f"{base.label}\nx floor"]
+    for other in others:
+        headers += [f"{other.label}\ntok/s", f"{other.label}\nx floor", f"{other.label} vs\n{base.label}"]
+    for column in (*headers, "floor\ntok/s"):
         table.add_column(column, justify="right")
-    for bucket in sorted({r.bucket for r in rows}):
-        pair = {r.contender: r for r in rows if r.bucket == bucket}
-        hf, ours = pair["hf-generate"], pair["our-loop"]
-        ratio = "-" if ours.speedup is None else f"{ours.speedup:.2f}x"
-        table.add_row(
-            str(bucket),
-            str(hf.new_tokens),
-            f"{hf.setup_seconds:.2f}",
-            f"{hf.tokens_per_s:,.0f}",
-            f"{hf.x_floor:.1f}x",
-            f"{ours.tokens_per_s:,.0f}",
-            f"{ours.x_floor:.1f}x",
-            ratio,
-            f"{bucket * 1000.0 / hf.floor_ms:,.0f}",
-        )
+    for batch in sorted({r.batch for r in rows}):
+        by_name = {r.contender: r for r in rows if r.batch == batch}
+        any_row = next(iter(by_name.values()))
+        hf = by_name.get(base.name)
+        cells = [str(batch), str(any_row.new_tokens)]
+        cells += ["-"] * 3 if hf is None else [f"{hf.setup_seconds:.2f}", *_rate_cells(hf)]
+        for other in others:
+            row = by_name.get(other.name)
+            ratio = "-" if row is None or row.speedup is None else f"{row.speedup:.2f}x"
+            cells += (["-", "-"] if row is None else _rate_cells(row)) + [ratio]
+        table.add_row(*cells, f"{batch * 1000.0 / any_row.floor_ms:,.0f}")
     return table
+
+
+def _rate_cells(row: BenchRow) -> list[str]:
+    return [f"{row.tokens_per_s:,.0f}", f"{row.x_floor:.1f}x"]
 
 
 def bench_tables(report: BenchReport) -> list[Table]:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import typer
 
 from accelerate_graph.common.debug import DEBUG_ENV, debug_enabled, set_debug  # noqa: F401 - re-exported for the CLI
-from accelerate_graph.common.errors import RUNTIME_EXIT, CugraphAccelError
+from accelerate_graph.common.errors import RUNTIME_EXIT, CugraphAccelError, first_line
 
 INTERRUPTED_EXIT = 130
 
@@ -43,7 +43,7 @@ def describe(err: BaseException) -> tuple[str, int]:
     for needle, explanation in KNOWN_RUNTIME:
         if needle in text.lower():
             return explanation, RUNTIME_EXIT
-    first = text.splitlines()[0] if text else ""
+    first = first_line(err) if text else ""
     return (f"unexpected {type(err).__name__}: {first} (run with --debug for the traceback)", RUNTIME_EXIT)
 
 

@@ -9,11 +9,11 @@ ORDER = ("hf-eager", "hf-generate", "drop-in", "generate")
 LABELS = {"hf-eager": "HF eager", "hf-generate": "HF static+compile", "drop-in": "drop-in", "generate": "generate"}
 
 
-def end_to_end_table(report, context: int) -> Table:
-    rows = report.generate_rows(context)
+def end_to_end_table(report, cache_len: int) -> Table:
+    rows = report.generate_rows(cache_len)
     names = [name for name in ORDER if any(r.contender == name for r in rows)]
     table = Table(
-        title=f"generate, cache length {context}: first call (capture/compile included) and tokens/s",
+        title=f"generate, cache length {cache_len}: first call (capture/compile included) and tokens/s",
         caption="first s = setup (capture or compile) + the first call; tok/s = batch x new tokens / median "
         "of later calls; vs HF = tok/s over HF static+compile",
     )
@@ -23,8 +23,8 @@ def end_to_end_table(report, context: int) -> Table:
     for name in ("drop-in", "generate"):
         if compared and name in names:
             table.add_column(f"{LABELS[name]}\nvs HF", justify="right")
-    for bucket in sorted({r.bucket for r in rows}):
-        mine = {r.contender: r for r in rows if r.bucket == bucket}
+    for bucket in sorted({r.batch for r in rows}):
+        mine = {r.contender: r for r in rows if r.batch == bucket}
         cells = [str(bucket), str(next(iter(mine.values())).new_tokens)]
         for name in names:
             row = mine.get(name)

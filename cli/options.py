@@ -71,9 +71,9 @@ def buckets_or_none(text: str | None) -> tuple[int, ...] | None:
 
 
 def contexts_or_auto(text: str | None) -> tuple[int, ...] | None:
-    from accelerate_graph.core.buckets import parse_contexts
+    from accelerate_graph.core.buckets import parse_context_buckets
 
-    return parse_contexts(text) if text is not None else None
+    return parse_context_buckets(text) if text is not None else None
 
 
 TpOpt = Annotated[

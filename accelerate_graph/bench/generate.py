@@ -80,9 +80,9 @@ def _generate_row(
     contender: str,
     seconds: list[float],
     first_seconds: float,
-    context: int,
+    cache_len: int,
     prompt_len: int,
-    bucket: int,
+    batch: int,
     floor_ms: float,
     new_tokens: int,
 ) -> BenchRow:
@@ -92,9 +92,9 @@ def _generate_row(
         latency=_per_token(seconds, new_tokens),
         setup_seconds=first_seconds,
         kind=GENERATE,
-        context=context,
+        cache_len=cache_len,
         prompt_len=prompt_len,
-        bucket=bucket,
+        batch=batch,
         floor_ms=floor_ms,
         new_tokens=new_tokens,
     )

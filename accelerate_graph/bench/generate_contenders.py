@@ -1,4 +1,5 @@
-"""End-to-end contenders of `generate` (issue 15), whole calls timed per new token like hf-generate:
+"""How the end-to-end contenders of `generate` (issue 15; registered in bench/contenders/) are timed:
+whole calls, per new token, like hf-generate:
 
 - generate: our native loop (eager prefill, graph replays, the next token chosen on the device);
 - drop-in: the model's own HF `generate()` after `accelerate()` (graphs captured anew for it);
@@ -18,8 +19,6 @@ import torch
 from accelerate_graph.bench.generate import GENERATE_REPEATS, _generate_prompt, _generate_row, new_token_budget
 from accelerate_graph.bench.timing import wall_seconds
 from accelerate_graph.core.decode_session import PAD_TOKEN
-
-GENERATE_CONTENDERS = ("generate", "drop-in", "hf-eager")
 
 
 def _timed_rows(name: str, call, setup_seconds: float, session, bucket, prompt_len, count, floor_ms):
@@ -99,30 +98,3 @@ def bench_hf_eager(session, bucket: int, prompt_len: int, new_tokens: int, floor
     return _timed_rows(
         "hf-eager", _hf_call(session.model, prompt, count), 0.0, session, bucket, prompt_len, count, floor_ms
     )
-
-
-def bench_generate_contenders(prepared, graphs, settings, floors: dict[int, float], hooks, emulate: bool = False):
-    """The rows of every contender of this file that --compare names, batch by batch. They run with
-    our graphs intact: before torch.compile and HF's compiled generate (see bench_context)."""
-    chosen = [name for name in GENERATE_CONTENDERS if name in settings.compare]
-    plan, session = prepared.plan, prepared.session
-    rows = []
-    for bucket in plan.buckets:
-        for name in chosen:
-            hooks.stage(f"cache {plan.max_cache_len}, batch {bucket}: {name}")
-            if name == "generate":
-                rows.append(
-                    bench_native_generate(
-                        graphs, bucket, plan.prompt_len, settings.new_tokens, floors[bucket], settings.seed
-                    )
-                )
-            elif name == "drop-in":
-                rows.append(
-                    bench_drop_in(plan, session, bucket, settings.new_tokens, floors[bucket], settings.seed, emulate)
-                )
-            else:
-                rows.append(
-                    bench_hf_eager(session, bucket, plan.prompt_len, settings.new_tokens, floors[bucket], settings.seed)
-                )
-            hooks.advance()
-    return rows

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from accelerate_graph.bench.contenders import CONTENDERS as REGISTERED
 from accelerate_graph.common.errors import BadOptionError
 from accelerate_graph.common.option_lists import parse_whole_numbers, refuse_duplicates, split_items
 
-# Canonical order: tables, files and plots list contenders this way whatever order the user typed.
-CONTENDERS = ("eager", "graph", "fused", "compile", "hf-generate", "generate", "drop-in", "hf-eager")
-STEP_CONTENDERS = ("eager", "graph", "fused", "compile")  # timed one decode step at a time
+# The names --compare takes, in the registry's canonical order (our-loop comes with hf-generate).
+CONTENDERS = tuple(c.name for c in REGISTERED if not c.selected_by)
 DEFAULT_COMPARE = ("eager", "graph")
 
 
@@ -21,6 +21,6 @@ def parse_compare(text: str) -> tuple[str, ...]:
     return tuple(name for name in CONTENDERS if name in names)
 
 
-def parse_contexts(text: str) -> tuple[int, ...]:
+def parse_cache_lengths(text: str) -> tuple[int, ...]:
     """'1024,128' -> (128, 1024): cache lengths, whole numbers >= 2, each once."""
     return parse_whole_numbers(text, "--context", 2, "--context 128,1024,4096")

@@ -8,18 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from accelerate_graph.bench.contenders import contender_named
 from accelerate_graph.bench.results import GENERATE, BenchReport
 from accelerate_graph.common.atomic_io import atomic_write
 from accelerate_graph.common.errors import BadOptionError
-
-STYLE = {
-    "eager": "tab:red",
-    "graph": "tab:green",
-    "fused": "tab:orange",
-    "compile": "tab:blue",
-    "hf-generate": "tab:purple",
-    "our-loop": "tab:olive",
-}
 
 
 def require_matplotlib() -> None:
@@ -32,26 +24,31 @@ def require_matplotlib() -> None:
         ) from None
 
 
-def _draw_context(axes, report: BenchReport, context: int, floor_label: str) -> None:
-    rows = [r for r in report.rows if r.context == context]
+def _color(name: str) -> str | None:
+    contender = contender_named(name)
+    return contender.color if contender else None
+
+
+def _draw_context(axes, report: BenchReport, cache_len: int, floor_label: str) -> None:
+    rows = [r for r in report.rows if r.cache_len == cache_len]
     for name in dict.fromkeys(r.contender for r in rows):
-        mine = sorted((r for r in rows if r.contender == name), key=lambda r: r.bucket)
+        mine = sorted((r for r in rows if r.contender == name), key=lambda r: r.batch)
         dashed = mine[0].kind == GENERATE
         label = f"{name} (per new token)" if dashed else name
         axes.plot(
-            [r.bucket for r in mine],
+            [r.batch for r in mine],
             [r.median_ms for r in mine],
             marker="o",
             label=label,
             linestyle="--" if dashed else "-",
-            color=STYLE.get(name),
+            color=_color(name),
         )
-    floor = sorted({(r.bucket, r.floor_ms) for r in rows})
+    floor = sorted({(r.batch, r.floor_ms) for r in rows})
     axes.plot([b for b, _ in floor], [f for _, f in floor], color="black", linestyle=":", label=floor_label)
     axes.set_xscale("log", base=2)
     axes.set_yscale("log")
     axes.set_xticks([b for b, _ in floor], [str(b) for b, _ in floor])
-    axes.set_title(f"cache length {context}")
+    axes.set_title(f"cache length {cache_len}")
     axes.set_xlabel("batch size")
     axes.grid(True, which="both", alpha=0.3)
 
@@ -65,8 +62,8 @@ def plot_figure(report: BenchReport):
     gpu = report.environment.get("gpu", "none")
     on_gpu = gpu not in ("", "none")
     floor_label = f"floor: bytes / {report.bandwidth.gb_per_s:,.0f} GB/s" + ("" if on_gpu else " (CPU copy bandwidth)")
-    for axes, context in zip(axes_list, contexts, strict=True):
-        _draw_context(axes, report, context, floor_label)
+    for axes, cache_len in zip(axes_list, contexts, strict=True):
+        _draw_context(axes, report, cache_len, floor_label)
     axes_list[0].set_ylabel("ms per decode step (median)")
     axes_list[-1].legend(fontsize="small")
     model = report.settings.get("model", "?")

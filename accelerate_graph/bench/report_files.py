@@ -8,10 +8,10 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
-from accelerate_graph.bench.results import BenchReport, BenchRow
+from accelerate_graph.bench.results import RECORD_KEYS, BenchReport, BenchRow
 from accelerate_graph.common.atomic_io import atomic_write_text
 
-CSV_COLUMNS = [f.name for f in fields(BenchRow)] + [
+CSV_COLUMNS = [RECORD_KEYS.get(f.name, f.name) for f in fields(BenchRow)] + [
     "x_floor",
     "tokens_per_s",
     "under_floor",

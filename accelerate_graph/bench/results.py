@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from accelerate_graph.bench.contenders.base import GENERATE, STEP
 from accelerate_graph.bench.floor import Bandwidth
-from accelerate_graph.bench.timing import DRIFT_LIMIT, Latency
+from accelerate_graph.bench.timing import Latency
 
 BENCH_FORMAT = "cugraph-accel-bench/1"
-STEP, GENERATE = "step", "generate"
 BASELINE = {STEP: "eager", GENERATE: "hf-generate"}  # what each kind's speedup is measured against
 
 
@@ -18,9 +18,9 @@ class BenchRow:
     (call time / new tokens), so they sit on the same scale as a step and its floor."""
 
     kind: str
-    context: int  # cache length (slots per row)
+    cache_len: int  # slots per row of the cache (JSON/CSV key "context", as --context)
     prompt_len: int
-    bucket: int  # batch size
+    batch: int  # rows decoded at once (JSON/CSV key "bucket")
     contender: str
     median_ms: float
     p10_ms: float
@@ -32,15 +32,15 @@ class BenchRow:
     warmup_seconds: float | None = None
     memory_bytes: int | None = None  # graph memory (graph), memory reserved while compiling (compile)
     new_tokens: int | None = None
-    speedup: float | None = None  # over BASELINE[kind] at the same context and bucket
+    speedup: float | None = None  # over BASELINE[kind] at the same cache length and batch
 
     @classmethod
     def measured(
         cls,
         kind: str,
-        context: int,
+        cache_len: int,
         prompt_len: int,
-        bucket: int,
+        batch: int,
         contender: str,
         latency: Latency,
         floor_ms: float,
@@ -48,9 +48,9 @@ class BenchRow:
     ) -> BenchRow:
         return cls(
             kind,
-            context,
+            cache_len,
             prompt_len,
-            bucket,
+            batch,
             contender,
             latency.median_ms,
             latency.p10_ms,
@@ -67,7 +67,7 @@ class BenchRow:
 
     @property
     def tokens_per_s(self) -> float:
-        return self.bucket * 1000.0 / self.median_ms
+        return self.batch * 1000.0 / self.median_ms
 
     @property
     def under_floor(self) -> bool:
@@ -75,19 +75,20 @@ class BenchRow:
         return self.median_ms < self.floor_ms
 
     def record(self) -> dict:
-        return {
-            **asdict(self),
-            "x_floor": self.x_floor,
-            "tokens_per_s": self.tokens_per_s,
-            "under_floor": self.under_floor,
-        }
+        """The row as files write it: the keys they have always had."""
+        fields = {RECORD_KEYS.get(key, key): value for key, value in asdict(self).items()}
+        return {**fields, "x_floor": self.x_floor, "tokens_per_s": self.tokens_per_s, "under_floor": self.under_floor}
+
+
+# BenchRow fields whose JSON/CSV keys keep their first names, which readers of old files rely on
+RECORD_KEYS = {"cache_len": "context", "batch": "bucket"}
 
 
 def fill_speedups(rows: list[BenchRow]) -> None:
-    """Speedup of each row over its kind's baseline measured at the same context and bucket."""
-    baselines = {(r.kind, r.context, r.bucket): r for r in rows if r.contender == BASELINE[r.kind]}
+    """Speedup of each row over its kind's baseline measured at the same cache length and batch."""
+    baselines = {(r.kind, r.cache_len, r.batch): r for r in rows if r.contender == BASELINE[r.kind]}
     for row in rows:
-        base = baselines.get((row.kind, row.context, row.bucket))
+        base = baselines.get((row.kind, row.cache_len, row.batch))
         row.speedup = base.median_ms / row.median_ms if base else None
 
 
@@ -122,20 +123,17 @@ class BenchReport:
             "rows": [r.record() for r in self.rows],
         }
 
-    def step_rows(self, context: int) -> list[BenchRow]:
-        return [r for r in self.rows if r.kind == STEP and r.context == context]
+    def step_rows(self, cache_len: int) -> list[BenchRow]:
+        return [r for r in self.rows if r.kind == STEP and r.cache_len == cache_len]
 
-    def generate_rows(self, context: int) -> list[BenchRow]:
-        return [r for r in self.rows if r.kind == GENERATE and r.context == context]
-
-    def unstable(self) -> list[BenchRow]:
-        return [r for r in self.rows if r.kind == STEP and r.drift > DRIFT_LIMIT]
+    def generate_rows(self, cache_len: int) -> list[BenchRow]:
+        return [r for r in self.rows if r.kind == GENERATE and r.cache_len == cache_len]
 
 
 def under_floor_notes(rows: list[BenchRow]) -> list[str]:
     """One loud line per row measured under its floor."""
     return [
-        f"[red]UNDER THE FLOOR[/red]: {r.contender} at batch {r.bucket} took {r.median_ms:.3f} ms, less than "
+        f"[red]UNDER THE FLOOR[/red]: {r.contender} at batch {r.batch} took {r.median_ms:.3f} ms, less than "
         f"the {r.floor_ms:.3f} ms its bytes need at the measured bandwidth: the floor or the timing is wrong"
         for r in rows
         if r.under_floor

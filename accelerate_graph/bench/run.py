@@ -1,36 +1,35 @@
-"""`bench`: eager vs graph replay vs torch.compile vs HF generate, against the hardware floor.
+"""`bench`: the contenders of bench/contenders/ (eager, graph replay, fused, torch.compile, HF generate),
+against the hardware floor.
 
-For each cache length (context) a fresh session is prepared; for each bucket the prompt is
-prefilled once and every step contender times the same step from the same cache state, with a new
-input token each step. The cache write position is rewound between steps outside the timed region,
-so every step does the same work. Setup (capture, compilation, first calls) is timed apart.
+For each cache length a fresh session is prepared; the contenders run tier by tier. For each batch the
+prompt is prefilled once and every step contender of a tier times the same step from the same cache
+state, with a new input token each step. The cache write position is rewound between steps outside the
+timed region, so every step does the same work. Setup (capture, compilation, first calls) is timed apart.
 """
 
 from __future__ import annotations
 
 import gc
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 
 import torch
 
-from accelerate_graph.bench.compiled_step import COMPILE_MODE, forget_compiled, recompile_headroom
-from accelerate_graph.bench.contenders import build_contender
+from accelerate_graph.bench.compiled_step import COMPILE_MODE, forget_compiled
+from accelerate_graph.bench.contenders import Contender, chosen_contenders
+from accelerate_graph.bench.contenders.base import ContextRun, Tier
 from accelerate_graph.bench.environment import bench_environment, sm_clock_mhz
 from accelerate_graph.bench.floor import Bandwidth, describe_floor, measure_bandwidth, step_bytes
-from accelerate_graph.bench.generate import bench_hf_generate, bench_our_loop
-from accelerate_graph.bench.generate_contenders import GENERATE_CONTENDERS, bench_generate_contenders
-from accelerate_graph.bench.options import DEFAULT_COMPARE, STEP_CONTENDERS
+from accelerate_graph.bench.options import DEFAULT_COMPARE
 from accelerate_graph.bench.results import STEP, BenchReport, BenchRow, ContextInfo, fill_speedups, under_floor_notes
 from accelerate_graph.bench.timing import time_calls
 from accelerate_graph.common.devices import resolve_device
-from accelerate_graph.common.errors import CaptureError, CpuTimingRefused, VerificationError, is_out_of_memory
+from accelerate_graph.common.errors import CpuTimingRefused
 from accelerate_graph.core.capture import DecodeGraphs
 from accelerate_graph.core.decode_session import draw_inputs
 from accelerate_graph.core.memory import Geometry, memory_record, peak_bytes
-from accelerate_graph.core.plan import Plan
-from accelerate_graph.fused.layers import warm_compile_workers
-from accelerate_graph.pipeline import CaptureRequest, Hooks, Prepared, capture_fused, prepare
+from accelerate_graph.pipeline import CaptureRequest, Hooks, Prepared, prepare
 
 
 @dataclass
@@ -43,8 +42,8 @@ class BenchSettings:
     seed: int = 0
 
     @property
-    def step_contenders(self) -> list[str]:
-        return [name for name in self.compare if name in STEP_CONTENDERS]
+    def contenders(self) -> list[Contender]:
+        return chosen_contenders(self.compare)
 
 
 @dataclass
@@ -65,96 +64,92 @@ def context_request(request: CaptureRequest, context: int | None) -> CaptureRequ
     return replace(request, max_cache_len=context, prompt_len=prompt)
 
 
-def _time_contender(
-    name: str,
-    graphs: DecodeGraphs,
-    bucket: int,
-    tokens: torch.Tensor,
-    prompt_len: int,
-    settings: BenchSettings,
-    floor: float,
+def _time_step(
+    contender: Contender, graphs: DecodeGraphs, batch: int, tokens: torch.Tensor, run: ContextRun
 ) -> tuple[BenchRow, list[str]]:
-    session = graphs.session
-    positions = torch.full((bucket,), prompt_len, device=session.device)  # [b]
+    """Set up one step contender for `batch` and time it, each step from the prompt's end."""
+    session, settings = graphs.session, run.settings
+    prompt_len = run.prepared.plan.prompt_len
+    positions = torch.full((batch,), prompt_len, device=session.device)  # [b]
 
     def rewind() -> None:
         session.kv.rewind(prompt_len)
 
     with torch.no_grad():
-        contender = build_contender(name, graphs, bucket, rewind)
+        step = contender.step(graphs, batch, rewind)
 
         def before(_: int) -> None:
             rewind()
-            contender.before()
+            step.before()
 
         timed = time_calls(
-            lambda i: contender.call(tokens[i], positions), before, settings.steps, settings.warmup, session.device
+            lambda i: step.call(tokens[i], positions), before, settings.steps, settings.warmup, session.device
         )
     row = BenchRow.measured(
         STEP,
         session.max_cache_len,
         prompt_len,
-        bucket,
-        name,
+        batch,
+        contender.name,
         timed.latency,
-        floor,
-        setup_seconds=contender.setup_seconds,
+        run.floors[batch],
+        setup_seconds=step.setup_seconds,
         warmup_seconds=timed.warmup_seconds,
-        memory_bytes=contender.memory_bytes,
+        memory_bytes=step.memory_bytes,
     )
-    return row, contender.notes
+    return row, step.notes
 
 
-def _contenders_for(graphs: DecodeGraphs, bucket: int, settings: BenchSettings) -> tuple[list[str], list[str]]:
-    """(names to time, notes): a bucket whose graph was not kept (--max-memory) has no graph row."""
-    names = settings.step_contenders
-    if "graph" in names and bucket not in graphs.buckets:
-        return [n for n in names if n != "graph"], [f"batch {bucket} has no captured graph: no graph row"]
-    return names, []
-
-
-def bench_bucket(
-    graphs: DecodeGraphs,
-    bucket: int,
-    prompt_len: int,
-    settings: BenchSettings,
-    floor: float,
-    hooks: BenchHooks,
-    only: tuple[str, ...],
-) -> tuple[list[BenchRow], list[str]]:
-    """The step contenders named in `only` on one bucket, from one prefilled cache state."""
-    session = graphs.session
+def bench_batch(run: ContextRun, batch: int, steps: list[tuple[Contender, DecodeGraphs]]) -> list[BenchRow]:
+    """The step contenders in `steps` (each with the graphs it runs) on one batch, from one prefilled
+    cache state; a contender that replays graphs has no row where the batch's graph was not kept."""
+    session, settings = run.session, run.settings
+    prompt_len = run.prepared.plan.prompt_len
     count = settings.warmup + settings.steps
-    prompt, tokens = draw_inputs(bucket, count, prompt_len, session.vocab_size, settings.seed + bucket)
+    prompt, tokens = draw_inputs(batch, count, prompt_len, session.vocab_size, settings.seed + batch)
     tokens = tokens.to(session.device)  # [S, b]
     session.kv.reset()
     session.prefill(prompt)
-    names, notes = _contenders_for(graphs, bucket, settings)
-    names = [name for name in names if name in only]
     rows = []
-    for name in names:
-        hooks.stage(
-            f"cache {session.max_cache_len}, batch {bucket}: "
-            + ("compiling, then timing torch.compile" if name == "compile" else f"timing {name}")
-        )
-        row, more = _time_contender(name, graphs, bucket, tokens, prompt_len, settings, floor)
+    for contender, graphs in steps:
+        if contender.replays_graphs and batch not in graphs.buckets:
+            run.info.notes.append(f"batch {batch} has no captured graph: no {contender.name} row")
+            continue
+        run.hooks.stage(f"cache {session.max_cache_len}, batch {batch}: {contender.progress_text}")
+        row, notes = _time_step(contender, graphs, batch, tokens, run)
         rows.append(row)
-        notes += more
-        hooks.advance()
+        run.info.notes += notes
+        run.hooks.advance()
     session.kv.reset()
-    return rows, notes
+    return rows
 
 
-def _require_graphs(prepared: Prepared, settings: BenchSettings) -> DecodeGraphs:
+def _require_graphs(prepared: Prepared, chosen: list[Contender]) -> DecodeGraphs:
     if prepared.graphs is not None:
         return prepared.graphs
-    needing = [name for name in settings.compare if name in ("graph", "hf-generate", "generate", "drop-in")]
+    needing = list(dict.fromkeys(c.chosen_as for c in chosen if c.needs_graphs))
     if needing:
         raise CpuTimingRefused(
             f"the plan runs eagerly: there is no graph to time ({', '.join(needing)}).",
             "Capture with --mode auto, or compare eager,compile only.",
         )
     return DecodeGraphs(prepared.session, {})  # eager and compile need only the session
+
+
+def _run_tier(run: ContextRun, tier: list[Contender]) -> list[BenchRow]:
+    """One tier's contenders batch by batch: its step contenders from one prefill, then the rest."""
+    rows: list[BenchRow] = []
+    with ExitStack() as scopes:
+        graphs = {c.name: scopes.enter_context(c.scope(run)) for c in tier}
+        ready = [c for c in tier if graphs[c.name] is not None]  # a scope that yields None has no rows
+        for batch in run.prepared.plan.buckets:
+            steps = [(c, graphs[c.name]) for c in ready if c.step is not None]
+            rows += bench_batch(run, batch, steps) if steps else []
+            for contender in (c for c in ready if c.calls is not None):
+                run.hooks.stage(f"cache {run.session.max_cache_len}, batch {batch}: {contender.progress_text}")
+                rows.append(contender.calls(run, graphs[contender.name], batch))
+                run.hooks.advance()
+    return rows
 
 
 def bench_context(
@@ -164,50 +159,23 @@ def bench_context(
     hooks: BenchHooks,
     request: CaptureRequest | None = None,
 ) -> tuple[ContextInfo, list[BenchRow]]:
-    """All contenders for all buckets of one prepared session (one cache length)."""
-    graphs = _require_graphs(prepared, settings)
+    """All contenders for all batches of one prepared session (one cache length), tier by tier
+    (contenders/base.py says why the order matters)."""
+    chosen = settings.contenders
+    graphs = _require_graphs(prepared, chosen)
     plan, session = prepared.plan, prepared.session
-    generate = "hf-generate" in settings.compare
-    end_to_end = [name for name in GENERATE_CONTENDERS if name in settings.compare]
-    hooks.planned(len(plan.buckets) * (len(settings.step_contenders) + int(generate) + len(end_to_end)))
+    hooks.planned(len(plan.buckets) * len(chosen))
     info = ContextInfo(plan.max_cache_len, plan.prompt_len, list(plan.buckets), plan.backend, list(prepared.notes))
     # the timed steps decode position prompt_len: they attend the prompt and themselves
     info.floors = [describe_floor(b, step_bytes(session, b, plan.prompt_len + 1), bandwidth) for b in plan.buckets]
     floors = {f["bucket"]: f["floor_ms"] for f in info.floors}
+    run = ContextRun(prepared, graphs, settings, floors, hooks, info, request or CaptureRequest())
     rows: list[BenchRow] = []
-    # torch.compile's cudagraph trees (ours to time, and HF generate's) clear the cuBLAS workspaces our
-    # captured graphs point at: a replay of ours after them reads freed memory (an illegal address, seen
-    # on the H200). So everything of ours runs first, then compile, then HF generate.
-    for bucket in plan.buckets:
-        more, notes = bench_bucket(
-            graphs, bucket, plan.prompt_len, settings, floors[bucket], hooks, only=("eager", "graph")
-        )
-        rows += more
-        info.notes += notes
-        if generate:
-            hooks.stage(f"cache {plan.max_cache_len}, batch {bucket}: our decode loop")
-            rows.append(
-                bench_our_loop(graphs, bucket, plan.prompt_len, settings.new_tokens, floors[bucket], settings.seed)
-            )
-    rows += bench_generate_contenders(prepared, graphs, settings, floors, hooks, bool(request and request.emulate))
-    if "fused" in settings.step_contenders:
-        rows += _bench_fused(prepared, request or CaptureRequest(), settings, floors, hooks, info)
-    if "compile" in settings.step_contenders:
-        with recompile_headroom(len(plan.buckets) + 8):
-            rows += _bench_buckets(graphs, plan, settings, floors, hooks, info, only=("compile",))
-        forget_compiled()
-    info.eager_fallbacks = graphs.eager_fallbacks  # counted before torch.compile / HF generate run
-    info.memory = _memory(prepared, rows, generate=False)  # before HF generate: it allocates its own cache
-    for bucket in plan.buckets if generate else ():
-        hooks.stage(f"cache {plan.max_cache_len}, batch {bucket}: HF generate (its first call compiles)")
-        rows.append(
-            bench_hf_generate(
-                prepared.session, bucket, plan.prompt_len, settings.new_tokens, floors[bucket], settings.seed
-            )
-        )
-        hooks.advance()
-    if generate:
-        info.memory = _memory(prepared, rows, generate=True)
+    for tier in sorted({c.tier for c in chosen}):
+        rows += _run_tier(run, [c for c in chosen if c.tier == tier])
+    info.eager_fallbacks = graphs.eager_fallbacks
+    # the peak beside its bound; HF generate (last) allocates a cache of its own
+    info.memory = _memory(prepared, rows, generate=any(c.tier == Tier.HF_GENERATE for c in chosen))
     info.notes += under_floor_notes(rows)
     return info, rows
 
@@ -225,53 +193,6 @@ def _memory(prepared: Prepared, rows: list[BenchRow], generate: bool) -> dict:
         )
     bound = prepared.memory_bound(3, extra, graph_bytes=fused)
     return memory_record(peak_bytes(session.device), bound)
-
-
-def _bench_fused(
-    prepared: Prepared,
-    request: CaptureRequest,
-    settings: BenchSettings,
-    floors: dict[int, float],
-    hooks: BenchHooks,
-    info: ContextInfo,
-) -> list[BenchRow]:
-    """Capture the inductor-compiled step on the same session, then time it like `graph`."""
-    plan = prepared.plan
-    hooks.stage(f"cache {plan.max_cache_len}: compiling the step with inductor, capturing it (fused)")
-    try:
-        fused = capture_fused(prepared, request)
-    except (CaptureError, VerificationError) as err:
-        info.notes.append(f"no fused row: {err.message}")
-        return []
-    except Exception as err:  # noqa: BLE001 - a compiler failure must not cost the other contenders' rows
-        if is_out_of_memory(err):
-            raise
-        info.notes.append(f"no fused row: inductor failed: {' '.join(str(err).split())[:300]}")
-        return []
-    info.notes.append(
-        f"fused: inductor compiled the decoder layers in {prepared.session.fused.compile_seconds:.1f} s "
-        f"({prepared.session.fused.graphs} graph(s), {prepared.session.fused.recompiles} recompilation(s)); "
-        "the fused setup column includes it"
-    )
-    return _bench_buckets(fused, plan, settings, floors, hooks, info, only=("fused",))
-
-
-def _bench_buckets(
-    graphs: DecodeGraphs,
-    plan: Plan,
-    settings: BenchSettings,
-    floors: dict[int, float],
-    hooks: BenchHooks,
-    info: ContextInfo,
-    only: tuple[str, ...],
-) -> list[BenchRow]:
-    """The contenders in `only` on every bucket of the plan; their notes go to the context's."""
-    rows = []
-    for bucket in plan.buckets:
-        more, notes = bench_bucket(graphs, bucket, plan.prompt_len, settings, floors[bucket], hooks, only=only)
-        rows += more
-        info.notes += notes
-    return rows
 
 
 def _one_context(
@@ -305,8 +226,9 @@ def run_bench(request: CaptureRequest, settings: BenchSettings, hooks: BenchHook
     hooks = hooks or BenchHooks()
     device = resolve_device(request.device)
     environment = bench_environment(device)
-    if "fused" in settings.step_contenders:
-        warm_compile_workers(device, request.inductor_cache)
+    for contender in settings.contenders:
+        if contender.on_start is not None:
+            contender.on_start(device, request.inductor_cache)
     hooks.stage("measuring memory bandwidth (the floor's denominator)")
     report = BenchReport(environment, measure_bandwidth(device), {})
     for context in settings.contexts or (None,):

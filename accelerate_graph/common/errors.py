@@ -10,6 +10,14 @@ RUNTIME_EXIT = 1  # the request was fine but could not be carried out
 DROP_FUSE = "Drop --fuse: the plain graph still removes the launch overhead."  # the hint of every --fuse refusal
 
 
+def first_line(err: BaseException, limit: int | None = None) -> str:
+    """The first line of an exception's message (at most `limit` characters), or its type's name when
+    the message is empty: what a one-line error quotes from a failure it wraps."""
+    text = str(err).strip()
+    line = text.splitlines()[0] if text else type(err).__name__
+    return line[:limit] if limit is not None else line
+
+
 def is_out_of_memory(err: BaseException) -> bool:
     """torch raises OutOfMemoryError outside a capture, a plain CUDA error inside one, and a
     RuntimeError "can't allocate memory" when the host runs out."""

@@ -6,9 +6,6 @@ import bisect
 
 from accelerate_graph.common.option_lists import parse_whole_numbers
 
-# The engines' small end (SGLang, vLLM): powers of two, then steps of 8.
-DEFAULT_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32)
-
 
 def parse_buckets(text: str) -> tuple[int, ...]:
     """'1,8,16' -> (1, 8, 16). Rejects empty items, non-integers, values < 1 and duplicates."""
@@ -42,7 +39,7 @@ def auto_contexts(max_cache_len: int) -> tuple[int, ...]:
     return (*contexts, max_cache_len)
 
 
-def parse_contexts(text: str) -> tuple[int, ...] | None:
+def parse_context_buckets(text: str) -> tuple[int, ...] | None:
     """'auto' -> None (decided from the cache length), 'full' -> () (one context: the whole cache),
     '256,1024' -> (256, 1024)."""
     if text.strip().lower() == "auto":

@@ -13,10 +13,10 @@ import torch
 
 from accelerate_graph.common.debug import debug_enabled
 from accelerate_graph.common.errors import (
-    DROP_FUSE,
     CaptureError,
     ReplaySafetyError,
     ResourceError,
+    first_line,
     is_out_of_memory,
 )
 from accelerate_graph.common.source_location import traceback_location
@@ -24,6 +24,8 @@ from accelerate_graph.core.backends import CapturedGraph, GraphBackend
 from accelerate_graph.core.buckets import bucket_for, context_for
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.core.module_stack import ModuleStack
+
+PIECEWISE_HINT = "Use --mode piecewise to run that module eagerly, or --mode eager."
 
 
 @dataclass
@@ -100,7 +102,7 @@ class DecodeGraphs:
             self._check_static_buffers()
         self.session.load_inputs(bucket, tokens, positions)
         logits = self.graphs[bucket, context].replay()[:batch]
-        self.session.kv.next_slot += 1
+        self.session.kv.advance()
         return logits.clone() if copy else logits
 
     def _static_buffers(self) -> dict[str, torch.Tensor]:
@@ -139,7 +141,7 @@ class DecodeGraphs:
         self.session.load_inputs(batch, tokens, positions)
         with torch.no_grad():
             logits = self.session.step_fn(batch)()
-        self.session.kv.next_slot += 1
+        self.session.kv.advance()
         return logits
 
     def _note_fallback(self, batch: int) -> None:
@@ -163,12 +165,10 @@ def _capture_one(session: DecodeSession, backend: GraphBackend, bucket: int, con
     except (CaptureError, RuntimeError) as err:
         if is_out_of_memory(err):
             raise
-        message = err.message if isinstance(err, CaptureError) else str(err).splitlines()[0]
+        message = err.message if isinstance(err, CaptureError) else first_line(err)
         where = modules.describe_current()
         at = traceback_location(err)
-        hint = (
-            "Use --mode piecewise to run that module eagerly, or --mode eager." if session.fused is None else DROP_FUSE
-        )
+        hint = session.fused.refusal_hint if session.fused is not None else PIECEWISE_HINT
         raise CaptureError(
             f"capturing bucket {bucket} failed in {where}{' at ' + at if at else ''}: {message}", hint
         ) from err

@@ -8,14 +8,30 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 
-from accelerate_graph.common.errors import BadOptionError, ResourceError, UnsupportedModelError, is_out_of_memory
+from accelerate_graph.common.errors import (
+    BadOptionError,
+    ResourceError,
+    UnsupportedModelError,
+    first_line,
+    is_out_of_memory,
+)
 from accelerate_graph.core.backends import Step
 from accelerate_graph.core.host_constants import HostConstants
 from accelerate_graph.core.static_cache import SharedStaticCache, cache_argument_name, check_cache_fits
+
+
+class CompiledForward(Protocol):
+    """A compiled form of the model's forward that capture records instead of the model (`--fuse` sets
+    one). The feature that compiled it names the way out of its own refusals: `refusal_hint`."""
+
+    refusal_hint: str
+
+    def __call__(self, **kwargs) -> Any: ...
+
 
 PAD_TOKEN = 0  # padding rows need some valid token id; their outputs are discarded
 
@@ -27,11 +43,6 @@ def draw_inputs(batch: int, steps: int, prompt_len: int, vocab: int, seed: int) 
     prompt = torch.randint(0, vocab, (batch, prompt_len), generator=generator)
     tokens = torch.randint(0, vocab, (steps, batch), generator=generator)
     return prompt, tokens
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0][:300] if text else type(err).__name__
 
 
 class DecodeSession:
@@ -51,7 +62,7 @@ class DecodeSession:
             if is_out_of_memory(err):
                 raise self._out_of_memory() from err
             raise UnsupportedModelError(
-                f"transformers cannot build a static cache for {type(model).__name__}: {_first_line(err)}.",
+                f"transformers cannot build a static cache for {type(model).__name__}: {first_line(err, 300)}.",
                 "Use --mode eager for this model.",
             ) from err
         longs = {"dtype": torch.long, "device": self.device}
@@ -61,7 +72,7 @@ class DecodeSession:
         # so this only changes for left-padded prompts and stays constant while decoding.
         self.attention_mask = torch.ones(max_batch, self.kv.storage_len, **longs)  # spare slot: see SharedStaticCache
         self.host_constants: HostConstants | None = None  # set by the fix that hoists constant host data
-        self.fused: Callable | None = None  # the compiled forward of --fuse: what capture records
+        self.fused: CompiledForward | None = None  # the compiled forward of --fuse: what capture records
         self._allocate_cache()
 
     def _out_of_memory(self) -> ResourceError:
@@ -81,7 +92,7 @@ class DecodeSession:
                 if is_out_of_memory(err):
                     raise self._out_of_memory() from err
                 raise UnsupportedModelError(
-                    f"{type(self.model).__name__} could not run a decode step with a static cache: {_first_line(err)}.",
+                    f"{type(self.model).__name__} could not run a decode step with a static cache: {first_line(err, 300)}.",
                     "Try --attn eager, or --mode eager.",
                 ) from err
         self.kv.check_allocated()
@@ -159,7 +170,7 @@ class DecodeSession:
         positions = torch.arange(length, device=self.device).expand(b, length)
         with torch.no_grad():
             logits = self.forward(b, prompt.to(self.device), positions, self.attention_mask)
-        self.kv.next_slot = length
+        self.kv.advance(length)
         return logits
 
     @property

@@ -17,11 +17,13 @@ import yaml
 from accelerate_graph.common.atomic_io import atomic_write_text
 from accelerate_graph.common.devices import DTYPE_NAMES, resolve_device
 from accelerate_graph.common.environment import environment_info, major_minor
-from accelerate_graph.common.errors import DeviceError, PlanError
+from accelerate_graph.common.errors import DeviceError, PlanError, first_line
 
 PLAN_FORMAT = "cugraph-accel-plan/1"
 DEFAULT_PLAN_PATH = Path("cugraph-accel.plan.yaml")
+# What a plan runs: one graph per bucket, graph segments around eager islands, or no graph at all.
 MODES = ("full", "piecewise", "eager")
+ATTENTIONS = ("sdpa", "eager", "grouped")  # grouped: sdpa for the prompt, grouped-query decode attention
 
 
 @dataclass
@@ -66,7 +68,7 @@ class Plan:
                 re.fullmatch(r"cpu|cuda:[0-9]{1,3}", self.device, flags=re.ASCII),
                 f"device {self.device!r} is not a device",
             ),
-            (self.attn in ("sdpa", "eager", "grouped"), f"attn {self.attn!r} is not sdpa, eager or grouped"),
+            (self.attn in ATTENTIONS, f"attn {self.attn!r} is not one of {', '.join(ATTENTIONS)}"),
             (
                 all(type(c) is int and 1 <= c <= self.max_cache_len for c in self.contexts),
                 "contexts must be whole numbers from 1 to max_cache_len",
@@ -163,7 +165,7 @@ def read_plan(path: Path | str) -> Plan:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise PlanError(
-            f"plan file {path} cannot be read: {str(err).splitlines()[0]}.", "Re-run `cugraph-accel capture`."
+            f"plan file {path} cannot be read: {first_line(err)}.", "Re-run `cugraph-accel capture`."
         ) from err
     if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
         raise PlanError(

@@ -69,6 +69,13 @@ class CacheSnapshot(list):
     next_slot: int = 0
     first_slot: int = 0
 
+    def at_slot(self, slot: int) -> CacheSnapshot:
+        """The same cache contents with the write position at `slot` (no copy of the K/V)."""
+        moved = CacheSnapshot((keys, values, torch.full_like(position, slot)) for keys, values, position in self)
+        moved.next_slot = slot
+        moved.first_slot = self.first_slot
+        return moved
+
 
 class _LayerView(StaticLayer):
     """A layer whose K/V are views of another's: its length is its view's, so HF sizes the mask to the
@@ -95,7 +102,7 @@ class SharedStaticCache:
         self.fixes = self._unslide_layers()
         self._views: dict[tuple[int, int], Cache] = {}
         # The next write slot as the host knows it: which context bucket a step needs, without reading
-        # the device counter. Set by rewind/restore and advanced by whoever runs a step (DecodeGraphs).
+        # the device counter. Only this class writes it: rewind/restore set it, `advance` follows a step.
         self.next_slot = 0
 
     def _unslide_layers(self) -> list[str]:
@@ -161,6 +168,11 @@ class SharedStaticCache:
 
     def positions(self) -> list[torch.Tensor]:
         return [layer.cumulative_length for layer in self.layers]
+
+    def advance(self, tokens: int = 1) -> None:
+        """Follow a forward that wrote `tokens` tokens per row: HF moved the device positions in place
+        (inside the graph too), so only the host's copy moves here."""
+        self.next_slot += tokens
 
     def rewind(self, position: int) -> None:
         """Set every layer's write position (the next token goes to slot `position`)."""

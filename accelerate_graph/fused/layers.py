@@ -150,6 +150,8 @@ class FusedForward:
     """Calls the model with its decoder layers compiled by inductor; counts the time and graphs spent
     compiling, and the compilations beyond the first of each batch class (recompilations)."""
 
+    refusal_hint = DROP_FUSE  # what capture and the quick check tell a user whose --fuse failed
+
     def __init__(self, model: torch.nn.Module, backend: str = "inductor"):
         self.model = model
         self.backend = backend

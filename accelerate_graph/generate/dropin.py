@@ -154,7 +154,7 @@ class Accelerated:
             kwargs["attention_mask"] = self._mask_2d
         self._load_mask(batch)
         out = self._bound["forward"](**kwargs)
-        self.session.kv.next_slot += length
+        self.session.kv.advance(length)
         out[self._field] = self.session.kv.cache
         self.counts.eager_on_cache += 1
         return out

@@ -24,10 +24,10 @@ def capture_for_model(
     from accelerate_graph.core.buckets import resolve_contexts
     from accelerate_graph.core.capture import capture_decode_graphs
     from accelerate_graph.core.decode_session import DecodeSession
-    from accelerate_graph.pipeline import MODES, decide_regions
+    from accelerate_graph.pipeline import REQUEST_MODES, decide_regions
     from accelerate_graph.verify.against_eager import verify_batch
 
-    if mode not in MODES or mode == "eager":
+    if mode not in REQUEST_MODES or mode == "eager":
         raise BadOptionError(f"mode {mode!r} is not one of auto, full, piecewise.")
     if not buckets or min(buckets) < 1:
         raise BadOptionError(f"buckets {buckets!r} are invalid.", "Give batch sizes of at least 1, e.g. (1, 8).")

@@ -130,7 +130,7 @@ class NativeLoop:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with torch.no_grad():
             logits = session.forward(batch, ids, positions, session.attention_mask)
-        session.kv.next_slot = width
+        session.kv.advance(width)  # from slot 0 (the rewind above)
         return logits
 
     def _choose(self, logits: torch.Tensor, finished: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,7 @@ from accelerate_graph.common.errors import (
     RecipeError,
     ResourceError,
     UnsupportedModelError,
+    first_line,
     is_out_of_memory,
 )
 from accelerate_graph.compat.transformers_internals import causal_lm_class_names
@@ -111,8 +112,7 @@ def recipe_config(recipe: Recipe):
     try:
         return AutoConfig.for_model(recipe.model_type, **recipe.config)
     except Exception as err:  # noqa: BLE001 - config classes raise many types on bad values
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise RecipeError(f"recipe {recipe.name}: its config is invalid: {first[:200]}") from err
+        raise RecipeError(f"recipe {recipe.name}: its config is invalid: {first_line(err, 200)}") from err
 
 
 def _load_recipe(recipe: Recipe, device, dtype, attn, notes):
@@ -178,12 +178,12 @@ def _load_folder(reference: str, device, dtype, attn, notes, initialised):
     try:
         return _load_pretrained(str(folder), device, dtype, attn, notes, initialised)
     except OSError as err:
-        raise ModelNotFoundError(f"cannot load the model in {reference}: {str(err).splitlines()[0]}") from err
+        raise ModelNotFoundError(f"cannot load the model in {reference}: {first_line(err)}") from err
     except Exception as err:
         if not _is_safetensors_error(err):
             raise
         raise ModelFileError(
-            f"a weight file in {reference} cannot be read: {str(err).splitlines()[0] if str(err) else type(err).__name__}.",
+            f"a weight file in {reference} cannot be read: {first_line(err)}.",
             "Copy or download the model again.",
         ) from err
 
@@ -206,7 +206,7 @@ def _load_hub(reference: str, revision, device, dtype, attn, notes, initialised)
     try:
         return _load_pretrained(reference, device, dtype, attn, notes, initialised, **kwargs)
     except OSError as err:
-        raise ModelNotFoundError(f"model {reference!r} was not found on the hub: {str(err).splitlines()[0]}") from err
+        raise ModelNotFoundError(f"model {reference!r} was not found on the hub: {first_line(err)}") from err
 
 
 def load_model(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from accelerate_graph.common.errors import RecipeError
+from accelerate_graph.common.errors import RecipeError, first_line
 
 RECIPE_DIR = Path(__file__).resolve().parents[2] / "recipes"
 DEFAULT_RECIPE = "tiny"
@@ -61,7 +61,7 @@ def load_recipe_file(path: Path) -> Recipe:
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:
-        raise RecipeError(f"cannot read recipe {path}: {str(err).splitlines()[0]}.") from err
+        raise RecipeError(f"cannot read recipe {path}: {first_line(err)}.") from err
     if not isinstance(data, dict):
         raise RecipeError(f"recipe {path} must be a YAML mapping of keys to values.")
     _checked_keys(data, Recipe, f"recipe {path}")

@@ -188,7 +188,7 @@ def verify_graphs(
     rows = []
     for number, case in enumerate(plan.cases):
         tokens = _draw(case.steps, case.batch, session.vocab_size, seed + 1 + number).to(session.device)
-        start = at_slot(session.kv.snapshot(case.bucket, case.start, case.steps), case.start)
+        start = session.kv.snapshot(case.bucket, case.start, case.steps).at_slot(case.start)
         row = _judge_guarded(graphs, case, tokens, start)
         session.kv.restore(start)  # the prefilled state again, for the next case
         rows.append(row)
@@ -214,15 +214,7 @@ def _prefill(session, prompt: torch.Tensor) -> None:
             chunk = prompt[:, first : first + PREFILL_CHUNK].to(session.device)
             positions = torch.arange(first, first + chunk.shape[1], device=session.device).expand(rows, -1)
             session.forward(rows, chunk, positions, session.attention_mask)
-    session.kv.next_slot = length
-
-
-def at_slot(snap: CacheSnapshot, slot: int) -> CacheSnapshot:
-    """The same cache contents with the write position at `slot` (no copy of the K/V)."""
-    moved = CacheSnapshot((keys, values, torch.full_like(position, slot)) for keys, values, position in snap)
-    moved.next_slot = slot
-    moved.first_slot = snap.first_slot
-    return moved
+    session.kv.advance(length)  # from slot 0 (the rewind above)
 
 
 def _judge_guarded(graphs: DecodeGraphs, case: Case, tokens: torch.Tensor, start: CacheSnapshot) -> VerifyRow:

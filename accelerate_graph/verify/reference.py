@@ -27,7 +27,7 @@ def eager_step(session: DecodeSession, tokens: torch.Tensor, positions: torch.Te
     session.load_inputs(batch, tokens, positions)
     with torch.no_grad(), hf_attention(session.model):
         logits = session.step_fn(batch)()
-    session.kv.next_slot += 1
+    session.kv.advance()
     return logits
 
 

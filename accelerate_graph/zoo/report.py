@@ -70,30 +70,16 @@ def write_json(results: Sequence[ZooResult], path: Path | str, environment: dict
     atomic_write_text(path, json.dumps(json_document(results, environment, steps), indent=1) + "\n")
 
 
-def _load(path: Path | str) -> tuple[dict, list[ZooResult]]:
-    """The JSON document `write_json` wrote and its results."""
+def read_results(path: Path | str) -> list[ZooResult]:
+    """Results from a file `write_json` wrote (on another device, say)."""
     try:
         document = json.loads(Path(path).read_text())
-        return document, [ZooResult(**entry) for entry in document["results"]]
+        return [ZooResult(**entry) for entry in document["results"]]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise BadOptionError(
             f"cannot read zoo results from {path}: {type(err).__name__}: {err}",
             "Give a JSON file `cugraph-accel zoo --json` wrote.",
         ) from err
-
-
-def read_results(path: Path | str) -> list[ZooResult]:
-    """Results from a file `write_json` wrote (on another device, say)."""
-    return _load(path)[1]
-
-
-def compare_files(results_path: Path | str, other_path: Path | str, markdown: Path | str) -> list[str]:
-    """Re-render `markdown` from one zoo JSON with its hazard disagreements against another (two runs
-    that went on side by side: CUDA and the CPU emulation); returns the disagreement lines."""
-    document, results = _load(results_path)
-    lines = hazard_disagreements(results, read_results(other_path))
-    write_zoo_markdown(results, markdown, document["environment"], document.get("steps", 8), lines)
-    return lines
 
 
 def _cell(text: str) -> str:

@@ -13,7 +13,7 @@ from tiny_models import tiny_decoder
 
 from accelerate_graph.bench.floor import Bandwidth, StepBytes, floor_ms, measure_bandwidth, step_bytes, weight_bytes
 from accelerate_graph.bench.generate import bench_hf_generate, bench_our_loop, new_token_budget
-from accelerate_graph.bench.options import DEFAULT_COMPARE, parse_compare, parse_contexts
+from accelerate_graph.bench.options import DEFAULT_COMPARE, parse_cache_lengths, parse_compare
 from accelerate_graph.bench.plot import require_matplotlib, write_plot
 from accelerate_graph.bench.report_files import CSV_COLUMNS, csv_text, write_csv, write_json
 from accelerate_graph.bench.results import GENERATE, STEP, BenchReport, BenchRow, ContextInfo, fill_speedups
@@ -45,7 +45,7 @@ def test_bad_compare(text, phrase):
 
 
 def test_contexts_sorted():
-    assert parse_contexts("4096, 128,1024") == (128, 1024, 4096)
+    assert parse_cache_lengths("4096, 128,1024") == (128, 1024, 4096)
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_contexts_sorted():
 )
 def test_bad_contexts(text, phrase):
     with pytest.raises(BadOptionError, match="--context") as err:
-        parse_contexts(text)
+        parse_cache_lengths(text)
     assert phrase in str(err.value)
 
 
@@ -145,7 +145,7 @@ def fake_report() -> BenchReport:
 
 
 def test_speedups_against_each_kinds_baseline():
-    rows = {(r.contender, r.bucket): r for r in fake_report().rows}
+    rows = {(r.contender, r.batch): r for r in fake_report().rows}
     assert rows[("graph", 1)].speedup == pytest.approx(5.0)
     assert rows[("eager", 8)].speedup == pytest.approx(1.0)
     assert rows[("our-loop", 1)].speedup == pytest.approx(2.0)  # against hf-generate
@@ -232,7 +232,7 @@ def test_generate_contender_on_tiny():
         bench_hf_generate(prepared.session, 2, prepared.plan.prompt_len, new_tokens=4, floor_ms=0.1),
         bench_our_loop(prepared.graphs, 2, prepared.plan.prompt_len, new_tokens=4, floor_ms=0.1),
     ]
-    assert [(r.kind, r.contender, r.bucket, r.new_tokens) for r in rows] == [
+    assert [(r.kind, r.contender, r.batch, r.new_tokens) for r in rows] == [
         (GENERATE, "hf-generate", 2, 4),
         (GENERATE, "our-loop", 2, 4),
     ]

@@ -1,7 +1,8 @@
 import pytest
 
 from accelerate_graph.common.errors import BadOptionError
-from accelerate_graph.core.buckets import DEFAULT_BUCKETS, bucket_for, padded_batch, parse_buckets
+from accelerate_graph.core.buckets import bucket_for, padded_batch, parse_buckets
+from accelerate_graph.models.recipes import RecipeDefaults
 
 
 def test_parse_sorts_and_strips():
@@ -25,8 +26,9 @@ def test_bucket_for_pads_up_and_reports_overflow():
 
 
 def test_default_buckets_end_at_their_maximum():
-    assert DEFAULT_BUCKETS == tuple(sorted(DEFAULT_BUCKETS))
-    assert all(bucket_for(b, DEFAULT_BUCKETS) is not None for b in range(1, max(DEFAULT_BUCKETS) + 1))
+    default = RecipeDefaults().buckets  # what a model without a recipe gets
+    assert default == tuple(sorted(default))
+    assert all(bucket_for(b, default) is not None for b in range(1, max(default) + 1))
 
 
 def test_padded_batch_is_smallest_batch_of_a_bucket():

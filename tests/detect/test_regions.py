@@ -177,3 +177,28 @@ def test_locations_point_at_modeling_code_even_under_a_folder_named_torch():
     modeling = "/opt/torch/.venv/lib/python3.12/site-packages/transformers/models/gptj/modeling_gptj.py"
     assert not is_internal(modeling)
     assert short(modeling) == "transformers/models/gptj/modeling_gptj.py"
+
+
+def test_a_registered_model_fix_is_applied_in_order_with_one_signature(tiny_model_dir, monkeypatch):
+    """One ModelFix in MODEL_FIXES is all a new fix needs; each sees what the one before it left."""
+    import accelerate_graph.pipeline as pipeline
+    from accelerate_graph.detect.fixes import MODEL_FIXES, ModelFix
+
+    session = llama_session(tiny_model_dir)
+    session.model.lm_head = CountingHead(session.model.lm_head)
+    seen = []
+
+    def unwrap_counting_head(session, hazards, redetect):
+        seen.append([h.module_class for h in hazards])
+        if not any(h.module_class == "CountingHead" for h in hazards):
+            return None, hazards
+        session.model.lm_head = session.model.lm_head.head
+        return "the counting head was unwrapped", redetect()
+
+    monkeypatch.setattr(pipeline, "MODEL_FIXES", (*MODEL_FIXES, ModelFix("unwrap", unwrap_counting_head)))
+    decision = decide_regions(session, "auto", 1)
+    assert seen == [["CountingHead"]]
+    assert decision.fixes == ["the counting head was unwrapped"]
+    assert decision.regions.mode == "full" and decision.hazards == []
+    eager = decide_regions(session, "eager", 1)  # no detection in eager mode: the fixes see no hazard
+    assert seen[-1] == [] and eager.fixes == [] and eager.regions.mode == "eager"

@@ -24,7 +24,9 @@ def test_capture_verify_bench_at_tp2_on_two_gpus(tiny_model_dir, tmp_path):
     assert [r["device"] for r in plan["tp_layout"]] == ["cuda:0", "cuda:1"]
     assert captured.exit_after_last_line_s < 10, captured.exit_after_last_line_s
     verified = cli("verify", "--plan", str(plan_path))
-    assert verified.code == 0 and "as close to the reference" in " ".join(verified.stdout.split()), verified.stdout[-3000:]
+    assert verified.code == 0 and "as close to the reference" in " ".join(verified.stdout.split()), verified.stdout[
+        -3000:
+    ]
     assert verified.exit_after_last_line_s < 10, verified.exit_after_last_line_s
     benched = cli("bench", "--plan", str(plan_path), "--compare", "eager,graph", "--steps", "10", "--warmup", "2")
     assert benched.code == 0, benched.stdout[-3000:]

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from accelerate_graph.common.errors import BadOptionError, CaptureError, ReplaySafetyError
 from accelerate_graph.core.backends import EmulatedBackend
-from accelerate_graph.core.buckets import auto_contexts, context_for, parse_contexts, resolve_contexts
+from accelerate_graph.core.buckets import auto_contexts, context_for, parse_context_buckets, resolve_contexts
 from accelerate_graph.core.capture import capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.core.plan import read_plan
@@ -29,11 +29,11 @@ def test_context_bucket_lists():
     assert auto_contexts(1024) == (256, 512, 1024)
     assert auto_contexts(4096) == (256, 512, 1024, 2048, 4096)
     assert auto_contexts(200) == (200,)
-    assert parse_contexts("auto") is None and parse_contexts("full") == ()
+    assert parse_context_buckets("auto") is None and parse_context_buckets("full") == ()
     assert resolve_contexts((), 600) == (600,)
     assert resolve_contexts((64, 256, 4096), 600) == (64, 256, 600)
     with pytest.raises(BadOptionError, match="--context-buckets"):
-        parse_contexts("64,x")
+        parse_context_buckets("64,x")
     assert context_for(0, (16, 32)) == 16 and context_for(15, (16, 32)) == 16
     assert context_for(16, (16, 32)) == 32 and context_for(32, (16, 32)) is None
 
@@ -337,10 +337,10 @@ def test_a_failed_fused_capture_says_to_drop_fuse(monkeypatch):
     session = DecodeSession(tiny_decoder("llama"), 2, 32)
     session.fused = FusedForward(session.model, backend="aot_eager")
 
-    def failing(**kwargs):
+    def failing(self, **kwargs):
         raise RuntimeError("LoweringException: an op inductor could not lower")
 
-    monkeypatch.setattr(session, "fused", failing)
+    monkeypatch.setattr(FusedForward, "__call__", failing)  # the hint comes from the fused forward itself
     with pytest.raises(CaptureError) as caught:
         capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=(16,))
     assert "capturing bucket 2 failed" in caught.value.message and "LoweringException" in caught.value.message

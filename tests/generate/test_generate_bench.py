@@ -17,14 +17,14 @@ def test_generate_contenders_make_one_row_each_and_leave_the_model_as_it_was():
     compare = parse_compare("hf-eager,drop-in,generate")
     settings = BenchSettings(compare=compare, steps=5, warmup=1, new_tokens=4)
     info, rows = bench_context(prepared, settings, Bandwidth(2e10, 2**28, 5, "host copy"), BenchHooks())
-    assert [(r.contender, r.bucket) for r in rows] == [
+    assert [(r.contender, r.batch) for r in rows] == [
         (name, batch) for batch in (1, 2) for name in ("generate", "drop-in", "hf-eager")
     ]
     assert all(r.kind == GENERATE and r.new_tokens == 4 and r.setup_seconds > 0 for r in rows)
     drop_in = [r for r in rows if r.contender == "drop-in"]
     generate = [r for r in rows if r.contender == "generate"]
     assert all(d.setup_seconds > d.median_ms * 4 / 1000 for d in drop_in)  # its own capture is in its setup
-    assert all(g.setup_seconds >= prepared.graphs.bucket_seconds(g.bucket) for g in generate)
+    assert all(g.setup_seconds >= prepared.graphs.bucket_seconds(g.batch) for g in generate)
     assert not {"forward", "generate", "prepare_inputs_for_generation"} & set(model.__dict__)  # undone
     table = end_to_end_table(BenchReport({"gpu": "none"}, None, {}, [info], rows), 32)
     assert [c.header for c in table.columns][2:4] == ["HF eager\nfirst s", "HF eager\ntok/s"]

@@ -26,7 +26,9 @@ def rank_main(rank: int, port: int) -> None:
     replayed = graph.replay().clone()
     expected = step()
     ok = torch.equal(replayed, expected)
-    print(f"rank {rank} {'replay-ok' if ok else 'replay-differs'}", flush=True)
+    # one write per line: print's text and newline are two writes, which the other rank's can split
+    sys.stdout.write(f"rank {rank} {'replay-ok' if ok else 'replay-differs'}\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
     sys.exit(0 if ok else 1)
 

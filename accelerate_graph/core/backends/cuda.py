@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from accelerate_graph.common.errors import CaptureError, is_out_of_memory
+from accelerate_graph.common.errors import CaptureError, first_line, is_out_of_memory
 from accelerate_graph.core.backends.base import CaptureStats, Step
 from accelerate_graph.core.backends.islands import IslandCall, island_hooks
 
@@ -26,7 +26,6 @@ class CudaGraph:
         self._islands = islands
         self.output = output
         self.stats = stats
-        self.island_count = len(islands)
 
     def replay(self) -> torch.Tensor:
         for index, segment in enumerate(self._segments):
@@ -104,9 +103,9 @@ class CudaGraphBackend:
             recorder.abort()
             if is_out_of_memory(err):
                 raise
-            first = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise CaptureError(
-                f"CUDA graph capture failed: {first}", "Run `cugraph-accel capture --mode piecewise` or `--mode eager`."
+                f"CUDA graph capture failed: {first_line(err)}",
+                "Run `cugraph-accel capture --mode piecewise` or `--mode eager`.",
             ) from err
         torch.cuda.current_stream(self.device).wait_stream(self._side_stream)
         torch.cuda.synchronize(self.device)

@@ -113,7 +113,6 @@ class EmulatedGraph:
         self._ops = [op for op in ops if isinstance(op, IslandCall) or op.run_at_replay]
         self.output = output
         self.stats = stats
-        self.island_count = sum(isinstance(op, IslandCall) for op in ops)
 
     def replay(self) -> torch.Tensor:
         with torch.no_grad():
