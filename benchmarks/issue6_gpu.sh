@@ -20,7 +20,7 @@ table() { grep -E "^note|^error|fused:" "$1" | head -n 12; sed -n '/decode step,
 
 if [ "${1:-final}" = probe ]; then
   echo "== recompilations of the fused GPU test"
-  TORCH_LOGS=recompiles timeout 90 python3 -m pytest -m cuda -q -s -p no:cacheprovider -rf tests/test_gpu_fused.py \
+  TORCH_LOGS=recompiles timeout 90 python3 -m pytest -m cuda -q -s -p no:cacheprovider -rf tests/fused/test_gpu_fused.py \
     -k compile_once 2>&1 | tee "$OUT/recompiles.log" | grep -E "^\s*- |passed|failed" | cut -c1-400 | tail -n 12
   echo "== kernels per step"
   timeout 170 python3 benchmarks/profile_step.py qwen2.5-0.5b --batches 1,32 --ways "${WAYS:-fused}" \
@@ -63,7 +63,7 @@ PY
   table "$OUT/bench-cold-4096.log"
 else
   echo "== GPU tests of the fused path"
-  timeout 100 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/test_gpu_fused.py 2>&1 \
+  timeout 100 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/fused/test_gpu_fused.py 2>&1 \
     | tee "$OUT/gpu-tests-fused.log" | tail -n 3
   rm -rf "$TORCHINDUCTOR_CACHE_DIR"
   echo "== qwen2.5-0.5b ($(left) s left)"
