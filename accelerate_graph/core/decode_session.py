@@ -158,8 +158,9 @@ class DecodeSession:
             # padding rows share the batch's write slot, in rows no sequence owns
             self.position_ids[b:bucket].copy_(self.position_ids[:1].expand(bucket - b, 1))
 
-    def prefill(self, prompt: torch.Tensor) -> torch.Tensor:
-        """Eagerly run a prompt [b, P] from slot 0 into rows [:b]; returns last-position logits [b, V]."""
+    def prefill(self, prompt: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
+        """Eagerly run a prompt [b, P] from slot 0 into rows [:b]; returns last-position logits [b, V].
+        `chunk`: at most that many tokens per forward (bounds the attention scores of a long prompt)."""
         b, length = prompt.shape
         if length >= self.max_cache_len:
             raise BadOptionError(
@@ -167,9 +168,12 @@ class DecodeSession:
                 "Raise --max-cache-len or lower --prompt-len.",
             )
         self.kv.rewind(0)
-        positions = torch.arange(length, device=self.device).expand(b, length)
+        step = chunk or length
         with torch.no_grad():
-            logits = self.forward(b, prompt.to(self.device), positions, self.attention_mask)
+            for first in range(0, length, step):
+                part = prompt[:, first : first + step].to(self.device)
+                positions = torch.arange(first, first + part.shape[1], device=self.device).expand(b, -1)
+                logits = self.forward(b, part, positions, self.attention_mask)
         self.kv.advance(length)
         return logits
 

@@ -184,7 +184,7 @@ def verify_graphs(
     session = graphs.session
     prompt = _draw(plan.rows, plan.prefill_len, session.vocab_size, seed)
     session.kv.reset()
-    _prefill(session, prompt)
+    session.prefill(prompt, chunk=PREFILL_CHUNK)
     rows = []
     for number, case in enumerate(plan.cases):
         tokens = _draw(case.steps, case.batch, session.vocab_size, seed + 1 + number).to(session.device)
@@ -203,18 +203,6 @@ def _draw(rows: int, columns: int, vocab: int, seed: int) -> torch.Tensor:
 
 
 PREFILL_CHUNK = 256  # prompt tokens per forward: bounds the prefill's attention scores at long starts
-
-
-def _prefill(session, prompt: torch.Tensor) -> None:
-    """Run `prompt` [rows, P] into the cache from slot 0, in chunks."""
-    rows, length = prompt.shape
-    session.kv.rewind(0)
-    with torch.no_grad():
-        for first in range(0, length, PREFILL_CHUNK):
-            chunk = prompt[:, first : first + PREFILL_CHUNK].to(session.device)
-            positions = torch.arange(first, first + chunk.shape[1], device=session.device).expand(rows, -1)
-            session.forward(rows, chunk, positions, session.attention_mask)
-    session.kv.advance(length)  # from slot 0 (the rewind above)
 
 
 def _judge_guarded(graphs: DecodeGraphs, case: Case, tokens: torch.Tensor, start: CacheSnapshot) -> VerifyRow:
