@@ -12,6 +12,15 @@ from .options import BucketsOpt, ForceFlag, JsonOpt, ModelArg, PlanOpt, PromptLe
 from .output import STDOUT, Output
 
 StepsOpt = Annotated[int, typer.Option("--steps", min=1, help="Decode steps compared per batch.")]
+RepeatOpt = Annotated[
+    int,
+    typer.Option(
+        "--repeat",
+        min=1,
+        help="Run the whole check N times, each with new prompts and tokens (a false alarm shows up as a run "
+        "that fails where the others pass).",
+    ),
+]
 
 
 def shortened_line(plan, steps: int) -> str | None:
@@ -36,6 +45,7 @@ def verify(
     json: JsonOpt = None,
     force: ForceFlag = False,
     tp: TpOpt = None,
+    repeat: RepeatOpt = 1,
 ) -> None:
     """Re-capture from the plan (or MODEL) and prove every replay is as close to a float32 reference as eager.
 
@@ -48,6 +58,8 @@ def verify(
       cugraph-accel verify --plan my.plan.yaml --json verify.json
 
       cugraph-accel verify qwen2.5-0.5b --steps 16 --buckets 1,8
+
+      cugraph-accel verify llama-3.1-8b --repeat 5   # five checks with new inputs, one load and capture
     """
     arguments = dict(locals())
     from .tp import plan_device, plan_tp, spread
@@ -77,6 +89,12 @@ def verify(
     cases = plan_cases(graphs.buckets, graphs.contexts, steps, prepared.plan.prompt_len)
     rows = verify_graphs(graphs, plan=cases)
     out.show(verify_table(rows))
+    repeats = [_repeat_summary(1, rows)]
+    for number in range(2, repeat + 1):  # new prompt and tokens each time: the seed moves by a stride
+        again = verify_graphs(graphs, plan=cases, seed=REPEAT_SEED_STRIDE * (number - 1))
+        repeats.append(_repeat_summary(number, again))
+        out.line(_repeat_line(repeats[-1], len(again)))
+        rows += again
     if tp > 1:  # the split itself: the replay against the whole model on one device
         single = against_single_device(graphs, prepared.plan, steps)
         if single is not None:
@@ -99,6 +117,7 @@ def verify(
             "steps_requested": steps,
             "graphs": len(graphs.graphs),
             "rows": [asdict(r) for r in rows],
+            "repeats": repeats,
             "shortened": [s.as_json() for s in cases.shortened],
             "notes": notes,
             "memory": memory,
@@ -112,10 +131,31 @@ def verify(
         )
         raise typer.Exit(1)
     replayed = len(graphs.graphs) - len(uncovered(cases, graphs.buckets, graphs.contexts))
+    times = f" in each of {repeat} repeats" if repeat > 1 else ""
     out.line(
-        f"[green]verified[/green]: {_count(len(rows), 'run')} replaying {replayed} of {_count(len(graphs.graphs), 'graph')} "
+        f"[green]verified[/green]: {_count(len(rows) // repeat, 'run')}{times} replaying {replayed} of {_count(len(graphs.graphs), 'graph')} "
         f"({_count(len(graphs.buckets), 'batch bucket')} x {_count(len(graphs.contexts), 'context bucket')}) are as close "
         f"to the reference ({rows[0].reference if rows else 'float32'}) as eager execution ({CRITERION_LINE})."
+    )
+
+
+REPEAT_SEED_STRIDE = 1000  # verify_graphs draws seeds seed..seed+cases: repeats never share one
+
+
+def _repeat_summary(number: int, rows) -> dict:
+    return {
+        "repeat": number,
+        "runs": len(rows),
+        "failed": sum(not r.passed for r in rows),
+        "worst_ratio": max((r.ratio for r in rows if r.ratio == r.ratio), default=0.0),  # NaN: a replay that raised
+    }
+
+
+def _repeat_line(summary: dict, runs: int) -> str:
+    verdict = "pass" if not summary["failed"] else f"[red]{summary['failed']} FAILED[/red]"
+    return (
+        f"repeat {summary['repeat']}: {runs - summary['failed']} of {runs} runs pass ({verdict}); "
+        f"worst replay error {summary['worst_ratio']:.2f} x eager's"
     )
 
 

@@ -589,3 +589,19 @@ def test_debug_flag_does_not_leak_into_the_next_invocation(tmp_path):
     assert "Traceback" in first.stderr
     second = runner.invoke(app, ["capture", missing])
     error_line(second, 1, "does not exist")
+
+
+def test_verify_repeat_runs_every_case_again_with_new_inputs(good_plan, monkeypatch):
+    from accelerate_graph.verify import against_eager
+
+    seeds = []
+    real = against_eager._draw
+    monkeypatch.setattr(against_eager, "_draw", lambda rows, cols, vocab, seed: seeds.append(seed) or real(rows, cols, vocab, seed))
+    result = invoke("verify", "--plan", good_plan, "--repeat", "3", "--json", "-")
+    assert_clean(result)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    once = len(data["rows"]) // 3
+    assert [r["repeat"] for r in data["repeats"]] == [1, 2, 3]
+    assert all(r["runs"] == once and r["failed"] == 0 for r in data["repeats"])
+    assert len(seeds) == len(set(seeds)) == 3 * (once + 1)  # one prompt and one draw per case, never reused
