@@ -16,6 +16,7 @@ next to the plan (TORCHINDUCTOR_CACHE_DIR), so `verify` and `bench` in a new pro
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 import time
@@ -28,6 +29,7 @@ from accelerate_graph.common.errors import DROP_FUSE, CaptureError
 from accelerate_graph.compat import torch_internals
 from accelerate_graph.compat.transformers_internals import cache_indices, cache_indices_set_to_zero, static_layer_view
 from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
+from accelerate_graph.fused.layer_program import LayerOps, decode_layer, program_for
 
 # Batch 1 compiles its projections to GEMV kernels (gemv_lowering.py). A switch so that
 # benchmarks/profile_step.py can measure the step without them.
@@ -146,16 +148,35 @@ def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int
     return bound.args, bound.kwargs
 
 
+def default_ops(model: torch.nn.Module) -> LayerOps | None:
+    """The layer program with Triton kernels on a GPU that has them; None (HF's forward) otherwise."""
+    return None
+
+
+def _named(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict:
+    bound = signature.bind(*args, **kwargs)
+    named = {}
+    for name, value in bound.arguments.items():
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        else:
+            named[name] = value
+    return named
+
+
 class FusedForward:
     """Calls the model with its decoder layers compiled by inductor; counts the time and graphs spent
     compiling, and the compilations beyond the first of each batch class (recompilations)."""
 
     refusal_hint = DROP_FUSE  # what capture and the quick check tell a user whose --fuse failed
 
-    def __init__(self, model: torch.nn.Module, backend: str = "inductor"):
+    def __init__(self, model: torch.nn.Module, backend: str = "inductor", ops: LayerOps | None = None):
         self.model = model
         self.backend = backend
         self.layers = decoder_layers(model)
+        # layer_program.py's forward, for the layers it covers; None keeps HF's forward for every layer
+        self.ops = ops if ops is not None else default_ops(model)
+        self.programmed = self.ops is not None and all(program_for(layer) for layer in self.layers)
         self._compiled: dict[type, object] = {}  # one compiled forward per layer class
         self._classes_done: set[bool] = set()  # batch classes (batch 1 or not) compiled so far
         self.compile_seconds = 0.0
@@ -167,6 +188,9 @@ class FusedForward:
         kind = type(layer)
         if kind not in self._compiled:
             self._compiled[kind] = torch.compile(kind.forward, backend=self.backend, dynamic=None)
+            if self.programmed:
+                program = functools.partial(decode_layer, ops=self.ops)
+                self._compiled[kind, "program"] = torch.compile(program, backend=self.backend, dynamic=None)
         return self._compiled[kind]
 
     def _layer_forward(self, layer: torch.nn.Module, index: int, batch: int):
@@ -174,10 +198,19 @@ class FusedForward:
         compiled = self._compiled_forward(layer)
         signature = inspect.signature(type(layer).forward)
 
+        program = self._compiled.get((type(layer), "program"))
+
         def forward(*args, **kwargs):
             self._layer_calls += 1
             args, kwargs = _layer_arguments(signature, layer, index, batch, args, kwargs)
             with _as_layer_zero(layer):
+                if program is not None:
+                    named = _named(signature, args, kwargs)
+                    hidden = named["hidden_states"]
+                    if hidden.dim() == 3 and hidden.shape[1] == 1:  # a decode step; the prompt keeps HF's
+                        cache = next(v for v in named.values() if isinstance(v, Cache))
+                        mask, rotary = named.get("attention_mask"), named["position_embeddings"]
+                        return program(layer, hidden, mask, rotary, cache)
                 return compiled(*args, **kwargs)
 
         return forward

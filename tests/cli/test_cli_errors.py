@@ -596,7 +596,9 @@ def test_verify_repeat_runs_every_case_again_with_new_inputs(good_plan, monkeypa
 
     seeds = []
     real = against_eager._draw
-    monkeypatch.setattr(against_eager, "_draw", lambda rows, cols, vocab, seed: seeds.append(seed) or real(rows, cols, vocab, seed))
+    monkeypatch.setattr(
+        against_eager, "_draw", lambda rows, cols, vocab, seed: seeds.append(seed) or real(rows, cols, vocab, seed)
+    )
     result = invoke("verify", "--plan", good_plan, "--repeat", "3", "--json", "-")
     assert_clean(result)
     assert result.exit_code == 0, result.output

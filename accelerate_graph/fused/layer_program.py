@@ -1,0 +1,138 @@
+"""Our own decode forward for the common decoder layer, so that fused mode runs fewer, fuller kernels.
+
+HF's Llama-family layer is norm -> q, k, v -> rotary -> cache write -> attention -> o -> residual ->
+norm -> gate, up -> act * up -> down -> residual: inductor makes ~14 kernels of it at batch 1 and runs
+its matmuls on cuBLAS at larger batches (docs/PERF.md). Written out here, the norm folds into the
+projections that read it (q, k and v in one launch; gate and up in another, the activation in its
+epilogue) and the residual adds fold into o and down: `LayerOps` says how each of those four
+operations runs (the torch reference here, or Triton kernels that read each weight once).
+
+Only layers whose forward is known to be exactly this sequence take it (`program_for`); every other
+layer, and every step with more than one token (the prompt), keeps HF's forward. `verify` judges the
+result like any other graph.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from accelerate_graph.fused.grouped_attention import grouped_decode_attention
+
+# Decoder layers whose forward is the sequence above with a Llama RMSNorm (x * rsqrt, cast, * w),
+# rotate-half rotary embedding, SiLU gated MLP and an optional q/k/v bias. Checked by class name
+# *and* structure (`program_for`), so a subclass that changes the forward is not taken.
+LLAMA_FAMILY = frozenset({"LlamaDecoderLayer", "Qwen2DecoderLayer", "MistralDecoderLayer"})
+_ATTENTION_CHILDREN = {"q_proj", "k_proj", "v_proj", "o_proj"}
+_MLP_CHILDREN = {"gate_proj", "up_proj", "down_proj", "act_fn"}
+_LAYER_CHILDREN = {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF's Llama RMSNorm, rounding included: normalise in float32, cast, then scale in x's dtype."""
+    x32 = x.float()
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * normed.to(x.dtype)
+
+
+def reference_norm_projections(x, norm_weight, eps, weights, biases):
+    """[M, K] -> one [M, N_i] per weight, of the normalised x (no norm when norm_weight is None)."""
+    normed = x if norm_weight is None else rms_norm(x, norm_weight, eps)
+    return tuple(F.linear(normed, w, b) for w, b in zip(weights, biases))
+
+
+def reference_linear_residual(x, weight, bias, residual):
+    return residual + F.linear(x, weight, bias)
+
+
+def reference_norm_gate_up(x, norm_weight, eps, w_gate, w_up):
+    normed = rms_norm(x, norm_weight, eps)
+    return F.silu(F.linear(normed, w_gate)) * F.linear(normed, w_up)
+
+
+@dataclass(frozen=True)
+class LayerOps:
+    """How the four folded operations run; each must round like the torch reference."""
+
+    name: str
+    norm_projections: Callable
+    linear_residual: Callable
+    norm_gate_up: Callable
+
+
+REFERENCE_OPS = LayerOps("torch", reference_norm_projections, reference_linear_residual, reference_norm_gate_up)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _is_linear(module, bias_allowed: bool) -> bool:
+    return isinstance(module, torch.nn.Linear) and (bias_allowed or module.bias is None)
+
+
+def program_for(layer: torch.nn.Module) -> bool:
+    """Whether `layer` is exactly the sequence this module writes out (else HF's forward runs)."""
+    if type(layer).__name__ not in LLAMA_FAMILY:
+        return False
+    if {name for name, _ in layer.named_children()} != _LAYER_CHILDREN:
+        return False
+    attention, mlp = layer.self_attn, layer.mlp
+    if {name for name, _ in attention.named_children()} != _ATTENTION_CHILDREN:
+        return False  # q_norm/k_norm (Qwen3) or anything else this forward would skip
+    if {name for name, _ in mlp.named_children()} != _MLP_CHILDREN:
+        return False
+    if not all(_is_linear(getattr(attention, n), True) for n in ("q_proj", "k_proj", "v_proj")):
+        return False
+    if not _is_linear(attention.o_proj, True) or not all(
+        _is_linear(getattr(mlp, n), False) for n in ("gate_proj", "up_proj")
+    ):
+        return False
+    if not _is_linear(mlp.down_proj, True):
+        return False
+    if not isinstance(mlp.act_fn, torch.nn.SiLU) and type(mlp.act_fn).__name__ != "SiLUActivation":
+        return False
+    norms = (layer.input_layernorm, layer.post_attention_layernorm)
+    if any(not hasattr(n, "variance_epsilon") or "Gemma" in type(n).__name__ for n in norms):
+        return False
+    if getattr(attention, "sliding_window", None) is not None:
+        return False  # a window narrower than the cache masks slots this forward would attend
+    if getattr(layer.self_attn.config, "sliding_window", None) is not None and getattr(
+        layer.self_attn.config, "use_sliding_window", True
+    ):
+        return False
+    return inspect.signature(type(layer).forward).return_annotation in (torch.Tensor, "torch.Tensor")
+
+
+def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cache, ops: LayerOps):
+    """One decoder layer for one new token per row, over its one-layer cache (the layer is layer 0)."""
+    attention, mlp = layer.self_attn, layer.mlp
+    batch, tokens, hidden = hidden_states.shape
+    x = hidden_states.reshape(batch * tokens, hidden)
+    first = layer.input_layernorm
+    q, k, v = ops.norm_projections(
+        x,
+        first.weight,
+        first.variance_epsilon,
+        (attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight),
+        (attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias),
+    )
+    head_dim = attention.head_dim
+    q = q.view(batch, tokens, -1, head_dim).transpose(1, 2)
+    k = k.view(batch, tokens, -1, head_dim).transpose(1, 2)
+    v = v.view(batch, tokens, -1, head_dim).transpose(1, 2)
+    cos, sin = position_embeddings
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    q, k = (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+    k, v = cache.update(k, v, 0)
+    out, _ = grouped_decode_attention(attention, q, k, v, attention_mask, scaling=attention.scaling)
+    h = ops.linear_residual(out.reshape(batch * tokens, -1), attention.o_proj.weight, attention.o_proj.bias, x)
+    second = layer.post_attention_layernorm
+    gated = ops.norm_gate_up(h, second.weight, second.variance_epsilon, mlp.gate_proj.weight, mlp.up_proj.weight)
+    out = ops.linear_residual(gated, mlp.down_proj.weight, mlp.down_proj.bias, h)
+    return out.view(batch, tokens, hidden)

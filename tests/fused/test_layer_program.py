@@ -1,0 +1,64 @@
+"""The written-out decoder layer (fused/layer_program.py) against HF's own forward, on the CPU."""
+
+import pytest
+import torch
+from tiny_models import tiny_decoder
+
+from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.fused.grouped_attention import use_grouped_attention
+from accelerate_graph.fused.layer_program import REFERENCE_OPS, LayerOps, program_for
+from accelerate_graph.fused.layers import FusedForward
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "mistral"])
+def test_the_layer_program_decodes_like_hfs_forward(model_type):
+    torch._dynamo.reset()
+    model = tiny_decoder(model_type)
+    if model_type == "mistral":
+        model.config.sliding_window = None
+        for layer in model.model.layers:
+            layer.self_attn.config.sliding_window = None
+    use_grouped_attention(model)
+    assert all(program_for(layer) for layer in model.model.layers)
+    session = DecodeSession(model, 2, 64)
+    calls = []
+    counted = LayerOps(
+        "counted",
+        REFERENCE_OPS.norm_projections,
+        REFERENCE_OPS.linear_residual,
+        lambda *a: calls.append(1) or REFERENCE_OPS.norm_gate_up(*a),
+    )
+    fused = FusedForward(model, backend="eager", ops=counted)
+    assert fused.programmed
+    cases = [(2, 32), (1, 64)]
+    prompt = torch.randint(0, 100, (2, 6))
+    got = session.first_steps(prompt, cases, fused)
+    expected = session.first_steps(prompt, cases)
+    assert calls, "the program never ran"
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_wrong_op_is_seen_in_the_logits():
+    torch._dynamo.reset()
+    model = tiny_decoder("llama")
+    use_grouped_attention(model)
+    session = DecodeSession(model, 2, 64)
+    wrong = LayerOps(
+        "wrong",
+        REFERENCE_OPS.norm_projections,
+        lambda x, w, b, r: REFERENCE_OPS.linear_residual(x, w, b, r) * 1.01,
+        REFERENCE_OPS.norm_gate_up,
+    )
+    prompt = torch.randint(0, 100, (2, 6))
+    got = session.first_steps(prompt, [(2, 32)], FusedForward(model, backend="eager", ops=wrong))
+    expected = session.first_steps(prompt, [(2, 32)])
+    assert not torch.allclose(got[0], expected[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "olmoe"])
+def test_layers_the_program_does_not_cover_keep_hfs_forward(model_type):
+    model = tiny_decoder(model_type)
+    from accelerate_graph.fused.layers import decoder_layers
+
+    assert not any(program_for(layer) for layer in decoder_layers(model))
