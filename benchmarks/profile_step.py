@@ -84,13 +84,16 @@ def main() -> None:
     args = parser.parse_args()
     batches = tuple(int(b) for b in args.batches.split(","))
     ways = {
-        "graph": ("graph: HF sdpa", "sdpa", False, True),
-        "fused": ("fused", "grouped", True, True),  # what `capture --fuse` and bench's `fused` run
-        "fused-cublas": ("fused, cuBLAS at 1", "grouped", True, False),  # without batch 1's GEMV kernels
+        "graph": ("graph: HF sdpa", "sdpa", False, True, "hf"),
+        "fused": ("fused", "grouped", True, True, "kernels"),  # what `capture --fuse` and bench's `fused` run
+        "fused-cublas": ("fused, cuBLAS at 1", "grouped", True, False, "kernels"),  # no batch-1 GEMV lowering
+        "fused-hf": ("fused, HF's layer", "grouped", True, True, "hf"),  # layers as HF writes them
+        "fused-torchops": ("fused, torch ops", "grouped", True, True, "torch"),  # layer_program, torch ops
     }
     results = []
-    for label, attn, fuse, gemv in (ways[name] for name in args.ways.split(",")):
+    for label, attn, fuse, gemv, program in (ways[name] for name in args.ways.split(",")):
         fused_step.GEMV_AT_BATCH_1 = gemv
+        fused_step.LAYER_PROGRAM = program
         request = CaptureRequest(
             model=args.model, buckets=batches, attn=attn, fuse=fuse, max_cache_len=args.cache, prompt_len=args.prompt
         )

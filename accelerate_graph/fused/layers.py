@@ -29,7 +29,7 @@ from accelerate_graph.common.errors import DROP_FUSE, CaptureError
 from accelerate_graph.compat import torch_internals
 from accelerate_graph.compat.transformers_internals import cache_indices, cache_indices_set_to_zero, static_layer_view
 from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
-from accelerate_graph.fused.layer_program import LayerOps, decode_layer, program_for
+from accelerate_graph.fused.layer_program import REFERENCE_OPS, LayerOps, decode_layer, program_for
 
 # Batch 1 compiles its projections to GEMV kernels (gemv_lowering.py). A switch so that
 # benchmarks/profile_step.py can measure the step without them.
@@ -148,9 +148,18 @@ def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int
     return bound.args, bound.kwargs
 
 
+# Which forward the covered layers run (layer_program.py): "kernels" (its Triton kernels where the
+# device has them, else HF's forward), "torch" (its torch reference ops) or "hf" (HF's forward).
+# A switch so that benchmarks/profile_step.py can measure each.
+LAYER_PROGRAM = "kernels"
+
+
 def default_ops(model: torch.nn.Module) -> LayerOps | None:
-    """The layer program with Triton kernels on a GPU that has them; None (HF's forward) otherwise."""
-    return None
+    if LAYER_PROGRAM == "torch":
+        return REFERENCE_OPS
+    if LAYER_PROGRAM == "hf":
+        return None
+    return None  # no kernels yet
 
 
 def _named(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict:
