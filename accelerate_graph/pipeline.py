@@ -50,6 +50,7 @@ class CaptureRequest:
     fuse: bool = False  # compile the step with inductor (no inductor graphs), then capture it
     inductor_cache: str | None = None  # where --fuse keeps compiled kernels (beside the plan)
     tp: int = 1  # tensor-parallel ranks; above 1 this process is one of them (distributed.launch)
+    lazy: bool = False  # capture each graph on its first use (generate: the first token waits for fewer)
 
 
 @dataclass
@@ -224,10 +225,13 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
             backend = AlignedBackend(backend)
         if request.fuse:
             _start_fusing(session, request)
-        hooks.bucket_count(len(buckets) * len(contexts))
         islands = [session.model.get_submodule(path) for path in decision.regions.islands]
         cap = int(request.max_memory_mib * 2**20) if request.max_memory_mib is not None else None
-        graphs = capture_decode_graphs(session, backend, buckets, hooks.captured, islands, cap, contexts)
+        lazy = request.lazy and request.tp == 1 and cap is None  # ranks capture in step: all up front
+        if not lazy:
+            hooks.bucket_count(len(buckets) * len(contexts))
+        captured = None if lazy else hooks.captured  # lazy captures happen after the progress display
+        graphs = capture_decode_graphs(session, backend, buckets, captured, islands, cap, contexts, lazy)
         if session.fused is not None and session.fused.recompiles:
             notes.append(
                 f"inductor recompiled the layers {session.fused.recompiles} time(s) for shapes it had "

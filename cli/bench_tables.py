@@ -161,6 +161,6 @@ def bench_tables(report: BenchReport) -> list[Table]:
         contenders = {r.contender for r in report.generate_rows(info.cache_len)}
         if "hf-generate" in contenders:
             tables.append(generate_table(report, info.cache_len))
-        if contenders & {"generate", "drop-in", "hf-eager"}:
+        if contenders & {"generate", "generate-fused", "drop-in", "hf-eager"}:
             tables.append(end_to_end_table(report, info.cache_len))
     return tables

@@ -69,9 +69,18 @@ def describe_model(loaded, out: Output) -> None:
     out.line(f"device  {device_label(loaded.device)}; dtype {dtype_name(loaded.dtype)}; attention {loaded.attn}")
 
 
-def prepare_with_progress(request: CaptureRequest, out: Output, source: PlanSource | None = None) -> Prepared:
-    """prepare() with a progress display, the model and the region plan shown as soon as known."""
+def prepare_with_progress(
+    request: CaptureRequest, out: Output, source: PlanSource | None = None, stamps: list | None = None
+) -> Prepared:
+    """prepare() with a progress display, the model and the region plan shown as soon as known.
+    `stamps`: (stage, unix time) appended as each stage starts (generate's start-up breakdown)."""
+    import time
+
     from accelerate_graph.pipeline import Hooks, prepare
+
+    def stamp(text: str) -> None:
+        if stamps is not None:
+            stamps.append((text, time.time()))
 
     from .tables import region_tree
 
@@ -87,6 +96,7 @@ def prepare_with_progress(request: CaptureRequest, out: Output, source: PlanSour
             out.show(region_tree(request.model, decision.regions.mode, decision.regions.regions, decision.fixes))
 
         def loaded(loaded) -> None:
+            stamp("loaded")
             if source is not None:
                 source.check(loaded)
             describe_model(loaded, out)
@@ -94,11 +104,12 @@ def prepare_with_progress(request: CaptureRequest, out: Output, source: PlanSour
         hooks = Hooks(
             loaded=loaded,
             decided=decided,
-            stage=lambda text: progress.update(stage, description=text),
+            stage=lambda text: (stamp(text), progress.update(stage, description=text)),
             bucket_count=bucket_count,
             captured=lambda c: progress.advance(captures["task"]),
         )
         prepared = prepare(request, hooks)
+    stamp("prepared")
     for note in prepared.notes:
         out.note(note)
     return prepared

@@ -5,8 +5,15 @@ from __future__ import annotations
 from rich.table import Table
 
 # left to right: HF as it comes, HF compiled, our drop-in, our native loop
-ORDER = ("hf-eager", "hf-generate", "drop-in", "generate")
-LABELS = {"hf-eager": "HF eager", "hf-generate": "HF static+compile", "drop-in": "drop-in", "generate": "generate"}
+ORDER = ("hf-eager", "hf-generate", "drop-in", "generate", "generate-fused")
+LABELS = {
+    "hf-eager": "HF eager",
+    "hf-generate": "HF static+compile",
+    "drop-in": "drop-in",
+    "generate": "generate",
+    "generate-fused": "generate --fuse",
+}
+OURS = ("drop-in", "generate", "generate-fused")  # each compared with HF static+compile
 
 
 def end_to_end_table(report, cache_len: int) -> Table:
@@ -20,7 +27,7 @@ def end_to_end_table(report, cache_len: int) -> Table:
     for column in ["batch", "new tokens"] + [f"{LABELS[n]}\n{c}" for n in names for c in ("first s", "tok/s")]:
         table.add_column(column, justify="right")
     compared = "hf-generate" in names
-    for name in ("drop-in", "generate"):
+    for name in OURS:
         if compared and name in names:
             table.add_column(f"{LABELS[name]}\nvs HF", justify="right")
     for bucket in sorted({r.batch for r in rows}):
@@ -29,7 +36,7 @@ def end_to_end_table(report, cache_len: int) -> Table:
         for name in names:
             row = mine.get(name)
             cells += ["-", "-"] if row is None else [f"{row.setup_seconds or 0:.2f}", f"{row.tokens_per_s:,.0f}"]
-        for name in ("drop-in", "generate"):
+        for name in OURS:
             if compared and name in names:
                 row, base = mine.get(name), mine.get("hf-generate")
                 cells.append("-" if not (row and base) else f"{row.tokens_per_s / base.tokens_per_s:.2f}x")

@@ -27,17 +27,28 @@ def _timed_rows(name: str, call, setup_seconds: float, session, bucket, prompt_l
     return _generate_row(name, seconds, first, session.max_cache_len, prompt_len, bucket, floor_ms, count)
 
 
-def bench_native_generate(graphs, bucket: int, prompt_len: int, new_tokens: int, floor_ms: float, seed: int = 0):
-    """Row "generate": the native loop over the plan's graphs; setup = this bucket's capture."""
+def bench_native_generate(
+    graphs,
+    bucket: int,
+    prompt_len: int,
+    new_tokens: int,
+    floor_ms: float,
+    seed: int = 0,
+    name: str = "generate",
+    notes: list[str] | None = None,
+):
+    """Row `name` ("generate", or "generate-fused" over fused graphs): the native loop; setup = this
+    bucket's capture. `notes` gets the host time per step next to the device's step time."""
     from accelerate_graph.generate.loop import NativeLoop
 
     session = graphs.session
     count = new_token_budget(session.max_cache_len, prompt_len, new_tokens)
     prompts = _generate_prompt(session, bucket, prompt_len, seed).tolist()
     loop = NativeLoop(graphs, pad_id=PAD_TOKEN)  # no EOS: every call makes `count` tokens
+    last = []
     row = _timed_rows(
-        "generate",
-        lambda: loop.generate(prompts, count),
+        name,
+        lambda: last.append(loop.generate(prompts, count)),
         graphs.bucket_seconds(bucket),
         session,
         bucket,
@@ -46,6 +57,12 @@ def bench_native_generate(graphs, bucket: int, prompt_len: int, new_tokens: int,
         floor_ms,
     )
     session.kv.reset()
+    if notes is not None and last and last[-1].step_ms:
+        steps = sorted(last[-1].step_ms)
+        notes.append(
+            f"{name} batch {bucket}: host {last[-1].host_ms_per_step:.3f} ms to issue a step, device step "
+            f"p50 {steps[len(steps) // 2]:.3f} ms"
+        )
     return row
 
 

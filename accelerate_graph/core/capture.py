@@ -56,15 +56,25 @@ class DecodeGraphs:
         session: DecodeSession,
         graphs: dict[tuple[int, int], CapturedGraph],
         dropped: list[int] | None = None,
+        later: LaterCapture | None = None,
+        backend: GraphBackend | None = None,
     ):
         self.session = session
         self.graphs = graphs  # (batch bucket, context bucket) -> graph
-        self.buckets = tuple(sorted({b for b, _ in graphs}))
-        self.contexts = tuple(sorted({c for _, c in graphs}))
+        pending = later.pending if later is not None else set()
+        self.buckets = tuple(sorted({b for b, _ in graphs} | {b for b, _ in pending}))
+        self.contexts = tuple(sorted({c for _, c in graphs} | {c for _, c in pending}))
         self.dropped = dropped or []  # buckets left out by --max-memory
         self.eager_fallbacks = 0
         self.check_pointers = debug_enabled()  # --debug also checks buffer addresses per replay
         self._pointers = {name: t.data_ptr() for name, t in self._static_buffers().items()}
+        self._later = later  # graphs captured when first needed (capture_decode_graphs(lazy=True))
+        self.backend = backend  # what captured them: small graphs of the same kind may join them (generate)
+
+    @property
+    def pending(self) -> set[tuple[int, int]]:
+        """(bucket, context) graphs not captured yet: captured on first use, before their first replay."""
+        return self._later.pending if self._later is not None else set()
 
     def captures(self) -> list[BucketCapture]:
         return [
@@ -97,13 +107,28 @@ class DecodeGraphs:
         if bucket is None:
             self._note_fallback(batch)
             return self._eager(tokens, positions)
-        context = self.context_now()
         if self.check_pointers:
-            self._check_static_buffers()
+            self.check_static_buffers()
         self.session.load_inputs(bucket, tokens, positions)
-        logits = self.graphs[bucket, context].replay()[:batch]
-        self.session.kv.advance()
+        logits = self.replay_loaded(bucket)[:batch]
         return logits.clone() if copy else logits
+
+    def graph_now(self, bucket: int) -> tuple[tuple[int, int], CapturedGraph]:
+        """The graph of `bucket` for the next step's context bucket, captured now if it was left for later."""
+        key = (bucket, self.context_now())
+        if key not in self.graphs:
+            if self._later is None or key not in self._later.pending:
+                raise ReplaySafetyError(f"no graph was captured for bucket {bucket}, context {key[1]}.")
+            self.graphs[key] = self._later.capture(*key)
+        return key, self.graphs[key]
+
+    def replay_loaded(self, bucket: int) -> torch.Tensor:
+        """One step of `bucket` rows from inputs already in the session's buffers (no copy, no check, no
+        host read): the graph's output [bucket, V], overwritten by its next replay."""
+        _, graph = self.graph_now(bucket)
+        logits = graph.replay()
+        self.session.kv.advance()
+        return logits
 
     def _static_buffers(self) -> dict[str, torch.Tensor]:
         """Every tensor the graphs read or write in place, by name."""
@@ -119,7 +144,7 @@ class DecodeGraphs:
             )
         return buffers
 
-    def _check_static_buffers(self) -> None:
+    def check_static_buffers(self) -> None:
         """A graph keeps the addresses it captured: a buffer replaced since then would be silently ignored.
         The host's write slot must match the device's, or a context bucket would be too short."""
         device_slot = int(self.session.kv.positions()[0].item())
@@ -174,6 +199,48 @@ def _capture_one(session: DecodeSession, backend: GraphBackend, bucket: int, con
         ) from err
 
 
+# Slots a capture writes from slot 0: its warm-ups and the recording itself (the emulation runs it) each
+# write one token per row.
+CAPTURE_WRITES = 3
+
+
+class LaterCapture:
+    """Graphs captured on first use (`generate`: a request needs one or two of them, and the first token
+    should not wait for the rest). A capture mid-generation keeps the session as it was: the rows and
+    slots its warm-ups overwrite, the write positions and the input buffers are put back after it."""
+
+    def __init__(self, session: DecodeSession, backend: GraphBackend, pending, islands, on_captured):
+        self.session = session
+        self.backend = backend
+        self.pending = set(pending)
+        self.islands = islands
+        self.on_captured = on_captured
+
+    def capture(self, bucket: int, context: int) -> CapturedGraph:
+        s = self.session
+        kept = s.kv.snapshot(bucket, 0, CAPTURE_WRITES)
+        inputs = (s.input_ids.clone(), s.position_ids.clone())
+        s.kv.rewind(0)
+        try:
+            with frozen_gc():
+                graph = _capture_one(s, self.backend, bucket, context, self.islands)
+        except RuntimeError as err:
+            if not is_out_of_memory(err):
+                raise
+            raise ResourceError(
+                f"out of device memory while capturing bucket {bucket}, context {context}.",
+                "Lower the largest --buckets value or --max-cache-len.",
+            ) from err
+        finally:
+            s.kv.restore(kept)
+            s.input_ids.copy_(inputs[0])
+            s.position_ids.copy_(inputs[1])
+        self.pending.discard((bucket, context))
+        if self.on_captured:
+            self.on_captured(BucketCapture(bucket, graph.stats.seconds, graph.stats.memory_bytes, context))
+        return graph
+
+
 def capture_decode_graphs(
     session: DecodeSession,
     backend: GraphBackend,
@@ -182,12 +249,19 @@ def capture_decode_graphs(
     islands: Sequence[torch.nn.Module] = (),
     max_memory_bytes: int | None = None,
     contexts: tuple[int, ...] = (),
+    lazy: bool = False,
 ) -> DecodeGraphs:
     """Capture every (bucket, context) graph, largest first (smaller graphs reuse the pool it grew), then
     reset the cache: warm-ups wrote into it. `contexts` are the context buckets (default: the whole
     cache only). Buckets whose graphs would push the total past `max_memory_bytes` are dropped (listed in
-    `DecodeGraphs.dropped`); running out of memory frees what was captured."""
+    `DecodeGraphs.dropped`); running out of memory frees what was captured. `lazy`: capture none now,
+    each on its first use (LaterCapture); not with `max_memory_bytes`, which needs every graph measured."""
     contexts = tuple(sorted(set(contexts) | {session.max_cache_len}, reverse=True))
+    if lazy and max_memory_bytes is None:
+        pending = {(b, c) for b in buckets for c in contexts}
+        session.kv.reset()
+        later = LaterCapture(session, backend, pending, islands, on_captured)
+        return DecodeGraphs(session, {}, later=later, backend=backend)
     graphs: dict[tuple[int, int], CapturedGraph] = {}
     dropped: list[int] = []
     held = 0
@@ -229,4 +303,4 @@ def capture_decode_graphs(
             f"(dropped {', '.join(map(str, dropped))}).",
             "Raise --max-memory or lower the buckets.",
         )
-    return DecodeGraphs(session, graphs, dropped)
+    return DecodeGraphs(session, graphs, dropped, backend=backend)

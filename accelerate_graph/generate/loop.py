@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 import torch
 
 from accelerate_graph.common.errors import BadOptionError
+from accelerate_graph.core.buckets import bucket_for
 from accelerate_graph.core.capture import DecodeGraphs
+from accelerate_graph.generate.lagged_reader import LaggedReader, Ready
 from accelerate_graph.generate.sampling import Sampler, Sampling
 from accelerate_graph.generate.timing import StepClock
+from accelerate_graph.generate.token_choice import TokenChoice
 
 # Streaming callback: (row index in the whole request, its new token ids since the last call).
 OnTokens = Callable[[int, list[int]], None]
@@ -36,6 +39,7 @@ class Generation:
     seconds: float
     step_ms: list[float] = field(default_factory=list)  # every decode step (graph + choice) of every chunk
     first_token_unix: float = 0.0  # wall clock at the first token: from a process's start, with capture
+    host_ms_per_step: float = 0.0  # host time to issue one decode step (replays, lookups); below the step: no wait
 
     @property
     def new_tokens(self) -> int:
@@ -73,9 +77,14 @@ class NativeLoop:
         self.graphs = graphs
         self.session = graphs.session
         self.sampler = Sampler(sampling, self.session.device)
-        self.eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long, device=self.session.device)
+        self._eos_ids = set(eos_ids)
+        self.eos = torch.tensor(sorted(self._eos_ids), dtype=torch.long, device=self.session.device)
         self.pad_id = pad_id
         self.check_every = max(1, check_every)
+        # greedy choice is captured (a graph per step graph); sampling draws fresh numbers eagerly
+        self._capturing = graphs.backend if sampling.greedy else None
+        self._token_choice: TokenChoice | None = None
+        self.host_seconds = 0.0  # host time spent issuing decode steps (not waiting for the device), all calls
 
     def generate(
         self,
@@ -93,6 +102,7 @@ class NativeLoop:
             check_fits(len(prompt), max_new_tokens, self.session.max_cache_len)
         chunk = self.graphs.buckets[-1] if self.graphs.buckets else self.session.max_batch
         start = time.perf_counter()
+        host_before = self.host_seconds
         rows: list[RowResult] = []
         steps: list[float] = []
         first = None
@@ -107,7 +117,8 @@ class NativeLoop:
             if on_rows is not None:
                 on_rows(len(part))
         self.session.kv.rewind(0)
-        return Generation(rows, first or 0.0, time.perf_counter() - start, steps, first_unix)
+        host_ms = (self.host_seconds - host_before) * 1000.0 / max(len(steps), 1)
+        return Generation(rows, first or 0.0, time.perf_counter() - start, steps, first_unix, host_ms)
 
     def _left_pad(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(p) for p in prompts)
@@ -133,51 +144,54 @@ class NativeLoop:
         session.kv.advance(width)  # from slot 0 (the rewind above)
         return logits
 
-    def _choose(self, logits: torch.Tensor, finished: torch.Tensor) -> torch.Tensor:
-        """Next tokens [b]; rows already finished get the pad token (as HF does). Updates `finished`."""
-        token = self.sampler(logits).masked_fill(finished, self.pad_id)
-        if self.eos.numel():
-            finished |= torch.isin(token, self.eos)
-        return token
-
     def _chunk(self, prompts, max_new_tokens: int, on_tokens: OnTokens | None, first_row: int):
         ids, mask = self._left_pad(prompts)
         batch = ids.shape[0]
+        bucket = bucket_for(batch, self.graphs.buckets)
+        choice = self._choice(max_new_tokens)
+        if self.graphs.check_pointers:  # --debug: the buffers' addresses once per chunk, not per token
+            self.graphs.check_static_buffers()
         clock = StepClock(self.session.device)
-        out = torch.full((batch, max_new_tokens), self.pad_id, dtype=torch.long, device=ids.device)
-        finished = torch.zeros(batch, dtype=torch.bool, device=ids.device)
-        next_position = mask.sum(-1)  # [b]: each row's position for the token fed next
-        token = self._choose(self._prefill(ids, mask), finished)
-        out[:, 0] = token
-        shown = self._stream(out, 0, 1, on_tokens, first_row)
-        if ids.device.type == "cuda":
-            torch.cuda.synchronize(ids.device)  # time to first token: the token exists, not just its launch
-        first_at = time.perf_counter()
+        reader = LaggedReader(choice, batch)
+        choice.start(self._prefill(ids, mask), mask.sum(-1), bucket)  # each row's next position
+        shown = self._stream(reader.now(1), 0, on_tokens, first_row)
+        first_at = time.perf_counter()  # the host has read the first token: it exists
         made = 1
         clock.mark()
         with torch.no_grad():
             while made < max_new_tokens:
                 if made % self.check_every == 0:
-                    shown = self._stream(out, shown, made, on_tokens, first_row)
-                    if bool(finished.all()):
-                        break
-                logits = self.graphs.run(token, next_position, copy=False)
-                next_position = next_position + 1
-                token = self._choose(logits, finished)
-                out[:, made] = token
+                    ready = reader.ask(made)  # read at the next check: this one costs no wait
+                    if ready is not None:
+                        shown = self._stream(ready, shown, on_tokens, first_row)
+                        if ready.finished:
+                            break
+                issued = time.perf_counter()
+                key, graph = self.graphs.graph_now(bucket)
+                logits = graph.replay()
+                self.session.kv.advance()
+                choice.after_step(key, logits, self._capturing)
                 made += 1
                 clock.mark()
-        self._stream(out, shown, made, on_tokens, first_row)
-        return self._trim(out[:, :made].tolist()), clock.step_ms(), first_at
+                self.host_seconds += time.perf_counter() - issued
+        final = reader.now(made)
+        self._stream(final, shown, on_tokens, first_row)
+        return self._trim(final.tokens), clock.step_ms(), first_at
 
-    def _stream(self, out, shown: int, made: int, on_tokens: OnTokens | None, first_row: int) -> int:
-        if on_tokens is not None and made > shown:
-            for row, new in enumerate(out[:, shown:made].tolist()):
-                on_tokens(first_row + row, new)
-        return made
+    def _choice(self, new_tokens: int) -> TokenChoice:
+        """One TokenChoice per length of request, kept: its captured graphs serve every later call."""
+        if self._token_choice is None or self._token_choice.new_tokens != new_tokens:
+            self._token_choice = TokenChoice(self.session, self.sampler, self.eos, self.pad_id, new_tokens)
+        return self._token_choice
+
+    def _stream(self, ready: Ready, shown: int, on_tokens: OnTokens | None, first_row: int) -> int:
+        if on_tokens is not None and ready.made > shown:
+            for row, tokens in enumerate(ready.tokens):
+                on_tokens(first_row + row, tokens[shown : ready.made])
+        return max(shown, ready.made)
 
     def _trim(self, rows: list[list[int]]) -> list[list[int]]:
-        eos = set(self.eos.tolist())
+        eos = self._eos_ids
         trimmed = []
         for tokens in rows:
             stop = next((i for i, t in enumerate(tokens) if t in eos), None)

@@ -76,6 +76,7 @@ def generation_report(generation: Generation, tokens: Tokens, job: GenerateJob) 
         "tokens_per_second": generation.tokens_per_second,
         "step_ms": percentiles(generation.step_ms),
         "steps": len(generation.step_ms),
+        "host_ms_per_step": generation.host_ms_per_step,
         "outputs": [
             {"prompt_ids": row.prompt, "token_ids": row.tokens, "text": tokens.decode(row.tokens)}
             for row in generation.rows

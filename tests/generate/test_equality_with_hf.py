@@ -130,3 +130,18 @@ def test_accelerate_is_exposed_without_importing_torch_eagerly():
     code = "import sys, accelerate_graph; assert callable(accelerate_graph.accelerate); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_drop_in_with_fuse_equals_hf_and_undo_restores_the_attention(tiny_model_dir):
+    """accelerate(fuse=True): the layers compiled by inductor (its CPU code here), grouped decode
+    attention, replayed inside HF generate(); undo switches the attention back to sdpa."""
+    torch._dynamo.reset()
+    model = load(tiny_model_dir("qwen2"))
+    prompts = PROMPTS[:3]
+    expected = hf_greedy(model, prompts)
+    with accelerate(model, buckets=(4,), max_cache_len=64, contexts=(), fuse=True, emulate=True) as handle:
+        assert handle.session.fused is not None and model.config._attn_implementation == "cugraph_grouped"
+        assert hf_greedy(model, prompts) == expected
+        assert handle.counts.graph_steps == NEW - 1
+    assert model.config._attn_implementation == "sdpa"
+    assert hf_greedy(model, prompts) == expected

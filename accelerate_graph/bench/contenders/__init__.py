@@ -15,7 +15,7 @@ from accelerate_graph.bench.contenders.fused import FUSED
 from accelerate_graph.bench.contenders.graph import GRAPH
 from accelerate_graph.bench.contenders.hf_eager import HF_EAGER
 from accelerate_graph.bench.contenders.hf_generate import HF_GENERATE, OUR_LOOP
-from accelerate_graph.bench.contenders.native_generate import NATIVE_GENERATE
+from accelerate_graph.bench.contenders.native_generate import GENERATE_FUSED, NATIVE_GENERATE
 
 # Canonical order: --compare names, table columns and files list contenders this way, whatever order
 # the user typed. Within a tier, contenders also run in this order.
@@ -27,6 +27,7 @@ CONTENDERS: tuple[Contender, ...] = (
     HF_GENERATE,
     OUR_LOOP,
     NATIVE_GENERATE,
+    GENERATE_FUSED,
     DROP_IN,
     HF_EAGER,
 )

@@ -1,0 +1,56 @@
+"""The loop's only reads of the device while decoding: every few steps, and one check late.
+
+At a check the tokens so far and whether every row has finished are copied to pinned host memory
+without waiting, and the copy asked for at the previous check is read: by then the device has passed
+that point while the host queued the steps after it, so the read costs no idle device time. A stop is
+seen at most two checks after the last row ends; the extra steps only add pad tokens, trimmed after.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Ready:
+    made: int  # tokens per row read
+    tokens: list[list[int]]  # rows of the chunk, `made` tokens each
+    finished: bool  # every row has ended
+
+
+class LaggedReader:
+    def __init__(self, choice, batch: int):
+        self.choice = choice
+        self.batch = batch
+        cuda = choice.out.device.type == "cuda"
+        new_tokens = choice.new_tokens
+        self._tokens = torch.empty((batch, new_tokens), dtype=torch.long, pin_memory=cuda)
+        self._finished = torch.empty((), dtype=torch.bool, pin_memory=cuda)
+        self._event = torch.cuda.Event() if cuda else None
+        self._asked: int | None = None  # `made` at the check whose copy is under way
+
+    def _copy(self, made: int) -> None:
+        self._tokens[:, :made].copy_(self.choice.out[: self.batch, :made], non_blocking=True)
+        self._finished.copy_(self.choice.finished[: self.batch].all(), non_blocking=True)
+        if self._event is not None:
+            self._event.record()
+
+    def _read(self, made: int) -> Ready:
+        if self._event is not None:
+            self._event.synchronize()
+        return Ready(made, self._tokens[:, :made].tolist(), bool(self._finished))
+
+    def ask(self, made: int) -> Ready | None:
+        """Read what the previous check asked for (None at the first), then ask for the state at `made`."""
+        ready = self._read(self._asked) if self._asked is not None else None
+        self._copy(made)
+        self._asked = made
+        return ready
+
+    def now(self, made: int) -> Ready:
+        """The state at `made`, waiting for it (the first token, and the end of the chunk)."""
+        self._copy(made)
+        self._asked = None
+        return self._read(made)
