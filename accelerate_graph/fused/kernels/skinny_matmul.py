@@ -113,9 +113,11 @@ def _cdiv(a, b):
     return (a + b - 1) // b
 
 
-def _launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, activation="silu", cfg=None):
-    """Runs skinny_kernel (and finish_kernel under split-K) for `op`; returns the outputs, shaped like x
-    with the last dimension each weight's N (one output for "residual" and "gate_up")."""
+def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, activation="silu", cfg=None):
+    """The ops' body on the Triton path: runs skinny_kernel (and finish_kernel under split-K) for `op`
+    ("proj", "residual", "gate_up") with `cfg` (default: the table's or the heuristic's, see configs);
+    returns the outputs, shaped like x with each weight's N last (one for "residual" and "gate_up").
+    benchmarks/kernel_sweep.py calls it with the configs it times."""
     wrap = torch.library.wrap_triton
     k = x.shape[-1]
     x2 = x.reshape(-1, k).contiguous()
@@ -183,14 +185,14 @@ def _norm_projections_op(
 ) -> list[Tensor]:
     if not _runs_triton(x):
         return list(reference_norm_projections(x, norm_weight, eps, norm_kind, weights, biases))
-    return _launch("proj", x, norm_weight, eps, norm_kind, weights, biases)
+    return launch("proj", x, norm_weight, eps, norm_kind, weights, biases)
 
 
 @torch.library.triton_op("cugraph_accel::linear_residual", mutates_args=())
 def _linear_residual_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Tensor) -> Tensor:
     if not _runs_triton(x):
         return reference_linear_residual(x, weight, bias, residual)
-    return _launch("residual", x, None, 0.0, "llama", [weight], [bias], residual=residual)[0]
+    return launch("residual", x, None, 0.0, "llama", [weight], [bias], residual=residual)[0]
 
 
 @torch.library.triton_op("cugraph_accel::norm_gate_up", mutates_args=())
@@ -205,7 +207,7 @@ def _norm_gate_up_op(
 ) -> Tensor:
     if not _runs_triton(x):
         return reference_norm_gate_up(x, norm_weight, eps, norm_kind, w_gate, w_up, activation)
-    return _launch("gate_up", x, norm_weight, eps, norm_kind, [w_gate, w_up], [None, None], activation=activation)[0]
+    return launch("gate_up", x, norm_weight, eps, norm_kind, [w_gate, w_up], [None, None], activation=activation)[0]
 
 
 def norm_projections(
