@@ -1,0 +1,10 @@
+"""Hand-written Triton kernels for the decode step's projections.
+
+`skinny_matmul`: matmuls whose input has few rows (the batch bucket, 1..32), out = x @ W^T, each weight read
+once per call whatever the row count, with their neighbours folded in: the RMSNorm before q/k/v and
+gate/up, the residual add after o_proj and down_proj, the activation between gate/up and down. Registered
+as `torch.ops.cugraph_accel.*` custom ops (torch.library.triton_op) so inductor traces them inside a
+compiled layer and a CUDA graph records them; a pure-torch reference with the same rounding runs where
+Triton cannot (no triton, not a CUDA tensor). `skinny_kernels` holds the Triton code, `configs` the
+launch configs (a table written by benchmarks/kernel_sweep.py on a GPU, a heuristic for missing shapes).
+"""

@@ -1,0 +1,268 @@
+"""Triton code of the skinny matmuls; skinny_matmul launches it (read that module first).
+
+One kernel serves the three ops (MODE): 0 projections (1-3 weights, program id picks the weight), 1 one
+projection plus the residual, 2 gate and up read side by side then act(gate) * up. A program owns BLOCK_N
+output columns of BLOCK_M rows and walks K (its share of K when split-K is on: then it writes float32
+partial sums and `finish_kernel` adds them and runs the epilogue).
+
+Arithmetic is done in float32 on values loaded `.to(tl.float32)`, and roundings to the output dtype go
+through `_round`, bit arithmetic that rounds to nearest even like the GPU: the Triton interpreter (CPU
+tests) computes garbage in bf16 and truncates fp32 -> bf16 casts.
+"""
+
+import os
+
+import triton
+import triton.language as tl
+
+# @triton.jit picks the interpreter at decoration, i.e. when this module is imported.
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+try:  # programmatic dependent launch: Hopper and later, triton >= 3.4
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    HAS_GDC = True
+except ImportError:
+    gdc_wait = gdc_launch_dependents = None
+    HAS_GDC = False
+
+
+@triton.jit
+def _round(v, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
+    """float32 `v` rounded to the output dtype, returned in float32 (NaN payloads may become inf)."""
+    if OUT_BF16:
+        bits = v.to(tl.uint32, bitcast=True)
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+        r = bits.to(tl.float32, bitcast=True)
+    else:
+        r = v.to(out_dtype).to(tl.float32)
+    return r
+
+
+@triton.jit
+def _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """rsqrt(mean(x^2) + eps) of each row, in float32 (x rows are short: every program recomputes it)."""
+    squares = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
+        xv = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+        squares += xv * xv
+    return tl.rsqrt(tl.sum(squares, axis=1) / K + eps)
+
+
+@triton.jit
+def _normed(xv, rstd, nw_ptr, offs_k, K, NORM: tl.constexpr, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
+    """x block after HF's RMSNorm. 1 (Llama, Qwen2): round(x * rstd) then round(* w) in the input dtype;
+    2 (Gemma): round(x * rstd * (1 + w)) in float32."""
+    if NORM == 0:
+        y = xv
+    else:
+        w = tl.load(nw_ptr + offs_k, mask=offs_k < K, other=0.0).to(tl.float32)
+        if NORM == 1:
+            y = _round(xv * rstd[:, None], OUT_BF16, out_dtype)
+            y = _round(y * w[None, :], OUT_BF16, out_dtype)
+        else:
+            y = _round(xv * rstd[:, None] * (1.0 + w[None, :]), OUT_BF16, out_dtype)
+    return y
+
+
+@triton.jit
+def _mac(acc, xv, w, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr):
+    """acc += x @ w^T: tensor cores (BLOCK_M >= 16) or float32 multiply-and-sum (BLOCK_M < 16)."""
+    if USE_DOT:
+        if IEEE_DOT:  # float32 inputs (CPU tests): no TF32
+            acc = tl.dot(xv, tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
+        else:  # xv holds values of w's dtype: the cast is exact
+            acc = tl.dot(xv.to(w.dtype), tl.trans(w), acc)
+    else:
+        acc += tl.sum(xv[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+    return acc
+
+
+@triton.jit
+def _accumulate(
+    x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, M, N, K, k_lo, k_hi, out_ptr,
+    NORM: tl.constexpr, TWO: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr,
+    EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """x[offs_m, k_lo:k_hi] @ W[offs_n, k_lo:k_hi]^T (and the same with W2 when TWO), float32."""
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    m_mask = offs_m < M
+    n_mask = offs_n < N
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        if EVEN_K:
+            x_mask = m_mask[:, None]
+            w_mask = n_mask[:, None]
+        else:
+            x_mask = m_mask[:, None] & (offs_k[None, :] < K)
+            w_mask = n_mask[:, None] & (offs_k[None, :] < K)
+        xv = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=x_mask, other=0.0).to(tl.float32)
+        xv = _normed(xv, rstd, nw_ptr, offs_k, K, NORM, OUT_BF16, out_ptr.dtype.element_ty)
+        w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=w_mask, other=0.0)
+        acc = _mac(acc, xv, w, USE_DOT, IEEE_DOT)
+        if TWO:
+            w2 = tl.load(w2_ptr + offs_n[:, None] * K + offs_k[None, :], mask=w_mask, other=0.0)
+            acc2 = _mac(acc2, xv, w2, USE_DOT, IEEE_DOT)
+    return acc, acc2
+
+
+@triton.jit
+def _epilogue(
+    acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, b2_ptr, res_ptr,
+    HAS_B: tl.constexpr, HAS_B2: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr, OUT_BF16: tl.constexpr,
+):  # fmt: skip
+    """Bias in float32, then eager's roundings: MODE 0 round(acc); 1 round(round(acc) + residual);
+    2 round(round(act(round(gate))) * round(up))."""
+    out_dtype = out_ptr.dtype.element_ty
+    n_mask = offs_n < N
+    mask = (offs_m[:, None] < M) & n_mask[None, :]
+    if HAS_B:
+        acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    if MODE == 0:
+        val = _round(acc, OUT_BF16, out_dtype)
+    elif MODE == 1:
+        res = tl.load(res_ptr + offs_m[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+        val = _round(_round(acc, OUT_BF16, out_dtype) + res, OUT_BF16, out_dtype)
+    else:
+        if HAS_B2:
+            acc2 += tl.load(b2_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        gate = _round(acc, OUT_BF16, out_dtype)
+        up = _round(acc2, OUT_BF16, out_dtype)
+        if ACT == 0:  # silu, as torch computes it: x / (1 + exp(-x))
+            act = gate / (1.0 + tl.exp(-gate))
+        else:  # gelu tanh: 0.5 x (1 + tanh(u)) == x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
+            inner = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate)
+            act = gate / (1.0 + tl.exp(-2.0 * inner))
+        val = _round(_round(act, OUT_BF16, out_dtype) * up, OUT_BF16, out_dtype)
+    tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], val.to(out_dtype), mask=mask)
+
+
+@triton.jit
+def _tile(
+    x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, b_ptr, b2_ptr, out_ptr, res_ptr, ws_ptr,
+    offs_m, local_pid, pid_s, M, N, K, K_PER_SPLIT, col0, NT,
+    HAS_B: tl.constexpr, HAS_B2: tl.constexpr, NORM: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr,
+    SPLIT: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, EVEN_K: tl.constexpr,
+    OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """One program's output block of one weight (of gate and up when MODE 2)."""
+    offs_n = local_pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    k_lo = pid_s * K_PER_SPLIT
+    k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
+    acc, acc2 = _accumulate(
+        x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, M, N, K, k_lo, k_hi, out_ptr,
+        NORM, MODE == 2, USE_DOT, IEEE_DOT, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+    )  # fmt: skip
+    if SPLIT == 1:
+        _epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, b2_ptr, res_ptr, HAS_B, HAS_B2, MODE, ACT, OUT_BF16)
+    else:  # partial sums: workspace [SPLIT, M, NT], this weight's columns from col0 (up's from col0 + N)
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        base = ws_ptr + (pid_s * M + offs_m[:, None]) * NT + col0 + offs_n[None, :]
+        tl.store(base, acc, mask=mask)
+        if MODE == 2:
+            tl.store(base + N, acc2, mask=mask)
+
+
+@triton.jit
+def skinny_kernel(
+    x_ptr, nw_ptr, eps, M, K, K_PER_SPLIT,
+    w0, w1, w2, b0, b1, b2, o0, o1, o2, N0, N1, N2, NB0, NB1, res_ptr, ws_ptr, NT,
+    NUM_W: tl.constexpr, HAS_B0: tl.constexpr, HAS_B1: tl.constexpr, HAS_B2: tl.constexpr,
+    NORM: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr,
+    USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
+    USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """Grid (blocks of N0 [+ N1 [+ N2]] for MODE 0, of N0 otherwise; blocks of M; SPLIT)."""
+    pid_n = tl.program_id(0)
+    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    pid_s = tl.program_id(2)
+    if USE_PDL:
+        gdc_wait()  # the previous kernel's outputs (x, residual) are complete from here on
+    if NORM != 0:
+        rstd = _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M, BLOCK_K)
+    else:
+        rstd = tl.zeros([BLOCK_M], tl.float32)
+    consts = (SPLIT, USE_DOT, IEEE_DOT, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K)
+    if MODE != 0:  # one weight (MODE 1), or gate and up side by side (MODE 2)
+        _tile(
+            x_ptr, nw_ptr, rstd, w0, w1, b0, b1, o0, res_ptr, ws_ptr, offs_m, pid_n, pid_s, M, N0, K, K_PER_SPLIT,
+            0, NT, HAS_B0, HAS_B1, NORM, MODE, ACT, *consts,
+        )  # fmt: skip
+    elif pid_n < NB0:
+        _tile(
+            x_ptr, nw_ptr, rstd, w0, w0, b0, b0, o0, res_ptr, ws_ptr, offs_m, pid_n, pid_s, M, N0, K, K_PER_SPLIT,
+            0, NT, HAS_B0, False, NORM, MODE, ACT, *consts,
+        )  # fmt: skip
+    else:
+        if NUM_W == 2:
+            _tile(
+                x_ptr, nw_ptr, rstd, w1, w1, b1, b1, o1, res_ptr, ws_ptr, offs_m, pid_n - NB0, pid_s, M, N1, K,
+                K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, *consts,
+            )  # fmt: skip
+        elif NUM_W == 3:
+            if pid_n < NB0 + NB1:
+                _tile(
+                    x_ptr, nw_ptr, rstd, w1, w1, b1, b1, o1, res_ptr, ws_ptr, offs_m, pid_n - NB0, pid_s, M, N1, K,
+                    K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, *consts,
+                )  # fmt: skip
+            else:
+                _tile(
+                    x_ptr, nw_ptr, rstd, w2, w2, b2, b2, o2, res_ptr, ws_ptr, offs_m, pid_n - NB0 - NB1, pid_s, M,
+                    N2, K, K_PER_SPLIT, N0 + N1, NT, HAS_B2, False, NORM, MODE, ACT, *consts,
+                )  # fmt: skip
+    if USE_PDL:
+        gdc_launch_dependents()
+
+
+@triton.jit
+def _finish_block(
+    ws_ptr, offs_m, local_pid, M, N, col0, NT, out_ptr, b_ptr, b2_ptr, res_ptr,
+    HAS_B: tl.constexpr, HAS_B2: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr,
+    OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    offs_n = local_pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for s in range(SPLIT):  # in split order: the sum does not depend on timing
+        base = ws_ptr + (s * M + offs_m[:, None]) * NT + col0 + offs_n[None, :]
+        acc += tl.load(base, mask=mask, other=0.0)
+        if MODE == 2:
+            acc2 += tl.load(base + N, mask=mask, other=0.0)
+    _epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, b2_ptr, res_ptr, HAS_B, HAS_B2, MODE, ACT, OUT_BF16)
+
+
+@triton.jit
+def finish_kernel(
+    ws_ptr, M, b0, b1, b2, o0, o1, o2, N0, N1, N2, NB0, NB1, res_ptr, NT,
+    NUM_W: tl.constexpr, HAS_B0: tl.constexpr, HAS_B1: tl.constexpr, HAS_B2: tl.constexpr,
+    MODE: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr, OUT_BF16: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Split-K's second pass: sums the partials and runs the epilogue. Grid as skinny_kernel's, SPLIT 1."""
+    pid_n = tl.program_id(0)
+    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    consts = (SPLIT, OUT_BF16, BLOCK_M, BLOCK_N)
+    if MODE != 0:
+        _finish_block(ws_ptr, offs_m, pid_n, M, N0, 0, NT, o0, b0, b1, res_ptr, HAS_B0, HAS_B1, MODE, ACT, *consts)
+    elif pid_n < NB0:
+        _finish_block(ws_ptr, offs_m, pid_n, M, N0, 0, NT, o0, b0, b0, res_ptr, HAS_B0, False, MODE, ACT, *consts)
+    else:
+        if NUM_W == 2:
+            _finish_block(
+                ws_ptr, offs_m, pid_n - NB0, M, N1, N0, NT, o1, b1, b1, res_ptr, HAS_B1, False, MODE, ACT, *consts
+            )
+        elif NUM_W == 3:
+            if pid_n < NB0 + NB1:
+                _finish_block(
+                    ws_ptr, offs_m, pid_n - NB0, M, N1, N0, NT, o1, b1, b1, res_ptr, HAS_B1, False, MODE, ACT, *consts
+                )
+            else:
+                _finish_block(
+                    ws_ptr, offs_m, pid_n - NB0 - NB1, M, N2, N0 + N1, NT, o2, b2, b2, res_ptr, HAS_B2, False, MODE,
+                    ACT, *consts,
+                )  # fmt: skip

@@ -1,0 +1,246 @@
+"""Skinny matmuls of the decode step as custom ops: out[M, N] = x[M, K] @ W[N, K]^T with M the batch
+bucket, each weight read once per call, float32 accumulation, and the neighbours folded in.
+
+- `norm_projections(x, norm_weight, eps, norm_kind, weights, biases)`: RMSNorm then 1-3 projections
+  (q, k, v) in one launch, no concatenated copy of the weights.
+- `linear_residual(x, weight, bias, residual)`: residual + x @ W^T (o_proj, down_proj).
+- `norm_gate_up(x, norm_weight, eps, norm_kind, w_gate, w_up, activation)`: act(xn @ Wg^T) * (xn @ Wu^T).
+
+Each rounds like eager HF in the input dtype (see the `reference_*` functions, which are the definition).
+They are `torch.ops.cugraph_accel.*` (torch.library.triton_op): inductor sees through them and a CUDA
+graph records their launches. Off CUDA, or without triton, the op body runs its reference instead (and
+CPU tensors run the kernels when the Triton interpreter was on at import: the tests).
+"""
+
+# no `from __future__ import annotations`: torch.library infers the op schemas from the annotations
+import os
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from accelerate_graph.fused.kernels import configs
+
+try:
+    from accelerate_graph.fused.kernels import skinny_kernels
+except ImportError:  # no triton: the references run everywhere
+    skinny_kernels = None
+
+# Launch with programmatic dependent launch (Hopper+; the kernels wait on the previous grid with
+# gdc_wait). Eager launches only: inductor's user-kernel path does not forward `launch_pdl`.
+PDL = os.environ.get("CUGRAPH_ACCEL_SKINNY_PDL", "0") == "1"
+
+NORM_KINDS = {"llama": 1, "gemma": 2}
+ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
+_MODES = {"proj": 0, "residual": 1, "gate_up": 2}
+
+
+# ---------------------------------------------------------------- references (the rounding contract)
+
+
+def reference_rms_norm(x: Tensor, norm_weight: Optional[Tensor], eps: float, norm_kind: str) -> Tensor:
+    """HF's RMSNorm: Llama/Qwen2 round x * rsqrt(mean(x^2) + eps) to x's dtype then multiply by the
+    weight in that dtype; Gemma multiplies by (1 + w) in float32 and rounds once."""
+    if norm_weight is None:
+        return x
+    x32 = x.float()
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    if norm_kind == "gemma":
+        return (normed * (1.0 + norm_weight.float())).to(x.dtype)
+    return (normed.to(x.dtype).float() * norm_weight.float()).to(x.dtype)
+
+
+def _matmul32(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+    """x @ W^T (+ bias) in float32, not rounded."""
+    out = x.float() @ weight.float().T
+    return out if bias is None else out + bias.float()
+
+
+def reference_norm_projections(x, norm_weight, eps, norm_kind, weights, biases) -> tuple[Tensor, ...]:
+    xn = reference_rms_norm(x, norm_weight, eps, norm_kind)
+    biases = biases if biases is not None else [None] * len(weights)
+    return tuple(_matmul32(xn, w, b).to(x.dtype) for w, b in zip(weights, biases))
+
+
+def reference_linear_residual(x, weight, bias, residual) -> Tensor:
+    return (_matmul32(x, weight, bias).to(x.dtype).float() + residual.float()).to(x.dtype)
+
+
+def _activation32(gate32: Tensor, activation: str) -> Tensor:
+    return F.silu(gate32) if activation == "silu" else F.gelu(gate32, approximate="tanh")
+
+
+def reference_norm_gate_up(x, norm_weight, eps, norm_kind, w_gate, w_up, activation) -> Tensor:
+    xn = reference_rms_norm(x, norm_weight, eps, norm_kind)
+    gate = _matmul32(xn, w_gate, None).to(x.dtype)
+    up = _matmul32(xn, w_up, None).to(x.dtype)
+    act = _activation32(gate.float(), activation).to(x.dtype)
+    return (act.float() * up.float()).to(x.dtype)
+
+
+# ---------------------------------------------------------------- launches
+
+
+def _runs_triton(x: Tensor) -> bool:
+    if skinny_kernels is None:
+        return False
+    return x.device.type == "cuda" or (skinny_kernels.INTERPRETED and x.device.type == "cpu")
+
+
+def _check(x: Tensor, weights, norm_weight, norm_kind: str) -> None:
+    """Misuse by a caller in this package (not a user error): say which argument."""
+    if norm_kind not in NORM_KINDS:
+        raise ValueError(f"norm_kind must be one of {sorted(NORM_KINDS)}, got {norm_kind!r}")
+    if norm_weight is not None and norm_weight.dtype != x.dtype and norm_kind == "llama":
+        raise ValueError(f"the norm weight is {norm_weight.dtype}, x is {x.dtype}: HF would promote the output")
+    for w in weights:
+        if w.dim() != 2 or w.shape[1] != x.shape[-1] or w.dtype != x.dtype:
+            raise ValueError(
+                f"a weight of shape {tuple(w.shape)} / {w.dtype} does not fit x {tuple(x.shape)} / {x.dtype}"
+            )
+        if w.shape[0] * w.shape[1] >= 2**31:
+            raise ValueError("weights of 2**31 elements or more are not supported (32-bit offsets)")
+
+
+def _sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return configs.DEFAULT_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, activation="silu", cfg=None):
+    """The ops' body on the Triton path: runs skinny_kernel (and finish_kernel under split-K) for `op`
+    ("proj", "residual", "gate_up") with `cfg` (default: the table's or the heuristic's, see configs);
+    returns the outputs, shaped like x with each weight's N last (one for "residual" and "gate_up").
+    benchmarks/kernel_sweep.py calls it with the configs it times."""
+    wrap = torch.library.wrap_triton
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k).contiguous()
+    m = x2.shape[0]
+    ns = tuple(int(w.shape[0]) for w in weights)
+    gate_up = op == "gate_up"
+    out_ns = ns[:1] if op != "proj" else ns
+    cfg = cfg or configs.config_for(op, m, ns[:1] if gate_up else ns, k, _sms(x.device))
+    outs = [torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device) for n in out_ns]
+    block_m = cfg.block_m(m)
+    n_blocks = [_cdiv(n, cfg.block_n) for n in out_ns]
+    m_blocks = _cdiv(m, block_m)
+    k_per_split = _cdiv(_cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k  # whole K blocks per slice
+    split = _cdiv(k, k_per_split)  # no empty slice
+    nt = 2 * ns[0] if gate_up else sum(out_ns)
+    ws = torch.empty((split, m, nt), dtype=torch.float32, device=x.device) if split > 1 else x2
+    res = residual.reshape(-1, ns[0]).contiguous() if residual is not None else x2
+    padded = lambda seq, fill: list(seq) + [fill] * (3 - len(seq))  # noqa: E731 - three slots, unused ones inert
+    w_args = padded(weights, weights[0])
+    b_list = list(biases) + [None] * (len(weights) - len(biases))
+    b_args = padded([b if b is not None else x2 for b in b_list], x2)
+    has_b = padded([b is not None for b in b_list], False)
+    o_args = padded(outs, outs[0])
+    n_args = padded(out_ns if not gate_up else ns, 0)
+    flags = {
+        "NUM_W": len(weights) if op == "proj" else 1,
+        "HAS_B0": has_b[0],
+        "HAS_B1": has_b[1],
+        "HAS_B2": has_b[2],
+        "MODE": _MODES[op],
+        "ACT": ACTIVATIONS[activation],
+        "SPLIT": split,
+        "OUT_BF16": x.dtype == torch.bfloat16,
+        "BLOCK_M": block_m,
+        "BLOCK_N": cfg.block_n,
+    }
+    nb1 = n_blocks[1] if len(n_blocks) > 1 else 0
+    grid = (sum(n_blocks), m_blocks, split)
+    extra = {"launch_pdl": True} if PDL and skinny_kernels.HAS_GDC and not torch.compiler.is_compiling() else {}
+    wrap(skinny_kernels.skinny_kernel)[grid](
+        x2, norm_weight if norm_weight is not None else x2, eps, m, k, k_per_split,
+        *w_args, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, ws, nt,
+        NORM=NORM_KINDS[norm_kind] if norm_weight is not None else 0,
+        USE_DOT=cfg.dot, IEEE_DOT=x.dtype == torch.float32, EVEN_K=k % cfg.block_k == 0,
+        USE_PDL=bool(extra), BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **extra,
+    )  # fmt: skip
+    if split > 1:
+        wrap(skinny_kernels.finish_kernel)[(sum(n_blocks), m_blocks, 1)](
+            ws, m, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, nt, num_warps=4, **flags
+        )
+    return outs
+
+
+# ---------------------------------------------------------------- the ops
+
+
+@torch.library.triton_op("cugraph_accel::norm_projections", mutates_args=())
+def _norm_projections_op(
+    x: Tensor,
+    norm_weight: Optional[Tensor],
+    eps: float,
+    norm_kind: str,
+    weights: list[Tensor],
+    biases: list[Optional[Tensor]],
+) -> list[Tensor]:
+    if not _runs_triton(x):
+        return list(reference_norm_projections(x, norm_weight, eps, norm_kind, weights, biases))
+    return launch("proj", x, norm_weight, eps, norm_kind, weights, biases)
+
+
+@torch.library.triton_op("cugraph_accel::linear_residual", mutates_args=())
+def _linear_residual_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Tensor) -> Tensor:
+    if not _runs_triton(x):
+        return reference_linear_residual(x, weight, bias, residual)
+    return launch("residual", x, None, 0.0, "llama", [weight], [bias], residual=residual)[0]
+
+
+@torch.library.triton_op("cugraph_accel::norm_gate_up", mutates_args=())
+def _norm_gate_up_op(
+    x: Tensor,
+    norm_weight: Optional[Tensor],
+    eps: float,
+    norm_kind: str,
+    w_gate: Tensor,
+    w_up: Tensor,
+    activation: str,
+) -> Tensor:
+    if not _runs_triton(x):
+        return reference_norm_gate_up(x, norm_weight, eps, norm_kind, w_gate, w_up, activation)
+    return launch("gate_up", x, norm_weight, eps, norm_kind, [w_gate, w_up], [None, None], activation=activation)[0]
+
+
+def norm_projections(
+    x: Tensor,
+    norm_weight: Optional[Tensor],
+    eps: float,
+    norm_kind: str,
+    weights: list[Tensor],
+    biases: Optional[list[Optional[Tensor]]] = None,
+) -> tuple[Tensor, ...]:
+    """RMSNorm of x's rows (none when norm_weight is None) then each projection: (x_n @ W_i^T + b_i)."""
+    if not 1 <= len(weights) <= 3:
+        raise ValueError(f"norm_projections takes 1 to 3 weights, got {len(weights)}")
+    biases = list(biases) if biases is not None else [None] * len(weights)
+    _check(x, weights, norm_weight, norm_kind)
+    return tuple(torch.ops.cugraph_accel.norm_projections(x, norm_weight, eps, norm_kind, list(weights), biases))
+
+
+def linear_residual(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Tensor) -> Tensor:
+    """residual + (x @ W^T + bias), the product rounded to x's dtype before the add, as eager does."""
+    _check(x, [weight], None, "llama")
+    if residual.shape != (*x.shape[:-1], weight.shape[0]) or residual.dtype != x.dtype:
+        raise ValueError(f"residual {tuple(residual.shape)} / {residual.dtype} does not fit the output")
+    return torch.ops.cugraph_accel.linear_residual(x, weight, bias, residual)
+
+
+def norm_gate_up(
+    x: Tensor, norm_weight: Optional[Tensor], eps: float, norm_kind: str, w_gate: Tensor, w_up: Tensor, activation: str
+) -> Tensor:
+    """act(x_n @ Wg^T) * (x_n @ Wu^T) with activation "silu" or "gelu_tanh"."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    if w_gate.shape != w_up.shape:
+        raise ValueError(f"gate {tuple(w_gate.shape)} and up {tuple(w_up.shape)} differ")
+    _check(x, [w_gate, w_up], norm_weight, norm_kind)
+    return torch.ops.cugraph_accel.norm_gate_up(x, norm_weight, eps, norm_kind, w_gate, w_up, activation)

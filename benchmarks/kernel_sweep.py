@@ -1,0 +1,199 @@
+"""Sweep of the skinny-matmul launch configs on a GPU (fused/kernels): for the projection shapes of
+Qwen2.5-0.5B, Llama-3.2-1B and Llama-3.1-8B at 1, 8, 16 and 32 rows, times each op over a small grid of
+configs, against cuBLAS (F.linear) doing the same matmuls, and against the device's copy bandwidth.
+
+Timing is CUDA-graph replay, as in a decode step: one graph holds a chain of calls, each on its own copy
+of the weights, with enough copies that they outgrow the L2 cache (a step's layers do not share weights),
+so a call reads its weights from HBM. Microseconds per call; GB/s is the bytes a call must move (weights,
+input, outputs, residual) over that time; cuBLAS's column times only the matmuls (bias included, no norm,
+no residual add, no activation). The best config of each shape is checked against the reference.
+
+    python benchmarks/kernel_sweep.py --write-configs accelerate_graph/fused/kernels/skinny_configs.json
+
+Stops trying configs past --budget-s (default 110 s; remaining shapes get the heuristic's config only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton.testing
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from accelerate_graph.fused.kernels import configs  # noqa: E402
+from accelerate_graph.fused.kernels import skinny_matmul as sm  # noqa: E402
+from accelerate_graph.fused.kernels.configs import SkinnyConfig  # noqa: E402
+
+# hidden, intermediate, heads, kv heads, head_dim, q/k/v bias; the 8B first: its numbers are the target
+MODELS = {
+    "llama-3.1-8b": (4096, 14336, 32, 8, 128, False),
+    "llama-3.2-1b": (2048, 8192, 32, 8, 64, False),
+    "qwen2.5-0.5b": (896, 4864, 14, 2, 64, True),
+}
+ROWS = (1, 8, 16, 32)
+ROTATE_BYTES = 160 * 2**20  # weight copies per graph: > 3x the H200's 50 MB L2
+DTYPE = torch.bfloat16
+
+
+def grid_for(op: str, m: int, k: int) -> list[SkinnyConfig]:
+    """A small grid: multiply-and-sum at few rows, tensor cores from 8 rows, split-K for long K."""
+    out = []
+    if m <= 8:
+        out += [SkinnyConfig(16, 256, 4, 2), SkinnyConfig(32, 256, 4, 2), SkinnyConfig(32, 128, 4, 3)]
+        if m == 1:
+            out += [SkinnyConfig(64, 128, 4, 2), SkinnyConfig(16, 512, 4, 2)]
+    if m > 1:
+        out += [SkinnyConfig(16, 256, 4, 3, dot=True), SkinnyConfig(32, 128, 4, 4, dot=True)]
+        out += [SkinnyConfig(32, 256, 4, 3, dot=True), SkinnyConfig(64, 128, 4, 4, dot=True)]
+        if m >= 16:
+            out += [SkinnyConfig(64, 256, 8, 3, dot=True)]
+    if op == "residual" and k >= 8192:
+        out += [SkinnyConfig(32, 256, 4, 3, split_k=2, dot=m > 2), SkinnyConfig(64, 256, 4, 3, split_k=4, dot=m > 2)]
+    return out
+
+
+def shapes(model: str):
+    """(label, op, ns, k, bias) of one decoder layer's projections."""
+    hidden, inter, heads, kv, hd, bias = MODELS[model]
+    return [
+        ("qkv", "proj", (heads * hd, kv * hd, kv * hd), hidden, bias),
+        ("o", "residual", (hidden,), heads * hd, False),
+        ("gate_up", "gate_up", (inter, inter), hidden, False),
+        ("down", "residual", (hidden,), inter, False),
+    ]
+
+
+def graph_us(calls) -> float:
+    """Microseconds per call of `calls` (thunks) replayed in one CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for call in calls:
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    ms = triton.testing.do_bench(graph.replay, warmup=3, rep=15, return_mode="median")
+    return ms * 1e3 / len(calls)
+
+
+def copy_bandwidth_gbs() -> float:
+    src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=5, rep=50, return_mode="median")
+    return 2 * src.numel() / (ms * 1e-3) / 1e9
+
+
+class Shape:
+    """One op's operands at one row count, with the weight copies the graph rotates through."""
+
+    def __init__(self, op, ns, k, m, bias):
+        self.op, self.m = op, m
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        rand = lambda *s, scale=1.0: (torch.randn(*s, device="cuda", generator=gen) * scale).to(DTYPE)  # noqa: E731
+        w_bytes = sum(ns) * k * 2
+        copies = max(2, min(64, math.ceil(ROTATE_BYTES / w_bytes)))
+        self.weights = [[rand(n, k, scale=k**-0.5) for n in ns] for _ in range(copies)]
+        self.biases = [rand(n) if bias else None for n in ns]
+        self.x = rand(m, k)
+        self.norm = rand(k, scale=0.1) + 1 if op != "residual" else None
+        self.residual = rand(m, ns[0]) if op == "residual" else None
+        out_n = sum(ns) if op == "proj" else ns[0]
+        self.bytes = w_bytes + (m * k + m * out_n + (m * out_n if op == "residual" else 0)) * 2
+
+    def run(self, ws, cfg):
+        return sm.launch(self.op, self.x, self.norm, 1e-6, "llama", ws, self.biases, residual=self.residual, cfg=cfg)
+
+    def reference(self, ws):
+        if self.op == "proj":
+            return sm.reference_norm_projections(self.x, self.norm, 1e-6, "llama", ws, self.biases)
+        if self.op == "residual":
+            return [sm.reference_linear_residual(self.x, ws[0], None, self.residual)]
+        return [sm.reference_norm_gate_up(self.x, self.norm, 1e-6, "llama", ws[0], ws[1], "silu")]
+
+    def kernel_us(self, cfg) -> float:
+        return graph_us([lambda ws=ws: self.run(ws, cfg) for ws in self.weights])
+
+    def cublas_us(self) -> float:
+        def mm(ws):
+            for w, b in zip(ws, self.biases):
+                F.linear(self.x, w, b)
+
+        return graph_us([lambda ws=ws: mm(ws) for ws in self.weights])
+
+    def matches_reference(self, cfg) -> bool:
+        got, want = self.run(self.weights[0], cfg), self.reference(self.weights[0])
+        scale = max(w.float().abs().mean().item() for w in want)
+        return all(torch.allclose(g.float(), w.float(), rtol=2 / 128, atol=scale / 64) for g, w in zip(got, want))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write-configs", type=Path, help="JSON table of the best configs (configs.TABLE_PATH)")
+    parser.add_argument("--budget-s", type=float, default=110.0, help="stop trying configs after this long")
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ",".join(MODELS))
+    args = parser.parse_args()
+    start = time.monotonic()
+    device = torch.cuda.get_device_name()
+    copy = copy_bandwidth_gbs()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    print(
+        f"{device}: copy bandwidth {copy:,.0f} GB/s, {sms} SMs, triton {triton.__version__}, torch {torch.__version__}"
+    )
+    print(f"{'shape':28} {'M':>3} {'best config':34} {'us':>7} {'GB/s':>7} {'%copy':>6} {'cuBLAS us':>9} {'x':>5} ok")
+    best: dict[str, SkinnyConfig] = {}
+    pct_8b = []
+    for model in args.models.split(","):
+        for label, op, ns, k, bias in shapes(model):
+            for m in ROWS:
+                shape = Shape(op, ns, k, m, bias)
+                heuristic = configs.heuristic(op, m, ns[:1] if op == "gate_up" else ns, k, sms)
+                tries = [heuristic]
+                if time.monotonic() - start < args.budget_s:
+                    tries += [c for c in grid_for(op, m, k) if c != heuristic]
+                timed = []
+                for cfg in tries:
+                    try:
+                        timed.append((shape.kernel_us(cfg), cfg))
+                    except Exception as err:  # a config the compiler refuses (shared memory): skip it
+                        print(f"  skipped {cfg}: {str(err).splitlines()[0][:100]}")
+                us, cfg = min(timed, key=lambda t: t[0])
+                gbs = shape.bytes / (us * 1e-6) / 1e9
+                cublas = shape.cublas_us()
+                ok = shape.matches_reference(cfg)
+                key_ns = ns[:1] if op == "gate_up" else ns
+                best[configs.table_key(op, configs.m_bucket(m), key_ns, k)] = cfg
+                if model == "llama-3.1-8b":
+                    pct_8b.append(100 * gbs / copy)
+                desc = f"n{cfg.block_n} k{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} x{cfg.split_k} {'dot' if cfg.dot else 'fma'}"
+                desc += " (heur)" if cfg == heuristic else ""
+                print(
+                    f"{model + ' ' + label:28} {m:>3} {desc:34} {us:7.2f} {gbs:7.0f} {100 * gbs / copy:5.1f}% "
+                    f"{cublas:9.2f} {cublas / us:5.2f} {'ok' if ok else 'MISMATCH'}",
+                    flush=True,
+                )
+                del shape
+                torch.cuda.empty_cache()
+    if pct_8b:
+        print(
+            f"8B shapes: min {min(pct_8b):.1f}% / mean {sum(pct_8b) / len(pct_8b):.1f}% of copy bandwidth "
+            f"(target >= 80%): {'MET' if min(pct_8b) >= 80 else 'NOT MET'}"
+        )
+    if args.write_configs:
+        configs.write_table(best, args.write_configs, device)
+        print(f"wrote {len(best)} configs to {args.write_configs}")
+    print(f"total {time.monotonic() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+"""Skinny matmuls (fused/kernels): the references against HF's modules, the Triton kernels against the
+references (CPU: Triton interpreter, conftest.py; GPU: bf16, torch.compile and CUDA graphs)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from accelerate_graph.fused.kernels import configs
+from accelerate_graph.fused.kernels import skinny_matmul as sm
+from accelerate_graph.fused.kernels.configs import SkinnyConfig
+
+
+def _interpreter_in_process() -> bool:
+    """Triton's functions and ours decorated under the interpreter (conftest.py)."""
+    if sm.skinny_kernels is None or not sm.skinny_kernels.INTERPRETED:
+        return False
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(tl.sum, InterpretedFunction)
+
+
+INTERPRETER = _interpreter_in_process()
+FRESH_PROCESS = sm.skinny_kernels is not None and not INTERPRETER and not torch.cuda.is_available()
+interpreted = pytest.mark.skipif(
+    not INTERPRETER,
+    reason="needs triton imported under TRITON_INTERPRET=1 (else test_interpreter_tests_in_a_fresh_process runs these)",
+)
+K, NS = 72, (40, 24, 24)  # K not a multiple of any BLOCK_K, N not a multiple of any BLOCK_N
+# The interpreter computes garbage in bf16 and for tl.dot on bf16: the multiply-and-sum path runs in bf16,
+# tl.dot in float32 (the GPU tests run tl.dot in bf16).
+PATHS = {"fma-bf16": (torch.bfloat16, False), "dot-fp32": (torch.float32, True)}
+
+
+def assert_rounding_close(got, ref, ulps: int = 2):
+    """Equal but for summation order: a float32 sum in another order flips a rounding now and then,
+    and a flipped gate moves the product by a unit or two in the last place."""
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    eps = torch.finfo(ref.dtype).eps if ref.dtype != torch.float32 else 2e-6
+    scale = ref.float().abs().mean().item()
+    torch.testing.assert_close(got.float(), ref.float(), rtol=ulps * eps, atol=ulps * eps * scale)
+
+
+def make(m, dtype, device="cpu", k=K, ns=NS, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    rand = lambda *shape, s=1.0: (torch.randn(*shape, generator=gen) * s).to(device, dtype)  # noqa: E731
+    x = rand(m, k, s=3.0)
+    return x, rand(k, s=0.5) + 1, [rand(n, k, s=k**-0.5) for n in ns], [rand(n) for n in ns]
+
+
+@pytest.fixture
+def force(monkeypatch):
+    """force(cfg): every launch of the test uses cfg instead of the table or the heuristic."""
+    return lambda cfg: monkeypatch.setattr(configs, "config_for", lambda *args, **kwargs: cfg)
+
+
+# ---------------------------------------------------------------- the references are HF's rounding
+
+
+def test_reference_norm_is_hf_rms_norm_exactly():
+    from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    x, w, _, _ = make(5, torch.bfloat16)
+    llama, gemma = LlamaRMSNorm(K, eps=1e-5).to(torch.bfloat16), GemmaRMSNorm(K, eps=1e-6).to(torch.bfloat16)
+    with torch.no_grad():
+        llama.weight.copy_(w)
+        gemma.weight.copy_(w - 1)
+    assert torch.equal(sm.reference_rms_norm(x, llama.weight, 1e-5, "llama"), llama(x))
+    assert torch.equal(sm.reference_rms_norm(x, gemma.weight, 1e-6, "gemma"), gemma(x))
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
+def test_reference_mlp_and_residual_are_eager_up_to_summation_order(activation):
+    x, _, (wg, wu, _), _ = make(4, torch.bfloat16, ns=(40, 40, 8))
+    act = F.silu if activation == "silu" else lambda t: F.gelu(t, approximate="tanh")
+    eager = act(F.linear(x, wg)) * F.linear(x, wu)
+    assert_rounding_close(sm.reference_norm_gate_up(x, None, 0.0, "llama", wg, wu, activation), eager)
+    residual = torch.randn(4, 40).to(torch.bfloat16)
+    assert_rounding_close(sm.reference_linear_residual(x, wg, None, residual), residual + F.linear(x, wg))
+
+
+# ---------------------------------------------------------------- kernels under the interpreter
+
+
+@interpreted
+@pytest.mark.parametrize("m", [1, 3, 8, 17, 32])
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("bias_and_norm", [(True, True), (False, False), (True, False)])
+def test_norm_projections(m, path, bias_and_norm, force):
+    dtype, dot = PATHS[path]
+    with_bias, with_norm = bias_and_norm
+    force(SkinnyConfig(16, 32, dot=dot))
+    x, nw, ws, bs = make(m, dtype, seed=m)
+    biases = [bs[0], None, bs[2]] if with_bias else None
+    nw = nw if with_norm else None
+    got = sm.norm_projections(x, nw, 1e-6, "llama", ws, biases)
+    want = sm.reference_norm_projections(x, nw, 1e-6, "llama", ws, biases)
+    assert len(got) == 3
+    for g, r in zip(got, want):
+        assert_rounding_close(g, r)
+
+
+@interpreted
+@pytest.mark.parametrize("n_weights", [1, 2])
+def test_norm_projections_with_fewer_weights_and_batched_rows(n_weights, force):
+    force(SkinnyConfig(16, 32))
+    x, nw, ws, bs = make(6, torch.bfloat16)
+    x = x.reshape(2, 3, K)  # [batch, seq, hidden]: rows flattened, outputs shaped alike
+    got = sm.norm_projections(x, nw, 1e-6, "llama", ws[:n_weights], bs[:n_weights])
+    want = sm.reference_norm_projections(x, nw, 1e-6, "llama", ws[:n_weights], bs[:n_weights])
+    assert [g.shape for g in got] == [(2, 3, n) for n in NS[:n_weights]]
+    for g, r in zip(got, want):
+        assert_rounding_close(g, r)
+
+
+@interpreted
+@pytest.mark.parametrize("m", [1, 3, 8, 17, 32])
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_residual(m, path, with_bias, force):
+    dtype, dot = PATHS[path]
+    force(SkinnyConfig(16, 32, dot=dot))
+    x, _, ws, bs = make(m, dtype, seed=m)
+    residual = make(m, dtype, k=NS[0], seed=m + 100)[0]
+    bias = bs[0] if with_bias else None
+    got = sm.linear_residual(x, ws[0], bias, residual)
+    assert_rounding_close(got, sm.reference_linear_residual(x, ws[0], bias, residual))
+
+
+@interpreted
+@pytest.mark.parametrize("m", [1, 3, 8, 17, 32])
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("norm", [None, "llama", "gemma"])
+def test_norm_gate_up(m, path, norm, force):
+    dtype, dot = PATHS[path]
+    force(SkinnyConfig(16, 32, dot=dot))
+    x, nw, ws, _ = make(m, dtype, ns=(40, 40), seed=m)
+    nw = None if norm is None else nw
+    activation = "gelu_tanh" if norm == "gemma" else "silu"
+    got = sm.norm_gate_up(x, nw, 1e-6, norm or "llama", ws[0], ws[1], activation)
+    assert_rounding_close(got, sm.reference_norm_gate_up(x, nw, 1e-6, norm or "llama", ws[0], ws[1], activation))
+
+
+@interpreted
+@pytest.mark.parametrize("op", ["proj", "residual", "gate_up"])
+@pytest.mark.parametrize("k", [72, 128])  # ragged and even K slices
+def test_split_k_matches_one_pass(op, k, force):
+    force(SkinnyConfig(16, 32, split_k=3))
+    x, nw, ws, bs = make(5, torch.bfloat16, k=k, ns=(40, 40, 24))
+    if op == "proj":
+        got = sm.norm_projections(x, nw, 1e-6, "gemma", ws, bs)
+        want = sm.reference_norm_projections(x, nw, 1e-6, "gemma", ws, bs)
+    elif op == "residual":
+        residual = make(5, torch.bfloat16, k=40, seed=9)[0]
+        got = (sm.linear_residual(x, ws[0], bs[0], residual),)
+        want = (sm.reference_linear_residual(x, ws[0], bs[0], residual),)
+    else:
+        got = (sm.norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[1], "silu"),)
+        want = (sm.reference_norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[1], "silu"),)
+    for g, r in zip(got, want):
+        assert_rounding_close(g, r)
+
+
+@interpreted
+@pytest.mark.parametrize("m", [1, 2, 3, 32])
+def test_heuristic_configs_run(m):
+    """No table entry for these shapes: the heuristic's configs (tl.dot above 2 rows) in float32."""
+    x, nw, ws, bs = make(m, torch.float32, seed=m)
+    got = sm.norm_projections(x, nw, 1e-6, "llama", ws, bs)
+    for g, r in zip(got, sm.reference_norm_projections(x, nw, 1e-6, "llama", ws, bs)):
+        assert_rounding_close(g, r)
+
+
+def test_misuse_is_refused_with_the_argument_named():
+    x, nw, ws, _ = make(2, torch.bfloat16)
+    with pytest.raises(ValueError, match="1 to 3 weights"):
+        sm.norm_projections(x, nw, 1e-6, "llama", ws * 2)
+    with pytest.raises(ValueError, match="norm_kind"):
+        sm.norm_projections(x, nw, 1e-6, "layer", ws)
+    with pytest.raises(ValueError, match="does not fit x"):
+        sm.linear_residual(x, ws[0][:, :8], None, x)
+    with pytest.raises(ValueError, match="activation"):
+        sm.norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[0], "relu")
+
+
+@pytest.mark.skipif(not FRESH_PROCESS, reason="the interpreter tests run in this process (or on a GPU)")
+def test_interpreter_tests_in_a_fresh_process():
+    """Triton was imported before conftest.py could switch the interpreter on (the whole suite): run this
+    file's interpreter tests in a child whose environment has the switch from the start."""
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
+    child = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "not fresh_process"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    tail = child.stdout[-3000:]
+    assert child.returncode == 0, tail
+    assert " passed" in tail and "needs triton imported under" not in child.stdout, tail  # the -ra summary
+
+
+# ---------------------------------------------------------------- configs
+
+
+def test_block_rows_and_buckets():
+    fma, dot = SkinnyConfig(32, 128), SkinnyConfig(64, 128, dot=True)
+    assert [fma.block_m(m) for m in (1, 2, 3, 8, 9, 32, 100)] == [1, 2, 4, 8, 16, 32, 32]
+    assert [dot.block_m(m) for m in (1, 8, 17, 32)] == [16, 16, 32, 32]
+    assert [configs.m_bucket(m) for m in (1, 2, 8, 9, 32, 64)] == [1, 8, 8, 16, 32, 32]
+
+
+def test_table_round_trip_and_lookup(tmp_path, monkeypatch):
+    path = tmp_path / "t.json"
+    key = configs.table_key("residual", 8, (4096,), 14336)
+    cfg = SkinnyConfig(32, 256, num_warps=8, num_stages=4, split_k=2, dot=True)
+    configs.write_table({key: cfg}, path, "test")
+    assert configs._table(path) == {key: cfg}
+    monkeypatch.setattr(configs, "TABLE_PATH", path)
+    assert configs.config_for("residual", 5, (4096,), 14336) == cfg  # 5 rows: bucket 8
+    assert configs.config_for("residual", 9, (4096,), 14336) == configs.heuristic("residual", 9, (4096,), 14336)
+
+
+def test_heuristic_gives_every_multiprocessor_a_program_on_8b_shapes():
+    for m in (1, 8, 16, 32):
+        for ns, k in (((4096, 1024, 1024), 4096), ((4096,), 14336), ((14336,), 4096)):
+            cfg = configs.heuristic("proj", m, ns, k, sms=132)
+            assert sum(-(-n // cfg.block_n) for n in ns) >= 132, (m, ns, cfg)
+            assert cfg.dot == (m > 2)
+
+
+# ---------------------------------------------------------------- GPU
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+GPU_CONFIGS = [None, SkinnyConfig(32, 128), SkinnyConfig(64, 64, dot=True), SkinnyConfig(16, 256, split_k=4, dot=True)]
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("m", [1, 3, 8, 17, 32])
+@pytest.mark.parametrize("cfg", GPU_CONFIGS, ids=["heuristic", "fma", "dot", "split"])
+@pytest.mark.parametrize("shape", [(896, (896, 128, 128), 4864), (1000, (520, 72, 72), 1400)])
+def test_gpu_bf16_against_the_reference(m, cfg, shape, monkeypatch):
+    if cfg is not None:
+        monkeypatch.setattr(configs, "config_for", lambda *args, **kwargs: cfg)
+    hidden, ns, inter = shape
+    x, nw, ws, bs = make(m, torch.bfloat16, "cuda", k=hidden, ns=ns, seed=m)
+    got = sm.norm_projections(x, nw, 1e-6, "llama", ws, bs)
+    for g, r in zip(got, sm.reference_norm_projections(x, nw, 1e-6, "llama", ws, bs)):
+        assert_rounding_close(g, r)
+    _, _, (wg, wu), _ = make(m, torch.bfloat16, "cuda", k=hidden, ns=(inter, inter), seed=m + 1)
+    act = sm.norm_gate_up(x, nw, 1e-6, "gemma", wg, wu, "gelu_tanh")
+    assert_rounding_close(act, sm.reference_norm_gate_up(x, nw, 1e-6, "gemma", wg, wu, "gelu_tanh"))
+    _, _, (wd,), _ = make(m, torch.bfloat16, "cuda", k=inter, ns=(hidden,), seed=m + 2)
+    assert_rounding_close(sm.linear_residual(act, wd, None, x), sm.reference_linear_residual(act, wd, None, x))
+
+
+class TinyLayer(torch.nn.Module):
+    """A Qwen2-like decoder layer's projections, written with the ops the way fused/layers would."""
+
+    def __init__(self, hidden=256, inter=512, heads=(4, 2), head_dim=64):
+        super().__init__()
+        lin = torch.nn.Linear
+        q_out, kv_out = heads[0] * head_dim, heads[1] * head_dim
+        self.q, self.k, self.v = lin(hidden, q_out), lin(hidden, kv_out), lin(hidden, kv_out)
+        self.o, self.down = lin(q_out, hidden, bias=False), lin(inter, hidden, bias=False)
+        self.gate, self.up = lin(hidden, inter, bias=False), lin(hidden, inter, bias=False)
+        self.norm1 = torch.nn.Parameter(torch.rand(hidden) + 0.5)
+        self.norm2 = torch.nn.Parameter(torch.rand(hidden) + 0.5)
+        self.heads = heads
+
+    def forward(self, h):
+        qkv = [self.q, self.k, self.v]
+        q, k, v = sm.norm_projections(h, self.norm1, 1e-6, "llama", [p.weight for p in qkv], [p.bias for p in qkv])
+        attn = q + torch.cat([k] * (self.heads[0] // self.heads[1]), dim=-1)  # one rounding, compiled or not
+        h = sm.linear_residual(attn, self.o.weight, None, h)
+        act = sm.norm_gate_up(h, self.norm2, 1e-6, "llama", self.gate.weight, self.up.weight, "silu")
+        return sm.linear_residual(act, self.down.weight, None, h), v
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_gpu_ops_compile_with_inductor_and_replay_in_a_cuda_graph():
+    layer = TinyLayer().to("cuda", torch.bfloat16).eval()
+    compiled = torch.compile(layer, backend="inductor", fullgraph=True)
+    static_in = torch.randn(8, 1, 256, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        eager = layer(static_in)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                for got, want in zip(compiled(static_in), eager):
+                    assert_rounding_close(got, want)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_outs = compiled(static_in)
+        for seed in range(3):
+            static_in.copy_(torch.randn(8, 1, 256, generator=torch.Generator().manual_seed(seed)).to(static_in))
+            graph.replay()
+            torch.cuda.synchronize()
+            for got, want in zip(static_outs, layer(static_in)):
+                assert_rounding_close(got, want)
