@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from accelerate_graph.fused.grouped_attention import grouped_decode_attention
+from accelerate_graph.fused.kernels import skinny_matmul
 
 # Decoder layers whose forward is the sequence above with a Llama RMSNorm (x * rsqrt, cast, * w),
 # rotate-half rotary embedding, SiLU gated MLP and an optional q/k/v bias. Checked by class name
@@ -32,31 +32,10 @@ _MLP_CHILDREN = {"gate_proj", "up_proj", "down_proj", "act_fn"}
 _LAYER_CHILDREN = {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """HF's Llama RMSNorm, rounding included: normalise in float32, cast, then scale in x's dtype."""
-    x32 = x.float()
-    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * normed.to(x.dtype)
-
-
-def reference_norm_projections(x, norm_weight, eps, weights, biases):
-    """[M, K] -> one [M, N_i] per weight, of the normalised x (no norm when norm_weight is None)."""
-    normed = x if norm_weight is None else rms_norm(x, norm_weight, eps)
-    return tuple(F.linear(normed, w, b) for w, b in zip(weights, biases))
-
-
-def reference_linear_residual(x, weight, bias, residual):
-    return residual + F.linear(x, weight, bias)
-
-
-def reference_norm_gate_up(x, norm_weight, eps, w_gate, w_up):
-    normed = rms_norm(x, norm_weight, eps)
-    return F.silu(F.linear(normed, w_gate)) * F.linear(normed, w_up)
-
-
 @dataclass(frozen=True)
 class LayerOps:
-    """How the four folded operations run; each must round like the torch reference."""
+    """How the four folded operations run (fused/kernels/skinny_matmul.py: the Triton kernels and their
+    torch references, which define the rounding), for Llama's RMSNorm and SiLU."""
 
     name: str
     norm_projections: Callable
@@ -64,7 +43,27 @@ class LayerOps:
     norm_gate_up: Callable
 
 
-REFERENCE_OPS = LayerOps("torch", reference_norm_projections, reference_linear_residual, reference_norm_gate_up)
+def _ops(name: str, norm_projections, linear_residual, norm_gate_up) -> LayerOps:
+    return LayerOps(
+        name,
+        lambda x, norm_weight, eps, weights, biases: norm_projections(x, norm_weight, eps, "llama", weights, biases),
+        linear_residual,
+        lambda x, norm_weight, eps, w_gate, w_up: norm_gate_up(x, norm_weight, eps, "llama", w_gate, w_up, "silu"),
+    )
+
+
+REFERENCE_OPS = _ops(
+    "torch", skinny_matmul.reference_norm_projections, skinny_matmul.reference_linear_residual,
+    skinny_matmul.reference_norm_gate_up,
+)  # fmt: skip
+KERNEL_OPS = _ops("triton", skinny_matmul.norm_projections, skinny_matmul.linear_residual, skinny_matmul.norm_gate_up)
+
+
+def kernel_ops_for(device: torch.device) -> LayerOps | None:
+    """The Triton kernels where they run (a CUDA device, triton importable); None elsewhere."""
+    if device.type != "cuda" or skinny_matmul.skinny_kernels is None:
+        return None
+    return KERNEL_OPS
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,7 @@ from accelerate_graph.common.errors import DROP_FUSE, CaptureError
 from accelerate_graph.compat import torch_internals
 from accelerate_graph.compat.transformers_internals import cache_indices, cache_indices_set_to_zero, static_layer_view
 from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
-from accelerate_graph.fused.layer_program import REFERENCE_OPS, LayerOps, decode_layer, program_for
+from accelerate_graph.fused.layer_program import REFERENCE_OPS, LayerOps, decode_layer, kernel_ops_for, program_for
 
 # Batch 1 compiles its projections to GEMV kernels (gemv_lowering.py). A switch so that
 # benchmarks/profile_step.py can measure the step without them.
@@ -159,7 +159,7 @@ def default_ops(model: torch.nn.Module) -> LayerOps | None:
         return REFERENCE_OPS
     if LAYER_PROGRAM == "hf":
         return None
-    return None  # no kernels yet
+    return kernel_ops_for(next(model.parameters()).device)
 
 
 def _named(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict:

@@ -38,8 +38,20 @@ def test_fused_layers_compile_once_per_batch_class_and_replay_like_eager():
     model = tiny_decoder("llama")
     use_grouped_attention(model)  # what --fuse runs
     session, graphs = capture_and_verify(model, fused=True)
+    assert session.fused.programmed and session.fused.ops.name == "triton"  # layer_program.py, its kernels
     assert (session.fused.graphs, session.fused.recompiles) == (2, 0)  # batch 1; batches 2 and 4
     assert len(graphs.graphs) == 9 and session.fused.compile_seconds > 0
+
+
+@pytest.mark.parametrize("model_type", ["qwen2", "mistral"])
+def test_the_layer_program_with_its_kernels_verifies(model_type):
+    """Qwen2's q/k/v biases ride in the projection kernel; Mistral without a window takes the program."""
+    model = tiny_decoder(model_type)
+    if model_type == "mistral":
+        model.config.sliding_window = None
+    use_grouped_attention(model)
+    session, _ = capture_and_verify(model, fused=True)
+    assert session.fused.programmed
 
 
 def test_compile_contender_after_a_fused_capture_compiles_whole():
