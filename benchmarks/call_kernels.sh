@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device call (~8 min): the skinny-matmul kernels (issue 16) on the H200.
+#  1. their GPU tests and the fused GPU tests (the layer program runs them);
+#  2. benchmarks/kernel_sweep.py: best config per shape, written where the kernels read it;
+#  3. kernel profiles of the fused step, HF's layer vs the layer program, Qwen2.5-0.5B batches 1/8 and the 8B at 1/32;
+#  4. bench fused vs reduce-overhead on Qwen2.5-0.5B, buckets 1,8,16,32.
+# Logs go into one tarball under $OUT with the config table beside it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+START=$(date +%s); DEADLINE=${DEADLINE:-560}
+left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
+FINAL=${OUT:-/tmp/out}; WORK=/tmp/kern; mkdir -p "$WORK" "$FINAL"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=200 TRANSFORMERS_VERBOSITY=error TORCHINDUCTOR_CACHE_DIR=$WORK/inductor
+echo "== tests"
+timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -x tests/fused/kernels tests/fused/test_gpu_fused.py > "$WORK/tests.log" 2>&1
+echo "exit $?"; tail -n 6 "$WORK/tests.log"
+echo "== sweep ($(left) s left)"
+timeout 170 python3 benchmarks/kernel_sweep.py --budget-s 90 --write-configs "$FINAL/skinny_configs.json" > "$WORK/sweep.log" 2>&1
+echo "exit $?"; grep -vE "^\s*$" "$WORK/sweep.log" | tail -n 56
+[ -f "$FINAL/skinny_configs.json" ] && cp "$FINAL/skinny_configs.json" accelerate_graph/fused/kernels/skinny_configs.json
+profile() {  # NAME BATCHES WAYS
+  [ "$(left)" -lt 60 ] && { echo "== $1: skipped"; return; }
+  echo "== profile $1 $2 $3 ($(left) s left)"
+  timeout $(( $(left) - 30 )) python3 benchmarks/profile_step.py "$1" --batches "$2" --ways "$3" --cache 1024 --top 8 \
+    --json "$WORK/profile-$1.json" > "$WORK/profile-$1.log" 2>&1
+  grep -E "kernels,|failed|Error" "$WORK/profile-$1.log" | cut -c1-260
+}
+profile qwen2.5-0.5b 1,8 fused-hf,fused
+profile llama-3.1-8b 1,32 fused
+if [ "$(left)" -gt 90 ]; then
+  echo "== bench ($(left) s left)"
+  timeout $(( $(left) - 20 )) python3 -m cli bench qwen2.5-0.5b --compare fused --buckets 1,8,16,32 --context 1024 \
+    --steps 50 > "$WORK/bench.log" 2>&1
+  grep -E "^\s*(1|8|16|32) |fused" "$WORK/bench.log" | head -n 12
+fi
+tar czf "$FINAL/kern-logs.tgz" -C "$WORK" --exclude inductor . 2>/dev/null
+echo "done in $(( $(date +%s) - START )) s"
