@@ -186,33 +186,33 @@ def skinny_kernel(
         rstd = _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M, BLOCK_K)
     else:
         rstd = tl.zeros([BLOCK_M], tl.float32)
-    consts = (SPLIT, USE_DOT, IEEE_DOT, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K)
+    # constexprs spelled out at every call: triton 3.6 drops constexpr-ness through a tuple's *unpacking
     if MODE != 0:  # one weight (MODE 1), or gate and up side by side (MODE 2)
         _tile(
             x_ptr, nw_ptr, rstd, w0, w1, b0, b1, o0, res_ptr, ws_ptr, offs_m, pid_n, pid_s, M, N0, K, K_PER_SPLIT,
-            0, NT, HAS_B0, HAS_B1, NORM, MODE, ACT, *consts,
+            0, NT, HAS_B0, HAS_B1, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
         )  # fmt: skip
     elif pid_n < NB0:
         _tile(
             x_ptr, nw_ptr, rstd, w0, w0, b0, b0, o0, res_ptr, ws_ptr, offs_m, pid_n, pid_s, M, N0, K, K_PER_SPLIT,
-            0, NT, HAS_B0, False, NORM, MODE, ACT, *consts,
+            0, NT, HAS_B0, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
         )  # fmt: skip
     else:
         if NUM_W == 2:
             _tile(
                 x_ptr, nw_ptr, rstd, w1, w1, b1, b1, o1, res_ptr, ws_ptr, offs_m, pid_n - NB0, pid_s, M, N1, K,
-                K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, *consts,
+                K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
             )  # fmt: skip
         elif NUM_W == 3:
             if pid_n < NB0 + NB1:
                 _tile(
                     x_ptr, nw_ptr, rstd, w1, w1, b1, b1, o1, res_ptr, ws_ptr, offs_m, pid_n - NB0, pid_s, M, N1, K,
-                    K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, *consts,
+                    K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
                 )  # fmt: skip
             else:
                 _tile(
                     x_ptr, nw_ptr, rstd, w2, w2, b2, b2, o2, res_ptr, ws_ptr, offs_m, pid_n - NB0 - NB1, pid_s, M,
-                    N2, K, K_PER_SPLIT, N0 + N1, NT, HAS_B2, False, NORM, MODE, ACT, *consts,
+                    N2, K, K_PER_SPLIT, N0 + N1, NT, HAS_B2, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
                 )  # fmt: skip
     if USE_PDL:
         gdc_launch_dependents()
@@ -246,23 +246,22 @@ def finish_kernel(
     """Split-K's second pass: sums the partials and runs the epilogue. Grid as skinny_kernel's, SPLIT 1."""
     pid_n = tl.program_id(0)
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    consts = (SPLIT, OUT_BF16, BLOCK_M, BLOCK_N)
     if MODE != 0:
-        _finish_block(ws_ptr, offs_m, pid_n, M, N0, 0, NT, o0, b0, b1, res_ptr, HAS_B0, HAS_B1, MODE, ACT, *consts)
+        _finish_block(ws_ptr, offs_m, pid_n, M, N0, 0, NT, o0, b0, b1, res_ptr, HAS_B0, HAS_B1, MODE, ACT, SPLIT, OUT_BF16, BLOCK_M, BLOCK_N)
     elif pid_n < NB0:
-        _finish_block(ws_ptr, offs_m, pid_n, M, N0, 0, NT, o0, b0, b0, res_ptr, HAS_B0, False, MODE, ACT, *consts)
+        _finish_block(ws_ptr, offs_m, pid_n, M, N0, 0, NT, o0, b0, b0, res_ptr, HAS_B0, False, MODE, ACT, SPLIT, OUT_BF16, BLOCK_M, BLOCK_N)
     else:
         if NUM_W == 2:
             _finish_block(
-                ws_ptr, offs_m, pid_n - NB0, M, N1, N0, NT, o1, b1, b1, res_ptr, HAS_B1, False, MODE, ACT, *consts
+                ws_ptr, offs_m, pid_n - NB0, M, N1, N0, NT, o1, b1, b1, res_ptr, HAS_B1, False, MODE, ACT, SPLIT, OUT_BF16, BLOCK_M, BLOCK_N
             )
         elif NUM_W == 3:
             if pid_n < NB0 + NB1:
                 _finish_block(
-                    ws_ptr, offs_m, pid_n - NB0, M, N1, N0, NT, o1, b1, b1, res_ptr, HAS_B1, False, MODE, ACT, *consts
+                    ws_ptr, offs_m, pid_n - NB0, M, N1, N0, NT, o1, b1, b1, res_ptr, HAS_B1, False, MODE, ACT, SPLIT, OUT_BF16, BLOCK_M, BLOCK_N
                 )
             else:
                 _finish_block(
                     ws_ptr, offs_m, pid_n - NB0 - NB1, M, N2, N0 + N1, NT, o2, b2, b2, res_ptr, HAS_B2, False, MODE,
-                    ACT, *consts,
+                    ACT, SPLIT, OUT_BF16, BLOCK_M, BLOCK_N,
                 )  # fmt: skip
