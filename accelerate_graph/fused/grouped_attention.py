@@ -5,10 +5,16 @@ HF's sdpa path repeats each K/V head for every query head that shares it wheneve
 times over (7x for Qwen2.5's 14/2). For one query token the grouped form is two batched matmuls:
 the query heads of a group become rows of one matmul against their shared K/V head. Steps with more
 than one token (the prompt) and features this form does not cover fall back to HF's sdpa.
+
+With TRITON_DECODE on, a CUDA decode step runs one Triton kernel instead (fused/kernels/
+decode_attention.py: K/V read once per group, masked blocks skipped, softcapping too); the matmul path
+stays the fallback and the reference its numerics are tested against.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -22,10 +28,35 @@ from accelerate_graph.compat.transformers_internals import attention_implementat
 GROUPED = "cugraph_grouped"  # the name of our attention in AttentionInterface and the model's config
 _UNSUPPORTED = ("softcap", "s_aux", "sinks", "head_mask")  # kwargs that ask for more than softmax(qk)v
 
+# The Triton decode kernel in place of the matmuls. Off until measured on the GPU
+# (benchmarks/attention_sweep.py, then a fused bench).
+TRITON_DECODE = False
+_TRITON = importlib.util.find_spec("triton") is not None
+# Under the Triton interpreter (CPU tests) the kernel runs on CPU tensors too.
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _triton_decode(module, query, key, value, attention_mask, dropout, scaling, kwargs):
+    """The Triton kernel's output [b, 1, Hq, d], or None where it does not apply."""
+    if not (TRITON_DECODE and _TRITON and (query.is_cuda or _INTERPRETED)):
+        return None
+    if any(kwargs.get(name) is not None for name in _UNSUPPORTED if name != "softcap") or (module.training and dropout):
+        return None
+    from accelerate_graph.fused.kernels import decode_attention as kernel  # imports triton: only when asked for
+
+    if not kernel.supports(query, key, value, attention_mask):
+        return None
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    softcap = kwargs.get("softcap") or 0.0
+    return torch.ops.cugraph_accel.decode_attention(query, key, value, attention_mask, float(scale), float(softcap))
+
 
 def grouped_decode_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """query [b, Hq, q, d], key/value [b, Hkv, L, d], mask [b, 1, q, L] (bool: attend) or additive.
     Returns [b, q, Hq, d] like HF's attention functions, and no weights."""
+    out = _triton_decode(module, query, key, value, attention_mask, dropout, scaling, kwargs)
+    if out is not None:
+        return out, None
     batch, heads, q_len, head_dim = query.shape
     kv_heads = key.shape[1]
     if (

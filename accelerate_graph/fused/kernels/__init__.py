@@ -7,4 +7,7 @@ as `torch.ops.cugraph_accel.*` custom ops (torch.library.triton_op) so inductor 
 compiled layer and a CUDA graph records them; a pure-torch reference with the same rounding runs where
 Triton cannot (no triton, not a CUDA tensor). `skinny_kernels` holds the Triton code, `configs` the
 launch configs (a table written by benchmarks/kernel_sweep.py on a GPU, a heuristic for missing shapes).
+
+`decode_attention`: one query token per row against the cache, the query heads of a group sharing each
+K/V tile, online softmax, split over the context when it is long (`grouped_attention.TRITON_DECODE`).
 """

@@ -1,0 +1,343 @@
+"""One Triton kernel (plus a small reduction when the context is split) for decode attention over
+grouped-query heads: one query token per row, K/V read once per group of query heads.
+
+query [b, Hq, 1, d] and key/value [b, Hkv, L, d] (any strides: views of a larger static cache), a mask
+[b|1, 1|Hq, q, >=L] (bool, True = attend; or additive) whose last query row is used. One program takes
+one (row, K/V head, split of the context): the group's query heads are the rows of a 16-row (or
+larger) tile, so QK^T and PV are `tl.dot`s on tensor cores, and blocks of slots that a boolean mask
+hides entirely are skipped without reading K or V (left padding, slots past the current position, a
+sliding window expressed in the mask). With several splits, a second kernel combines their partial
+results (flash-decoding).
+
+Numerics against `grouped_attention.grouped_decode_attention` (the matmul path, our reference):
+- scores: q.k accumulated in fp32 and kept in fp32 (the matmul path rounds q.k to the value dtype
+  before `.float()`), then `* scale`, softcap, mask, as there;
+- softmax online in fp32; the unnormalised probabilities exp(s - running max), in [0, 1], are cast to
+  the value dtype before the PV product (the matmul path casts the normalised ones): the same rounding
+  step, relative to a different scale; the sum of probabilities stays in fp32 and divides once at the end;
+- a row whose every slot is masked gives zeros (the matmul path gives NaN); the padded rows of a
+  batch bucket are the only such rows, and their outputs are discarded.
+
+Configurations (BLOCK_L, num_warps, splits) come from attention_configs.json beside this file, written
+by benchmarks/attention_sweep.py on the GPU, keyed by heads/kv_heads/head_dim and batch class (batch 1,
+or any larger batch: one compiled layer serves every larger batch and every context bucket, so the
+choice may not depend on the context length or on a dynamic batch size: that would add guards, and
+recompilations); a heuristic otherwise.
+"""
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+OP_NAME = "cugraph_accel::decode_attention"
+CONFIG_FILE = Path(__file__).with_name("attention_configs.json")
+MAX_GROUP = 64  # query heads per K/V head in one tile; larger groups keep the matmul path
+MAX_HEAD_DIM = 256
+# The Triton interpreter (TRITON_INTERPRET=1, CPU tests) computes garbage in bf16 arithmetic and bf16
+# tl.dot: there, loads become fp32 first (same results on a GPU up to the dot's input rounding).
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+NO_MASK, BOOL_MASK, ADDITIVE_MASK = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    block_l: int  # cache slots per loop step
+    num_warps: int
+    splits: int  # programs along the context per (row, K/V head); 1: no reduction kernel
+    num_stages: int = 2
+
+    def key(self) -> str:
+        return f"L{self.block_l}/w{self.num_warps}/s{self.splits}/st{self.num_stages}"
+
+
+def config_key(heads: int, kv_heads: int, head_dim: int, batch_one: bool) -> str:
+    return f"{heads}/{kv_heads}/{head_dim}/{'b1' if batch_one else 'bn'}"
+
+
+@lru_cache(maxsize=1)
+def _measured_configs() -> dict[str, DecodeConfig]:
+    if not CONFIG_FILE.exists():
+        return {}
+    table = json.loads(CONFIG_FILE.read_text(encoding="utf-8"))["configs"]
+    return {key: DecodeConfig(**fields) for key, fields in table.items()}
+
+
+def heuristic_config(kv_heads: int, batch_one: bool) -> DecodeConfig:
+    """About 128 programs for 8 rows of batch at batch > 1 (the H200 has 132 SMs), at most 16 splits."""
+    rows = 1 if batch_one else 8
+    splits = max(1, min(16, 128 // (kv_heads * rows)))
+    return DecodeConfig(block_l=64, num_warps=4, splits=splits)
+
+
+def config_for(heads: int, kv_heads: int, head_dim: int, batch_one: bool) -> DecodeConfig:
+    measured = _measured_configs().get(config_key(heads, kv_heads, head_dim, batch_one))
+    return measured or heuristic_config(kv_heads, batch_one)
+
+
+def config_table(configs: dict[str, DecodeConfig], device: str) -> str:
+    """The JSON text attention_configs.json holds (benchmarks/attention_sweep.py --write-configs)."""
+    body = {"device": device, "configs": {key: asdict(config) for key, config in sorted(configs.items())}}
+    return json.dumps(body, indent=1) + "\n"
+
+
+@triton.jit
+def _decode_split_kernel(
+    Q, K, V, Mask, Out, PartAcc, PartM, PartL,
+    kv_heads, length, splits, scale, softcap,
+    stride_qb, stride_qh, stride_qd,
+    stride_kb, stride_kh, stride_kl, stride_kd,
+    stride_vb, stride_vh, stride_vl, stride_vd,
+    stride_mb, stride_mh, stride_ml,
+    stride_ob, stride_oh, stride_od,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
+    MASK_KIND: tl.constexpr, MASK_PER_HEAD: tl.constexpr, SOFTCAP: tl.constexpr,
+    DIRECT: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    """One (row of the batch, K/V head, split of the context): its GROUP query heads against the
+    split's slots; the normalised output (DIRECT) or the split's partial (acc, max, sum)."""
+    program = tl.program_id(0)
+    split = tl.program_id(1)
+    batch = program // kv_heads
+    kv_head = program % kv_heads
+    rows = tl.arange(0, BLOCK_G)
+    row_ok = rows < GROUP
+    heads = kv_head * GROUP + rows
+    dims = tl.arange(0, BLOCK_D)
+    if HEAD_DIM == BLOCK_D:  # no mask along d: loads stay vectorised
+        d_ok = dims < BLOCK_D
+    else:
+        d_ok = dims < HEAD_DIM
+    q = tl.load(
+        Q + batch * stride_qb + heads[:, None] * stride_qh + dims[None, :] * stride_qd,
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+    if UPCAST:
+        q = q.to(tl.float32)
+    K = K + batch * stride_kb + kv_head * stride_kh
+    V = V + batch * stride_vb + kv_head * stride_vh
+    Mask = Mask + batch * stride_mb
+
+    blocks_per_split = tl.cdiv(tl.cdiv(length, BLOCK_L), splits)
+    lo = split * blocks_per_split * BLOCK_L
+    hi = tl.minimum(lo + blocks_per_split * BLOCK_L, length)
+    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
+    for start in range(lo, hi, BLOCK_L):
+        slots = start + tl.arange(0, BLOCK_L)
+        read = slots < hi
+        if MASK_KIND != 0:  # [BLOCK_G or 1, BLOCK_L]
+            if MASK_PER_HEAD:
+                mask_ptrs = Mask + heads[:, None] * stride_mh + slots[None, :] * stride_ml
+                given = tl.load(mask_ptrs, mask=row_ok[:, None] & read[None, :], other=0)
+            else:
+                given = tl.load(Mask + slots * stride_ml, mask=read, other=0)[None, :]
+        if MASK_KIND == 1:  # slots that no row of the group attends are not read at all
+            read = read & (tl.max(given.to(tl.int32), axis=0) > 0)
+        if HEAD_DIM == BLOCK_D:
+            k_mask = read[None, :]
+            v_mask = read[:, None]
+        else:
+            k_mask = d_ok[:, None] & read[None, :]
+            v_mask = read[:, None] & d_ok[None, :]
+        k = tl.load(K + slots[None, :] * stride_kl + dims[:, None] * stride_kd, mask=k_mask, other=0.0)
+        v = tl.load(V + slots[:, None] * stride_vl + dims[None, :] * stride_vd, mask=v_mask, other=0.0)
+        if UPCAST:
+            k = k.to(tl.float32)
+        if IEEE:
+            s = tl.dot(q, k, input_precision="ieee")
+        else:
+            s = tl.dot(q, k)
+        s = s * scale
+        if SOFTCAP:  # softcap * tanh(s / softcap), tanh from exp(-2|x|) in (0, 1]: no overflow
+            t = tl.exp(-2.0 * tl.abs(s / softcap))
+            s = tl.where(s < 0, -softcap, softcap) * (1.0 - t) / (1.0 + t)
+        live = row_ok[:, None] & read[None, :]
+        if MASK_KIND == 1:
+            live = live & (given != 0)
+        if MASK_KIND == 2:
+            s = s + given.to(tl.float32)
+        s = tl.where(live, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing to attend yet: exp(-inf) = 0
+        p = tl.exp(s - m_safe[:, None])
+        alpha = tl.exp(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        p_cast = p.to(V.dtype.element_ty)  # the probabilities in the value dtype, as the matmul path casts them
+        if UPCAST:
+            v = v.to(tl.float32)
+            p_cast = p_cast.to(tl.float32)
+        if IEEE:
+            pv = tl.dot(p_cast, v, input_precision="ieee")
+        else:
+            pv = tl.dot(p_cast, v)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+
+    if DIRECT:
+        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # every slot masked: zeros
+        o_ptrs = Out + batch * stride_ob + heads[:, None] * stride_oh + dims[None, :] * stride_od
+        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+    else:
+        part_rows = (batch * kv_heads * GROUP + heads) * splits + split  # partials [b, Hq, splits(, d)]
+        tl.store(PartM + part_rows, m_i, mask=row_ok)
+        tl.store(PartL + part_rows, l_i, mask=row_ok)
+        a_ptrs = PartAcc + part_rows[:, None] * HEAD_DIM + dims[None, :]
+        tl.store(a_ptrs, acc, mask=row_ok[:, None] & d_ok[None, :])
+
+
+@triton.jit
+def _decode_combine_kernel(
+    Out,
+    PartAcc,
+    PartM,
+    PartL,
+    heads,
+    splits,
+    stride_ob,
+    stride_oh,
+    stride_od,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
+    row = tl.program_id(0)  # batch * heads + head
+    parts = tl.arange(0, BLOCK_S)
+    part_ok = parts < splits
+    dims = tl.arange(0, BLOCK_D)
+    d_ok = dims < HEAD_DIM
+    m = tl.load(PartM + row * splits + parts, mask=part_ok, other=float("-inf"))
+    l_s = tl.load(PartL + row * splits + parts, mask=part_ok, other=0.0)
+    acc = tl.load(
+        PartAcc + (row * splits + parts)[:, None] * HEAD_DIM + dims[None, :],
+        mask=part_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+    m_all = tl.max(m, axis=0)
+    m_safe = tl.where(m_all == float("-inf"), 0.0, m_all)
+    weight = tl.exp(m - m_safe)  # splits with nothing to attend: 0
+    total = tl.sum(weight * l_s, axis=0)
+    out = tl.sum(weight[:, None] * acc, axis=0) / tl.where(total == 0.0, 1.0, total)
+    o_ptrs = Out + (row // heads) * stride_ob + (row % heads) * stride_oh + dims * stride_od
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=d_ok)
+
+
+def _block(n: int) -> int:
+    return max(16, triton.next_power_of_2(n))
+
+
+def supports(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None) -> bool:
+    """Whether the kernel covers these inputs (one query token; shapes and dtypes it was written for)."""
+    batch, heads, q_len, head_dim = query.shape
+    kv_heads = key.shape[1]
+    return (
+        q_len == 1
+        and heads % kv_heads == 0
+        and heads // kv_heads <= MAX_GROUP
+        and head_dim <= MAX_HEAD_DIM
+        and key.shape[-1] == head_dim
+        and value.shape[-1] == head_dim
+        and query.dtype in (torch.float16, torch.bfloat16, torch.float32)
+        and key.dtype == value.dtype == query.dtype
+        and (mask is None or (mask.dim() == 4 and mask.shape[1] in (1, heads)))
+    )
+
+
+def launch(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+    softcap: float,
+    config: DecodeConfig,
+    run: bool = True,
+) -> torch.Tensor:
+    """The kernels for one configuration; returns [b, 1, Hq, d] in the query's dtype. `run=False`: all
+    but the kernels (the fake implementation under the interpreter, which cannot take fake tensors)."""
+    batch, heads, _, head_dim = query.shape
+    kv_heads, length = key.shape[1], key.shape[2]
+    group = heads // kv_heads
+    out = torch.empty((batch, 1, heads, head_dim), dtype=query.dtype, device=query.device)
+    if mask is None:
+        mask_kind, mask_rows, mask_strides = NO_MASK, query, (0, 0, 0)
+    else:
+        mask_kind = BOOL_MASK if mask.dtype == torch.bool else ADDITIVE_MASK
+        mask_rows = mask[:, :, -1, :]  # [b|1, 1|Hq, >=L]: the one query row
+        mask_strides = tuple(0 if size == 1 else stride for size, stride in zip(mask_rows.shape, mask_rows.stride()))
+    splits = config.splits
+    direct = splits == 1
+    part_acc = query.new_empty((batch, heads, splits, head_dim) if not direct else (1,), dtype=torch.float32)
+    part_m = query.new_empty((batch, heads, splits) if not direct else (1,), dtype=torch.float32)
+    part_l = torch.empty_like(part_m)
+    if not run:
+        return out
+    upcast = INTERPRETED or query.dtype == torch.float32
+    wrap_triton(_decode_split_kernel)[(batch * kv_heads, splits)](
+        query, key, value, mask_rows, out, part_acc, part_m, part_l,
+        kv_heads, length, splits, scale, softcap,
+        query.stride(0), query.stride(1), query.stride(3),
+        *key.stride(), *value.stride(), *mask_strides,
+        out.stride(0), out.stride(2), out.stride(3),
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_G=_block(group), BLOCK_D=_block(head_dim), BLOCK_L=config.block_l,
+        MASK_KIND=mask_kind, MASK_PER_HEAD=mask_strides[1] != 0, SOFTCAP=softcap > 0, DIRECT=direct, UPCAST=upcast, IEEE=upcast,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )  # fmt: skip
+    if not direct:
+        wrap_triton(_decode_combine_kernel)[(batch * heads,)](
+            out, part_acc, part_m, part_l, heads, splits,
+            out.stride(0), out.stride(2), out.stride(3),
+            HEAD_DIM=head_dim, BLOCK_D=_block(head_dim), BLOCK_S=max(2, triton.next_power_of_2(splits)),
+            num_warps=4 if head_dim >= 128 else 2,
+        )  # fmt: skip
+    return out
+
+
+def _decode_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+    softcap: float,
+    run: bool = True,
+) -> torch.Tensor:
+    batch, heads, _, head_dim = query.shape
+    batch_one = isinstance(batch, int) and batch == 1  # a dynamic batch is never 1 (and adds no guard)
+    config = config_for(heads, key.shape[1], head_dim, batch_one)
+    return launch(query, key, value, mask, scale, softcap, config, run)
+
+
+def _op(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: Optional[torch.Tensor],  # noqa: UP045 (the schema is inferred from it: Optional on every torch)
+    scale: float,
+    softcap: float,
+) -> torch.Tensor:
+    """Decode attention for one query token over grouped K/V heads; softcap 0 means none. See the module
+    docstring for shapes and numerics."""
+    return _decode_attention(query, key, value, mask, scale, softcap)
+
+
+if INTERPRETED:  # an opaque op: wrap_triton cannot trace interpreted kernels, which run only on real tensors
+    decode_attention = torch.library.custom_op(OP_NAME, _op, mutates_args=())
+
+    @decode_attention.register_fake
+    def _(query, key, value, mask, scale, softcap):
+        return _decode_attention(query, key, value, mask, scale, softcap, run=False)
+
+else:  # dynamo traces it; inductor emits its kernels among the layer's own, and our graphs capture them
+    decode_attention = triton_op(OP_NAME, _op, mutates_args=())

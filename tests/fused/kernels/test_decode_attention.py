@@ -1,0 +1,284 @@
+"""The Triton decode-attention kernel (accelerate_graph/fused/kernels/decode_attention.py).
+
+On the CPU it runs under the Triton interpreter, in a subprocess (interpreted_worker.py: the variable
+must be set before triton is imported, and this process may hold the real triton), against a float32
+reference and the matmul path it replaces. On a GPU: bf16 against the matmul path, inside inductor,
+and inside a CUDA graph.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from attention_cases import Attention, inputs, reference
+
+from accelerate_graph.fused import grouped_attention
+from accelerate_graph.fused.kernels import decode_attention as kernel
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+GQA = {"14/2": (14, 2), "32/8": (32, 8), "8/8": (8, 8)}  # Qwen2.5-0.5B, the Llamas, plain multi-head
+
+
+def case(id, b, heads, d, length, mask, splits, block_l, **extra):
+    hq, hkv = GQA[heads]
+    return dict(id=id, b=b, hq=hq, hkv=hkv, d=d, L=length, mask=mask, splits=splits, block_l=block_l, **extra)
+
+
+# Every batch, head layout, head dim, context length and mask kind, left-padded rows of different real
+# lengths and empty slots after the current one; splits from 1 (no reduction kernel) to more than blocks.
+CASES = [
+    case("b1-14/2-d64-L16-bool", 1, "14/2", 64, 16, "bool", 1, 16),
+    case("b3-14/2-d64-L100-bool-split4", 3, "14/2", 64, 100, "bool", 4, 32),
+    case("b8-14/2-d128-L256-additive-split2", 8, "14/2", 128, 256, "additive", 2, 64),
+    case("b3-14/2-d64-L1024-bool-split8", 3, "14/2", 64, 1024, "bool", 8, 128),
+    case("b8-14/2-d64-L1024-additive-split4", 8, "14/2", 64, 1024, "additive", 4, 256),
+    case("b1-14/2-d128-L1024-bool-split16", 1, "14/2", 128, 1024, "bool", 16, 64),
+    case("b1-32/8-d64-L100-additive", 1, "32/8", 64, 100, "additive", 1, 64),
+    case("b3-32/8-d128-L16-bool-more-splits-than-blocks", 3, "32/8", 128, 16, "bool", 3, 16),
+    case("b8-32/8-d64-L256-bool", 8, "32/8", 64, 256, "bool", 1, 128),
+    case("b1-32/8-d128-L1024-additive-split4", 1, "32/8", 128, 1024, "additive", 4, 256),
+    case("b8-8/8-d64-L100-bool-split2", 8, "8/8", 64, 100, "bool", 2, 64),
+    case("b1-8/8-d128-L256-bool-split8", 1, "8/8", 128, 256, "bool", 8, 32),
+    case("b3-8/8-d64-L16-additive", 3, "8/8", 64, 16, "additive", 1, 16),
+    case("b3-8/8-d128-L1024-bool-split2", 3, "8/8", 128, 1024, "bool", 2, 256),
+    case("no-mask", 3, "32/8", 64, 100, "none", 2, 32),
+    case("mask-per-head", 3, "14/2", 64, 100, "bool", 2, 32, per_head=True),
+    case("mask-batch-broadcast-additive", 3, "14/2", 64, 100, "additive", 2, 32, batch_broadcast=True),
+    case("sliding-window-in-mask", 3, "8/8", 64, 256, "bool", 4, 32, window=40),
+    case("padded-row-masked-everywhere", 3, "14/2", 64, 100, "bool", 4, 32, dead_row=1),
+    case("padded-row-additive-direct", 3, "32/8", 64, 100, "bool", 1, 32, dead_row=2),
+    case("softcap", 3, "14/2", 64, 100, "bool", 4, 32, softcap=5.0),
+    case("softcap-additive-direct", 3, "32/8", 128, 100, "additive", 1, 64, softcap=2.0),
+    case("bf16-bool", 3, "14/2", 64, 100, "bool", 4, 32, dtype="bfloat16"),
+    case("bf16-additive", 3, "32/8", 128, 256, "additive", 2, 64, dtype="bfloat16"),
+    case("fp16-bool", 3, "14/2", 128, 100, "bool", 1, 32, dtype="float16"),
+]
+LOW_PRECISION = {"bfloat16": 2**-7, "float16": 2**-10}  # one unit in the last place at 1
+
+
+def interpreted(job: dict) -> dict:
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(HERE)]),
+    }
+    done = subprocess.run(
+        [sys.executable, str(HERE / "interpreted_worker.py")],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def case_results():
+    return interpreted({"cases": CASES})
+
+
+@pytest.mark.parametrize("spec", CASES, ids=[c["id"] for c in CASES])
+def test_kernel_matches_the_reference_and_the_matmul_path(case_results, spec):
+    got = case_results[spec["id"]]
+    dtype = spec.get("dtype", "float32")
+    assert got["shape"] == [spec["b"], 1, spec["hq"], spec["d"]] and got["dtype"] == dtype
+    assert got["dead_rows_max"] == 0.0  # a row with nothing to attend gives zeros (the matmul path: NaN)
+    if dtype == "float32":
+        assert got["vs_reference"] < 2e-5, got
+        assert spec.get("softcap") or got["vs_current"] < 2e-5, got
+    else:  # the interpreter rounds to bf16/fp16 itself; the GPU tests check the real rounding
+        ulp = LOW_PRECISION[dtype]
+        assert got["vs_reference"] <= 2 * got["current_vs_reference"] + ulp, got
+        assert got["vs_current"] <= 4 * ulp, got
+
+
+def test_the_op_compiles_once_for_every_larger_batch_and_context():
+    got = interpreted({"compile": True})
+    assert got["graphs"] == 2, got  # batch 1, and every larger batch with every context length
+    assert got["max_error"] < 2e-5, got
+
+
+def test_grouped_attention_runs_the_kernel_when_switched_on():
+    """A tiny GQA model's decode logits, eager and in fused mode's compiled layers, with the kernel on."""
+    got = interpreted({"model": True})
+    assert got["kernel_calls"] >= 2 * 5 * 2, got  # 2 layers x 5 cases, eager and compiled
+    assert got["eager_vs_matmul"] < 1e-4 and got["compiled_vs_matmul"] < 1e-4, got
+    assert (got["graphs"], got["recompiles"]) == (2, 0), got
+
+
+def test_switch_is_off_and_cpu_tensors_keep_the_matmul_path(monkeypatch):
+    assert grouped_attention.TRITON_DECODE is False  # on once measured on the GPU (benchmarks/attention_sweep.py)
+    monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
+    monkeypatch.setattr(
+        kernel, "launch", lambda *a, **k: pytest.fail("the kernel ran on CPU tensors without the interpreter")
+    )
+    query, key, value, mask = inputs(dict(b=2, hq=14, hkv=2, d=64, L=16, mask="bool"))
+    out, _ = grouped_attention.grouped_decode_attention(Attention().eval(), query, key, value, mask, 0.0, 0.125)
+    torch.testing.assert_close(out, reference(query, key, value, mask, 0.125, 0.0), rtol=1e-5, atol=1e-5)
+
+
+def test_configs_come_from_the_sweeps_file_else_the_heuristic(tmp_path, monkeypatch):
+    measured = {"14/2/64/b1": kernel.DecodeConfig(block_l=128, num_warps=8, splits=12, num_stages=3)}
+    path = tmp_path / "attention_configs.json"
+    path.write_text(kernel.config_table(measured, "test"), encoding="utf-8")
+    monkeypatch.setattr(kernel, "CONFIG_FILE", path)
+    kernel._measured_configs.cache_clear()
+    try:
+        assert kernel.config_for(14, 2, 64, batch_one=True) == measured["14/2/64/b1"]
+        assert kernel.config_for(14, 2, 64, batch_one=False) == kernel.heuristic_config(2, batch_one=False)
+    finally:
+        kernel._measured_configs.cache_clear()
+    assert kernel.heuristic_config(2, batch_one=True).splits == 16
+    assert kernel.heuristic_config(8, batch_one=False).splits == 2
+
+
+def test_unsupported_inputs_are_refused():
+    query, key, value, mask = inputs(dict(b=2, hq=14, hkv=2, d=64, L=16, mask="bool"))
+    assert kernel.supports(query, key, value, mask)
+    assert not kernel.supports(query.expand(2, 14, 3, 64), key, value, mask)  # a prompt, not one token
+    assert not kernel.supports(query, key, value[..., :32], mask)
+    assert not kernel.supports(query, key.double(), value.double(), mask)
+    assert not kernel.supports(query.expand(2, 14, 1, 64).repeat(1, 10, 1, 1)[:, :130], key[:, :1], value[:, :1], mask)
+
+
+# GPU: the compiled kernel (not the interpreter), bf16 as fused mode runs it.
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+GPU_CASES = [c for c in CASES if "dtype" not in c] + [
+    case("b32-32/8-d128-L4096-bool-split8", 32, "32/8", 128, 4096, "bool", 8, 64),
+    case("b8-14/2-d64-L4096-additive-split16", 8, "14/2", 64, 4096, "additive", 16, 64),
+]
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("spec", GPU_CASES, ids=[c["id"] for c in GPU_CASES])
+def test_gpu_kernel_matches_the_matmul_path(spec, dtype):
+    spec = {**spec, "dtype": dtype}
+    query, key, value, mask = inputs(spec, "cuda")
+    scale, softcap = query.shape[-1] ** -0.5, spec.get("softcap", 0.0)
+    config = kernel.DecodeConfig(block_l=spec["block_l"], num_warps=4, splits=spec["splits"])
+    out = kernel.launch(query, key, value, mask, scale, softcap, config).float()
+    expected = reference(query, key, value, mask, scale, softcap)
+    live = torch.ones(spec["b"], dtype=torch.bool, device="cuda")
+    if spec.get("dead_row") is not None:
+        live[spec["dead_row"]] = False
+        assert out[~live].abs().max().item() == 0.0
+    error = (out - expected)[live].abs().max().item()
+    if dtype == "float32":
+        assert error < 2e-5
+    elif softcap:  # no matmul path to compare with: within bf16 rounding of the float32 reference
+        assert error < 2e-2
+    else:
+        current, _ = grouped_attention.grouped_decode_attention(Attention().eval(), query, key, value, mask, 0.0, scale)
+        current_error = (current.float() - expected)[live].abs().max().item()
+        assert error <= 1.5 * current_error + 2**-8, (error, current_error)  # no worse than the matmul path
+
+
+def layer_like(query, new_k, new_v, cache_k, cache_v, slot, mask, weight):
+    """What a fused layer does around attention: writes the new K/V slot into the static cache, attends
+    over the context bucket's view of it through grouped attention, projects."""
+    cache_k.index_copy_(2, slot, new_k)
+    cache_v.index_copy_(2, slot, new_v)
+    length = mask.shape[-1]
+    view_k, view_v = cache_k[:, :, :length], cache_v[:, :, :length]
+    out, _ = grouped_attention.grouped_decode_attention(Attention().eval(), query, view_k, view_v, mask, 0.0, 0.125)
+    return out.flatten(2) @ weight
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("batch", [1, 4])
+def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch):
+    """Inductor compiles the op with the layer's own kernels; one compilation serves every context
+    length; a CUDA graph of the compiled step replays it with new inputs like the matmul path."""
+    from accelerate_graph.compat.torch_internals import dynamo_graph_count
+
+    torch._dynamo.reset()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    hq, hkv, d, slots = 14, 2, 64, 256
+
+    def randn(*shape):
+        return torch.randn(*shape, device="cuda", generator=gen, dtype=torch.bfloat16)
+
+    cache_k, cache_v = randn(batch, hkv, slots + 1, d), randn(batch, hkv, slots + 1, d)
+    weight = randn(hq * d, 32)
+    compiled = torch.compile(layer_like, backend="inductor")
+
+    def arguments(length, now):
+        query, new_k, new_v = randn(batch, hq, 1, d), randn(batch, hkv, 1, d), randn(batch, hkv, 1, d)
+        mask = torch.zeros(batch, 1, 1, length, dtype=torch.bool, device="cuda")
+        for row in range(batch):
+            mask[row, ..., row : now + 1] = True  # left padding: row r starts at slot r
+        for tensor in (query, new_k, new_v, mask):
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)
+        torch._dynamo.maybe_mark_dynamic(mask, 3)
+        return query, new_k, new_v, torch.tensor([now], device="cuda"), mask
+
+    def check(run, args):
+        """`run` with the kernel against the matmul path, from the same cache contents."""
+        before = cache_k.clone(), cache_v.clone()
+        monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
+        got = run().clone()
+        cache_k.copy_(before[0]), cache_v.copy_(before[1])
+        monkeypatch.setattr(grouped_attention, "TRITON_DECODE", False)
+        want = layer_like(*args[:3], cache_k, cache_v, *args[3:], weight)
+        monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
+        torch.testing.assert_close(got, want, rtol=3e-2, atol=3e-2)
+
+    before = dynamo_graph_count()
+    for length, now in [(64, 40), (128, 100), (256, 200)]:
+        args = arguments(length, now)
+        check(lambda args=args: compiled(*args[:3], cache_k, cache_v, *args[3:], weight), args)
+    assert dynamo_graph_count() - before <= 2  # the first length, then one dynamic graph for the others
+
+    # a CUDA graph of the compiled step over static buffers, replayed with new contents
+    static = arguments(128, 90)
+    monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        compiled(*static[:3], cache_k, cache_v, *static[3:], weight)  # warm up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = compiled(*static[:3], cache_k, cache_v, *static[3:], weight)
+    for now in (95, 110):
+        for buffer, value in zip(static, arguments(128, now)):
+            buffer.copy_(value)
+        check(lambda: (graph.replay(), static_out)[1], static)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_gpu_fused_tiny_model_with_the_kernel_verifies(monkeypatch):
+    """The whole path: fused mode's compiled layers calling the kernel, captured, verified against eager."""
+    from tiny_models import tiny_decoder
+
+    from accelerate_graph.core.backends import backend_for
+    from accelerate_graph.core.capture import capture_decode_graphs
+    from accelerate_graph.core.decode_session import DecodeSession
+    from accelerate_graph.fused.layers import FusedForward
+    from accelerate_graph.verify.against_eager import verify_graphs
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
+    traced = []
+    original = kernel.launch
+    monkeypatch.setattr(kernel, "launch", lambda *a, **k: traced.append(1) or original(*a, **k))
+    model = tiny_decoder("llama", num_attention_heads=8, num_key_value_heads=2)
+    grouped_attention.use_grouped_attention(model)
+    session = DecodeSession(model.to("cuda", torch.bfloat16), 4, 64)
+    session.fused = FusedForward(session.model)
+    graphs = capture_decode_graphs(session, backend_for(torch.device("cuda:0")), (1, 2, 4), contexts=(16, 32))
+    assert traced, "the compiled layers never reached the kernel"
+    rows = verify_graphs(graphs, steps=8, prompt_len=6)
+    assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+    assert (session.fused.graphs, session.fused.recompiles) == (2, 0)
