@@ -1,0 +1,91 @@
+"""Compile every Triton kernel variant of fused/kernels for the H200 (sm_90), without a GPU; prints
+one line per failure and exits 1 if any. Run by test_compiles_for_hopper.py in a process of its own,
+because the kernels' tests turn the Triton interpreter on, under which kernels do not compile."""
+
+import inspect
+import itertools
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from accelerate_graph.fused.kernels import decode_attention, skinny_kernels
+
+HOPPER = GPUTarget("cuda", 90, 32)
+
+
+def compile_for_hopper(kernel, constexprs: dict, pointers: dict, floats=("eps", "scale", "softcap")) -> None:
+    params = list(inspect.signature(kernel.fn).parameters)
+    signature = {}
+    for name in params:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name in pointers:
+            signature[name] = pointers[name]
+        elif name in floats:
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i32"
+    fixed = {(params.index(name),): value for name, value in constexprs.items()}
+    triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=fixed), target=HOPPER)
+
+
+def _only(kernel, flags: dict) -> dict:
+    names = set(inspect.signature(kernel.fn).parameters)
+    return {k: v for k, v in flags.items() if k in names}
+
+
+SKINNY_POINTERS = {
+    **{n: "*bf16" for n in ("x_ptr", "nw_ptr", "res_ptr", "w0", "w1", "w2", "b0", "b1", "b2", "o0", "o1", "o2")},
+    "ws_ptr": "*fp32",
+}
+ATTENTION_POINTERS = {
+    "Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16",
+    "PartAcc": "*fp32", "PartM": "*fp32", "PartL": "*fp32",
+}  # fmt: skip
+
+
+def variants():
+    """(description, kernel, constexprs, pointers) for each variant the launches can ask for."""
+    for mode, dot, split, weights in itertools.product((0, 1, 2), (False, True), (1, 2), (1, 3)):
+        if mode and weights != 1:
+            continue
+        flags = dict(
+            NORM=0 if mode == 1 else 1, NUM_W=weights, HAS_B0=True, HAS_B1=True, HAS_B2=False, MODE=mode,
+            ACT=int(mode == 2), SPLIT=split, USE_DOT=dot, IEEE_DOT=False, EVEN_K=not dot, OUT_BF16=True,
+            USE_PDL=False, BLOCK_M=16 if dot else 1, BLOCK_N=32, BLOCK_K=128,
+        )  # fmt: skip
+        kernels = [skinny_kernels.skinny_kernel] + ([skinny_kernels.finish_kernel] if split > 1 else [])
+        for kernel in kernels:
+            yield f"{kernel.fn.__name__} {_only(kernel, flags)}", kernel, _only(kernel, flags), SKINNY_POINTERS
+    block = lambda n: max(16, triton.next_power_of_2(n))  # noqa: E731
+    for (mask_kind, direct, softcap), (group, head_dim) in itertools.product(
+        [(0, True, False), (1, True, False), (2, False, True), (1, False, False)], [(7, 64), (4, 128)]
+    ):
+        mask = {0: "*bf16", 1: "*i1", 2: "*bf16"}[mask_kind]
+        flags = dict(
+            GROUP=group, HEAD_DIM=head_dim, BLOCK_G=block(group), BLOCK_D=block(head_dim), BLOCK_L=64,
+            MASK_KIND=mask_kind, MASK_PER_HEAD=False, SOFTCAP=softcap, DIRECT=direct, UPCAST=False, IEEE=False,
+        )  # fmt: skip
+        kernel = decode_attention._decode_split_kernel
+        yield f"decode split {flags}", kernel, flags, {**ATTENTION_POINTERS, "Mask": mask}
+        if not direct:
+            flags = dict(HEAD_DIM=head_dim, BLOCK_D=block(head_dim), BLOCK_S=4)
+            yield f"decode combine {flags}", decode_attention._decode_combine_kernel, flags, ATTENTION_POINTERS
+
+
+def main() -> int:
+    failed = 0
+    for description, kernel, flags, pointers in variants():
+        try:
+            compile_for_hopper(kernel, flags, pointers)
+        except Exception as err:  # noqa: BLE001 - report every variant that fails
+            failed += 1
+            print(f"FAILED {description}: {' '.join(str(err).split())[:400]}")
+    print(f"{failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
