@@ -64,3 +64,17 @@ def test_bench_at_tp2_floors_the_bytes_one_rank_moves_with_the_one_shot_op(tmp_p
     assert floor["bucket"] == 1 and floor["weight_bytes"] == floor_weight_bytes(whole, 1) - halved
     assert memory["bound_parts_bytes"]["weights"] == held_bytes(whole) - halved
     assert benched.exit_after_last_line_s < TEARDOWN_LIMIT_S
+
+
+def test_generate_at_tp2_gives_tp1s_greedy_tokens(tmp_path):
+    import json
+
+    ids = ["--input-ids", "1,15,27", "--input-ids", "3,4,5", "--max-new-tokens", "8"]
+    runs = {}
+    for tp in ("1", "2"):
+        path = tmp_path / f"tp{tp}.json"
+        result = cli("generate", "tiny", "--tp", tp, *ids, "--json", str(path))
+        assert result.code == 0, result.stdout[-3000:]
+        assert result.stdout.count("new tokens in") == 1  # rank 0 alone speaks
+        runs[tp] = [row["token_ids"] for row in json.loads(path.read_text())["outputs"]]
+    assert runs["2"] == runs["1"] and all(len(row) == 8 for row in runs["1"])
