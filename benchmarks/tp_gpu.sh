@@ -12,7 +12,7 @@
 #   profile-tp2-oneshot                                                                              ~40 s
 #   then a short table: median ms per step and floors, tp2 / tp1 at batch 1 per variant.
 # Buckets 1,8,32, cache 1024, 50 steps. Logs go to $OUT/tp-logs.tgz (the device returns at most 8 files).
-# Usage on the device machine: OUT=/some/dir bash benchmarks/tp_gpu.sh [all|tests]
+# Usage on the device machine: OUT=/some/dir bash benchmarks/tp_gpu.sh [all|tests|run]   (run: all but the tests)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s); DEADLINE=${DEADLINE:-420}
@@ -47,13 +47,15 @@ variant_env() {  # the environment and options of one all-reduce variant
 finish() { tar czf "$FINAL/tp-logs.tgz" -C "$LOGS" --exclude inductor-cache . 2>/dev/null; echo "done in $(( $(date +%s) - START )) s"; }
 
 python3 -c 'import torch; print("GPUs:", torch.cuda.device_count(), torch.__version__, "| symm_mem one_shot_all_reduce_copy:", hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy"))'
-run tp-tests 90 300 python3 -m pytest -m cuda -q -p no:cacheprovider -rf --durations=4 tests/distributed
-tail -n 4 "$LOGS/tp-tests.log"
+if [ "${1:-all}" != run ]; then  # `run`: everything but the tests (call_probe.sh runs them first)
+  run tp-tests 90 300 python3 -m pytest -m cuda -q -p no:cacheprovider -rf --durations=4 tests/distributed
+  tail -n 4 "$LOGS/tp-tests.log" 2>/dev/null
+fi
 if [ "${1:-all}" = tests ]; then finish; exit 0; fi
 
 run capture-tp2 60 150 python3 -m cli capture "$RECIPE" --tp 2 --allreduce oneshot "${SHAPE[@]}" --plan "$LOGS/tp2.plan.yaml"
 run verify-tp2 60 150 python3 -m cli verify --plan "$LOGS/tp2.plan.yaml" --allreduce oneshot --steps 4
-grep -E "verified|verify failed|tp 2 replay" "$LOGS/verify-tp2.log" | head -n 3
+grep -E "verified|verify failed|tp 2 replay" "$LOGS/verify-tp2.log" 2>/dev/null | head -n 3
 run bench-tp2 70 200 python3 -m cli bench "$RECIPE" --tp 2 --allreduce nccl "${BENCH[@]}" --compare eager,graph,fused \
   --csv "$LOGS/bench-tp2.csv"
 bench_variant() {  # bench --tp 2, graph and fused, under one all-reduce variant
@@ -66,7 +68,7 @@ bench_variant() {  # bench --tp 2, graph and fused, under one all-reduce variant
 profile() {  # rank 0's kernels in the tp2 fused step at batch 1, under one all-reduce kind
   run "profile-tp2-$1" 45 120 python3 benchmarks/profile_tp.py "$RECIPE" --batch 1 --fuse --allreduce "$1" \
     --top 8 --json "$LOGS/profile-tp2-$1.json"
-  grep -E "^tp2 |^ +[0-9.]+ us" "$LOGS/profile-tp2-$1.log" | head -n 9
+  grep -E "^tp2 |^ +[0-9.]+ us" "$LOGS/profile-tp2-$1.log" 2>/dev/null | head -n 9
 }
 read -r -a variants <<< "$VARIANTS"
 [ ${#variants[@]} -gt 0 ] && bench_variant "${variants[0]}"
