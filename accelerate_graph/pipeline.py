@@ -19,6 +19,7 @@ from accelerate_graph.detect.fixes import MODEL_FIXES
 from accelerate_graph.detect.hazards import Hazard, find_hazards
 from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
 from accelerate_graph.distributed.aligned import AlignedBackend
+from accelerate_graph.distributed.all_reduce import requested_kind as requested_all_reduce
 from accelerate_graph.distributed.rank import gather_objects
 from accelerate_graph.distributed.rank import join as join_group
 from accelerate_graph.distributed.sharding import check_can_split, shard_model, share_rank0_weights
@@ -280,10 +281,11 @@ def split_for_ranks(loaded: LoadedModel, tp: int) -> list[dict]:
     check_can_split(loaded.model, tp, loaded.reference)
     if loaded.random_weights:
         share_rank0_weights(loaded.model)
-    mine = shard_model(loaded.model, info.rank, tp, loaded.reference)
+    mine = shard_model(loaded.model, info.rank, tp, loaded.reference, requested_all_reduce())
     loaded.notes.append(
         f"tensor parallel over {tp} ranks: {mine['split_layers']} layers split, "
-        f"{mine['attention_heads']} attention heads and {mine['kv_heads']} KV heads per rank"
+        f"{mine['attention_heads']} attention heads and {mine['kv_heads']} KV heads per rank, "
+        f"all-reduce {mine['all_reduce']}"
     )
     return gather_objects({**mine, "device": str(info.device)})
 

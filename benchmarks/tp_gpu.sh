@@ -1,82 +1,110 @@
 #!/usr/bin/env bash
-# Issue 17 on two H200s (device kind nvidia-h200-x2), each part one device call:
-#   tests (about 1 min): the cuda-marked tp tests (tiny llama on 2 GPUs: capture, verify, bench, exits timed).
-#   run   (about 5 min): a Llama-3.1-8B shape at --tp 2, buckets 1,8,32: capture, verify (also against one
-#         GPU), bench eager/graph/fused (FUSED=0: no fused) at --tp 2 and --tp 1, every command's exit timed,
-#         a short table last.
-# Usage on the device machine: OUT=/some/dir bash benchmarks/tp_gpu.sh tests|run
+# Issue 17 on two H200s (device kind nvidia-h200-x2), in ONE device call under a deadline (DEADLINE s,
+# default 420): each part runs only if the time it needs is left, in this order (most wanted first):
+#   tp-tests         the cuda-marked tp tests (tiny llama on 2 GPUs: capture, verify, bench, exits)  ~70 s
+#   capture/verify   Llama-3.1-8B shape, --tp 2 --allreduce oneshot (verify: also against one GPU)   ~2x60 s
+#   bench-tp2        --tp 2, eager,graph,fused, NCCL's all-reduce (the "nccl" variant)              ~70 s
+#   bench-tp2-V      --tp 2, graph,fused, first entry of VARIANTS (default "oneshot ll")           ~50 s
+#   bench-tp1        --tp 1, eager,graph,fused: the single-GPU reference of the same call           ~60 s
+#   profile-tp2-nccl kernels of the tp2 fused step at batch 1 on rank 0: all-reduce vs the rest     ~40 s
+#   bench-tp2-V      the other VARIANTS (oneshot: --allreduce oneshot, ll: NCCL_PROTO=LL,
+#                    ring: NCCL_ALGO=Ring, ll-ring: both, nccl)                                      ~50 s each
+#   profile-tp2-oneshot                                                                              ~40 s
+#   then a short table: median ms per step and floors, tp2 / tp1 at batch 1 per variant.
+# Buckets 1,8,32, cache 1024, 50 steps. Logs go to $OUT/tp-logs.tgz (the device returns at most 8 files).
+# Usage on the device machine: OUT=/some/dir bash benchmarks/tp_gpu.sh [all|tests|run]   (run: all but the tests)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+START=$(date +%s); DEADLINE=${DEADLINE:-420}
+left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200} TRANSFORMERS_VERBOSITY=error
-# Required on these machines: NVLink multicast off in NCCL and PyTorch (it can take the host's GPUs out of service).
+# Required on these machines: NVLink multicast off in NCCL and PyTorch (our launcher sets it in every rank too).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-OUT=${OUT:-/tmp/cugraph-accel-out}
-mkdir -p "$OUT"
-export TORCHINDUCTOR_CACHE_DIR="$OUT/inductor-cache"
+FINAL=${OUT:-/tmp/cugraph-accel-out}; LOGS=/tmp/tp-logs; rm -rf "$LOGS"; mkdir -p "$LOGS" "$FINAL"
+export TORCHINDUCTOR_CACHE_DIR="$LOGS/inductor-cache"  # shared by every run: later compiles hit the cache
 RECIPE=recipes/llama-3.1-8b.yaml
-if [ ! -f "$RECIPE" ]; then  # the recipe may not have landed yet: the same shape, written here
-  RECIPE="$OUT/llama-3.1-8b.yaml"
-  cat > "$RECIPE" <<'YAML'
-name: llama-3.1-8b
-description: Llama-3.1-8B shape (32 layers, hidden 4096, GQA 32/8, vocab 128256), random weights
-model_type: llama
-seed: 0
-config:
-  hidden_size: 4096
-  intermediate_size: 14336
-  num_hidden_layers: 32
-  num_attention_heads: 32
-  num_key_value_heads: 8
-  head_dim: 128
-  vocab_size: 128256
-  max_position_embeddings: 131072
-  rope_theta: 500000.0
-  rope_scaling: {rope_type: llama3, factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 8192}
-  rms_norm_eps: 1.0e-05
-  tie_word_embeddings: false
-defaults:
-  buckets: [1, 8, 32]
-  max_cache_len: 1024
-  prompt_len: 128
-YAML
-fi
 SHAPE=(--buckets 1,8,32 --max-cache-len 1024 --context-buckets full)
-BENCH_SHAPE=(--buckets 1,8,32 --context 1024 --context-buckets full)
-COMPARE=eager,graph; [ "${FUSED:-1}" = 1 ] && COMPARE=$COMPARE,fused
-timed() { local name=$1; shift; echo "$name: $(python3 benchmarks/timed_exit.py "$OUT/$name.log" -- "$@")"; grep -E "^error|^note: rank|teardown" "$OUT/$name.log" | head -n 3; }
+BENCH=(--buckets 1,8,32 --context 1024 --context-buckets full --steps 50 --warmup 5)
+VARIANTS=${VARIANTS:-oneshot ll}
+# run NAME NEEDS_S LIMIT_S COMMAND...: logged to $LOGS/NAME.log, its exit timed; skipped when the deadline is near
+run() {
+  local name=$1 needs=$2 limit=$3; shift 3
+  if [ "$(left)" -lt "$needs" ]; then echo "$name: skipped ($(left) s left, needs ~$needs s)"; return 0; fi
+  [ "$limit" -gt "$(left)" ] && limit=$(left)
+  echo "$name: $(python3 benchmarks/timed_exit.py "$LOGS/$name.log" -- timeout "$limit" "$@")"
+  grep -E "^error|^note: rank|teardown|FutureWarning" "$LOGS/$name.log" | head -n 3
+}
+variant_env() {  # the environment and options of one all-reduce variant
+  case $1 in
+    nccl) echo "--allreduce nccl" ;;
+    oneshot) echo "--allreduce oneshot" ;;
+    ll) echo "NCCL_PROTO=LL --allreduce nccl" ;;
+    ring) echo "NCCL_ALGO=Ring --allreduce nccl" ;;
+    ll-ring) echo "NCCL_PROTO=LL NCCL_ALGO=Ring --allreduce nccl" ;;
+    *) echo "unknown variant $1" >&2; return 1 ;;
+  esac
+}
+finish() { tar czf "$FINAL/tp-logs.tgz" -C "$LOGS" --exclude inductor-cache . 2>/dev/null; echo "done in $(( $(date +%s) - START )) s"; }
 
-python3 -c 'import torch; print("GPUs:", torch.cuda.device_count(), torch.__version__)'
-if [ "${1:-run}" = tests ]; then
-  timed tp-tests timeout 300 python3 -m pytest -m cuda -q -p no:cacheprovider -rf --durations=4 tests/distributed
-  tail -n 8 "$OUT/tp-tests.log"
-  exit 0
+python3 -c 'import torch; print("GPUs:", torch.cuda.device_count(), torch.__version__, "| symm_mem one_shot_all_reduce_copy:", hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy"))'
+if [ "${1:-all}" != run ]; then  # `run`: everything but the tests (call_probe.sh runs them first)
+  run tp-tests 90 300 python3 -m pytest -m cuda -q -p no:cacheprovider -rf --durations=4 tests/distributed
+  tail -n 4 "$LOGS/tp-tests.log" 2>/dev/null
 fi
-timed capture-tp2 timeout 150 python3 -m cli capture "$RECIPE" --tp 2 "${SHAPE[@]}" --plan "$OUT/tp2.plan.yaml"
-timed verify-tp2 timeout 150 python3 -m cli verify --plan "$OUT/tp2.plan.yaml" --steps 4
-grep -E "verified|verify failed" "$OUT/verify-tp2.log"
-timed bench-tp2 timeout 200 python3 -m cli bench "$RECIPE" --tp 2 "${BENCH_SHAPE[@]}" --compare "$COMPARE" --steps 50 \
-  --warmup 5 --csv "$OUT/bench-tp2.csv"
-timed bench-tp1 timeout 200 python3 -m cli bench "$RECIPE" --tp 1 "${BENCH_SHAPE[@]}" --compare "$COMPARE" --steps 50 \
-  --warmup 5 --csv "$OUT/bench-tp1.csv"
-python3 - "$OUT/bench-tp1.csv" "$OUT/bench-tp2.csv" <<'PY'
+if [ "${1:-all}" = tests ]; then finish; exit 0; fi
+
+run capture-tp2 60 150 python3 -m cli capture "$RECIPE" --tp 2 --allreduce oneshot "${SHAPE[@]}" --plan "$LOGS/tp2.plan.yaml"
+run verify-tp2 60 150 python3 -m cli verify --plan "$LOGS/tp2.plan.yaml" --allreduce oneshot --steps 4
+grep -E "verified|verify failed|tp 2 replay" "$LOGS/verify-tp2.log" 2>/dev/null | head -n 3
+run bench-tp2 70 200 python3 -m cli bench "$RECIPE" --tp 2 --allreduce nccl "${BENCH[@]}" --compare eager,graph,fused \
+  --csv "$LOGS/bench-tp2.csv"
+bench_variant() {  # bench --tp 2, graph and fused, under one all-reduce variant
+  local name=$1 text envs=() opts=()
+  text=$(variant_env "$name") || return 0
+  for item in $text; do if [[ $item == *=* ]]; then envs+=("$item"); else opts+=("$item"); fi; done
+  run "bench-tp2-$name" 50 150 env "${envs[@]}" python3 -m cli bench "$RECIPE" --tp 2 "${opts[@]}" "${BENCH[@]}" \
+    --compare graph,fused --csv "$LOGS/bench-tp2-$name.csv"
+}
+profile() {  # rank 0's kernels in the tp2 fused step at batch 1, under one all-reduce kind
+  run "profile-tp2-$1" 45 120 python3 benchmarks/profile_tp.py "$RECIPE" --batch 1 --fuse --allreduce "$1" \
+    --top 8 --json "$LOGS/profile-tp2-$1.json"
+  grep -E "^tp2 |^ +[0-9.]+ us" "$LOGS/profile-tp2-$1.log" 2>/dev/null | head -n 9
+}
+read -r -a variants <<< "$VARIANTS"
+[ ${#variants[@]} -gt 0 ] && bench_variant "${variants[0]}"
+run bench-tp1 60 200 python3 -m cli bench "$RECIPE" --tp 1 "${BENCH[@]}" --compare eager,graph,fused \
+  --csv "$LOGS/bench-tp1.csv"
+profile nccl
+for name in "${variants[@]:1}"; do bench_variant "$name"; done
+profile oneshot
+
+python3 - "$LOGS" $VARIANTS <<'PY'
 import csv, sys
+from pathlib import Path
+logs, variants = Path(sys.argv[1]), sys.argv[2:]
+runs = {"tp1": "bench-tp1.csv", "tp2 nccl": "bench-tp2.csv", **{f"tp2 {v}": f"bench-tp2-{v}.csv" for v in variants}}
 rows = {}
-for tp, path in zip((1, 2), sys.argv[1:]):
-    try:
-        for r in csv.DictReader(open(path)):
-            if r["kind"] == "step":
-                rows[(int(r["bucket"]), r["contender"], tp)] = (float(r["median_ms"]), float(r["floor_ms"]))
-    except OSError:
-        print(f"no results at {path}")
+for run, name in runs.items():
+    path = logs / name
+    if not path.is_file():
+        print(f"{run}: no results ({name} missing)")
+        continue
+    for r in csv.DictReader(path.open()):
+        if r["kind"] == "step":
+            rows[(run, int(r["bucket"]), r["contender"])] = (float(r["median_ms"]), float(r["floor_ms"]))
 print("median ms per decode step, Llama-3.1-8B shape, bf16, cache 1024 (floor: bytes one rank moves / bandwidth)")
-print(f"{'batch':>5} {'contender':>9} {'tp1 ms':>8} {'tp2 ms':>8} {'tp2/tp1':>8} {'floor1':>7} {'floor2':>7}")
-for batch, contender in sorted({(b, c) for b, c, _ in rows}):
-    one, two = rows.get((batch, contender, 1)), rows.get((batch, contender, 2))
-    ratio = f"{two[0] / one[0]:.3f}" if one and two else "-"
-    cell = lambda v, i: f"{v[i]:.3f}" if v else "-"
-    print(f"{batch:>5} {contender:>9} {cell(one, 0):>8} {cell(two, 0):>8} {ratio:>8} {cell(one, 1):>7} {cell(two, 1):>7}")
-best1 = min((v[0] for (b, c, t), v in rows.items() if b == 1 and t == 1), default=None)
-best2 = min((v[0] for (b, c, t), v in rows.items() if b == 1 and t == 2), default=None)
-if best1 and best2:
-    print(f"batch 1, fastest mode: tp2 {best2:.3f} ms / tp1 {best1:.3f} ms = {best2 / best1:.3f}x (issue 17 asks <= 0.65x)")
+print(f"{'run':>12} {'batch':>5} {'eager':>8} {'graph':>8} {'fused':>8} {'floor':>7}")
+for run in runs:
+    for batch in (1, 8, 32):
+        cells = [rows.get((run, batch, c)) for c in ("eager", "graph", "fused")]
+        if not any(cells):
+            continue
+        floor = next(c[1] for c in cells if c)
+        print(f"{run:>12} {batch:>5} " + " ".join(f"{c[0]:8.3f}" if c else f"{'-':>8}" for c in cells) + f" {floor:7.3f}")
+best = {run: min((v[0] for (r, b, c), v in rows.items() if r == run and b == 1), default=None) for run in runs}
+if best.get("tp1"):
+    for run, ms in best.items():
+        if run != "tp1" and ms:
+            print(f"batch 1, fastest mode: {run} {ms:.3f} ms / tp1 {best['tp1']:.3f} ms = {ms / best['tp1']:.3f}x (issue 17 asks <= 0.65x)")
 PY
+finish

@@ -12,6 +12,7 @@ from accelerate_graph.bench.options import CONTENDERS
 from .errors import guarded
 from .options import (
     DEFAULT_PLAN_PATH,
+    AllReduceOpt,
     BucketsOpt,
     ContextsOpt,
     ForceFlag,
@@ -141,6 +142,7 @@ def bench(
     context_buckets: ContextsOpt = None,
     force: ForceFlag = False,
     tp: TpOpt = None,
+    allreduce: AllReduceOpt = None,
 ) -> None:
     """Time the decode step per bucket and contender against the hardware floor (median, p10, p90).
 

@@ -10,6 +10,7 @@ import typer
 from .errors import guarded
 from .options import (
     DEFAULT_PLAN_PATH,
+    AllReduceOpt,
     AttnOpt,
     BucketsOpt,
     CacheLenOpt,
@@ -67,6 +68,7 @@ def capture(
     json: JsonOpt = None,
     force: ForceFlag = False,
     tp: TpOpt = None,
+    allreduce: AllReduceOpt = None,
 ) -> None:
     """Capture decode graphs for MODEL (default: the built-in `tiny` recipe) and write a plan.
 

@@ -9,6 +9,7 @@ import typer
 
 from .errors import guarded
 from .options import (
+    AllReduceOpt,
     BucketsOpt,
     CacheLenOpt,
     DeviceOpt,
@@ -20,6 +21,7 @@ from .options import (
     ModelArg,
     PlanOpt,
     RevisionOpt,
+    TpOpt,
     buckets_or_none,
 )
 from .output import STDOUT, Output
@@ -60,6 +62,8 @@ def generate(
     emulate: EmulateFlag = False,
     json: JsonOpt = None,
     force: ForceFlag = False,
+    tp: TpOpt = None,
+    allreduce: AllReduceOpt = None,
 ) -> None:
     """Generate text for prompts: eager prefill, then one graph replay per new token.
 
@@ -70,7 +74,23 @@ def generate(
       cugraph-accel generate Qwen/Qwen2.5-0.5B --prompts prompts.jsonl --json out.json
 
       cugraph-accel generate --plan cugraph-accel.plan.yaml --input-ids 1,15,27 --temperature 0.7 --seed 1
+
+      cugraph-accel generate recipes/llama-3.1-8b.yaml --tp 2 --input-ids 1,15,27
     """
+    arguments = dict(locals())
+    from .tp import plan_device, plan_tp, spread
+
+    arguments["tp"] = tp = plan_tp(tp, model, plan)
+    if tp > 1 and temperature > 0 and seed is None:
+        # every rank samples from the same logits: with one seed they draw the same tokens, or the
+        # ranks' sequences (and their collectives' shapes, at the end of a row) would part
+        import random
+
+        arguments["seed"] = seed = random.SystemRandom().randrange(2**31)
+    if tp > 1 and spread(
+        generate, arguments, tp, device if model is not None and plan is None else plan_device(model, plan)
+    ):
+        return
     import time
 
     stamps = [("command", time.time())]  # start-up breakdown for --json: (stage, unix time)
@@ -89,7 +109,7 @@ def generate(
     overrides = dict(buckets=buckets_or_none(buckets), max_cache_len=max_cache_len, revision=revision)
     if model is not None and plan is None:
         overrides.update(dtype=dtype, device=device, fuse=fuse or None, emulate=emulate or None)
-    request, source = request_for(model, plan, out, **overrides)
+    request, source = request_for(model, plan, out, tp=tp, **overrides)
     request.lazy = True  # each graph captured on first use: the first token waits only for its own
     stamps.append(("imported", time.time()))
     prepared = prepare_with_progress(request, out, source, stamps)

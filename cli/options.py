@@ -76,6 +76,15 @@ def contexts_or_auto(text: str | None) -> tuple[int, ...] | None:
     return parse_context_buckets(text) if text is not None else None
 
 
+AllReduceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--allreduce",
+        metavar="KIND",
+        help="Under --tp: how the ranks sum each row-wise layer: nccl (default) or oneshot (one kernel "
+        "over peer-mapped buffers, torch's symmetric memory; CUDA only, else the group's own collective).",
+    ),
+]
 TpOpt = Annotated[
     int | None,
     typer.Option(

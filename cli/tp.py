@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ import typer
 from accelerate_graph.common.devices import resolve_device
 from accelerate_graph.common.errors import PlanError
 from accelerate_graph.core.plan import DEFAULT_PLAN_PATH, read_plan
+from accelerate_graph.distributed.all_reduce import KIND_ENV, check_kind
 from accelerate_graph.distributed.launch import run_on_ranks
 from accelerate_graph.distributed.rank import check_world_fits, in_rank
 from accelerate_graph.distributed.teardown import end_process
@@ -42,6 +44,8 @@ def spread(command: Callable, arguments: dict, tp: int, device: str) -> bool:
     if tp <= 1 or in_rank():
         return False
     check_world_fits(tp, resolve_device(device).type)
+    if arguments.get("allreduce"):  # the ranks (ours, or torchrun's: this process) read it at the split
+        os.environ[KIND_ENV] = check_kind(arguments["allreduce"])
     # `arguments` is the command's locals(): keep its parameters, not names it imported before calling us
     parameters = inspect.signature(command.__wrapped__).parameters
     arguments = {name: value for name, value in arguments.items() if name in parameters}

@@ -8,7 +8,17 @@ from typing import Annotated
 import typer
 
 from .errors import guarded
-from .options import BucketsOpt, ForceFlag, JsonOpt, ModelArg, PlanOpt, PromptLenOpt, TpOpt, buckets_or_none
+from .options import (
+    AllReduceOpt,
+    BucketsOpt,
+    ForceFlag,
+    JsonOpt,
+    ModelArg,
+    PlanOpt,
+    PromptLenOpt,
+    TpOpt,
+    buckets_or_none,
+)
 from .output import STDOUT, Output
 
 StepsOpt = Annotated[int, typer.Option("--steps", min=1, help="Decode steps compared per batch.")]
@@ -45,6 +55,7 @@ def verify(
     json: JsonOpt = None,
     force: ForceFlag = False,
     tp: TpOpt = None,
+    allreduce: AllReduceOpt = None,
     repeat: RepeatOpt = 1,
 ) -> None:
     """Re-capture from the plan (or MODEL) and prove every replay is as close to a float32 reference as eager.

@@ -235,3 +235,61 @@ def statically_known_true(condition) -> bool:
     from torch.fx.experimental.symbolic_shapes import statically_known_true as known
 
     return known(condition)
+
+
+# --- symmetric memory (--allreduce oneshot) --------------------------------------------------------------
+
+
+def _symmetric_memory():
+    import torch.distributed._symmetric_memory as symm_mem
+
+    return symm_mem
+
+
+def symmetric_empty(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A 1-D buffer every rank can map: `torch.distributed._symmetric_memory.empty` (alpha, private module;
+    no public symmetric allocation in torch 2.11 or 2.13). Checked: torch 2.11, 2.13."""
+    return _symmetric_memory().empty(numel, dtype=dtype, device=device)
+
+
+def symmetric_rendezvous(tensor: torch.Tensor, group_name: str):
+    """Exchange the peers' mappings of a `symmetric_empty` buffer (a collective):
+    `torch.distributed._symmetric_memory.rendezvous(tensor, group_name)`, returning its `_SymmetricMemory`
+    handle. Before torch 2.9 a group had to be enabled first (`enable_symm_mem_for_group`, deprecated
+    with a FutureWarning since): it is called, silenced, only where the group is not enabled yet and
+    the function still exists, which leaves the result the same on 2.11 and 2.13. Checked: torch 2.11, 2.13."""
+    import warnings
+
+    symm_mem = _symmetric_memory()
+    enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
+    if enable is not None and not symm_mem.is_symm_mem_enabled_for_group(group_name):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            enable(group_name)
+    return symm_mem.rendezvous(tensor, group_name)
+
+
+def one_shot_all_reduce_copy(buffer: torch.Tensor, local: torch.Tensor, group_name: str) -> torch.Tensor:
+    """The sum over the ranks of `local`, as a new tensor: `torch.ops.symm_mem.one_shot_all_reduce_copy`
+    (`symm_buffer`, `local_input`, "sum", `group_name`). One kernel: it copies `local` into this rank's
+    `buffer` (a view of a rendezvoused symmetric buffer, `local`'s shape), meets the peers at a barrier on
+    the signal pads, sums every peer's buffer over peer-to-peer loads (no NVLink multicast), and meets them
+    again, so the next call may reuse the buffer. Alpha op of the symm_mem namespace. Checked: torch 2.11, 2.13."""
+    return torch.ops.symm_mem.one_shot_all_reduce_copy(buffer, local, "sum", group_name)
+
+
+# --- inductor's compile workers ------------------------------------------------------------------------
+
+
+def stop_compile_workers() -> None:
+    """Stop inductor's kernel-compiling worker pools if this process started them:
+    `torch._inductor.async_compile.shutdown_compile_workers`, looked up only if that module was imported
+    (no --fuse: nothing to stop, and inductor is not imported on the way out). A process that ends through
+    os._exit would otherwise leave the pools' processes and semaphores behind. No public equivalent.
+    Checked: torch 2.11, 2.13."""
+    import sys
+
+    module = sys.modules.get("torch._inductor.async_compile")
+    shutdown = getattr(module, "shutdown_compile_workers", None)
+    if shutdown is not None:
+        shutdown()

@@ -25,6 +25,7 @@ import torch.multiprocessing as mp
 from accelerate_graph.common.atomic_io import atomic_write_text
 from accelerate_graph.common.errors import CugraphAccelError, DistributedError
 from accelerate_graph.distributed import rank as ranks
+from accelerate_graph.distributed.all_reduce import NO_MULTICAST_ENV, turn_off_multicast
 from accelerate_graph.distributed.rank import WORKER_ENV
 from accelerate_graph.distributed.teardown import end_process, leave_group
 
@@ -72,6 +73,7 @@ def _run(target: Callable, kwargs: dict, classify: Classify, rank: int) -> RankR
 def _run_here(target: Callable, kwargs: dict, classify: Classify) -> None:
     """torchrun started us: this process is one rank; each rank says its own failure."""
     os.environ[WORKER_ENV] = "1"
+    turn_off_multicast()
     report = _run(target, kwargs, classify, int(os.environ["RANK"]))
     if report.message:
         print(f"error: rank {report.rank}: {report.message}", file=sys.stderr, flush=True)
@@ -101,6 +103,7 @@ def _rank_main(index: int, world: int, port: int, target, kwargs, classify, fold
             "LOCAL_WORLD_SIZE": str(world),
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
+            **NO_MULTICAST_ENV,  # before any communicator or symmetric buffer exists
         }
     )
     _quiet_libraries()

@@ -2,8 +2,8 @@
 
 The plan is the config's `base_model_tp_plan` ("layers.*.self_attn.q_proj": "colwise", ...), the one
 `from_pretrained(tp_plan="auto")` applies. We apply it ourselves, with plain local tensors and one
-in-place all-reduce after each row-wise layer (as vLLM does), because transformers' own loader needs
-`accelerate` and, in 5.24, turns parameters into DTensors: its step then depends on the transformers
+all-reduce after each row-wise layer (as vLLM does; NCCL's, or a one-shot kernel: all_reduce.py),
+because transformers' own loader needs `accelerate` and, in 5.24, turns parameters into DTensors: its step then depends on the transformers
 version, and a DTensor's dispatch hides the collectives from the graph emulation. Plain shards and
 `dist.all_reduce` are the same on 5.17 and 5.24, on NCCL inside a CUDA graph and on gloo in the
 emulation. Every rank holds the same full weights before the split (same recipe seed, same files),
@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from accelerate_graph.common.errors import UnsupportedModelError
+from accelerate_graph.distributed import all_reduce
 
 STYLES = ("colwise", "rowwise")  # the styles dense decoders use; anything else is refused by name
 
@@ -67,11 +68,13 @@ def _slice(tensor: torch.Tensor, dim: int, rank: int, world: int, where: str) ->
     if size % world:
         raise UnsupportedModelError(f"--tp {world}: {where} has {size} rows along dim {dim}, not divisible by {world}.")
     part = size // world
-    return tensor.narrow(dim, rank * part, part).contiguous()  # a copy: the full weight can be freed
+    # A copy of the slice, never a view: a row slice (dim 0) is already contiguous, and a view of it
+    # would keep the whole weight's storage alive (the 8B at tp 2 held 12.7 GiB per rank, not 8.0).
+    return tensor.narrow(dim, rank * part, part).clone(memory_format=torch.contiguous_format)
 
 
 def _all_reduce_output(module, args, output):
-    dist.all_reduce(output)  # in place: inside a CUDA graph the reduction is replayed with the step
+    output = all_reduce.summed(output)  # recorded inside the CUDA graph, replayed with the step
     if module.tp_bias is not None:
         output = output + module.tp_bias  # added once, after the sum of the partial products
     return output
@@ -97,11 +100,16 @@ def _split_linear(name: str, module: torch.nn.Module, style: str, rank: int, wor
     module.register_forward_hook(_all_reduce_output)
 
 
+# torch 2.13 renamed all_gather_into_tensor (now a FutureWarning on every call) to all_gather_single;
+# 2.11 has only the first. Both public, the same c10d op underneath.
+_all_gather_into = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
 def _gather_columns(module, args, output):
     """Each rank computed its slice of the vocabulary: gather them in rank order (inside the graph)."""
     world = dist.get_world_size()
     parts = output.new_empty((world * output.shape[0], *output.shape[1:]))  # gloo takes only this layout
-    dist.all_gather_into_tensor(parts, output.contiguous())
+    _all_gather_into(parts, output.contiguous())
     return parts.view(world, *output.shape).movedim(0, -2).reshape(*output.shape[:-1], world * output.shape[-1])
 
 
@@ -128,8 +136,9 @@ def share_rank0_weights(model: torch.nn.Module) -> None:
         dist.broadcast(tensor.data, src=0)
 
 
-def shard_model(model: torch.nn.Module, rank: int, world: int, reference: str) -> dict:
-    """Split `model` in place for `rank` of `world`; returns this rank's layout for the plan."""
+def shard_model(model: torch.nn.Module, rank: int, world: int, reference: str, reduce: str = "nccl") -> dict:
+    """Split `model` in place for `rank` of `world`, its row-wise layers summed over the ranks by the
+    `reduce` kind of all-reduce (distributed.all_reduce); returns this rank's layout for the plan."""
     check_can_split(model, world, reference)
     plan = tp_plan(model, reference)
     targets = _matches(plan, model.base_model)
@@ -140,6 +149,8 @@ def shard_model(model: torch.nn.Module, rank: int, world: int, reference: str) -
             f"(only {', '.join(STYLES)}).",
             "Run it with --tp 1.",
         )
+    weight = next(model.parameters())
+    kind = all_reduce.set_up(reduce, weight.device, weight.dtype)
     for name, module, style in targets:
         _split_linear(name, module, style, rank, world)
     head_split = _split_lm_head(model, rank, world)
@@ -152,5 +163,6 @@ def shard_model(model: torch.nn.Module, rank: int, world: int, reference: str) -
         "lm_head": "split" if head_split else "whole",
         "attention_heads": heads // world,
         "kv_heads": kv_heads // world,
+        "all_reduce": kind,
         "weight_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
     }

@@ -25,12 +25,19 @@ from accelerate_graph.distributed.inductor_workers import release_process_resour
 TEARDOWN_TIMEOUT_S = 10.0
 
 
+def live_instances(cls: type) -> list:
+    """Every object the collector tracks whose type is `cls` or a subclass. By type(obj), not isinstance:
+    isinstance reads obj.__class__, and some module-level objects warn on any attribute read
+    (torch.distributed.reduce_op's FutureWarning, printed by every --tp run)."""
+    return [obj for obj in gc.get_objects() if issubclass(type(obj), cls)]
+
+
 def _reset_cuda_graphs() -> int:
     """Reset every CUDA graph still alive: a graph holding NCCL kernels makes ncclCommDestroy hang
     (PyTorch issue 115388), and a reference kept by a cycle or a library would keep it alive."""
     if not torch.cuda.is_available():
         return 0
-    graphs = [obj for obj in gc.get_objects() if isinstance(obj, torch.cuda.CUDAGraph)]
+    graphs = live_instances(torch.cuda.CUDAGraph)
     for graph in graphs:
         graph.reset()
     return len(graphs)

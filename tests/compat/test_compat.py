@@ -377,3 +377,55 @@ def test_script_object_type_name_is_still_offered():
     with upstream(symbol, TORCH):
         method = torch.ScriptObject._type
     expect(callable(method), symbol, TORCH, "torch.ScriptObject._type is not callable")
+
+
+def test_stop_compile_workers():
+    symbol = "torch._inductor.async_compile.shutdown_compile_workers"
+    with upstream(symbol, TORCH):
+        from torch._inductor.async_compile import shutdown_compile_workers
+
+        required = [p for p in inspect.signature(shutdown_compile_workers).parameters.values() if p.default is p.empty]
+        ti.stop_compile_workers()  # the module is imported now: the call reaches it
+    expect(not required, symbol, TORCH, f"it now requires {[p.name for p in required]}")
+
+
+def test_symmetric_empty_and_rendezvous_take_what_we_pass():
+    for symbol, names in (
+        ("torch.distributed._symmetric_memory.empty", {"dtype", "device"}),
+        ("torch.distributed._symmetric_memory.rendezvous", {"tensor", "group"}),
+    ):
+        with upstream(symbol, TORCH):
+            import torch.distributed._symmetric_memory as symm_mem
+
+            parameters = set(inspect.signature(getattr(symm_mem, symbol.rsplit(".", 1)[1])).parameters)
+        expect(names <= parameters, symbol, TORCH, f"parameters are now {sorted(parameters)}")
+
+
+def test_symmetric_rendezvous_enables_the_group_once_without_a_warning(monkeypatch):
+    """torch.distributed._symmetric_memory.enable_symm_mem_for_group (needed before 2.9, a FutureWarning
+    since) is called silenced when the group is not enabled, then rendezvous(tensor, group_name)."""
+    import warnings
+
+    symbol = "torch.distributed._symmetric_memory.is_symm_mem_enabled_for_group / rendezvous"
+    calls = []
+    with upstream(symbol, TORCH):
+        import torch.distributed._symmetric_memory as symm_mem
+
+        expect(callable(symm_mem.is_symm_mem_enabled_for_group), symbol, TORCH, "not a function")
+        monkeypatch.setattr(symm_mem, "enable_symm_mem_for_group", lambda name: calls.append(("enable", name)))
+        monkeypatch.setattr(symm_mem, "rendezvous", lambda tensor, name: calls.append(("rendezvous", name)))
+        buffer = torch.empty(4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ti.symmetric_rendezvous(buffer, "group-x")
+    assert calls == [("enable", "group-x"), ("rendezvous", "group-x")]
+
+
+def test_one_shot_all_reduce_copy_schema():
+    symbol = "torch.ops.symm_mem.one_shot_all_reduce_copy"
+    with upstream(symbol, TORCH):
+        import torch.distributed._symmetric_memory  # noqa: F401 - registers the namespace's Python parts
+
+        schema = str(torch.ops.symm_mem.one_shot_all_reduce_copy.default._schema)
+    expected = "(Tensor symm_buffer, Tensor local_input, str reduce_op, str group_name) -> Tensor"
+    expect(schema.endswith(expected), symbol, TORCH, f"schema is now {schema}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import yaml
-from tp_runs import cli
+from tp_runs import cli, run
 
 pytestmark = [
     pytest.mark.cuda,
@@ -39,3 +39,20 @@ def test_more_ranks_than_gpus_is_one_line(tiny_model_dir, tmp_path):
     assert result.code == 1, result.stdout[-3000:]
     errors = [line for line in result.stdout.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"--tp {many} needs {many} GPUs" in errors[0]
+
+
+def test_one_shot_all_reduce_equals_nccl_eagerly_and_in_a_graph():
+    """--allreduce oneshot's op on 2 GPUs: torch symmetric memory's one-shot kernel (P2P loads, no
+    multicast) for decode-size messages, NCCL above the buffer; sums equal NCCL's exactly (2 ranks:
+    one addition, the same in any order)."""
+    import re
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = run(["tests/scripts/tp_one_shot_gpu.py", str(port)])
+    assert result.code == 0, result.stdout[-3000:]
+    assert sorted(re.findall(r"rank \d [\w-]+", result.stdout)) == ["rank 0 one-shot-ok", "rank 1 one-shot-ok"], (
+        result.stdout[-3000:]
+    )

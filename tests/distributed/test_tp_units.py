@@ -26,8 +26,25 @@ def test_split_keeps_slice_r_of_each_layer():
     assert torch.equal(half.lm_head.weight, full.lm_head.weight[128:])  # vocabulary rows 128-255
     assert layout == {
         "rank": 1, "split_layers": 15, "lm_head": "split", "attention_heads": 2, "kv_heads": 1,
-        "weight_bytes": sum(p.numel() * 4 for p in half.parameters()),
+        "all_reduce": "nccl", "weight_bytes": sum(p.numel() * 4 for p in half.parameters()),
     }  # fmt: skip
+
+
+def test_a_rank_holds_and_a_step_reads_only_its_share():
+    """Each split weight is half its bytes on a rank, in memory (its storage: a row slice kept as a view
+    would keep the whole weight) and in the floor; the embedding, norms and the like stay whole."""
+    from accelerate_graph.bench.floor import weight_bytes as floor_weight_bytes
+    from accelerate_graph.core.memory import weight_bytes as held_bytes
+
+    full, half = tiny_decoder("llama"), tiny_decoder("llama")
+    split = [m for n, m in full.named_modules() if n.endswith(("_proj", "lm_head"))]
+    assert len(split) == 15
+    halved = sum(m.weight.nbytes for m in split) // 2
+    shard_model(half, 0, 2, "tiny")
+    assert held_bytes(half) == held_bytes(full) - halved
+    for batch in (1, 8):
+        assert floor_weight_bytes(half, batch) == floor_weight_bytes(full, batch) - halved
+    assert floor_weight_bytes(half, 1) < 0.6 * floor_weight_bytes(full, 1)
 
 
 def test_a_head_tied_to_the_embedding_stays_whole():
@@ -100,3 +117,26 @@ def test_max_memory_is_refused_before_any_rendezvous():
     with pytest.raises(BadOptionError, match="--max-memory with --tp is not supported"):
         prepare(CaptureRequest(model="tiny", device="cpu", tp=2, max_memory_mib=64.0))
     assert rank.current() is None
+
+
+def test_finding_live_cuda_graphs_does_not_touch_deprecated_module_objects():
+    """isinstance() over gc.get_objects() read torch.distributed.reduce_op's attributes, which warns
+    (FutureWarning on every --tp run's teardown); the scan by type finds the same objects silently."""
+    import warnings
+
+    import torch.distributed as dist
+
+    from accelerate_graph.distributed.teardown import live_instances
+
+    class Graph:  # stands for torch.cuda.CUDAGraph, which a CPU build cannot make
+        pass
+
+    class Subclass(Graph):
+        pass
+
+    made = [Graph(), Subclass()]
+    assert dist.reduce_op is not None  # alive, and tracked by the collector
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        found = live_instances(Graph)
+    assert sorted(map(id, found)) == sorted(map(id, made))

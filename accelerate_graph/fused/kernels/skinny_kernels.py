@@ -247,18 +247,94 @@ def finish_kernel(
     pid_n = tl.program_id(0)
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     if MODE != 0:
-        _finish_block(ws_ptr, offs_m, pid_n, M, N0, 0, NT, o0, b0, b1, res_ptr, HAS_B0, HAS_B1, MODE, ACT, SPLIT, OUT_BF16, BLOCK_M, BLOCK_N)
+        _finish_block(
+            ws_ptr,
+            offs_m,
+            pid_n,
+            M,
+            N0,
+            0,
+            NT,
+            o0,
+            b0,
+            b1,
+            res_ptr,
+            HAS_B0,
+            HAS_B1,
+            MODE,
+            ACT,
+            SPLIT,
+            OUT_BF16,
+            BLOCK_M,
+            BLOCK_N,
+        )
     elif pid_n < NB0:
-        _finish_block(ws_ptr, offs_m, pid_n, M, N0, 0, NT, o0, b0, b0, res_ptr, HAS_B0, False, MODE, ACT, SPLIT, OUT_BF16, BLOCK_M, BLOCK_N)
+        _finish_block(
+            ws_ptr,
+            offs_m,
+            pid_n,
+            M,
+            N0,
+            0,
+            NT,
+            o0,
+            b0,
+            b0,
+            res_ptr,
+            HAS_B0,
+            False,
+            MODE,
+            ACT,
+            SPLIT,
+            OUT_BF16,
+            BLOCK_M,
+            BLOCK_N,
+        )
     else:
         if NUM_W == 2:
             _finish_block(
-                ws_ptr, offs_m, pid_n - NB0, M, N1, N0, NT, o1, b1, b1, res_ptr, HAS_B1, False, MODE, ACT, SPLIT, OUT_BF16, BLOCK_M, BLOCK_N
+                ws_ptr,
+                offs_m,
+                pid_n - NB0,
+                M,
+                N1,
+                N0,
+                NT,
+                o1,
+                b1,
+                b1,
+                res_ptr,
+                HAS_B1,
+                False,
+                MODE,
+                ACT,
+                SPLIT,
+                OUT_BF16,
+                BLOCK_M,
+                BLOCK_N,
             )
         elif NUM_W == 3:
             if pid_n < NB0 + NB1:
                 _finish_block(
-                    ws_ptr, offs_m, pid_n - NB0, M, N1, N0, NT, o1, b1, b1, res_ptr, HAS_B1, False, MODE, ACT, SPLIT, OUT_BF16, BLOCK_M, BLOCK_N
+                    ws_ptr,
+                    offs_m,
+                    pid_n - NB0,
+                    M,
+                    N1,
+                    N0,
+                    NT,
+                    o1,
+                    b1,
+                    b1,
+                    res_ptr,
+                    HAS_B1,
+                    False,
+                    MODE,
+                    ACT,
+                    SPLIT,
+                    OUT_BF16,
+                    BLOCK_M,
+                    BLOCK_N,
                 )
             else:
                 _finish_block(
