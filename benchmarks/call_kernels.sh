@@ -12,12 +12,16 @@ left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
 FINAL=${OUT:-/tmp/out}; WORK=/tmp/kern; mkdir -p "$WORK" "$FINAL"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=200 TRANSFORMERS_VERBOSITY=error TORCHINDUCTOR_CACHE_DIR=$WORK/inductor
 echo "== tests"
-timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -x tests/fused/kernels tests/fused/test_gpu_fused.py > "$WORK/tests.log" 2>&1
-echo "exit $?"; tail -n 6 "$WORK/tests.log"
+timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda tests/fused/kernels tests/fused/test_gpu_fused.py > "$WORK/tests.log" 2>&1
+echo "exit $?"; grep -E "^FAILED|^ERROR|passed|failed" "$WORK/tests.log" | cut -c1-250 | tail -n 12
 echo "== sweep ($(left) s left)"
-timeout 170 python3 benchmarks/kernel_sweep.py --budget-s 90 --write-configs "$FINAL/skinny_configs.json" > "$WORK/sweep.log" 2>&1
-echo "exit $?"; grep -vE "^\s*$" "$WORK/sweep.log" | tail -n 56
+timeout 150 python3 benchmarks/kernel_sweep.py --budget-s 60 --write-configs "$FINAL/skinny_configs.json" > "$WORK/sweep.log" 2>&1
+echo "exit $?"; grep -vE "^\s*$|^W1|skipped Skinny" "$WORK/sweep.log" | tail -n 56 | cut -c1-160
 [ -f "$FINAL/skinny_configs.json" ] && cp "$FINAL/skinny_configs.json" accelerate_graph/fused/kernels/skinny_configs.json
+echo "== attention sweep ($(left) s left)"
+timeout 110 python3 benchmarks/attention_sweep.py --write-configs "$FINAL/attention_configs.json" > "$WORK/attn-sweep.log" 2>&1
+echo "exit $?"; grep -vE "^\s*$|^W1" "$WORK/attn-sweep.log" | tail -n 32 | cut -c1-180
+[ -f "$FINAL/attention_configs.json" ] && cp "$FINAL/attention_configs.json" accelerate_graph/fused/kernels/attention_configs.json
 profile() {  # NAME BATCHES WAYS
   [ "$(left)" -lt 60 ] && { echo "== $1: skipped"; return; }
   echo "== profile $1 $2 $3 ($(left) s left)"
@@ -25,8 +29,8 @@ profile() {  # NAME BATCHES WAYS
     --json "$WORK/profile-$1.json" > "$WORK/profile-$1.log" 2>&1
   grep -E "kernels,|failed|Error" "$WORK/profile-$1.log" | cut -c1-260
 }
-profile qwen2.5-0.5b 1,8 fused-hf,fused
-profile llama-3.1-8b 1,32 fused
+profile qwen2.5-0.5b 1,8 fused-hf,fused,fused-attn
+profile llama-3.1-8b 1,32 fused,fused-attn
 if [ "$(left)" -gt 90 ]; then
   echo "== bench ($(left) s left)"
   timeout $(( $(left) - 20 )) python3 -m cli bench qwen2.5-0.5b --compare fused --buckets 1,8,16,32 --context 1024 \

@@ -19,6 +19,7 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from accelerate_graph.fused import grouped_attention
 from accelerate_graph.fused import layers as fused_step
 from accelerate_graph.pipeline import CaptureRequest, prepare
 
@@ -85,6 +86,7 @@ def main() -> None:
     batches = tuple(int(b) for b in args.batches.split(","))
     ways = {
         "graph": ("graph: HF sdpa", "sdpa", False, True, "hf"),
+        "fused-attn": ("fused, Triton attention", "grouped", True, True, "kernels"),  # + decode_attention
         "fused": ("fused", "grouped", True, True, "kernels"),  # what `capture --fuse` and bench's `fused` run
         "fused-cublas": ("fused, cuBLAS at 1", "grouped", True, False, "kernels"),  # no batch-1 GEMV lowering
         "fused-hf": ("fused, HF's layer", "grouped", True, True, "hf"),  # layers as HF writes them
@@ -94,6 +96,7 @@ def main() -> None:
     for label, attn, fuse, gemv, program in (ways[name] for name in args.ways.split(",")):
         fused_step.GEMV_AT_BATCH_1 = gemv
         fused_step.LAYER_PROGRAM = program
+        grouped_attention.TRITON_DECODE = label == "fused, Triton attention"
         request = CaptureRequest(
             model=args.model, buckets=batches, attn=attn, fuse=fuse, max_cache_len=args.cache, prompt_len=args.prompt
         )
