@@ -150,8 +150,10 @@ def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int
 
 # Which forward the covered layers run (layer_program.py): "kernels" (its Triton kernels where the
 # device has them, else HF's forward), "torch" (its torch reference ops) or "hf" (HF's forward).
-# A switch so that benchmarks/profile_step.py can measure each.
-LAYER_PROGRAM = "kernels"
+# "hf" until the kernels beat what inductor and cuBLAS do: on the H200 (2026-11-30) they reached 28-73%
+# of copy bandwidth at the 8B shapes, slower than cuBLAS at most, and inductor failed to compile the
+# program with them at batch > 1 (docs/PERF.md). A switch so benchmarks/profile_step.py can measure each.
+LAYER_PROGRAM = "hf"
 
 
 def default_ops(model: torch.nn.Module) -> LayerOps | None:
