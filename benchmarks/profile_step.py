@@ -19,7 +19,7 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from accelerate_graph.fused import grouped_attention
+from accelerate_graph.fused import gemv_lowering, grouped_attention
 from accelerate_graph.fused import layers as fused_step
 from accelerate_graph.pipeline import CaptureRequest, prepare
 
@@ -89,7 +89,14 @@ def main() -> None:
         "fused-attn": ("fused, Triton attention", "grouped", True, True, "kernels"),  # + decode_attention
         "fused": ("fused", "grouped", True, True, "kernels"),  # what `capture --fuse` and bench's `fused` run
         "fused-cublas": ("fused, cuBLAS at 1", "grouped", True, False, "kernels"),  # no batch-1 GEMV lowering
-        "fused-hf": ("fused, HF's layer", "grouped", True, True, "hf"),  # layers as HF writes them
+        "fused-hf": ("fused, HF's layer", "grouped", True, True, "hf"),
+        "fused-long-cublas": (
+            "fused, cuBLAS K>N",
+            "grouped",
+            True,
+            True,
+            "hf",
+        ),  # gemv_lowering switch  # layers as HF writes them
         "fused-torchops": ("fused, torch ops", "grouped", True, True, "torch"),  # layer_program, torch ops
     }
     results = []
@@ -97,6 +104,7 @@ def main() -> None:
         fused_step.GEMV_AT_BATCH_1 = gemv
         fused_step.LAYER_PROGRAM = program
         grouped_attention.TRITON_DECODE = label == "fused, Triton attention"
+        gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS = label == "fused, cuBLAS K>N"
         request = CaptureRequest(
             model=args.model, buckets=batches, attn=attn, fuse=fuse, max_cache_len=args.cache, prompt_len=args.prompt
         )

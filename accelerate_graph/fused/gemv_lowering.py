@@ -27,15 +27,26 @@ from accelerate_graph.compat.torch_internals import (
 
 aten = torch.ops.aten
 
+# Keep cuBLAS for projections that reduce over more elements than they produce (down_proj: K 14336,
+# N 4096 at 8B). Inductor fuses the activation before such a GEMV into its reduction, so every output
+# row recomputes act(gate) * up over all of K: the 8B down_proj ran at ~1.4-2 TB/s (H200, 2026-11-30),
+# cuBLAS at ~3.2. A switch until measured in the fused step (benchmarks/profile_step.py).
+CUBLAS_FOR_LONG_REDUCTIONS = False
+
 
 def _one_row(mat1) -> bool:
     return mat1.device.type not in ("cpu", "mps") and statically_known_true(mat1.size(0) == 1)
 
 
+def _long_reduction(mat2) -> bool:
+    """mat2 [K, N] (a weight, static): K > N."""
+    return CUBLAS_FOR_LONG_REDUCTIONS and statically_known_true(mat2.size(0) > mat2.size(1))
+
+
 def mm_as_reduction(mat1, mat2, original=None):
     """A one-row `mm` on a GPU as a multiply-and-sum; anything else as inductor decomposes it
     (`original`), or not at all."""
-    if _one_row(mat1):
+    if _one_row(mat1) and not _long_reduction(mat2):
         # in float32 like inductor's own (pw_cast_for_opmath): bf16 products would each be rounded
         return (mat1.unsqueeze(2).float() * mat2.unsqueeze(0).float()).sum(dim=1).to(mat1.dtype)
     return NotImplemented if original is None else original(mat1, mat2)
@@ -43,7 +54,7 @@ def mm_as_reduction(mat1, mat2, original=None):
 
 def addmm_as_mm(bias, mat1, mat2, beta=1, alpha=1, original=None):
     """`addmm` with a one-row `mat1` on a GPU as `mm` (decomposed further) plus the bias."""
-    if _one_row(mat1):
+    if _one_row(mat1) and not _long_reduction(mat2):
         product = aten.mm(mat1, mat2)
         return (bias if beta == 1 else beta * bias) + (product if alpha == 1 else alpha * product)
     return NotImplemented if original is None else original(bias, mat1, mat2, beta=beta, alpha=alpha)
