@@ -86,17 +86,11 @@ def main() -> None:
     batches = tuple(int(b) for b in args.batches.split(","))
     ways = {
         "graph": ("graph: HF sdpa", "sdpa", False, True, "hf"),
-        "fused-attn": ("fused, Triton attention", "grouped", True, True, "kernels"),  # + decode_attention
-        "fused": ("fused", "grouped", True, True, "kernels"),  # what `capture --fuse` and bench's `fused` run
-        "fused-cublas": ("fused, cuBLAS at 1", "grouped", True, False, "kernels"),  # no batch-1 GEMV lowering
-        "fused-hf": ("fused, HF's layer", "grouped", True, True, "hf"),
-        "fused-long-cublas": (
-            "fused, cuBLAS K>N",
-            "grouped",
-            True,
-            True,
-            "hf",
-        ),  # gemv_lowering switch  # layers as HF writes them
+        "fused-attn": ("fused, Triton attention", "grouped", True, True, "hf"),  # + decode_attention
+        "fused": ("fused", "grouped", True, True, "hf"),  # what `capture --fuse` and bench's `fused` run
+        "fused-cublas": ("fused, cuBLAS at 1", "grouped", True, False, "hf"),  # no batch-1 GEMV lowering
+        "fused-all-gemv": ("fused, GEMV for all", "grouped", True, True, "hf"),  # 8B's down_proj lowered too
+        "fused-kernels": ("fused, skinny kernels", "grouped", True, True, "kernels"),  # layer_program + Triton
         "fused-torchops": ("fused, torch ops", "grouped", True, True, "torch"),  # layer_program, torch ops
     }
     results = []
@@ -104,7 +98,7 @@ def main() -> None:
         fused_step.GEMV_AT_BATCH_1 = gemv
         fused_step.LAYER_PROGRAM = program
         grouped_attention.TRITON_DECODE = label == "fused, Triton attention"
-        gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS = label == "fused, cuBLAS K>N"
+        gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS = label != "fused, GEMV for all"
         request = CaptureRequest(
             model=args.model, buckets=batches, attn=attn, fuse=fuse, max_cache_len=args.cache, prompt_len=args.prompt
         )

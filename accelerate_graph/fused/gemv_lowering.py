@@ -27,11 +27,14 @@ from accelerate_graph.compat.torch_internals import (
 
 aten = torch.ops.aten
 
-# Keep cuBLAS for projections that reduce over more elements than they produce (down_proj: K 14336,
-# N 4096 at 8B). Inductor fuses the activation before such a GEMV into its reduction, so every output
-# row recomputes act(gate) * up over all of K: the 8B down_proj ran at ~1.4-2 TB/s (H200, 2026-11-30),
-# cuBLAS at ~3.2. A switch until measured in the fused step (benchmarks/profile_step.py).
-CUBLAS_FOR_LONG_REDUCTIONS = False
+# Keep cuBLAS for large projections that reduce over more elements than they produce (down_proj at 8B:
+# K 14336, N 4096). Inductor fuses the activation before such a GEMV into its reduction, so every output
+# row recomputes act(gate) * up over all of K: the 8B down_proj ran at ~2 TB/s, cuBLAS at ~3.9, and
+# the 8B fused step's kernels took 497 us less (5,888 -> 5,391 us at batch 1, H200, 2026-11-30).
+# Measured at 8B only: smaller weights (Qwen2.5-0.5B's down_proj has 4.4M elements, where the
+# lowering was measured to pay) keep the GEMV kernels.
+CUBLAS_FOR_LONG_REDUCTIONS = True
+LONG_REDUCTION_ELEMENTS = 2**25  # 33.5M: the 8B down_proj has 58.7M, Phi-3-mini's 25.2M, Llama-3.2-1B's 16.8M
 
 
 def _one_row(mat1) -> bool:
@@ -39,8 +42,10 @@ def _one_row(mat1) -> bool:
 
 
 def _long_reduction(mat2) -> bool:
-    """mat2 [K, N] (a weight, static): K > N."""
-    return CUBLAS_FOR_LONG_REDUCTIONS and statically_known_true(mat2.size(0) > mat2.size(1))
+    """mat2 [K, N] (a weight, static): K > N and at least LONG_REDUCTION_ELEMENTS elements."""
+    return CUBLAS_FOR_LONG_REDUCTIONS and statically_known_true(
+        (mat2.size(0) > mat2.size(1)) & (mat2.size(0) * mat2.size(1) >= LONG_REDUCTION_ELEMENTS)
+    )
 
 
 def mm_as_reduction(mat1, mat2, original=None):

@@ -386,3 +386,18 @@ def test_compile_workers_start_with_the_plans_cache_folder(tmp_path, monkeypatch
     fused_step.warm_compile_workers(torch.device("cpu"), tmp_path / "my.plan.inductor")
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str((tmp_path / "my.plan.inductor").resolve())
     assert (tmp_path / "my.plan.inductor").is_dir()
+
+
+def test_batch_1_leaves_large_long_reductions_to_cublas(monkeypatch):
+    """down_proj at 8B (K > N, 58.7M elements) keeps cuBLAS; a small one, or q_proj's K <= N, is lowered."""
+    from accelerate_graph.fused import gemv_lowering
+
+    row = torch.empty(1, 14336, device="meta")  # a GPU-like device: the lowering's test skips the CPU
+    down = torch.empty(14336, 4096, device="meta")
+    assert gemv_lowering.mm_as_reduction(row, down) is NotImplemented  # no original: left alone
+    small = torch.empty(4864, 896, device="meta")
+    assert gemv_lowering.mm_as_reduction(torch.empty(1, 4864, device="meta"), small).shape == (1, 896)
+    wide = torch.empty(4096, 14336, device="meta")
+    assert gemv_lowering.mm_as_reduction(torch.empty(1, 4096, device="meta"), wide).shape == (1, 14336)
+    monkeypatch.setattr(gemv_lowering, "CUBLAS_FOR_LONG_REDUCTIONS", False)
+    assert gemv_lowering.mm_as_reduction(row, down).shape == (1, 4096)
