@@ -81,8 +81,9 @@ AllReduceOpt = Annotated[
     typer.Option(
         "--allreduce",
         metavar="KIND",
-        help="Under --tp: how the ranks sum each row-wise layer: nccl (default) or oneshot (one kernel "
-        "over peer-mapped buffers, torch's symmetric memory; CUDA only, else the group's own collective).",
+        help="Under --tp: how the ranks sum each row-wise layer: auto (default: oneshot on CUDA, else nccl), "
+        "nccl, or oneshot (one kernel over peer-mapped buffers, torch's symmetric memory; CUDA only, else "
+        "the group's own collective).",
     ),
 ]
 TpOpt = Annotated[

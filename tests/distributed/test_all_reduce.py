@@ -18,14 +18,23 @@ PACKAGE = Path(__file__).resolve().parents[2] / "accelerate_graph"
 
 def test_the_kind_comes_from_the_environment_and_is_checked(monkeypatch):
     monkeypatch.delenv(all_reduce.KIND_ENV, raising=False)
-    assert all_reduce.requested_kind() == "nccl"
+    assert all_reduce.requested_kind() == "auto"
     monkeypatch.setenv(all_reduce.KIND_ENV, "oneshot")
     assert all_reduce.requested_kind() == "oneshot"
     monkeypatch.setenv(all_reduce.KIND_ENV, "ring")
     with pytest.raises(
-        BadOptionError, match=r"^--allreduce 'ring' is not one of nccl, oneshot\. Use --allreduce nccl\.$"
+        BadOptionError, match=r"^--allreduce 'ring' is not one of auto, nccl, oneshot\. Use --allreduce nccl\.$"
     ):
         all_reduce.requested_kind()
+
+
+def test_auto_is_the_groups_own_collective_off_cuda():
+    """No GPU: auto needs no buffer and no collective to decide (a CUDA device decides with every rank)."""
+    try:
+        assert all_reduce.set_up("auto", torch.device("cpu"), torch.float32) == "nccl"
+        assert all_reduce.current_kind() == "nccl"
+    finally:
+        all_reduce.forget()
 
 
 def test_every_rank_inherits_the_choice_and_runs_with_multicast_off(tmp_path):
