@@ -53,23 +53,29 @@ def _profile(step, rewind, calls: int) -> dict:
             rewind()
             step()
         torch.cuda.synchronize()
+    found = tally(prof, calls)
+    rewind()  # the calls above each rewound first; keep the cache where it was
+    return found
+
+
+def tally(prof, calls: int, classify=kernel_class) -> dict:
+    """Kernels per call of a torch.profiler run over `calls` calls: count and microseconds by class
+    (`classify`: a kernel's name to its class) and by kernel; copies left out."""
     counts: dict[str, int] = defaultdict(int)
     micros: dict[str, float] = defaultdict(float)
     by_name: dict[str, float] = defaultdict(float)
     for event in prof.events():
         if event.device_type != torch.autograd.DeviceType.CUDA or "memcpy" in event.name.lower():
             continue
-        label = kernel_class(event.name)
+        label = classify(event.name)
         counts[label] += 1
         micros[label] += event.device_time
         by_name[event.name] += event.device_time
-    rewind()  # the calls above each rewound first; keep the cache where it was
-    by_class = {k: {"kernels": counts[k] / calls, "us": round(micros[k] / calls, 1)} for k in sorted(counts)}
     return {
         "kernels": sum(counts.values()) / calls,
         "kernel_us": round(sum(micros.values()) / calls, 1),
-        "by_class": by_class,
-        "by_kernel_us": {name: round(us / calls, 2) for name, us in sorted(by_name.items(), key=lambda kv: -kv[1])},
+        "by_class": {k: {"kernels": counts[k] / calls, "us": round(micros[k] / calls, 1)} for k in sorted(counts)},
+        "by_kernel_us": {n: round(us / calls, 2) for n, us in sorted(by_name.items(), key=lambda kv: -kv[1])},
     }
 
 

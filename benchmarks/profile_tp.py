@@ -17,7 +17,6 @@ import os
 import re
 import sys
 import time
-from collections import defaultdict
 
 import torch
 import typer
@@ -71,22 +70,9 @@ def _kernels(step, calls: int, profiling: bool) -> dict:
         for _ in range(calls):
             step()
         _sync()
-    counts: dict[str, int] = defaultdict(int)
-    micros: dict[str, float] = defaultdict(float)
-    by_name: dict[str, float] = defaultdict(float)
-    for event in prof.events():
-        if event.device_type != torch.autograd.DeviceType.CUDA or "memcpy" in event.name.lower():
-            continue
-        label = kernel_class(event.name)
-        counts[label] += 1
-        micros[label] += event.device_time
-        by_name[event.name] += event.device_time
-    return {
-        "kernels": sum(counts.values()) / calls,
-        "kernel_us": round(sum(micros.values()) / calls, 1),
-        "by_class": {k: {"kernels": counts[k] / calls, "us": round(micros[k] / calls, 1)} for k in sorted(counts)},
-        "by_kernel_us": {n: round(us / calls, 2) for n, us in sorted(by_name.items(), key=lambda kv: -kv[1])},
-    }
+    from profile_step import tally  # benchmarks/ is on the path of a script run from it
+
+    return tally(prof, calls, kernel_class)
 
 
 def rank_body(
