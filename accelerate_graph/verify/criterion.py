@@ -112,7 +112,9 @@ class Judgement:
     detail: str  # the first broken rule, in words
     logit_err: float  # worst relative L2 error of replay's logits, any row and step
     eager_err: float  # worst of eager's
-    ratio: float  # worst replay error / eager's error of the same row-step (or eager's median, if larger)
+    # worst replay error / eager's error of the same row-step (or eager's median, if larger; at least
+    # floor / factor, so a reference equal to eager, error 0, gives a ratio to the floor, not 1e9)
+    ratio: float
     kl: float  # mean KL(reference || replay)
     eager_kl: float
     drift: float  # systematic scale/shift of replay's logits
@@ -171,7 +173,9 @@ def judge_logits(
     measures = {
         "logit_err": r.rel_l2.max().item(),
         "eager_err": e.rel_l2.max().item(),
-        "ratio": (r.rel_l2 / torch.maximum(e.rel_l2, e.rel_l2.median()).clamp_min(1e-30)).max().item(),
+        "ratio": (r.rel_l2 / torch.maximum(e.rel_l2, e.rel_l2.median()).clamp_min(tol.l2_floor / tol.factor))
+        .max()
+        .item(),
         "kl": kl,
         "eager_kl": eager_kl,
         "drift": drifted,

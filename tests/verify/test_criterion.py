@@ -191,3 +191,12 @@ def test_a_greedy_flip_after_a_router_near_tie_is_accepted_and_one_without_rejec
         verdict = judge(replay, eager, reference, cache, routers=report)
         assert verdict.passed is accepted, verdict.failures
         assert (verdict.router_accepted, verdict.router_rejected) == ((1, 0) if accepted else (0, 1))
+
+
+def test_the_ratio_to_eager_stays_readable_when_eager_equals_the_reference():
+    """float32 on the CPU: the reference is the model itself, eager's error 0; a replay a few ulps off
+    must show a small ratio (to the floor), not 1e9 (seen in verify's table, 2026-11-30)."""
+    reference, cache = cases()
+    replay = reference * (1 + 1e-7)
+    verdict = judge_tensors((replay, reference.clone(), reference), (cache, cache, cache), torch.float32)
+    assert verdict.passed and verdict.ratio < 0.1, verdict
