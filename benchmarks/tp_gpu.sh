@@ -47,7 +47,7 @@ variant_env() {  # the environment and options of one all-reduce variant
 finish() { tar czf "$FINAL/tp-logs.tgz" -C "$LOGS" --exclude inductor-cache . 2>/dev/null; echo "done in $(( $(date +%s) - START )) s"; }
 
 python3 -c 'import torch; print("GPUs:", torch.cuda.device_count(), torch.__version__, "| symm_mem one_shot_all_reduce_copy:", hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy"))'
-if [ "${1:-all}" != run ]; then  # `run`: everything but the tests (call_probe.sh runs them first)
+if [ "${1:-all}" != run ]; then  # `run`: everything but the tests
   run tp-tests 90 300 python3 -m pytest -m cuda -q -p no:cacheprovider -rf --durations=4 tests/distributed
   tail -n 4 "$LOGS/tp-tests.log" 2>/dev/null
 fi
