@@ -12,7 +12,8 @@
 #   profile-tp2-oneshot                                                                              ~40 s
 #   then a short table: median ms per step and floors, tp2 / tp1 at batch 1 per variant.
 # Buckets 1,8,32, cache 1024, 50 steps. Logs go to $OUT/tp-logs.tgz (the device returns at most 8 files).
-# Usage on the device machine: OUT=/some/dir bash benchmarks/tp_gpu.sh [all|tests|run]   (run: all but the tests)
+# Usage on the device machine: OUT=/some/dir bash benchmarks/tp_gpu.sh [all|tests|run|exits]
+#   run: all but the tests; exits: 10 timed `capture tiny --tp 2` runs (EXITS=N), ~3 min
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s); DEADLINE=${DEADLINE:-420}
@@ -52,6 +53,20 @@ if [ "${1:-all}" != run ]; then  # `run`: everything but the tests
   tail -n 4 "$LOGS/tp-tests.log" 2>/dev/null
 fi
 if [ "${1:-all}" = tests ]; then finish; exit 0; fi
+if [ "${1:-all}" = exits ]; then  # issue 17: every process ends by itself within 10 s, in 10 repeated runs
+  for i in $(seq 1 "${EXITS:-10}"); do
+    run "exit-$i" 25 90 python3 -m cli capture tiny --tp 2 --buckets 1,2 --plan "$LOGS/exit.plan.yaml" --force
+  done | tee "$LOGS/exits.txt"
+  python3 - "$LOGS/exits.txt" <<'PY'
+import re, sys
+runs = [re.search(r"exit (\d+); .* ended ([0-9.]+) s after", line) for line in open(sys.argv[1])]
+runs = [(int(m.group(1)), float(m.group(2))) for m in runs if m]
+ok = sum(code == 0 for code, _ in runs)
+worst = max((lag for _, lag in runs), default=float("nan"))
+print(f"exits: {ok} of {len(runs)} runs exit 0; the slowest ended {worst:.1f} s after its last line (issue 17: <= 10 s)")
+PY
+  finish; exit 0
+fi
 
 run capture-tp2 60 150 python3 -m cli capture "$RECIPE" --tp 2 --allreduce oneshot "${SHAPE[@]}" --plan "$LOGS/tp2.plan.yaml"
 run verify-tp2 60 150 python3 -m cli verify --plan "$LOGS/tp2.plan.yaml" --allreduce oneshot --steps 4
