@@ -76,9 +76,21 @@ def _kernels(step, calls: int, profiling: bool) -> dict:
 
 
 def rank_body(
-    model: str, batch: int, cache: int, prompt: int, fuse: bool, device: str, top: int, json_path: str | None
+    model: str,
+    batch: int,
+    cache: int,
+    prompt: int,
+    fuse: bool,
+    device: str,
+    top: int,
+    json_path: str | None,
+    long_reduction_elements: int | None = None,
 ) -> None:
     from accelerate_graph.core.buckets import parse_context_buckets
+    from accelerate_graph.fused import gemv_lowering
+
+    if long_reduction_elements is not None:  # which batch-1 projections stay on cuBLAS (gemv_lowering.py)
+        gemv_lowering.LONG_REDUCTION_ELEMENTS = long_reduction_elements
     from accelerate_graph.core.decode_session import draw_inputs
     from accelerate_graph.distributed.all_reduce import current_kind
     from accelerate_graph.distributed.rank import barrier, is_main_rank
@@ -141,6 +153,12 @@ def main() -> int:
     parser.add_argument("--allreduce", choices=("nccl", "oneshot"))
     parser.add_argument("--top", type=int, default=0, help="also print the N kernels that take longest")
     parser.add_argument("--json")
+    parser.add_argument(
+        "--long-reduction-elements",
+        type=int,
+        help="batch-1 projections with K > N and at least this many elements stay on cuBLAS "
+        "(gemv_lowering.LONG_REDUCTION_ELEMENTS; 2**25 by default; tp 2's 8B down_proj has 29.4M)",
+    )
     args = parser.parse_args()
     from accelerate_graph.distributed.all_reduce import KIND_ENV
     from accelerate_graph.distributed.launch import run_on_ranks
@@ -151,6 +169,7 @@ def main() -> int:
     kwargs = {
         "model": args.model, "batch": args.batch, "cache": args.cache, "prompt": args.prompt, "fuse": args.fuse,
         "device": args.device, "top": args.top, "json_path": args.json,
+        "long_reduction_elements": args.long_reduction_elements,
     }  # fmt: skip
     try:
         return run_on_ranks(2, rank_body, kwargs, classify)
