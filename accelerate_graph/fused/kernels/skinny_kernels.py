@@ -88,6 +88,11 @@ def _accumulate(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """x[offs_m, k_lo:k_hi] @ W[offs_n, k_lo:k_hi]^T (and the same with W2 when TWO), float32."""
+    if not USE_DOT and BLOCK_M == 1:
+        return _accumulate_one_row(
+            x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, M, N, K, k_lo, k_hi, out_ptr,
+            NORM, TWO, EVEN_K, OUT_BF16, BLOCK_N, BLOCK_K,
+        )  # fmt: skip
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     m_mask = offs_m < M
@@ -108,6 +113,36 @@ def _accumulate(
             w2 = tl.load(w2_ptr + offs_n[:, None] * K + offs_k[None, :], mask=w_mask, other=0.0)
             acc2 = _mac(acc2, xv, w2, USE_DOT, IEEE_DOT)
     return acc, acc2
+
+
+@triton.jit
+def _accumulate_one_row(
+    x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, M, N, K, k_lo, k_hi, out_ptr,
+    NORM: tl.constexpr, TWO: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """One row (a GEMV): products summed element-wise in a [BLOCK_N, BLOCK_K] float32 tile over the whole
+    K walk and reduced across lanes once at the end, instead of a cross-lane reduction per K block."""
+    wide = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+    wide2 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+    m_mask = offs_m < M
+    n_mask = offs_n < N
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        if EVEN_K:
+            x_mask = m_mask[:, None]
+            w_mask = n_mask[:, None]
+        else:
+            x_mask = m_mask[:, None] & (offs_k[None, :] < K)
+            w_mask = n_mask[:, None] & (offs_k[None, :] < K)
+        xv = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=x_mask, other=0.0).to(tl.float32)
+        xv = _normed(xv, rstd, nw_ptr, offs_k, K, NORM, OUT_BF16, out_ptr.dtype.element_ty)  # [1, BLOCK_K]
+        w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=w_mask, other=0.0)
+        wide += xv * w.to(tl.float32)
+        if TWO:
+            w2 = tl.load(w2_ptr + offs_n[:, None] * K + offs_k[None, :], mask=w_mask, other=0.0)
+            wide2 += xv * w2.to(tl.float32)
+    return tl.sum(wide, axis=1)[None, :], tl.sum(wide2, axis=1)[None, :]
 
 
 @triton.jit
