@@ -15,6 +15,7 @@ import functools
 import json
 import re
 from collections import defaultdict
+from dataclasses import dataclass
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -31,6 +32,19 @@ CLASSES = (  # first match wins; names as cuBLAS, PyTorch and triton print them
     ("elementwise", r"elementwise|vectorized|unrolled|pointwise"),
     ("reduction", r"reduce|norm|mean|sum"),
 )
+
+
+@dataclass(frozen=True)
+class Way:
+    """One way of running the step: its label, and the fused path's switches it sets."""
+
+    label: str
+    attn: str = "grouped"
+    fuse: bool = True
+    gemv: bool = True  # fused.layers.GEMV_AT_BATCH_1
+    program: str = "hf"  # fused.layers.LAYER_PROGRAM
+    triton_attention: bool = False  # fused.grouped_attention.TRITON_DECODE
+    long_cublas: bool = True  # fused.gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
 
 
 def kernel_class(name: str) -> str:
@@ -91,22 +105,28 @@ def main() -> None:
     args = parser.parse_args()
     batches = tuple(int(b) for b in args.batches.split(","))
     ways = {
-        "graph": ("graph: HF sdpa", "sdpa", False, True, "hf"),
-        "fused-attn": ("fused, Triton attention", "grouped", True, True, "hf"),  # + decode_attention
-        "fused": ("fused", "grouped", True, True, "hf"),  # what `capture --fuse` and bench's `fused` run
-        "fused-cublas": ("fused, cuBLAS at 1", "grouped", True, False, "hf"),  # no batch-1 GEMV lowering
-        "fused-all-gemv": ("fused, GEMV for all", "grouped", True, True, "hf"),  # 8B's down_proj lowered too
-        "fused-kernels": ("fused, skinny kernels", "grouped", True, True, "kernels"),  # layer_program + Triton
-        "fused-torchops": ("fused, torch ops", "grouped", True, True, "torch"),  # layer_program, torch ops
+        "graph": Way("graph: HF sdpa", attn="sdpa", fuse=False),
+        "fused": Way("fused"),  # what `capture --fuse` and bench's `fused` run
+        "fused-attn": Way("fused, Triton attention", triton_attention=True),  # + decode_attention
+        "fused-cublas": Way("fused, cuBLAS at 1", gemv=False),  # no batch-1 GEMV lowering
+        "fused-all-gemv": Way("fused, GEMV for all", long_cublas=False),  # 8B's down_proj lowered too
+        "fused-kernels": Way("fused, skinny kernels", program="kernels"),  # layer_program + Triton
+        "fused-torchops": Way("fused, torch ops", program="torch"),  # layer_program, torch ops
     }
     results = []
-    for label, attn, fuse, gemv, program in (ways[name] for name in args.ways.split(",")):
-        fused_step.GEMV_AT_BATCH_1 = gemv
-        fused_step.LAYER_PROGRAM = program
-        grouped_attention.TRITON_DECODE = label == "fused, Triton attention"
-        gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS = label != "fused, GEMV for all"
+    for way in (ways[name] for name in args.ways.split(",")):
+        label = way.label
+        fused_step.GEMV_AT_BATCH_1 = way.gemv
+        fused_step.LAYER_PROGRAM = way.program
+        grouped_attention.TRITON_DECODE = way.triton_attention
+        gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS = way.long_cublas
         request = CaptureRequest(
-            model=args.model, buckets=batches, attn=attn, fuse=fuse, max_cache_len=args.cache, prompt_len=args.prompt
+            model=args.model,
+            buckets=batches,
+            attn=way.attn,
+            fuse=way.fuse,
+            max_cache_len=args.cache,
+            prompt_len=args.prompt,
         )
         try:
             prepared = prepare(request)

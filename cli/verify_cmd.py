@@ -104,7 +104,7 @@ def verify(
     for number in range(2, repeat + 1):  # new prompt and tokens each time: the seed moves by a stride
         again = verify_graphs(graphs, plan=cases, seed=REPEAT_SEED_STRIDE * (number - 1))
         repeats.append(_repeat_summary(number, again))
-        out.line(_repeat_line(repeats[-1], len(again)))
+        out.line(_repeat_line(repeats[-1]))
         rows += again
     if tp > 1:  # the split itself: the replay against the whole model on one device
         single = against_single_device(graphs, prepared.plan, steps)
@@ -143,8 +143,9 @@ def verify(
         raise typer.Exit(1)
     replayed = len(graphs.graphs) - len(uncovered(cases, graphs.buckets, graphs.contexts))
     times = f" in each of {repeat} repeats" if repeat > 1 else ""
+    once = len(rows) - sum(r["runs"] for r in repeats[1:])  # the first repeat's, and --tp's unsplit run
     out.line(
-        f"[green]verified[/green]: {_count(len(rows) // repeat, 'run')}{times} replaying {replayed} of {_count(len(graphs.graphs), 'graph')} "
+        f"[green]verified[/green]: {_count(once, 'run')}{times} replaying {replayed} of {_count(len(graphs.graphs), 'graph')} "
         f"({_count(len(graphs.buckets), 'batch bucket')} x {_count(len(graphs.contexts), 'context bucket')}) are as close "
         f"to the reference ({rows[0].reference if rows else 'float32'}) as eager execution ({CRITERION_LINE})."
     )
@@ -162,7 +163,8 @@ def _repeat_summary(number: int, rows) -> dict:
     }
 
 
-def _repeat_line(summary: dict, runs: int) -> str:
+def _repeat_line(summary: dict) -> str:
+    runs = summary["runs"]
     verdict = "pass" if not summary["failed"] else f"[red]{summary['failed']} FAILED[/red]"
     return (
         f"repeat {summary['repeat']}: {runs - summary['failed']} of {runs} runs pass ({verdict}); "

@@ -48,10 +48,15 @@ def _long_reduction(mat2) -> bool:
     )
 
 
+def _as_gemv(mat1, mat2) -> bool:
+    """Whether `mat1 @ mat2` is lowered to a GEMV reduction: one row on a GPU, not a long reduction."""
+    return _one_row(mat1) and not _long_reduction(mat2)
+
+
 def mm_as_reduction(mat1, mat2, original=None):
     """A one-row `mm` on a GPU as a multiply-and-sum; anything else as inductor decomposes it
     (`original`), or not at all."""
-    if _one_row(mat1) and not _long_reduction(mat2):
+    if _as_gemv(mat1, mat2):
         # in float32 like inductor's own (pw_cast_for_opmath): bf16 products would each be rounded
         return (mat1.unsqueeze(2).float() * mat2.unsqueeze(0).float()).sum(dim=1).to(mat1.dtype)
     return NotImplemented if original is None else original(mat1, mat2)
@@ -59,7 +64,7 @@ def mm_as_reduction(mat1, mat2, original=None):
 
 def addmm_as_mm(bias, mat1, mat2, beta=1, alpha=1, original=None):
     """`addmm` with a one-row `mat1` on a GPU as `mm` (decomposed further) plus the bias."""
-    if _one_row(mat1) and not _long_reduction(mat2):
+    if _as_gemv(mat1, mat2):
         product = aten.mm(mat1, mat2)
         return (bias if beta == 1 else beta * bias) + (product if alpha == 1 else alpha * product)
     return NotImplemented if original is None else original(bias, mat1, mat2, beta=beta, alpha=alpha)

@@ -113,7 +113,7 @@ def _fresh(value, batch: int):
 
 
 def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int, args: tuple, kwargs: dict):
-    """The layer's call as (args, kwargs) for its class's compiled forward: its one-layer cache in place
+    """The layer's call, bound to its class's forward, for the compiled forward: its one-layer cache in place
     of the whole cache, wherever the model passes it (by name or position), and fresh inputs with the
     batch and context dimensions marked dynamic. Refuses a call that passes no cache: such a layer
     finds its cache some other way, which the one-layer view cannot redirect."""
@@ -145,7 +145,7 @@ def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int
             f"({type(layer).__name__}) was called with {caches} caches among its arguments.",
             DROP_FUSE,
         )
-    return bound.args, bound.kwargs
+    return bound
 
 
 # Which forward the covered layers run (layer_program.py): "kernels" (its Triton kernels where the
@@ -164,11 +164,11 @@ def default_ops(model: torch.nn.Module) -> LayerOps | None:
     return kernel_ops_for(next(model.parameters()).device)
 
 
-def _named(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict:
-    bound = signature.bind(*args, **kwargs)
+def _named(bound: inspect.BoundArguments) -> dict:
+    """The bound call's arguments by name, its **kwargs spread among them."""
     named = {}
     for name, value in bound.arguments.items():
-        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+        if bound.signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
             named.update(value)
         else:
             named[name] = value
@@ -189,6 +189,7 @@ class FusedForward:
         self.ops = ops if ops is not None else default_ops(model)
         self.programmed = self.ops is not None and all(program_for(layer) for layer in self.layers)
         self._compiled: dict[type, object] = {}  # one compiled forward per layer class
+        self._programs: dict[type, object] = {}  # one compiled layer_program.decode_layer per class, if any
         self._classes_done: set[bool] = set()  # batch classes (batch 1 or not) compiled so far
         self.compile_seconds = 0.0
         self.graphs = 0  # FX graphs dynamo made
@@ -201,28 +202,27 @@ class FusedForward:
             self._compiled[kind] = torch.compile(kind.forward, backend=self.backend, dynamic=None)
             if self.programmed:
                 program = functools.partial(decode_layer, ops=self.ops)
-                self._compiled[kind, "program"] = torch.compile(program, backend=self.backend, dynamic=None)
+                self._programs[kind] = torch.compile(program, backend=self.backend, dynamic=None)
         return self._compiled[kind]
 
     def _layer_forward(self, layer: torch.nn.Module, index: int, batch: int):
         """Layer `index`'s forward through its class's compiled forward, over its one-layer cache."""
         compiled = self._compiled_forward(layer)
         signature = inspect.signature(type(layer).forward)
-
-        program = self._compiled.get((type(layer), "program"))
+        program = self._programs.get(type(layer))
 
         def forward(*args, **kwargs):
             self._layer_calls += 1
-            args, kwargs = _layer_arguments(signature, layer, index, batch, args, kwargs)
+            bound = _layer_arguments(signature, layer, index, batch, args, kwargs)
             with _as_layer_zero(layer):
                 if program is not None:
-                    named = _named(signature, args, kwargs)
+                    named = _named(bound)
                     hidden = named["hidden_states"]
                     if hidden.dim() == 3 and hidden.shape[1] == 1:  # a decode step; the prompt keeps HF's
                         cache = next(v for v in named.values() if isinstance(v, Cache))
                         mask, rotary = named.get("attention_mask"), named["position_embeddings"]
                         return program(layer, hidden, mask, rotary, cache)
-                return compiled(*args, **kwargs)
+                return compiled(*bound.args, **bound.kwargs)
 
         return forward
 
