@@ -44,7 +44,8 @@ class Way:
     gemv: bool = True  # fused.layers.GEMV_AT_BATCH_1
     program: str = "hf"  # fused.layers.LAYER_PROGRAM
     triton_attention: bool = False  # fused.grouped_attention.TRITON_DECODE
-    long_cublas: bool = True  # fused.gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
+    long_cublas: bool = gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
+    materialize: bool = gemv_lowering.MATERIALIZE_INPUT  # GEMV inputs stored before the reduction
 
 
 def kernel_class(name: str) -> str:
@@ -110,6 +111,9 @@ def main() -> None:
         "fused-attn": Way("fused, Triton attention", triton_attention=True),  # + decode_attention
         "fused-cublas": Way("fused, cuBLAS at 1", gemv=False),  # no batch-1 GEMV lowering
         "fused-all-gemv": Way("fused, GEMV for all", long_cublas=False),  # 8B's down_proj lowered too
+        "fused-stored": Way("fused, GEMV inputs stored", materialize=True),
+        "fused-stored-all-gemv": Way("fused, inputs stored, GEMV for all", materialize=True, long_cublas=False),
+        "fused-inlined": Way("fused, GEMV inputs inlined", materialize=False),
         "fused-kernels": Way("fused, skinny kernels", program="kernels"),  # layer_program + Triton
         "fused-torchops": Way("fused, torch ops", program="torch"),  # layer_program, torch ops
     }
@@ -120,6 +124,7 @@ def main() -> None:
         fused_step.LAYER_PROGRAM = way.program
         grouped_attention.TRITON_DECODE = way.triton_attention
         gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS = way.long_cublas
+        gemv_lowering.MATERIALIZE_INPUT = way.materialize
         request = CaptureRequest(
             model=args.model,
             buckets=batches,

@@ -228,6 +228,16 @@ def inductor_cache_tagged(tag: tuple):
     return config.patch({"post_grad_custom_post_pass": _cache_tag_class()(tag, current)})
 
 
+def inductor_materialized(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` unchanged, but inductor writes it to a buffer instead of inlining the ops that make it
+    into each consumer's loads: `torch.ops.prims.inductor_force_stride_order` (registered by
+    `torch._inductor.inductor_prims`; its lowering copies an unrealized value into a fixed layout). Only
+    for use while inductor decomposes (inside its compile). Checked: torch 2.11, 2.13."""
+    import torch._inductor.inductor_prims  # noqa: F401  (registers the prim)
+
+    return torch.ops.prims.inductor_force_stride_order(tensor, tensor.stride())
+
+
 def statically_known_true(condition) -> bool:
     """Whether a (possibly symbolic) condition holds for every size the compiled graph may see, without
     adding a guard: `torch.fx.experimental.symbolic_shapes.statically_known_true` (an experimental

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import torch
 from accelerate_graph.compat.torch_internals import (
     inductor_cache_tagged,
     inductor_decompositions_replaced,
+    inductor_materialized,
     statically_known_true,
 )
 
@@ -35,6 +37,14 @@ aten = torch.ops.aten
 # lowering was measured to pay) keep the GEMV kernels.
 CUBLAS_FOR_LONG_REDUCTIONS = True
 LONG_REDUCTION_ELEMENTS = 2**25  # 33.5M: the 8B down_proj has 58.7M, Phi-3-mini's 25.2M, Llama-3.2-1B's 16.8M
+
+# Store a GEMV's input vector before the reduction reads it, so that whatever computed it (silu(gate) *
+# up, a norm) runs once, in its producer's kernel, instead of once per output row inside the reduction.
+MATERIALIZE_INPUT = False
+
+# Benchmarks set these in the environment, so that every rank of a `--tp` run sees the same lowering.
+LONG_REDUCTION_ELEMENTS = int(os.environ.get("CUGRAPH_ACCEL_LONG_REDUCTION_ELEMENTS", LONG_REDUCTION_ELEMENTS))
+MATERIALIZE_INPUT = os.environ.get("CUGRAPH_ACCEL_GEMV_MATERIALIZE", str(int(MATERIALIZE_INPUT))) == "1"
 
 
 def _one_row(mat1) -> bool:
@@ -57,6 +67,8 @@ def mm_as_reduction(mat1, mat2, original=None):
     """A one-row `mm` on a GPU as a multiply-and-sum; anything else as inductor decomposes it
     (`original`), or not at all."""
     if _as_gemv(mat1, mat2):
+        if MATERIALIZE_INPUT:
+            mat1 = inductor_materialized(mat1)
         # in float32 like inductor's own (pw_cast_for_opmath): bf16 products would each be rounded
         return (mat1.unsqueeze(2).float() * mat2.unsqueeze(0).float()).sum(dim=1).to(mat1.dtype)
     return NotImplemented if original is None else original(mat1, mat2)
@@ -93,5 +105,10 @@ def gemv_at_batch_1(enabled: bool) -> Iterator[None]:
     makers = {aten.addmm.default: _decompose_addmm, aten.mm.default: _decompose_mm}
     # inductor's cache keys do not see decomposition tables: a tag with this file's hash keeps a graph
     # compiled without this lowering, or with another version of it, from being reused for one with it
-    with inductor_decompositions_replaced(makers), inductor_cache_tagged(("cugraph-accel-gemv", _source_hash())):
+    # the settings too: a benchmark changes them between compilations in one process
+    settings = (CUBLAS_FOR_LONG_REDUCTIONS, LONG_REDUCTION_ELEMENTS, MATERIALIZE_INPUT)
+    with (
+        inductor_decompositions_replaced(makers),
+        inductor_cache_tagged(("cugraph-accel-gemv", _source_hash(), settings)),
+    ):
         yield

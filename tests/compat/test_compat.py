@@ -275,6 +275,38 @@ def test_statically_known_true():
     expect(found == (True, False), symbol, TORCH, f"gave {found}")
 
 
+def test_inductor_materialized_writes_the_value_to_a_buffer():
+    symbol = "torch.ops.prims.inductor_force_stride_order"
+    from torch._inductor.utils import run_and_get_code
+
+    def gemv(gate, up, weight, materialize):  # the batch-1 down_proj as gemv_lowering decomposes it
+        act = torch.nn.functional.silu(gate) * up
+        act = ti.inductor_materialized(act) if materialize else act
+        return (act.unsqueeze(2).float() * weight.unsqueeze(0).float()).sum(dim=1).to(act.dtype)
+
+    bf16 = torch.bfloat16
+    gate, up, weight = (
+        torch.randn(1, 512, dtype=bf16),
+        torch.randn(1, 512, dtype=bf16),
+        torch.randn(512, 64, dtype=bf16),
+    )
+    runs = []
+    with upstream(symbol, TORCH):
+        for materialize in (False, True):
+            torch.compiler.reset()
+            runs.append(run_and_get_code(torch.compile(gemv, backend="inductor"), gate, up, weight, materialize))
+        torch.compiler.reset()
+    expected = gemv(gate, up, weight, False)
+    for result, _ in runs:
+        expect(
+            torch.allclose(result.float(), expected.float(), rtol=2e-2, atol=0.2), symbol, TORCH, "the value changed"
+        )
+    # materialized: act is stored as itself (bf16, its own shape) before the sum reads it
+    act_buffer = "((1, 512), (512, 1), torch.bfloat16)"
+    stored = [any(act_buffer in code for code in codes) for _, codes in runs]
+    expect(stored == [False, True], symbol, TORCH, f"act stored as a bf16 buffer (inlined, materialized): {stored}")
+
+
 # --- transformers --------------------------------------------------------------------------------------
 
 HF = hf.CHECKED
