@@ -29,26 +29,33 @@ from accelerate_graph.compat.torch_internals import (
 
 aten = torch.ops.aten
 
-# Keep cuBLAS for large projections that reduce over more elements than they produce (down_proj at 8B:
-# K 14336, N 4096). Inductor fuses the activation before such a GEMV into its reduction, so every output
-# row recomputes act(gate) * up over all of K: the 8B down_proj ran at ~2 TB/s, cuBLAS at ~3.9, and
-# the 8B fused step's kernels took 497 us less (5,888 -> 5,391 us at batch 1, H200, 2026-11-30).
-# Measured at 8B only: smaller weights (Qwen2.5-0.5B's down_proj has 4.4M elements, where the
-# lowering was measured to pay) keep the GEMV kernels.
-CUBLAS_FOR_LONG_REDUCTIONS = True
+# Store a GEMV's input vector before the reduction reads it, so that whatever computed it (silu(gate) *
+# up, a norm) runs once, in its producer's kernel, instead of once per output row inside the reduction:
+# inlined, the 8B down_proj recomputed silu(gate) * up over all 14,336 inputs for each of its 4,096
+# rows and ran at ~2 TB/s. Stored (H200, 2026-12-01, kernel time per batch-1 step): Qwen2.5-0.5B
+# 1,034 -> 929 us, Llama-3.2-1B 1,286 -> 1,207 us, Llama-3.1-8B 5,089 (down_proj on cuBLAS) -> 5,106 us
+# (down_proj a GEMV at 3.9 TB/s, as fast as cuBLAS), 8B at tp 2 4.395 -> 3.701 ms per replayed step.
+MATERIALIZE_INPUT = True
+
+# Keep cuBLAS for large projections that reduce over more elements than they produce (K > N and at
+# least LONG_REDUCTION_ELEMENTS). Needed while the inputs were inlined (5,888 -> 5,391 us for the 8B
+# step, 2026-11-30); with stored inputs the GEMV is as fast, so off.
+CUBLAS_FOR_LONG_REDUCTIONS = False
 LONG_REDUCTION_ELEMENTS = 2**25  # 33.5M: the 8B down_proj has 58.7M, Phi-3-mini's 25.2M, Llama-3.2-1B's 16.8M
 
-# Store a GEMV's input vector before the reduction reads it, so that whatever computed it (silu(gate) *
-# up, a norm) runs once, in its producer's kernel, instead of once per output row inside the reduction.
-MATERIALIZE_INPUT = False
+# Batches of at most this many rows are lowered too (experimental; 1: batch 1 only). A GEMV over a few
+# rows reads each weight row once for all of them ([N, M] order), in CUDA-core FMAs: worth it only
+# while the FLOPs stay small next to the bytes. Their compilation is specialised per batch size.
+GEMV_MAX_ROWS = 1
 
 # Benchmarks set these in the environment, so that every rank of a `--tp` run sees the same lowering.
 LONG_REDUCTION_ELEMENTS = int(os.environ.get("CUGRAPH_ACCEL_LONG_REDUCTION_ELEMENTS", LONG_REDUCTION_ELEMENTS))
+GEMV_MAX_ROWS = int(os.environ.get("CUGRAPH_ACCEL_GEMV_MAX_ROWS", GEMV_MAX_ROWS))
 MATERIALIZE_INPUT = os.environ.get("CUGRAPH_ACCEL_GEMV_MATERIALIZE", str(int(MATERIALIZE_INPUT))) == "1"
 
 
-def _one_row(mat1) -> bool:
-    return mat1.device.type not in ("cpu", "mps") and statically_known_true(mat1.size(0) == 1)
+def _few_rows(mat1) -> bool:
+    return mat1.device.type not in ("cpu", "mps") and statically_known_true(mat1.size(0) <= GEMV_MAX_ROWS)
 
 
 def _long_reduction(mat2) -> bool:
@@ -59,23 +66,27 @@ def _long_reduction(mat2) -> bool:
 
 
 def _as_gemv(mat1, mat2) -> bool:
-    """Whether `mat1 @ mat2` is lowered to a GEMV reduction: one row on a GPU, not a long reduction."""
-    return _one_row(mat1) and not _long_reduction(mat2)
+    """Whether `mat1 @ mat2` is lowered to a GEMV reduction: a few rows (GEMV_MAX_ROWS) on a GPU, not a
+    long reduction."""
+    return _few_rows(mat1) and not _long_reduction(mat2)
 
 
 def mm_as_reduction(mat1, mat2, original=None):
-    """A one-row `mm` on a GPU as a multiply-and-sum; anything else as inductor decomposes it
+    """A few-row `mm` on a GPU as a multiply-and-sum; anything else as inductor decomposes it
     (`original`), or not at all."""
     if _as_gemv(mat1, mat2):
         if MATERIALIZE_INPUT:
             mat1 = inductor_materialized(mat1)
         # in float32 like inductor's own (pw_cast_for_opmath): bf16 products would each be rounded
-        return (mat1.unsqueeze(2).float() * mat2.unsqueeze(0).float()).sum(dim=1).to(mat1.dtype)
+        if statically_known_true(mat1.size(0) == 1):
+            return (mat1.unsqueeze(2).float() * mat2.unsqueeze(0).float()).sum(dim=1).to(mat1.dtype)
+        # [N, M]: neighbouring outputs share a weight row, so it is read from memory once for all rows
+        return (mat2.t().unsqueeze(1).float() * mat1.unsqueeze(0).float()).sum(dim=2).t().to(mat1.dtype)
     return NotImplemented if original is None else original(mat1, mat2)
 
 
 def addmm_as_mm(bias, mat1, mat2, beta=1, alpha=1, original=None):
-    """`addmm` with a one-row `mat1` on a GPU as `mm` (decomposed further) plus the bias."""
+    """`addmm` with a few-row `mat1` on a GPU as `mm` (decomposed further) plus the bias."""
     if _as_gemv(mat1, mat2):
         product = aten.mm(mat1, mat2)
         return (bias if beta == 1 else beta * bias) + (product if alpha == 1 else alpha * product)
@@ -106,7 +117,7 @@ def gemv_at_batch_1(enabled: bool) -> Iterator[None]:
     # inductor's cache keys do not see decomposition tables: a tag with this file's hash keeps a graph
     # compiled without this lowering, or with another version of it, from being reused for one with it
     # the settings too: a benchmark changes them between compilations in one process
-    settings = (CUBLAS_FOR_LONG_REDUCTIONS, LONG_REDUCTION_ELEMENTS, MATERIALIZE_INPUT)
+    settings = (CUBLAS_FOR_LONG_REDUCTIONS, LONG_REDUCTION_ELEMENTS, MATERIALIZE_INPUT, GEMV_MAX_ROWS)
     with (
         inductor_decompositions_replaced(makers),
         inductor_cache_tagged(("cugraph-accel-gemv", _source_hash(), settings)),

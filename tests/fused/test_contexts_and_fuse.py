@@ -392,6 +392,7 @@ def test_batch_1_leaves_large_long_reductions_to_cublas(monkeypatch):
     """down_proj at 8B (K > N, 58.7M elements) keeps cuBLAS; a small one, or q_proj's K <= N, is lowered."""
     from accelerate_graph.fused import gemv_lowering
 
+    monkeypatch.setattr(gemv_lowering, "CUBLAS_FOR_LONG_REDUCTIONS", True)
     row = torch.empty(1, 14336, device="meta")  # a GPU-like device: the lowering's test skips the CPU
     down = torch.empty(14336, 4096, device="meta")
     assert gemv_lowering.mm_as_reduction(row, down) is NotImplemented  # no original: left alone
@@ -401,3 +402,22 @@ def test_batch_1_leaves_large_long_reductions_to_cublas(monkeypatch):
     assert gemv_lowering.mm_as_reduction(torch.empty(1, 4096, device="meta"), wide).shape == (1, 14336)
     monkeypatch.setattr(gemv_lowering, "CUBLAS_FOR_LONG_REDUCTIONS", False)
     assert gemv_lowering.mm_as_reduction(row, down).shape == (1, 4096)
+
+
+@pytest.mark.parametrize("materialize", [False, True])
+def test_few_row_gemv_lowering_computes_the_product(monkeypatch, materialize):
+    """Up to GEMV_MAX_ROWS rows are lowered ([N, M] order for more than one), more keep the matmul;
+    the decomposition's value is mat1 @ mat2 (checked on the CPU by letting the device test pass)."""
+    from accelerate_graph.fused import gemv_lowering
+
+    monkeypatch.setattr(gemv_lowering, "GEMV_MAX_ROWS", 8)
+    monkeypatch.setattr(gemv_lowering, "MATERIALIZE_INPUT", materialize)
+    weight = torch.empty(64, 32, device="meta")
+    assert gemv_lowering.mm_as_reduction(torch.empty(8, 64, device="meta"), weight).shape == (8, 32)
+    assert gemv_lowering.mm_as_reduction(torch.empty(9, 64, device="meta"), weight) is NotImplemented
+    monkeypatch.setattr(gemv_lowering, "_few_rows", lambda mat1: mat1.size(0) <= 8)
+    torch.manual_seed(0)
+    weight = torch.randn(64, 32)
+    for rows in (1, 3, 8):
+        mat1 = torch.randn(rows, 64)
+        torch.testing.assert_close(gemv_lowering.mm_as_reduction(mat1, weight), mat1 @ weight)

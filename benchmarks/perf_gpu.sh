@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The fused step's numbers after a lowering change, in ONE device call (kind nvidia-h200-x2) under a
+# deadline (DEADLINE s, default 540), most wanted first:
+#   rows     profile_step with GEMV_MAX_ROWS=32 (few-row GEMVs, experimental): Qwen batches 8/32, 1B batch 8
+#   tests    the cuda-marked fused and tp tests (the default all-reduce `auto` on CUDA)
+#   qwen     bench qwen2.5-0.5b graph,fused, buckets 1/8/16/32, cache 1024
+#   8b       bench llama-3.1-8b graph,fused, buckets 1/32, cache 1024
+#   tp       bench 8B --tp 2 and --tp 1, fused, buckets 1/8/32 (issue 17: tp2 / tp1 at batch 1)
+# A table last. Usage on the device machine: OUT=/some/dir bash benchmarks/perf_gpu.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+START=$(date +%s); DEADLINE=${DEADLINE:-540}
+left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200} TRANSFORMERS_VERBOSITY=error
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+FINAL=${OUT:-/tmp/cugraph-accel-out}; LOGS=/tmp/perf-logs; rm -rf "$LOGS"; mkdir -p "$LOGS" "$FINAL"
+export TORCHINDUCTOR_CACHE_DIR="$LOGS/inductor-cache"
+run() {  # NAME NEEDS_S LIMIT_S COMMAND...
+  local name=$1 needs=$2 limit=$3; shift 3
+  if [ "$(left)" -lt "$needs" ]; then echo "$name: skipped ($(left) s left, needs ~$needs s)"; return 0; fi
+  [ "$limit" -gt "$(left)" ] && limit=$(left)
+  echo "$name: $(python3 benchmarks/timed_exit.py "$LOGS/$name.log" -- timeout "$limit" "$@")"
+  grep -E "kernels,|passed|failed|^error|Error" "$LOGS/$name.log" | cut -c1-330 | head -n 6
+}
+run rows-qwen 40 90 env CUGRAPH_ACCEL_GEMV_MAX_ROWS=32 python3 benchmarks/profile_step.py qwen2.5-0.5b --batches 8,32 \
+  --ways fused --top 5 --json "$LOGS/rows-qwen.json"
+run rows-1b 40 80 env CUGRAPH_ACCEL_GEMV_MAX_ROWS=8 python3 benchmarks/profile_step.py llama-3.2-1b --batches 8 \
+  --ways fused --top 5 --json "$LOGS/rows-1b.json"
+run tests-fused 40 90 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/fused
+run tests-tp 60 150 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/distributed
+BENCH=(--context 1024 --steps 40 --warmup 5)
+run qwen 40 120 python3 -m cli bench qwen2.5-0.5b --compare graph,fused --buckets 1,8,16,32 "${BENCH[@]}" --csv "$LOGS/qwen.csv"
+run 8b 60 150 python3 -m cli bench llama-3.1-8b --compare graph,fused --buckets 1,32 "${BENCH[@]}" --csv "$LOGS/8b.csv"
+run tp2 60 150 python3 -m cli bench recipes/llama-3.1-8b.yaml --tp 2 --compare fused --buckets 1,8,32 --context-buckets full \
+  "${BENCH[@]}" --csv "$LOGS/tp2.csv"
+run tp1 50 120 python3 -m cli bench recipes/llama-3.1-8b.yaml --tp 1 --compare fused --buckets 1,8,32 --context-buckets full \
+  "${BENCH[@]}" --csv "$LOGS/tp1.csv"
+python3 - "$LOGS" <<'PY'
+import csv, json, sys
+from pathlib import Path
+logs = Path(sys.argv[1])
+for name in ("rows-qwen", "rows-1b"):
+    path = logs / f"{name}.json"
+    for r in json.loads(path.read_text()) if path.is_file() else []:
+        print(f"{name} b{r['batch']} slots {r['slots']}: {r['kernels']:.0f} kernels, {r['kernel_us']:.1f} us")
+print(f"{'bench':<6}{'contender':>10}{'batch':>6}{'median ms':>11}{'floor ms':>10}{'x floor':>9}")
+best = {}
+for name in ("qwen", "8b", "tp2", "tp1"):
+    path = logs / f"{name}.csv"
+    for r in csv.DictReader(path.open()) if path.is_file() else []:
+        if r["kind"] != "step":
+            continue
+        ms, floor = float(r["median_ms"]), float(r["floor_ms"])
+        print(f"{name:<6}{r['contender']:>10}{r['bucket']:>6}{ms:>11.3f}{floor:>10.3f}{ms / floor:>9.2f}")
+        if r["bucket"] == "1":
+            best[name] = min(best.get(name, ms), ms)
+if "tp1" in best and "tp2" in best:
+    print(f"tp2 / tp1 at batch 1: {best['tp2']:.3f} / {best['tp1']:.3f} = {best['tp2'] / best['tp1']:.3f}x (issue 17: <= 0.65x)")
+PY
+tar czf "$FINAL/perf-logs.tgz" -C "$LOGS" --exclude inductor-cache . 2>/dev/null
+echo "done in $(( $(date +%s) - START )) s"
