@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # The fused step's numbers after a lowering change, in ONE device call (kind nvidia-h200-x2) under a
 # deadline (DEADLINE s, default 540), most wanted first:
-#   rows     profile_step with GEMV_MAX_ROWS=32 (few-row GEMVs, experimental): Qwen batches 8/32, 1B batch 8
 #   tests    the cuda-marked fused and tp tests (the default all-reduce `auto` on CUDA)
 #   qwen     bench qwen2.5-0.5b graph,fused, buckets 1/8/16/32, cache 1024
 #   8b       bench llama-3.1-8b graph,fused, buckets 1/32, cache 1024
@@ -22,10 +21,6 @@ run() {  # NAME NEEDS_S LIMIT_S COMMAND...
   echo "$name: $(python3 benchmarks/timed_exit.py "$LOGS/$name.log" -- timeout "$limit" "$@")"
   grep -E "kernels,|passed|failed|^error|Error" "$LOGS/$name.log" | cut -c1-330 | head -n 6
 }
-run rows-qwen 40 90 env CUGRAPH_ACCEL_GEMV_MAX_ROWS=32 python3 benchmarks/profile_step.py qwen2.5-0.5b --batches 8,32 \
-  --ways fused --top 5 --json "$LOGS/rows-qwen.json"
-run rows-1b 40 80 env CUGRAPH_ACCEL_GEMV_MAX_ROWS=8 python3 benchmarks/profile_step.py llama-3.2-1b --batches 8 \
-  --ways fused --top 5 --json "$LOGS/rows-1b.json"
 run tests-fused 40 90 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/fused
 run tests-tp 60 150 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/distributed
 BENCH=(--context 1024 --steps 40 --warmup 5)
@@ -36,13 +31,9 @@ run tp2 60 150 python3 -m cli bench recipes/llama-3.1-8b.yaml --tp 2 --compare f
 run tp1 50 120 python3 -m cli bench recipes/llama-3.1-8b.yaml --tp 1 --compare fused --buckets 1,8,32 --context-buckets full \
   "${BENCH[@]}" --csv "$LOGS/tp1.csv"
 python3 - "$LOGS" <<'PY'
-import csv, json, sys
+import csv, sys
 from pathlib import Path
 logs = Path(sys.argv[1])
-for name in ("rows-qwen", "rows-1b"):
-    path = logs / f"{name}.json"
-    for r in json.loads(path.read_text()) if path.is_file() else []:
-        print(f"{name} b{r['batch']} slots {r['slots']}: {r['kernels']:.0f} kernels, {r['kernel_us']:.1f} us")
 print(f"{'bench':<6}{'contender':>10}{'batch':>6}{'median ms':>11}{'floor ms':>10}{'x floor':>9}")
 best = {}
 for name in ("qwen", "8b", "tp2", "tp1"):

@@ -43,19 +43,13 @@ MATERIALIZE_INPUT = True
 CUBLAS_FOR_LONG_REDUCTIONS = False
 LONG_REDUCTION_ELEMENTS = 2**25  # 33.5M: the 8B down_proj has 58.7M, Phi-3-mini's 25.2M, Llama-3.2-1B's 16.8M
 
-# Batches of at most this many rows are lowered too (experimental; 1: batch 1 only). A GEMV over a few
-# rows reads each weight row once for all of them ([N, M] order), in CUDA-core FMAs: worth it only
-# while the FLOPs stay small next to the bytes. Their compilation is specialised per batch size.
-GEMV_MAX_ROWS = 1
-
 # Benchmarks set these in the environment, so that every rank of a `--tp` run sees the same lowering.
 LONG_REDUCTION_ELEMENTS = int(os.environ.get("CUGRAPH_ACCEL_LONG_REDUCTION_ELEMENTS", LONG_REDUCTION_ELEMENTS))
-GEMV_MAX_ROWS = int(os.environ.get("CUGRAPH_ACCEL_GEMV_MAX_ROWS", GEMV_MAX_ROWS))
 MATERIALIZE_INPUT = os.environ.get("CUGRAPH_ACCEL_GEMV_MATERIALIZE", str(int(MATERIALIZE_INPUT))) == "1"
 
 
-def _few_rows(mat1) -> bool:
-    return mat1.device.type not in ("cpu", "mps") and statically_known_true(mat1.size(0) <= GEMV_MAX_ROWS)
+def _one_row(mat1) -> bool:
+    return mat1.device.type not in ("cpu", "mps") and statically_known_true(mat1.size(0) == 1)
 
 
 def _long_reduction(mat2) -> bool:
@@ -66,27 +60,23 @@ def _long_reduction(mat2) -> bool:
 
 
 def _as_gemv(mat1, mat2) -> bool:
-    """Whether `mat1 @ mat2` is lowered to a GEMV reduction: a few rows (GEMV_MAX_ROWS) on a GPU, not a
-    long reduction."""
-    return _few_rows(mat1) and not _long_reduction(mat2)
+    """Whether `mat1 @ mat2` is lowered to a GEMV reduction: one row on a GPU, not a long reduction."""
+    return _one_row(mat1) and not _long_reduction(mat2)
 
 
 def mm_as_reduction(mat1, mat2, original=None):
-    """A few-row `mm` on a GPU as a multiply-and-sum; anything else as inductor decomposes it
+    """A one-row `mm` on a GPU as a multiply-and-sum; anything else as inductor decomposes it
     (`original`), or not at all."""
     if _as_gemv(mat1, mat2):
         if MATERIALIZE_INPUT:
             mat1 = inductor_materialized(mat1)
         # in float32 like inductor's own (pw_cast_for_opmath): bf16 products would each be rounded
-        if statically_known_true(mat1.size(0) == 1):
-            return (mat1.unsqueeze(2).float() * mat2.unsqueeze(0).float()).sum(dim=1).to(mat1.dtype)
-        # [N, M]: neighbouring outputs share a weight row, so it is read from memory once for all rows
-        return (mat2.t().unsqueeze(1).float() * mat1.unsqueeze(0).float()).sum(dim=2).t().to(mat1.dtype)
+        return (mat1.unsqueeze(2).float() * mat2.unsqueeze(0).float()).sum(dim=1).to(mat1.dtype)
     return NotImplemented if original is None else original(mat1, mat2)
 
 
 def addmm_as_mm(bias, mat1, mat2, beta=1, alpha=1, original=None):
-    """`addmm` with a few-row `mat1` on a GPU as `mm` (decomposed further) plus the bias."""
+    """`addmm` with a one-row `mat1` on a GPU as `mm` (decomposed further) plus the bias."""
     if _as_gemv(mat1, mat2):
         product = aten.mm(mat1, mat2)
         return (bias if beta == 1 else beta * bias) + (product if alpha == 1 else alpha * product)
@@ -117,7 +107,7 @@ def gemv_at_batch_1(enabled: bool) -> Iterator[None]:
     # inductor's cache keys do not see decomposition tables: a tag with this file's hash keeps a graph
     # compiled without this lowering, or with another version of it, from being reused for one with it
     # the settings too: a benchmark changes them between compilations in one process
-    settings = (CUBLAS_FOR_LONG_REDUCTIONS, LONG_REDUCTION_ELEMENTS, MATERIALIZE_INPUT, GEMV_MAX_ROWS)
+    settings = (CUBLAS_FOR_LONG_REDUCTIONS, LONG_REDUCTION_ELEMENTS, MATERIALIZE_INPUT)
     with (
         inductor_decompositions_replaced(makers),
         inductor_cache_tagged(("cugraph-accel-gemv", _source_hash(), settings)),

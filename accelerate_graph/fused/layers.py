@@ -28,7 +28,6 @@ from transformers.cache_utils import Cache
 from accelerate_graph.common.errors import DROP_FUSE, CaptureError
 from accelerate_graph.compat import torch_internals
 from accelerate_graph.compat.transformers_internals import cache_indices, cache_indices_set_to_zero, static_layer_view
-from accelerate_graph.fused import gemv_lowering
 from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
 from accelerate_graph.fused.layer_program import REFERENCE_OPS, LayerOps, decode_layer, kernel_ops_for, program_for
 
@@ -100,17 +99,12 @@ def _as_layer_zero(layer: torch.nn.Module):
         ) from err
 
 
-def _batch_dynamic(batch: int) -> bool:
-    """Batches that take the GEMV lowering compile for their own size (it is chosen per size)."""
-    return not (GEMV_AT_BATCH_1 and batch <= gemv_lowering.GEMV_MAX_ROWS)
-
-
 def _fresh(value, batch: int):
     """A new view of a tensor (tuples walked), its batch dimension marked dynamic: dynamo reads marks
     from tensor objects, and the session's own (the compile contender's) must stay clean."""
     if isinstance(value, torch.Tensor):
         view = value[:]
-        if view.dim() and view.shape[0] == batch and _batch_dynamic(batch):
+        if view.dim() and view.shape[0] == batch:
             torch_internals.maybe_mark_dynamic(view, 0)
         return view
     if isinstance(value, tuple):
@@ -132,8 +126,7 @@ def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int
             caches += 1
             one = _one_layer_cache(value, index)
             for tensor in (one.layers[0].keys, one.layers[0].values):  # [b, H, C, d]
-                if _batch_dynamic(batch):
-                    torch_internals.maybe_mark_dynamic(tensor, 0)
+                torch_internals.maybe_mark_dynamic(tensor, 0)
                 torch_internals.maybe_mark_dynamic(tensor, 2)
             return one
         value = _fresh(value, batch)
@@ -240,7 +233,7 @@ class FusedForward:
             return contextlib.nullcontext()
         stack = contextlib.ExitStack()
         stack.enter_context(torch_internals.inductor_config_patched(INDUCTOR_SETTINGS))
-        stack.enter_context(gemv_at_batch_1(GEMV_AT_BATCH_1 and batch <= gemv_lowering.GEMV_MAX_ROWS))
+        stack.enter_context(gemv_at_batch_1(GEMV_AT_BATCH_1 and batch == 1))
         return stack
 
     def __call__(self, *, input_ids, **kwargs):
