@@ -24,7 +24,8 @@ seconds() {  # LABEL COMMAND...: wall seconds of a new process running COMMAND
   "$@" > /dev/null 2> "$OUT/probe-stderr.txt"
   rc=$?
   end=$(date +%s.%N)
-  printf '%-44s %6.2f s%s\n' "$label" "$(echo "$end - $start" | bc)" "$([ $rc = 0 ] || echo "  (exit code $rc: $(tail -1 "$OUT/probe-stderr.txt"))")"
+  printf '%-44s %6.2f s%s\n' "$label" "$(awk "BEGIN {print $end - $start}")" \
+    "$([ $rc = 0 ] || echo "  (exit code $rc: $(tail -1 "$OUT/probe-stderr.txt"))")"
 }
 
 echo "== 1. a new process, doing only"
