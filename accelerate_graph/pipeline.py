@@ -1,4 +1,8 @@
-"""The path every command shares: resolve settings, load, build the session, capture, make a plan."""
+"""The path every command shares: resolve settings, load, build the session, capture, make a plan.
+
+--tp (distributed) and --fuse (fused.layers: inductor, triton kernels) are imported where a request
+asks for them: a plain capture, and `generate`'s first token, wait for neither.
+"""
 
 from __future__ import annotations
 
@@ -18,13 +22,7 @@ from accelerate_graph.core.preflight import preflight
 from accelerate_graph.detect.fixes import MODEL_FIXES
 from accelerate_graph.detect.hazards import Hazard, find_hazards
 from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
-from accelerate_graph.distributed.aligned import AlignedBackend
-from accelerate_graph.distributed.all_reduce import requested_kind as requested_all_reduce
-from accelerate_graph.distributed.rank import gather_objects
-from accelerate_graph.distributed.rank import join as join_group
-from accelerate_graph.distributed.sharding import check_can_split, shard_model, share_rank0_weights
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
-from accelerate_graph.fused.layers import FusedForward, use_cache_dir, warm_compile_workers
 from accelerate_graph.models.fingerprint import model_fingerprint
 from accelerate_graph.models.limits import cache_length, peek_config
 from accelerate_graph.models.loading import LoadedModel, load_model
@@ -182,8 +180,12 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
             "Drop --max-memory, or lower the largest --buckets value.",
         )
     if request.tp > 1:  # this rank's device (cuda:LOCAL_RANK, or the CPU over gloo)
+        from accelerate_graph.distributed.rank import join as join_group
+
         device = join_group(request.tp, device).device
     if request.fuse:
+        from accelerate_graph.fused.layers import warm_compile_workers
+
         warm_compile_workers(device, request.inductor_cache)
     config = peek_config(request.model, request.revision)
     if config is not None:  # a cache longer than the model's positions is refused before any weight loads
@@ -223,7 +225,7 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         backend = backend_for(device, emulate=request.emulate)
         backend_name = backend.name
         if request.tp > 1:
-            backend = AlignedBackend(backend)
+            backend = _aligned(backend)
         if request.fuse:
             _start_fusing(session, request)
         islands = [session.model.get_submodule(path) for path in decision.regions.islands]
@@ -277,6 +279,11 @@ def split_for_ranks(loaded: LoadedModel, tp: int) -> list[dict]:
     """Under --tp N: split the model by its tensor-parallel plan; every rank's layout, in rank order."""
     if tp <= 1:
         return []
+    from accelerate_graph.distributed.all_reduce import requested_kind as requested_all_reduce
+    from accelerate_graph.distributed.rank import gather_objects
+    from accelerate_graph.distributed.rank import join as join_group
+    from accelerate_graph.distributed.sharding import check_can_split, shard_model, share_rank0_weights
+
     info = join_group(tp, loaded.device)
     check_can_split(loaded.model, tp, loaded.reference)
     if loaded.random_weights:
@@ -290,8 +297,17 @@ def split_for_ranks(loaded: LoadedModel, tp: int) -> list[dict]:
     return gather_objects({**mine, "device": str(info.device)})
 
 
+def _aligned(backend):
+    """Under --tp: captures and replays in step across the ranks (distributed.aligned)."""
+    from accelerate_graph.distributed.aligned import AlignedBackend
+
+    return AlignedBackend(backend)
+
+
 def _start_fusing(session: DecodeSession, request: CaptureRequest) -> None:
     """From now on captures record the inductor-compiled step, its kernels kept where the request says."""
+    from accelerate_graph.fused.layers import FusedForward, use_cache_dir
+
     use_cache_dir(request.inductor_cache)
     session.fused = FusedForward(session.model)
 
@@ -310,7 +326,7 @@ def capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:
     _start_fusing(session, request)
     backend = backend_for(session.device, emulate=request.emulate)
     if plan.tp > 1:
-        backend = AlignedBackend(backend)
+        backend = _aligned(backend)
     undo = use_grouped_attention(session.model) if plan.attn == "sdpa" else (lambda: None)
     try:  # graphs keep the kernels they recorded: switching the attention back changes none of them
         graphs = capture_decode_graphs(session, backend, tuple(plan.buckets), contexts=tuple(plan.contexts))

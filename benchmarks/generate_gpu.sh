@@ -22,39 +22,9 @@ echo "bench exit code $?"
 sed -n '/^ *generate, cache length/,/HF static+compile *$/p' "$OUT/generate-bench.log"
 grep -E "host .* ms to issue a step|inductor compiled" "$OUT/generate-bench.log"
 
-# prompts of 128 random token ids (the recipe has random weights and no tokenizer)
-python3 - "$OUT" <<'PY'
-import json, random, sys
-random.seed(0)
-for batch in (1, 8, 32):
-    with open(f"{sys.argv[1]}/prompts-{batch}.jsonl", "w") as f:
-        for _ in range(batch):
-            f.write(json.dumps({"input_ids": [random.randrange(100, 500) for _ in range(128)]}) + "\n")
-PY
-
-first_token() {  # MODEL BATCH: a new process; prints launch -> first token, its breakdown, and tok/s
-  local model=$1 batch=$2 start rc
-  start=$(python3 -c 'import time; print(time.time())')
-  echo "$start" > "$OUT/launch-$model-$batch.txt"
-  timeout 60 python3 -m cli generate "$model" --prompts "$OUT/prompts-$batch.jsonl" --max-new-tokens 128 \
-    --buckets "$batch" --max-cache-len 1024 --json "$OUT/generate-$model-$batch.json" \
-    > "$OUT/generate-$model-$batch.log" 2>&1
-  rc=$?
-  python3 - "$OUT/generate-$model-$batch.json" "$start" "$model" "$batch" "$rc" <<'PY'
-import json, sys
-path, start, model, batch, rc = sys.argv[1:]
-try:
-    r = json.load(open(path))
-except OSError:
-    print(f"{model} batch {batch}: exit code {rc}, no JSON (see the .log)"); sys.exit()
-stamps = [("launch", float(start))] + [tuple(s) for s in r.get("startup_unix", [])]
-spent = ", ".join(f"{a} {b_at - a_at:.2f}" for (a, a_at), (_, b_at) in zip(stamps, stamps[1:]))
-print(f"{model} batch {batch}: first token {r['first_token_unix'] - float(start):.2f} s after launch "
-      f"(in-call {r['time_to_first_token_s'] * 1000:.0f} ms); {r['tokens_per_second']:,.0f} tok/s (one cold call); "
-      f"step p50 {r['step_ms']['p50']:.3f} ms, host {r.get('host_ms_per_step', 0):.3f} ms/step; {r['new_tokens']} tokens")
-print(f"   s per stage (each from its start to the next): {spent}")
-PY
-}
+# prompts of 128 random token ids (the recipe has random weights and no tokenizer); first_token
+source benchmarks/first_token.sh
+write_prompts 1 8 32
 
 echo "== 2. generate from a new process, plain graphs: qwen2.5-0.5b"
 for batch in 1 8 32; do first_token qwen2.5-0.5b "$batch"; done

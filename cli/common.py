@@ -41,7 +41,6 @@ def request_for(
     """MODEL wins; else --plan; else ./cugraph-accel.plan.yaml."""
     from accelerate_graph.common.errors import PlanError
     from accelerate_graph.core.plan import check_plan_compatible, read_plan
-    from accelerate_graph.fused.layers import inductor_cache_dir
     from accelerate_graph.models.fingerprint import check_plan_model
     from accelerate_graph.pipeline import CaptureRequest, request_from_plan
 
@@ -58,6 +57,8 @@ def request_for(
     out.line(f"graphs cannot cross processes: re-capturing from plan {path}")
     request = request_from_plan(plan, **overrides)
     if plan.fuse:  # the kernels compiled at capture time, beside the plan
+        from accelerate_graph.fused.layers import inductor_cache_dir
+
         request.inductor_cache = str(inductor_cache_dir(path))
     return request, PlanSource(plan, path)
 

@@ -16,6 +16,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
+
+# When our first line ran (unix time): `generate` reports the interpreter's own start-up before it.
+STARTED_UNIX: float | None = None
 
 INTERRUPTED_EXIT = 130
 ATOMIC_IO = "accelerate_graph.common.atomic_io"
@@ -39,6 +43,8 @@ def install_interrupt_handler() -> None:
 
 
 def main() -> None:
+    global STARTED_UNIX
+    STARTED_UNIX = time.time()
     install_interrupt_handler()
     from .main import app
 

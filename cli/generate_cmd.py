@@ -93,7 +93,18 @@ def generate(
         return
     import time
 
-    stamps = [("command", time.time())]  # start-up breakdown for --json: (stage, unix time)
+    from .entry import STARTED_UNIX
+
+    # start-up breakdown for --json: (stage, unix time) as each stage starts. "python up": our first
+    # line ran; "command": the command line is parsed (torch not imported yet)
+    stamps = [("python up", STARTED_UNIX)] if STARTED_UNIX is not None else []
+    stamps.append(("command", time.time()))
+    import torch  # noqa: F401 - imported here only to time it: the modules below import it
+
+    stamps.append(("torch imported", time.time()))
+    import transformers  # noqa: F401 - the same
+
+    stamps.append(("transformers imported", time.time()))
     from accelerate_graph.common.atomic_io import check_writable
     from accelerate_graph.generate.prompts import collect_prompts, encode_prompts, load_tokenizer
     from accelerate_graph.generate.run import GenerateJob, generation_report
@@ -122,6 +133,8 @@ def generate(
     stamps.append(("first token", generation.first_token_unix))
     report = generation_report(generation, tokens, job)
     report["startup_unix"] = [[stage, at] for stage, at in stamps]  # where the time to first token went
+    if prepared.graphs is not None:  # what each graph's capture took (inside the stages above, or later)
+        report["captures"] = [vars(c) for c in prepared.graphs.captures()]
     _summary(report, out, show_text=len(tokens.ids) > 1)
     out.emit_json(report)  # ids, text, first-token time, tokens/s, step percentiles
 

@@ -1,4 +1,9 @@
-"""--tp N: run a command's body on N ranks (accelerate_graph.distributed) and report one line."""
+"""--tp N: run a command's body on N ranks (accelerate_graph.distributed) and report one line.
+
+Every command imports this module before it knows whether --tp is above 1: torch, the plan reader
+and the distributed launcher are imported only where a function needs them (a plain `generate`
+reaches its first token without them).
+"""
 
 from __future__ import annotations
 
@@ -12,15 +17,10 @@ from pathlib import Path
 import click
 import typer
 
-from accelerate_graph.common.devices import resolve_device
 from accelerate_graph.common.errors import PlanError
-from accelerate_graph.core.plan import DEFAULT_PLAN_PATH, read_plan
-from accelerate_graph.distributed.all_reduce import KIND_ENV, check_kind
-from accelerate_graph.distributed.launch import run_on_ranks
-from accelerate_graph.distributed.rank import check_world_fits, in_rank
-from accelerate_graph.distributed.teardown import end_process
 
 from .errors import debug_enabled, describe
+from .options import DEFAULT_PLAN_PATH
 
 
 def classify(err: BaseException) -> tuple[int, str | None]:
@@ -41,7 +41,15 @@ def spread(command: Callable, arguments: dict, tp: int, device: str) -> bool:
     """False: run the body here. Otherwise run `command` on `tp` ranks and end this process with the
     run's exit code (a failure as one line): the ranks are gone, nothing of ours is left to finalize,
     and the interpreter's own finalization of torch alone took 8 s on a loaded 2-core machine."""
-    if tp <= 1 or in_rank():
+    if tp <= 1:
+        return False
+    from accelerate_graph.common.devices import resolve_device
+    from accelerate_graph.distributed.all_reduce import KIND_ENV, check_kind
+    from accelerate_graph.distributed.launch import run_on_ranks
+    from accelerate_graph.distributed.rank import check_world_fits, in_rank
+    from accelerate_graph.distributed.teardown import end_process
+
+    if in_rank():
         return False
     check_world_fits(tp, resolve_device(device).type)
     if arguments.get("allreduce"):  # the ranks (ours, or torchrun's: this process) read it at the split
@@ -60,6 +68,8 @@ def plan_tp(tp: int | None, model: str | None, plan: Path | None) -> int:
         return tp
     if model is not None and plan is None:
         return 1
+    from accelerate_graph.core.plan import read_plan
+
     try:
         return read_plan(plan or DEFAULT_PLAN_PATH).tp
     except PlanError:
@@ -70,4 +80,6 @@ def plan_device(model: str | None, plan: Path | None) -> str:
     """The device a re-capture runs on: MODEL's auto, else the plan's."""
     if model is not None and plan is None:
         return "auto"
+    from accelerate_graph.core.plan import read_plan
+
     return read_plan(plan or DEFAULT_PLAN_PATH).device

@@ -13,9 +13,18 @@ _INTERNAL_DIRS = tuple(
 )
 
 
+# filename -> is_internal: hazard detection asks for every frame of every op of two decode steps
+_KNOWN: dict[str, bool] = {}
+
+
 def is_internal(filename: str) -> bool:
     """torch's own files and this package's; not a user's, not transformers' (even under a folder named torch)."""
-    return os.path.abspath(filename).replace("\\", "/").startswith(_INTERNAL_DIRS)
+    known = _KNOWN.get(filename)
+    if known is None:
+        known = os.path.abspath(filename).replace("\\", "/").startswith(_INTERNAL_DIRS)
+        if os.path.isabs(filename):  # a relative name depends on the working directory: not kept
+            _KNOWN[filename] = known
+    return known
 
 
 def short(path: str) -> str:
