@@ -155,20 +155,24 @@ REPEAT_SEED_STRIDE = 1000  # verify_graphs draws seeds seed..seed+cases: repeats
 
 
 def _repeat_summary(number: int, rows) -> dict:
+    failed = [r for r in rows if not r.passed]
     return {
         "repeat": number,
         "runs": len(rows),
-        "failed": sum(not r.passed for r in rows),
+        "failed": len(failed),
         "worst_ratio": max((r.ratio for r in rows if r.ratio == r.ratio), default=0.0),  # NaN: a replay that raised
+        # a failure in a later repeat is not in the table: say which case and why, here and in the JSON
+        "first_failure": f"bucket {failed[0].bucket}, batch {failed[0].batch}: {failed[0].detail}" if failed else None,
     }
 
 
 def _repeat_line(summary: dict) -> str:
     runs = summary["runs"]
     verdict = "pass" if not summary["failed"] else f"[red]{summary['failed']} FAILED[/red]"
+    first = f"; first: {summary['first_failure']}" if summary.get("first_failure") else ""
     return (
         f"repeat {summary['repeat']}: {runs - summary['failed']} of {runs} runs pass ({verdict}); "
-        f"worst replay error {summary['worst_ratio']:.2f} x eager's"
+        f"worst replay error {summary['worst_ratio']:.2f} x eager's{first}"
     )
 
 

@@ -607,3 +607,19 @@ def test_verify_repeat_runs_every_case_again_with_new_inputs(good_plan, monkeypa
     assert [r["repeat"] for r in data["repeats"]] == [1, 2, 3]
     assert all(r["runs"] == once and r["failed"] == 0 for r in data["repeats"])
     assert len(seeds) == len(set(seeds)) == 3 * (once + 1)  # one prompt and one draw per case, never reused
+
+
+def test_a_failure_in_a_later_repeat_is_named_in_its_line():
+    """Only the first repeat's table is printed: a later repeat's line says which case failed and why."""
+    from types import SimpleNamespace
+
+    from cli.verify_cmd import _repeat_line, _repeat_summary
+
+    rows = [
+        SimpleNamespace(passed=True, ratio=1.1, bucket=1, batch=1, detail=""),
+        SimpleNamespace(passed=False, ratio=1.2, bucket=8, batch=2, detail="3 greedy tokens differ"),
+    ]
+    summary = _repeat_summary(4, rows)
+    assert summary["failed"] == 1 and summary["first_failure"] == "bucket 8, batch 2: 3 greedy tokens differ"
+    assert _repeat_line(summary).endswith("first: bucket 8, batch 2: 3 greedy tokens differ")
+    assert "first:" not in _repeat_line(_repeat_summary(5, rows[:1]))
