@@ -3,7 +3,8 @@ captures), and its layers compiled by inductor with grouped-query decode attenti
 captures), with and without batch 1's GEMV lowering.
 
 The step runs uncaptured under torch.profiler: a graph replays the same kernels, minus the launch
-gaps. Prints one table per (model, batch, cache slots); writes JSON to --json.
+gaps; the captured graph's replay is timed too (ms per step, what PDL or fewer gaps change). Prints one
+line per (way, batch, cache slots); writes JSON to --json.
 
 Run on a GPU: PYTHONPATH=. python3 benchmarks/profile_step.py qwen2.5-0.5b --batches 1,32 --json out.json
 """
@@ -46,6 +47,31 @@ class Way:
     triton_attention: bool = False  # fused.grouped_attention.TRITON_DECODE
     long_cublas: bool = gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
     materialize: bool = gemv_lowering.MATERIALIZE_INPUT  # GEMV inputs stored before the reduction
+    inductor: tuple = ()  # (setting, value) pairs added to fused.layers.INDUCTOR_SETTINGS
+
+
+TUNED = (("coordinate_descent_tuning", True), ("autotune_local_cache", False))
+REPLAYS = 50
+
+
+def replay_ms(graphs, session, batch: int, prompt: int, calls: int = REPLAYS) -> float:
+    """Milliseconds per replay of the captured graph for `batch` at the context holding slot `prompt`, by
+    CUDA events. The cache is rewound once, not before each replay: a rewind is a kernel per layer (32
+    at 8B), which would be timed too; the writes walk on from `prompt` by one slot a replay."""
+    tokens = torch.randint(session.vocab_size, (batch,), device=session.device)
+    positions = torch.full((batch,), prompt, device=session.device)
+    session.kv.rewind(prompt)
+    for _ in range(5):
+        graphs.run(tokens, positions, copy=False)
+    session.kv.rewind(prompt)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        graphs.run(tokens, positions, copy=False)
+    end.record()
+    torch.cuda.synchronize()
+    session.kv.rewind(prompt)
+    return start.elapsed_time(end) / calls
 
 
 def kernel_class(name: str) -> str:
@@ -114,10 +140,17 @@ def main() -> None:
         "fused-stored": Way("fused, GEMV inputs stored", materialize=True),
         "fused-stored-all-gemv": Way("fused, inputs stored, GEMV for all", materialize=True, long_cublas=False),
         "fused-inlined": Way("fused, GEMV inputs inlined", materialize=False),
+        # programmatic dependent launch: each triton kernel's prologue overlaps the previous one's tail
+        "fused-pdl": Way("fused, PDL", inductor=(("triton.enable_pdl", True),)),
+        # coordinate descent tuning of every kernel's config, re-run at each start (torch 2.11 restored
+        # tuned configs from its cache as slower ones: docs/PERF.md)
+        "fused-tuned": Way("fused, tuned", inductor=TUNED),
+        "fused-tuned-pdl": Way("fused, tuned, PDL", inductor=(*TUNED, ("triton.enable_pdl", True))),
         "fused-kernels": Way("fused, skinny kernels", program="kernels"),  # layer_program + Triton
         "fused-torchops": Way("fused, torch ops", program="torch"),  # layer_program, torch ops
     }
     results = []
+    shipped_settings = dict(fused_step.INDUCTOR_SETTINGS)
     for way in (ways[name] for name in args.ways.split(",")):
         label = way.label
         fused_step.GEMV_AT_BATCH_1 = way.gemv
@@ -125,6 +158,7 @@ def main() -> None:
         grouped_attention.TRITON_DECODE = way.triton_attention
         gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS = way.long_cublas
         gemv_lowering.MATERIALIZE_INPUT = way.materialize
+        fused_step.INDUCTOR_SETTINGS = {**shipped_settings, **dict(way.inductor)}
         request = CaptureRequest(
             model=args.model,
             buckets=batches,
@@ -143,10 +177,12 @@ def main() -> None:
         rewind = functools.partial(session.kv.rewind, args.prompt)
         context = prepared.graphs.contexts[0] if args.prompt < prepared.graphs.contexts[0] else None
         for batch in batches:
+            replay = replay_ms(prepared.graphs, session, batch, args.prompt)
+            print(f"{args.model} {label:18s} batch {batch:3d}: replay {replay:.3f} ms per step", flush=True)
             for slots in sorted({args.cache, context or args.cache}):
                 step = session.capture_step(batch, slots)
                 found = profile_step(step, rewind)
-                results.append({"way": label, "batch": batch, "slots": slots, **found})
+                results.append({"way": label, "batch": batch, "slots": slots, "replay_ms": replay, **found})
                 print(
                     f"{args.model} {label:18s} batch {batch:3d} slots {slots:5d}: {found['kernels']:6.0f} kernels, "
                     f"{found['kernel_us']:8.1f} us of kernels | "
