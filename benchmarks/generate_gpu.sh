@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 15 on the H200, one device call (< 6 min): the Qwen2.5-0.5B recipe, prompt 128, 128 new tokens,
 # batches 1/8/32.
-#  1. one `bench` run: HF eager, HF static+compile (hf-generate), our drop-in, our native loop over plain
+#  1. one `bench` run: HF eager, HF static+compile (hf-generate), our drop-in (plain and fused), our native loop over plain
 #     graphs (generate) and over fused graphs (generate-fused): tokens/s (median of 5 calls) and first
 #     call, capture/compile included; the notes give the loop's host ms per step next to the device's.
 #  2. first token from a NEW process, plain graphs: `cugraph-accel generate` per batch, wall clock from
@@ -15,8 +15,8 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200}
 OUT=${OUT:-/tmp/cugraph-accel-out}
 mkdir -p "$OUT"
 
-echo "== 1. bench: hf-eager, hf-generate, drop-in, generate, generate-fused"
-timeout 240 python3 -m cli bench qwen2.5-0.5b --compare hf-eager,hf-generate,drop-in,generate,generate-fused \
+echo "== 1. bench: hf-eager, hf-generate, drop-in, drop-in-fused, generate, generate-fused"
+timeout 240 python3 -m cli bench qwen2.5-0.5b --compare hf-eager,hf-generate,drop-in,drop-in-fused,generate,generate-fused \
   --buckets 1,8,32 --context 1024 --new-tokens 128 --json "$OUT/generate-bench.json" > "$OUT/generate-bench.log" 2>&1
 echo "bench exit code $?"
 sed -n '/^ *generate, cache length/,/HF static+compile *$/p' "$OUT/generate-bench.log"
@@ -42,7 +42,7 @@ try:
 except (OSError, KeyError, ValueError):
     rows = []
 tok = {(r["contender"], r["bucket"]): r["tokens_per_s"] for r in rows}
-names = ["hf-generate", "drop-in", "generate", "generate-fused"]
+names = ["hf-generate", "drop-in", "drop-in-fused", "generate", "generate-fused"]
 print(f"{'batch':>5} " + " ".join(f"{n:>15}" for n in names) + f" {'first token s':>14}")
 for batch in (1, 8, 32):
     hf = tok.get(("hf-generate", batch))

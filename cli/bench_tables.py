@@ -8,6 +8,7 @@ from accelerate_graph.bench.contenders import CONTENDERS, GENERATE, STEP, Conten
 from accelerate_graph.bench.results import BASELINE, BenchReport, BenchRow
 from accelerate_graph.bench.timing import DRIFT_LIMIT
 
+from .generate_bench_table import ORDER as END_TO_END_ORDER
 from .generate_bench_table import end_to_end_table
 
 
@@ -161,6 +162,6 @@ def bench_tables(report: BenchReport) -> list[Table]:
         contenders = {r.contender for r in report.generate_rows(info.cache_len)}
         if "hf-generate" in contenders:
             tables.append(generate_table(report, info.cache_len))
-        if contenders & {"generate", "generate-fused", "drop-in", "hf-eager"}:
+        if contenders & (set(END_TO_END_ORDER) - {"hf-generate"}):  # hf-generate alone has its own table
             tables.append(end_to_end_table(report, info.cache_len))
     return tables

@@ -5,15 +5,16 @@ from __future__ import annotations
 from rich.table import Table
 
 # left to right: HF as it comes, HF compiled, our drop-in, our native loop
-ORDER = ("hf-eager", "hf-generate", "drop-in", "generate", "generate-fused")
+ORDER = ("hf-eager", "hf-generate", "drop-in", "drop-in-fused", "generate", "generate-fused")
 LABELS = {
     "hf-eager": "HF eager",
     "hf-generate": "HF static+compile",
     "drop-in": "drop-in",
+    "drop-in-fused": "drop-in --fuse",
     "generate": "generate",
     "generate-fused": "generate --fuse",
 }
-OURS = ("drop-in", "generate", "generate-fused")  # each compared with HF static+compile
+OURS = ("drop-in", "drop-in-fused", "generate", "generate-fused")  # each compared with HF static+compile
 
 
 def end_to_end_table(report, cache_len: int) -> Table:

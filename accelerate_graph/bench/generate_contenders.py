@@ -83,9 +83,11 @@ def _hf_call(model, prompt: torch.Tensor, count: int):
     return call
 
 
-def bench_drop_in(plan, session, bucket: int, new_tokens: int, floor_ms: float, seed: int = 0, emulate=False):
-    """Row "drop-in": `accelerate()` on the session's model for this one bucket (its capture is the
-    setup), then the model's own generate(); undone after."""
+def bench_drop_in(
+    plan, session, bucket: int, new_tokens: int, floor_ms: float, seed: int = 0, emulate=False, fuse=False
+):
+    """Row "drop-in" ("drop-in-fused" with `fuse`): `accelerate()` on the session's model for this one
+    bucket (its capture, and compile, are the setup), then the model's own generate(); undone after."""
     from accelerate_graph.generate.dropin import accelerate
 
     prompt_len = plan.prompt_len
@@ -97,12 +99,20 @@ def bench_drop_in(plan, session, bucket: int, new_tokens: int, floor_ms: float, 
         buckets=(bucket,),
         max_cache_len=plan.max_cache_len,
         contexts=tuple(plan.contexts),
+        fuse=fuse,
         emulate=emulate,
     )
     setup = time.perf_counter() - start
     try:
         return _timed_rows(
-            "drop-in", _hf_call(session.model, prompt, count), setup, session, bucket, prompt_len, count, floor_ms
+            "drop-in-fused" if fuse else "drop-in",
+            _hf_call(session.model, prompt, count),
+            setup,
+            session,
+            bucket,
+            prompt_len,
+            count,
+            floor_ms,
         )
     finally:
         handle.undo()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from accelerate_graph.bench.contenders.base import GENERATE, STEP, Contender, SetupColumn, Tier, TimedStep
 from accelerate_graph.bench.contenders.compile import COMPILE
-from accelerate_graph.bench.contenders.drop_in import DROP_IN
+from accelerate_graph.bench.contenders.drop_in import DROP_IN, DROP_IN_FUSED
 from accelerate_graph.bench.contenders.eager import EAGER
 from accelerate_graph.bench.contenders.fused import FUSED
 from accelerate_graph.bench.contenders.graph import GRAPH
@@ -29,6 +29,7 @@ CONTENDERS: tuple[Contender, ...] = (
     NATIVE_GENERATE,
     GENERATE_FUSED,
     DROP_IN,
+    DROP_IN_FUSED,
     HF_EAGER,
 )
 
