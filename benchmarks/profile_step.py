@@ -148,6 +148,7 @@ def main() -> None:
         "fused-tuned-pdl": Way("fused, tuned, PDL", inductor=(*TUNED, ("triton.enable_pdl", True))),
         "fused-kernels": Way("fused, skinny kernels", program="kernels"),  # layer_program + Triton
         "fused-torchops": Way("fused, torch ops", program="torch"),  # layer_program, torch ops
+        "fused-merged": Way("fused, q/k/v and gate/up merged", program="merged"),  # layer_program, HF rounding
     }
     results = []
     shipped_settings = dict(fused_step.INDUCTOR_SETTINGS)

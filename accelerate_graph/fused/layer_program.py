@@ -35,12 +35,15 @@ _LAYER_CHILDREN = {"self_attn", "mlp", "input_layernorm", "post_attention_layern
 @dataclass(frozen=True)
 class LayerOps:
     """How the four folded operations run (fused/kernels/skinny_matmul.py: the Triton kernels and their
-    torch references, which define the rounding), for Llama's RMSNorm and SiLU."""
+    torch references, which define the rounding), for Llama's RMSNorm and SiLU. `merged`: q/k/v and
+    gate/up run as one projection each, over weights `merge_projections` concatenated once; then
+    norm_projections gets the one q/k/v weight and norm_gate_up the one gate/up weight (w_up None)."""
 
     name: str
     norm_projections: Callable
     linear_residual: Callable
     norm_gate_up: Callable
+    merged: bool = False
 
 
 def _ops(name: str, norm_projections, linear_residual, norm_gate_up) -> LayerOps:
@@ -57,6 +60,58 @@ REFERENCE_OPS = _ops(
     skinny_matmul.reference_norm_gate_up,
 )  # fmt: skip
 KERNEL_OPS = _ops("triton", skinny_matmul.norm_projections, skinny_matmul.linear_residual, skinny_matmul.norm_gate_up)
+
+
+# -- q/k/v and gate/up as one projection each, in the model's dtype as HF rounds them -------------------
+# Above batch 1 every projection is a cuBLAS call of a few microseconds, bound by its launch, not its
+# bytes (Qwen2.5-0.5B at batch 8: 242 matmuls, ~4 us each): one call for q, k and v and one for gate and
+# up remove 3 of 7 per layer. The weights are concatenated once (merge_projections) and the modules'
+# own weights become views of the concatenation, so memory does not grow and HF's forward (the prompt,
+# verify's eager run) reads the same numbers.
+MERGED_QKV, MERGED_QKV_BIAS, MERGED_GATE_UP = "cugraph_qkv_weight", "cugraph_qkv_bias", "cugraph_gate_up_weight"
+
+
+def _merged_projections(x, norm_weight, eps, weights, biases):
+    xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
+    return tuple(torch.nn.functional.linear(xn, w, b) for w, b in zip(weights, biases))
+
+
+def _merged_linear_residual(x, weight, bias, residual):
+    return residual + torch.nn.functional.linear(x, weight, bias)
+
+
+def _merged_gate_up(x, norm_weight, eps, w_gate_up, w_up):
+    xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
+    gate, up = torch.nn.functional.linear(xn, w_gate_up).chunk(2, dim=-1)
+    return torch.nn.functional.silu(gate) * up
+
+
+MERGED_OPS = LayerOps("merged", _merged_projections, _merged_linear_residual, _merged_gate_up, merged=True)
+
+
+def _concatenated(modules, name: str) -> torch.Tensor | None:
+    tensors = [getattr(m, name) for m in modules]
+    if any(t is None for t in tensors):
+        return None
+    merged = torch.cat([t.detach() for t in tensors])
+    at = 0
+    for module, tensor in zip(modules, tensors):
+        view = merged[at : at + tensor.shape[0]]
+        at += tensor.shape[0]
+        setattr(module, name, torch.nn.Parameter(view, requires_grad=tensor.requires_grad))
+    return merged
+
+
+def merge_projections(layer: torch.nn.Module) -> None:
+    """Concatenate q/k/v's weights (and biases) and gate/up's once, as non-persistent buffers of the
+    attention and MLP modules; each projection's weight becomes a view of its rows. Idempotent."""
+    attention, mlp = layer.self_attn, layer.mlp
+    if getattr(attention, MERGED_QKV, None) is None:
+        projections = (attention.q_proj, attention.k_proj, attention.v_proj)
+        attention.register_buffer(MERGED_QKV, _concatenated(projections, "weight"), persistent=False)
+        attention.register_buffer(MERGED_QKV_BIAS, _concatenated(projections, "bias"), persistent=False)
+    if getattr(mlp, MERGED_GATE_UP, None) is None:
+        mlp.register_buffer(MERGED_GATE_UP, _concatenated((mlp.gate_proj, mlp.up_proj), "weight"), persistent=False)
 
 
 def kernel_ops_for(device: torch.device) -> LayerOps | None:
@@ -114,13 +169,24 @@ def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cach
     batch, tokens, hidden = hidden_states.shape
     x = hidden_states.reshape(batch * tokens, hidden)
     first = layer.input_layernorm
-    q, k, v = ops.norm_projections(
-        x,
-        first.weight,
-        first.variance_epsilon,
-        (attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight),
-        (attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias),
-    )
+    if ops.merged:
+        (qkv,) = ops.norm_projections(
+            x,
+            first.weight,
+            first.variance_epsilon,
+            (getattr(attention, MERGED_QKV),),
+            (getattr(attention, MERGED_QKV_BIAS),),
+        )
+        sizes = (attention.q_proj.out_features, attention.k_proj.out_features, attention.v_proj.out_features)
+        q, k, v = qkv.split(sizes, dim=-1)
+    else:
+        q, k, v = ops.norm_projections(
+            x,
+            first.weight,
+            first.variance_epsilon,
+            (attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight),
+            (attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias),
+        )
     head_dim = attention.head_dim
     q = q.view(batch, tokens, -1, head_dim).transpose(1, 2)
     k = k.view(batch, tokens, -1, head_dim).transpose(1, 2)
@@ -132,6 +198,9 @@ def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cach
     out, _ = grouped_decode_attention(attention, q, k, v, attention_mask, scaling=attention.scaling)
     h = ops.linear_residual(out.reshape(batch * tokens, -1), attention.o_proj.weight, attention.o_proj.bias, x)
     second = layer.post_attention_layernorm
-    gated = ops.norm_gate_up(h, second.weight, second.variance_epsilon, mlp.gate_proj.weight, mlp.up_proj.weight)
+    if ops.merged:
+        gated = ops.norm_gate_up(h, second.weight, second.variance_epsilon, getattr(mlp, MERGED_GATE_UP), None)
+    else:
+        gated = ops.norm_gate_up(h, second.weight, second.variance_epsilon, mlp.gate_proj.weight, mlp.up_proj.weight)
     out = ops.linear_residual(gated, mlp.down_proj.weight, mlp.down_proj.bias, h)
     return out.view(batch, tokens, hidden)

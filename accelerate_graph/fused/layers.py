@@ -29,7 +29,15 @@ from accelerate_graph.common.errors import DROP_FUSE, CaptureError
 from accelerate_graph.compat import torch_internals
 from accelerate_graph.compat.transformers_internals import cache_indices, cache_indices_set_to_zero, static_layer_view
 from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
-from accelerate_graph.fused.layer_program import REFERENCE_OPS, LayerOps, decode_layer, kernel_ops_for, program_for
+from accelerate_graph.fused.layer_program import (
+    MERGED_OPS,
+    REFERENCE_OPS,
+    LayerOps,
+    decode_layer,
+    kernel_ops_for,
+    merge_projections,
+    program_for,
+)
 
 # Batch 1 compiles its projections to GEMV kernels (gemv_lowering.py). A switch so that
 # benchmarks/profile_step.py can measure the step without them.
@@ -149,7 +157,8 @@ def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int
 
 
 # Which forward the covered layers run (layer_program.py): "kernels" (its Triton kernels where the
-# device has them, else HF's forward), "torch" (its torch reference ops) or "hf" (HF's forward).
+# device has them, else HF's forward), "torch" (its torch reference ops), "merged" (q/k/v and gate/up
+# one projection each, HF's rounding; experimental, not yet measured) or "hf" (HF's forward).
 # "hf" until the kernels beat what inductor and cuBLAS do: on the H200 (2026-11-30) they reached 28-73%
 # of copy bandwidth at the 8B shapes, slower than cuBLAS at most, and inductor failed to compile the
 # program with them at batch > 1 (docs/PERF.md). A switch so benchmarks/profile_step.py can measure each.
@@ -159,6 +168,8 @@ LAYER_PROGRAM = "hf"
 def default_ops(model: torch.nn.Module) -> LayerOps | None:
     if LAYER_PROGRAM == "torch":
         return REFERENCE_OPS
+    if LAYER_PROGRAM == "merged":
+        return MERGED_OPS
     if LAYER_PROGRAM == "hf":
         return None
     return kernel_ops_for(next(model.parameters()).device)
@@ -188,6 +199,9 @@ class FusedForward:
         # layer_program.py's forward, for the layers it covers; None keeps HF's forward for every layer
         self.ops = ops if ops is not None else default_ops(model)
         self.programmed = self.ops is not None and all(program_for(layer) for layer in self.layers)
+        if self.programmed and self.ops.merged:
+            for layer in self.layers:
+                merge_projections(layer)
         self._compiled: dict[type, object] = {}  # one compiled forward per layer class
         self._programs: dict[type, object] = {}  # one compiled layer_program.decode_layer per class, if any
         self._classes_done: set[bool] = set()  # batch classes (batch 1 or not) compiled so far

@@ -61,6 +61,20 @@ def test_the_layer_program_with_its_kernels_verifies(model_type, monkeypatch):
     assert session.fused.programmed
 
 
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_merged_projections_verify_on_gpu(model_type, monkeypatch):
+    """LAYER_PROGRAM "merged" (q/k/v and gate/up one projection each): inductor compiles it, the graphs
+    replay it, and verify judges it like any other fused step."""
+    from accelerate_graph.fused import layers
+    from accelerate_graph.fused.layer_program import MERGED_QKV
+
+    monkeypatch.setattr(layers, "LAYER_PROGRAM", "merged")
+    model = tiny_decoder(model_type)
+    use_grouped_attention(model)
+    session, _ = capture_and_verify(model, fused=True)
+    assert session.fused.programmed and getattr(model.model.layers[0].self_attn, MERGED_QKV) is not None
+
+
 def test_compile_contender_after_a_fused_capture_compiles_whole():
     """bench times torch.compile after `fused` on the same session: the fused compilation's dynamic-size
     marks must not reach the tensors compile sees (they cost it graph breaks and 20 ms steps once)."""

@@ -62,3 +62,43 @@ def test_layers_the_program_does_not_cover_keep_hfs_forward(model_type):
     from accelerate_graph.fused.layers import decoder_layers
 
     assert not any(program_for(layer) for layer in decoder_layers(model))
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_merged_projections_decode_like_hfs_forward_in_the_same_memory(model_type):
+    """q/k/v and gate/up as one projection each (MERGED_OPS): the same logits as HF's forward, the
+    modules' weights now views of the concatenations (no byte more), and merging twice changes nothing."""
+    from accelerate_graph.core.memory import weight_bytes
+    from accelerate_graph.fused.layer_program import MERGED_GATE_UP, MERGED_OPS, MERGED_QKV, merge_projections
+
+    torch._dynamo.reset()
+    model = tiny_decoder(model_type)
+    use_grouped_attention(model)
+    session = DecodeSession(model, 2, 64)
+    prompt = torch.randint(0, 100, (2, 6))
+    cases = [(2, 32), (1, 64)]
+    expected = session.first_steps(prompt, cases)
+    before = weight_bytes(model)
+    q_weight = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
+    calls = []
+    counted = LayerOps(
+        "counted",
+        MERGED_OPS.norm_projections,
+        MERGED_OPS.linear_residual,
+        lambda x, w, eps, gate_up, up: calls.append(up is None) or MERGED_OPS.norm_gate_up(x, w, eps, gate_up, up),
+        merged=True,
+    )
+    fused = FusedForward(model, backend="eager", ops=counted)
+    assert fused.programmed
+    attention, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    merged = getattr(attention, MERGED_QKV)
+    assert merged.shape[0] == sum(p.out_features for p in (attention.q_proj, attention.k_proj, attention.v_proj))
+    assert attention.q_proj.weight.untyped_storage().data_ptr() == merged.untyped_storage().data_ptr()
+    assert mlp.up_proj.weight.untyped_storage().data_ptr() == getattr(mlp, MERGED_GATE_UP).untyped_storage().data_ptr()
+    assert torch.equal(attention.q_proj.weight, q_weight) and weight_bytes(model) == before
+    merge_projections(model.model.layers[0])
+    assert getattr(attention, MERGED_QKV) is merged
+    got = session.first_steps(prompt, cases, fused)
+    assert calls and all(calls), "the merged gate/up never ran"
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
