@@ -7,20 +7,8 @@
 #   tp       bench 8B --tp 2 and --tp 1, fused, buckets 1/8/32 (issue 17: tp2 / tp1 at batch 1)
 # A table last. Usage on the device machine: OUT=/some/dir bash benchmarks/perf_gpu.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
-START=$(date +%s); DEADLINE=${DEADLINE:-540}
-left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200} TRANSFORMERS_VERBOSITY=error
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-FINAL=${OUT:-/tmp/cugraph-accel-out}; LOGS=/tmp/perf-logs; rm -rf "$LOGS"; mkdir -p "$LOGS" "$FINAL"
-export TORCHINDUCTOR_CACHE_DIR="$LOGS/inductor-cache"
-run() {  # NAME NEEDS_S LIMIT_S COMMAND...
-  local name=$1 needs=$2 limit=$3; shift 3
-  if [ "$(left)" -lt "$needs" ]; then echo "$name: skipped ($(left) s left, needs ~$needs s)"; return 0; fi
-  [ "$limit" -gt "$(left)" ] && limit=$(left)
-  echo "$name: $(python3 benchmarks/timed_exit.py "$LOGS/$name.log" -- timeout "$limit" "$@")"
-  grep -E "kernels,|passed|failed|^error|Error" "$LOGS/$name.log" | cut -c1-330 | head -n 6
-}
+DEADLINE=${DEADLINE:-540} LOGS=/tmp/perf-logs SHOW="kernels,|passed|failed|^error|Error"
+source "$(dirname "$0")/deadline.sh"
 run tests-fused 40 90 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/fused
 run tests-tp 60 150 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/distributed
 BENCH=(--context 1024 --steps 40 --warmup 5)

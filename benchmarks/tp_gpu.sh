@@ -15,26 +15,12 @@
 # Usage on the device machine: OUT=/some/dir bash benchmarks/tp_gpu.sh [all|tests|run|exits]
 #   run: all but the tests; exits: 10 timed `capture tiny --tp 2` runs (EXITS=N), ~3 min
 set -uo pipefail
-cd "$(dirname "$0")/.."
-START=$(date +%s); DEADLINE=${DEADLINE:-420}
-left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200} TRANSFORMERS_VERBOSITY=error
-# Required on these machines: NVLink multicast off in NCCL and PyTorch (our launcher sets it in every rank too).
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-FINAL=${OUT:-/tmp/cugraph-accel-out}; LOGS=/tmp/tp-logs; rm -rf "$LOGS"; mkdir -p "$LOGS" "$FINAL"
-export TORCHINDUCTOR_CACHE_DIR="$LOGS/inductor-cache"  # shared by every run: later compiles hit the cache
+DEADLINE=${DEADLINE:-420} LOGS=/tmp/tp-logs SHOW="^error|^note: rank|teardown|FutureWarning"
+source "$(dirname "$0")/deadline.sh"
 RECIPE=recipes/llama-3.1-8b.yaml
 SHAPE=(--buckets 1,8,32 --max-cache-len 1024 --context-buckets full)
 BENCH=(--buckets 1,8,32 --context 1024 --context-buckets full --steps 50 --warmup 5)
 VARIANTS=${VARIANTS:-oneshot ll}
-# run NAME NEEDS_S LIMIT_S COMMAND...: logged to $LOGS/NAME.log, its exit timed; skipped when the deadline is near
-run() {
-  local name=$1 needs=$2 limit=$3; shift 3
-  if [ "$(left)" -lt "$needs" ]; then echo "$name: skipped ($(left) s left, needs ~$needs s)"; return 0; fi
-  [ "$limit" -gt "$(left)" ] && limit=$(left)
-  echo "$name: $(python3 benchmarks/timed_exit.py "$LOGS/$name.log" -- timeout "$limit" "$@")"
-  grep -E "^error|^note: rank|teardown|FutureWarning" "$LOGS/$name.log" | head -n 3
-}
 variant_env() {  # the environment and options of one all-reduce variant
   case $1 in
     nccl) echo "--allreduce nccl" ;;
