@@ -105,7 +105,7 @@ def expected_flips(reference: torch.Tensor, noise_rms: torch.Tensor) -> tuple[fl
     Phi(-gap_j / (sqrt(2) rms)), summed over the closest candidates (a union bound, so an over-estimate).
     Near-ties make flips likely (random weights have many), clear margins make them rare."""
     k = min(FLIP_CANDIDATES, reference.shape[-1])
-    top = reference.double().topk(k, dim=-1).values
+    top = reference.topk(k, dim=-1).values.double()  # the closest k only: no double copy of the vocabulary
     gaps = top[..., :1] - top[..., 1:]
     spread = math.sqrt(2) * noise_rms.double().clamp_min(1e-30).unsqueeze(-1)
     p = (0.5 * torch.special.erfc(gaps / spread / math.sqrt(2))).sum(-1).clamp(0, 1)
