@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Issue 13 on one H200: the real-size recipes through the CLI, in about 8 minutes (one device call).
+#   Gemma-2-2B (sliding window, logit softcapping; never run on a GPU before 2026-12-01, so first),
 #   8B dense, OLMoE, Phi-3-mini:  verify (plain graphs, buckets 1,8,32, cache 1024), then bench graph vs fused
 #                                 at the same buckets (its fused row is capture --fuse and its check);
 #   Phi-3-mini, batch 32:         bench graph vs fused at cache 4096 (ran out of memory before issue 13);
@@ -24,7 +25,7 @@ step() {  # step NAME SECONDS COMMAND...: run with the smaller of SECONDS and th
   echo "   exit code $?; $(grep -E '^peak device memory|memory [0-9.]+ GiB|^error|verified|verify failed' "$OUT/$name.log" | head -n 3 | cut -c1-200 | tr '\n' ' ')"
 }
 
-for recipe in llama-3.1-8b olmoe-1b-7b phi-3-mini-4k; do
+for recipe in gemma-2-2b llama-3.1-8b olmoe-1b-7b phi-3-mini-4k; do
   step "verify-$recipe" 100 python3 -m cli verify "$recipe" --buckets 1,8,32 --steps 8 --json "$OUT/verify-$recipe.json"
   step "bench-$recipe" 130 python3 -m cli bench "$recipe" --compare graph,fused --buckets 1,8,32 --context 1024 \
     --steps 30 --warmup 5 --json "$OUT/bench-$recipe.json"
