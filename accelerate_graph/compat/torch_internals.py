@@ -303,3 +303,19 @@ def stop_compile_workers() -> None:
     shutdown = getattr(module, "shutdown_compile_workers", None)
     if shutdown is not None:
         shutdown()
+
+
+# --- CUDA allocator history (benchmarks/memory_peak.py) -------------------------------------------------
+
+
+def cuda_memory_history(enabled: bool, max_entries: int = 1_000_000) -> None:
+    """Record (or stop recording) every CUDA allocation and free with its Python stack:
+    `torch.cuda.memory._record_memory_history` (underscored; the documented way to take memory snapshots
+    in torch 2.11 and 2.13). Checked: torch 2.11, 2.13."""
+    torch.cuda.memory._record_memory_history("all" if enabled else None, max_entries=max_entries)
+
+
+def cuda_memory_snapshot() -> dict:
+    """The recorded history and the allocator's segments: `torch.cuda.memory._snapshot()` (a dict with
+    "segments" and "device_traces"). Checked: torch 2.11, 2.13."""
+    return torch.cuda.memory._snapshot()

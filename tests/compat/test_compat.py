@@ -307,6 +307,18 @@ def test_inductor_materialized_writes_the_value_to_a_buffer():
     expect(stored == [False, True], symbol, TORCH, f"act stored as a bf16 buffer (inlined, materialized): {stored}")
 
 
+def test_cuda_memory_history_symbols_exist():
+    """Needs CUDA to run; the symbols (and the history call's keywords) must be there on every torch."""
+    import inspect
+
+    symbol = "torch.cuda.memory._record_memory_history / _snapshot"
+    with upstream(symbol, TORCH):
+        record = torch.cuda.memory._record_memory_history
+        snapshot = torch.cuda.memory._snapshot
+    expect("max_entries" in inspect.signature(record).parameters, symbol, TORCH, "no max_entries keyword")
+    expect(callable(snapshot), symbol, TORCH, "no snapshot function")
+
+
 # --- transformers --------------------------------------------------------------------------------------
 
 HF = hf.CHECKED
