@@ -135,11 +135,7 @@ def verify(
         }
     )
     if failed:
-        first = failed[0]
-        out.line(
-            f"[red]verify failed[/red] for {len(failed)} of {len(rows)} batches; first: bucket {first.bucket}, "
-            f"batch {first.batch}: {first.detail}"
-        )
+        out.line(f"[red]verify failed[/red] for {len(failed)} of {len(rows)} batches; first: {_failure(failed[0])}")
         raise typer.Exit(1)
     replayed = len(graphs.graphs) - len(uncovered(cases, graphs.buckets, graphs.contexts))
     times = f" in each of {repeat} repeats" if repeat > 1 else ""
@@ -162,8 +158,13 @@ def _repeat_summary(number: int, rows) -> dict:
         "failed": len(failed),
         "worst_ratio": max((r.ratio for r in rows if r.ratio == r.ratio), default=0.0),  # NaN: a replay that raised
         # a failure in a later repeat is not in the table: say which case and why, here and in the JSON
-        "first_failure": f"bucket {failed[0].bucket}, batch {failed[0].batch}: {failed[0].detail}" if failed else None,
+        "first_failure": _failure(failed[0]) if failed else None,
     }
+
+
+def _failure(row) -> str:
+    """Which case failed and why, in the final line and in a repeat's."""
+    return f"bucket {row.bucket}, batch {row.batch}: {row.detail}"
 
 
 def _repeat_line(summary: dict) -> str:

@@ -169,24 +169,16 @@ def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cach
     batch, tokens, hidden = hidden_states.shape
     x = hidden_states.reshape(batch * tokens, hidden)
     first = layer.input_layernorm
-    if ops.merged:
-        (qkv,) = ops.norm_projections(
-            x,
-            first.weight,
-            first.variance_epsilon,
-            (getattr(attention, MERGED_QKV),),
-            (getattr(attention, MERGED_QKV_BIAS),),
-        )
-        sizes = (attention.q_proj.out_features, attention.k_proj.out_features, attention.v_proj.out_features)
-        q, k, v = qkv.split(sizes, dim=-1)
+    if ops.merged:  # one projection over the concatenated weights, split after
+        weights, biases = (getattr(attention, MERGED_QKV),), (getattr(attention, MERGED_QKV_BIAS),)
     else:
-        q, k, v = ops.norm_projections(
-            x,
-            first.weight,
-            first.variance_epsilon,
-            (attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight),
-            (attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias),
-        )
+        weights = (attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight)
+        biases = (attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias)
+    projected = ops.norm_projections(x, first.weight, first.variance_epsilon, weights, biases)
+    if ops.merged:
+        sizes = (attention.q_proj.out_features, attention.k_proj.out_features, attention.v_proj.out_features)
+        projected = projected[0].split(sizes, dim=-1)
+    q, k, v = projected
     head_dim = attention.head_dim
     q = q.view(batch, tokens, -1, head_dim).transpose(1, 2)
     k = k.view(batch, tokens, -1, head_dim).transpose(1, 2)
@@ -198,9 +190,7 @@ def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cach
     out, _ = grouped_decode_attention(attention, q, k, v, attention_mask, scaling=attention.scaling)
     h = ops.linear_residual(out.reshape(batch * tokens, -1), attention.o_proj.weight, attention.o_proj.bias, x)
     second = layer.post_attention_layernorm
-    if ops.merged:
-        gated = ops.norm_gate_up(h, second.weight, second.variance_epsilon, getattr(mlp, MERGED_GATE_UP), None)
-    else:
-        gated = ops.norm_gate_up(h, second.weight, second.variance_epsilon, mlp.gate_proj.weight, mlp.up_proj.weight)
+    w_gate, w_up = (getattr(mlp, MERGED_GATE_UP), None) if ops.merged else (mlp.gate_proj.weight, mlp.up_proj.weight)
+    gated = ops.norm_gate_up(h, second.weight, second.variance_epsilon, w_gate, w_up)
     out = ops.linear_residual(gated, mlp.down_proj.weight, mlp.down_proj.bias, h)
     return out.view(batch, tokens, hidden)
