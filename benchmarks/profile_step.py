@@ -15,6 +15,7 @@ import argparse
 import functools
 import json
 import re
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -54,24 +55,40 @@ TUNED = (("coordinate_descent_tuning", True), ("autotune_local_cache", False))
 REPLAYS = 50
 
 
-def replay_ms(graphs, session, batch: int, prompt: int, calls: int = REPLAYS) -> float:
-    """Milliseconds per replay of the captured graph for `batch` at the context holding slot `prompt`, by
-    CUDA events. The cache is rewound once, not before each replay: a rewind is a kernel per layer (32
-    at 8B), which would be timed too; the writes walk on from `prompt` by one slot a replay."""
-    tokens = torch.randint(session.vocab_size, (batch,), device=session.device)
-    positions = torch.full((batch,), prompt, device=session.device)
-    session.kv.rewind(prompt)
-    for _ in range(5):
-        graphs.run(tokens, positions, copy=False)
-    session.kv.rewind(prompt)
+def timed_ms(call, calls: int = REPLAYS) -> float:
+    """Milliseconds per call of `call`, by CUDA events around `calls` calls (the host clock off CUDA: a
+    smoke run)."""
+    if not torch.cuda.is_available():
+        began = time.perf_counter()
+        for _ in range(calls):
+            call()
+        return (time.perf_counter() - began) * 1000 / calls
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(calls):
-        graphs.run(tokens, positions, copy=False)
+        call()
     end.record()
     torch.cuda.synchronize()
-    session.kv.rewind(prompt)
     return start.elapsed_time(end) / calls
+
+
+def replay_ms(graphs, session, batch: int, prompt: int) -> float:
+    """Milliseconds per replay of the captured graph for `batch` at the context holding slot `prompt`.
+    The cache is rewound once, not before each replay: a rewind is a kernel per layer (32 at 8B), which
+    would be timed too; the writes walk on from `prompt` by one slot a replay."""
+    tokens = torch.randint(session.vocab_size, (batch,), device=session.device)
+    positions = torch.full((batch,), prompt, device=session.device)
+
+    def replay():
+        graphs.run(tokens, positions, copy=False)
+
+    session.kv.rewind(prompt)
+    for _ in range(5):
+        replay()
+    session.kv.rewind(prompt)
+    ms = timed_ms(replay)
+    session.kv.rewind(prompt)
+    return ms
 
 
 def kernel_class(name: str) -> str:

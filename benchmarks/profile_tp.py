@@ -16,7 +16,6 @@ import json
 import os
 import re
 import sys
-import time
 
 import torch
 import typer
@@ -29,7 +28,6 @@ CLASSES = (  # first match wins; names as NCCL, torch's symmetric memory, cuBLAS
     ("attention", r"attention|fmha|flash|sdpa|softmax"),
     ("fused (triton)", r"^triton_"),
 )
-REPLAYS = 50
 
 
 def kernel_class(name: str) -> str:
@@ -40,22 +38,6 @@ def kernel_class(name: str) -> str:
 def _sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-
-
-def _replays(step, calls: int) -> float:
-    """Milliseconds per call, by CUDA events around `calls` calls (the host clock on the CPU: a smoke run)."""
-    if not torch.cuda.is_available():
-        began = time.perf_counter()
-        for _ in range(calls):
-            step()
-        return (time.perf_counter() - began) * 1000 / calls
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        step()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / calls
 
 
 def _kernels(step, calls: int, profiling: bool) -> dict:
@@ -84,13 +66,8 @@ def rank_body(
     device: str,
     top: int,
     json_path: str | None,
-    long_reduction_elements: int | None = None,
 ) -> None:
     from accelerate_graph.core.buckets import parse_context_buckets
-    from accelerate_graph.fused import gemv_lowering
-
-    if long_reduction_elements is not None:  # which batch-1 projections stay on cuBLAS (gemv_lowering.py)
-        gemv_lowering.LONG_REDUCTION_ELEMENTS = long_reduction_elements
     from accelerate_graph.core.decode_session import draw_inputs
     from accelerate_graph.distributed.all_reduce import current_kind
     from accelerate_graph.distributed.rank import barrier, is_main_rank
@@ -117,7 +94,9 @@ def rank_body(
         step()
     _sync()
     barrier()
-    step_ms = _replays(step, REPLAYS)
+    from profile_step import timed_ms
+
+    step_ms = timed_ms(step)
     barrier()
     found = _kernels(step, 10, is_main_rank() and torch.cuda.is_available())
     barrier()
@@ -153,12 +132,6 @@ def main() -> int:
     parser.add_argument("--allreduce", choices=("nccl", "oneshot"))
     parser.add_argument("--top", type=int, default=0, help="also print the N kernels that take longest")
     parser.add_argument("--json")
-    parser.add_argument(
-        "--long-reduction-elements",
-        type=int,
-        help="batch-1 projections with K > N and at least this many elements stay on cuBLAS "
-        "(gemv_lowering.LONG_REDUCTION_ELEMENTS; 2**25 by default; tp 2's 8B down_proj has 29.4M)",
-    )
     args = parser.parse_args()
     from accelerate_graph.distributed.all_reduce import KIND_ENV
     from accelerate_graph.distributed.launch import run_on_ranks
@@ -169,7 +142,6 @@ def main() -> int:
     kwargs = {
         "model": args.model, "batch": args.batch, "cache": args.cache, "prompt": args.prompt, "fuse": args.fuse,
         "device": args.device, "top": args.top, "json_path": args.json,
-        "long_reduction_elements": args.long_reduction_elements,
     }  # fmt: skip
     try:
         return run_on_ranks(2, rank_body, kwargs, classify)

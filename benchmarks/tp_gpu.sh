@@ -78,10 +78,6 @@ run bench-tp1 60 200 python3 -m cli bench "$RECIPE" --tp 1 "${BENCH[@]}" --compa
 profile nccl
 for name in "${variants[@]:1}"; do bench_variant "$name"; done
 profile oneshot
-# the batch-1 down_proj on cuBLAS at tp 2's shape too (gemv_lowering: 2^24 instead of 2^25 elements)
-run profile-tp2-oneshot-down 45 120 python3 benchmarks/profile_tp.py "$RECIPE" --batch 1 --fuse --allreduce oneshot \
-  --long-reduction-elements 16777216 --top 8 --json "$LOGS/profile-tp2-oneshot-down.json"
-grep -E "^tp2 |^ +[0-9.]+ us" "$LOGS/profile-tp2-oneshot-down.log" 2>/dev/null | head -n 9
 
 python3 - "$LOGS" $VARIANTS <<'PY'
 import csv, sys

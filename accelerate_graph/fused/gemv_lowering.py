@@ -35,17 +35,14 @@ aten = torch.ops.aten
 # rows and ran at ~2 TB/s. Stored (H200, 2026-12-01, kernel time per batch-1 step): Qwen2.5-0.5B
 # 1,034 -> 929 us, Llama-3.2-1B 1,286 -> 1,207 us, Llama-3.1-8B 5,089 (down_proj on cuBLAS) -> 5,106 us
 # (down_proj a GEMV at 3.9 TB/s, as fast as cuBLAS), 8B at tp 2 4.395 -> 3.701 ms per replayed step.
-MATERIALIZE_INPUT = True
+# CUGRAPH_ACCEL_GEMV_MATERIALIZE=0 turns it off for a benchmark: the environment reaches every --tp rank.
+MATERIALIZE_INPUT = os.environ.get("CUGRAPH_ACCEL_GEMV_MATERIALIZE", "1") == "1"
 
 # Keep cuBLAS for large projections that reduce over more elements than they produce (K > N and at
 # least LONG_REDUCTION_ELEMENTS). Needed while the inputs were inlined (5,888 -> 5,391 us for the 8B
 # step, 2026-11-30); with stored inputs the GEMV is as fast, so off.
 CUBLAS_FOR_LONG_REDUCTIONS = False
 LONG_REDUCTION_ELEMENTS = 2**25  # 33.5M: the 8B down_proj has 58.7M, Phi-3-mini's 25.2M, Llama-3.2-1B's 16.8M
-
-# Benchmarks set these in the environment, so that every rank of a `--tp` run sees the same lowering.
-LONG_REDUCTION_ELEMENTS = int(os.environ.get("CUGRAPH_ACCEL_LONG_REDUCTION_ELEMENTS", LONG_REDUCTION_ELEMENTS))
-MATERIALIZE_INPUT = os.environ.get("CUGRAPH_ACCEL_GEMV_MATERIALIZE", str(int(MATERIALIZE_INPUT))) == "1"
 
 
 def _one_row(mat1) -> bool:
