@@ -95,24 +95,38 @@ def _accumulate(
         )  # fmt: skip
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    m_mask = offs_m < M
-    n_mask = offs_n < N
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        if EVEN_K:
-            x_mask = m_mask[:, None]
-            w_mask = n_mask[:, None]
-        else:
-            x_mask = m_mask[:, None] & (offs_k[None, :] < K)
-            w_mask = n_mask[:, None] & (offs_k[None, :] < K)
-        xv = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=x_mask, other=0.0).to(tl.float32)
-        xv = _normed(xv, rstd, nw_ptr, offs_k, K, NORM, OUT_BF16, out_ptr.dtype.element_ty)
-        w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=w_mask, other=0.0)
+        xv, w, w2 = _tiles(
+            x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, k0 + tl.arange(0, BLOCK_K), M, N, K, out_ptr,
+            NORM, TWO, EVEN_K, OUT_BF16,
+        )  # fmt: skip
         acc = _mac(acc, xv, w, USE_DOT, IEEE_DOT)
         if TWO:
-            w2 = tl.load(w2_ptr + offs_n[:, None] * K + offs_k[None, :], mask=w_mask, other=0.0)
             acc2 = _mac(acc2, xv, w2, USE_DOT, IEEE_DOT)
     return acc, acc2
+
+
+@triton.jit
+def _tiles(
+    x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, offs_k, M, N, K, out_ptr,
+    NORM: tl.constexpr, TWO: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
+):  # fmt: skip
+    """One K block: x's rows (normed, float32), W's rows and, when TWO, W2's (else W again, unread)."""
+    m_mask = offs_m < M
+    n_mask = offs_n < N
+    if EVEN_K:
+        x_mask = m_mask[:, None]
+        w_mask = n_mask[:, None]
+    else:
+        x_mask = m_mask[:, None] & (offs_k[None, :] < K)
+        w_mask = n_mask[:, None] & (offs_k[None, :] < K)
+    xv = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=x_mask, other=0.0).to(tl.float32)
+    xv = _normed(xv, rstd, nw_ptr, offs_k, K, NORM, OUT_BF16, out_ptr.dtype.element_ty)
+    w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=w_mask, other=0.0)
+    w2 = w
+    if TWO:
+        w2 = tl.load(w2_ptr + offs_n[:, None] * K + offs_k[None, :], mask=w_mask, other=0.0)
+    return xv, w, w2
 
 
 @triton.jit
@@ -125,22 +139,13 @@ def _accumulate_one_row(
     K walk and reduced across lanes once at the end, instead of a cross-lane reduction per K block."""
     wide = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
     wide2 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    m_mask = offs_m < M
-    n_mask = offs_n < N
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        if EVEN_K:
-            x_mask = m_mask[:, None]
-            w_mask = n_mask[:, None]
-        else:
-            x_mask = m_mask[:, None] & (offs_k[None, :] < K)
-            w_mask = n_mask[:, None] & (offs_k[None, :] < K)
-        xv = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=x_mask, other=0.0).to(tl.float32)
-        xv = _normed(xv, rstd, nw_ptr, offs_k, K, NORM, OUT_BF16, out_ptr.dtype.element_ty)  # [1, BLOCK_K]
-        w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=w_mask, other=0.0)
-        wide += xv * w.to(tl.float32)
+        xv, w, w2 = _tiles(
+            x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, k0 + tl.arange(0, BLOCK_K), M, N, K, out_ptr,
+            NORM, TWO, EVEN_K, OUT_BF16,
+        )  # fmt: skip
+        wide += xv * w.to(tl.float32)  # xv [1, BLOCK_K]
         if TWO:
-            w2 = tl.load(w2_ptr + offs_n[:, None] * K + offs_k[None, :], mask=w_mask, other=0.0)
             wide2 += xv * w2.to(tl.float32)
     return tl.sum(wide, axis=1)[None, :], tl.sum(wide2, axis=1)[None, :]
 
