@@ -6,35 +6,22 @@
 #   Phi-3-mini, batch 32:         bench graph vs fused at cache 4096 (ran out of memory before issue 13);
 #   Qwen3-30B-A3B:                verify at bucket 1 only (capture + verify: 61 GB of weights).
 # Every command reports its peak device memory beside its stated bound; a short table comes last.
-# Usage on the device machine: OUT=/some/dir bash benchmarks/realsize_gpu.sh   (DEADLINE=seconds, default 500)
+# Usage on the device machine: OUT=/some/dir bash benchmarks/realsize_gpu.sh   (DEADLINE=seconds, default 500);
+# the logs and JSON come back in $OUT/realsize-gpu-logs.tgz (the device returns at most 8 files).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-220} TRANSFORMERS_VERBOSITY=error
-OUT=${OUT:-/tmp/cugraph-accel-out}
-mkdir -p "$OUT"
-export TORCHINDUCTOR_CACHE_DIR="$OUT/inductor-cache"
-DEADLINE=${DEADLINE:-500}
-left() { echo $((DEADLINE - SECONDS)); }
-
-step() {  # step NAME SECONDS COMMAND...: run with the smaller of SECONDS and the time left; log to $OUT/NAME.log
-  local name=$1 budget=$2; shift 2
-  local limit=$(( budget < $(left) - 20 ? budget : $(left) - 20 ))
-  if [ "$limit" -lt 30 ]; then echo "== $name: skipped, out of time"; return; fi
-  echo "== $name (limit ${limit} s, $(left) s left)"
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  echo "   exit code $?; $(grep -E '^peak device memory|memory [0-9.]+ GiB|^error|verified|verify failed' "$OUT/$name.log" | head -n 3 | cut -c1-200 | tr '\n' ' ')"
-}
+DEADLINE=${DEADLINE:-500} LOGS=/tmp/realsize-gpu SHOW="^peak device memory|memory [0-9.]+ GiB|^error|verified|verify failed"
+source "$(dirname "$0")/deadline.sh"
 
 for recipe in gemma-2-2b llama-3.1-8b olmoe-1b-7b phi-3-mini-4k; do
-  step "verify-$recipe" 100 python3 -m cli verify "$recipe" --buckets 1,8,32 --steps 8 --json "$OUT/verify-$recipe.json"
-  step "bench-$recipe" 130 python3 -m cli bench "$recipe" --compare graph,fused --buckets 1,8,32 --context 1024 \
-    --steps 30 --warmup 5 --json "$OUT/bench-$recipe.json"
+  run "verify-$recipe" 30 100 python3 -m cli verify "$recipe" --buckets 1,8,32 --steps 8 --json "$LOGS/verify-$recipe.json"
+  run "bench-$recipe" 30 130 python3 -m cli bench "$recipe" --compare graph,fused --buckets 1,8,32 --context 1024 \
+    --steps 30 --warmup 5 --json "$LOGS/bench-$recipe.json"
 done
-step "bench-phi-3-mini-4k-4096" 110 python3 -m cli bench phi-3-mini-4k --compare graph,fused --buckets 1,8,32 \
-  --context 4096 --steps 20 --warmup 3 --json "$OUT/bench-phi-3-mini-4k-4096.json"
-step "verify-qwen3-30b-a3b" 120 python3 -m cli verify qwen3-30b-a3b --buckets 1 --steps 8 --json "$OUT/verify-qwen3-30b-a3b.json"
+run "bench-phi-3-mini-4k-4096" 30 110 python3 -m cli bench phi-3-mini-4k --compare graph,fused --buckets 1,8,32 \
+  --context 4096 --steps 20 --warmup 3 --json "$LOGS/bench-phi-3-mini-4k-4096.json"
+run "verify-qwen3-30b-a3b" 30 120 python3 -m cli verify qwen3-30b-a3b --buckets 1 --steps 8 --json "$LOGS/verify-qwen3-30b-a3b.json"
 
-python3 - "$OUT" <<'PY'
+python3 - "$LOGS" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 gib = lambda b: "-" if b is None else f"{b / 2**30:.1f}"
@@ -57,4 +44,4 @@ for path in sorted(out.glob("*.json")):
             print(f"{recipe:<26}{'bench':<10}{info['cache_len']:>6}{gib(m.get('peak_bytes')):>10}{gib(m.get('bound_bytes')):>10}  {result:<30}{speed}{floor}")
 print("(! = measured under its floor; a missing fused cell: see the bench log's 'no fused row' note)")
 PY
-rm -rf "$OUT/inductor-cache"
+tar czf "$FINAL/realsize-gpu-logs.tgz" -C "$LOGS" --exclude inductor-cache . 2>/dev/null

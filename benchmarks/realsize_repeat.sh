@@ -9,32 +9,20 @@
 # A table last: recipe, cache, repeats passed, worst replay error x eager's, peak memory vs bound.
 # Usage on the device machine: OUT=/some/dir bash benchmarks/realsize_repeat.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200} TRANSFORMERS_VERBOSITY=error
-FINAL=${OUT:-/tmp/cugraph-accel-out}; WORK=/tmp/realsize; mkdir -p "$WORK" "$FINAL"
-export TORCHINDUCTOR_CACHE_DIR="$WORK/inductor"
-DEADLINE=${DEADLINE:-560}
-left() { echo $((DEADLINE - SECONDS)); }
-step() {  # NAME SECONDS COMMAND...: under the smaller of SECONDS and the time left
-  local name=$1 budget=$2; shift 2
-  local limit=$(( budget < $(left) - 15 ? budget : $(left) - 15 ))
-  if [ "$limit" -lt 30 ]; then echo "== $name: skipped, out of time"; return; fi
-  timeout "$limit" "$@" > "$WORK/$name.log" 2>&1
-  echo "== $name: exit $? ($(left) s left); $(grep -E '^verified|verify failed|^error' "$WORK/$name.log" | head -n 1 | cut -c1-160)"
-}
+DEADLINE=${DEADLINE:-545} LOGS=/tmp/realsize SHOW="^verified|verify failed|^error|passed|failed"
+source "$(dirname "$0")/deadline.sh"
 SHAPE=(--buckets 1,8,32 --steps 8 --repeat 5)
 # the fused 8B first: its lowering changed most recently (numerics); plain graphs after, then the GPU faults
-step "capture-fused-8b" 90 python3 -m cli capture llama-3.1-8b --fuse --buckets 1,8,32 --max-cache-len 1024 --plan "$WORK/fused8b.yaml"
-step "verify-llama-3.1-8b-fused" 150 python3 -m cli verify --plan "$WORK/fused8b.yaml" --steps 8 --repeat 5 --json "$WORK/verify-llama-3.1-8b-fused.json"
-step "verify-olmoe-1b-7b-1024" 150 python3 -m cli verify olmoe-1b-7b "${SHAPE[@]}" --json "$WORK/verify-olmoe-1b-7b-1024.json"
-step "capture-phi3-4096" 60 python3 -m cli capture phi-3-mini-4k --buckets 1,8,32 --max-cache-len 4096 --plan "$WORK/phi4096.yaml"
-step "verify-phi-3-mini-4k-4096" 200 python3 -m cli verify --plan "$WORK/phi4096.yaml" --steps 8 --repeat 5 --json "$WORK/verify-phi-3-mini-4k-4096.json"
-step "faults-gpu" 120 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/verify
-tail -n 2 "$WORK/faults-gpu.log" 2>/dev/null
+run "capture-fused-8b" 30 90 python3 -m cli capture llama-3.1-8b --fuse --buckets 1,8,32 --max-cache-len 1024 --plan "$LOGS/fused8b.yaml"
+run "verify-llama-3.1-8b-fused" 30 150 python3 -m cli verify --plan "$LOGS/fused8b.yaml" --steps 8 --repeat 5 --json "$LOGS/verify-llama-3.1-8b-fused.json"
+run "verify-olmoe-1b-7b-1024" 30 150 python3 -m cli verify olmoe-1b-7b "${SHAPE[@]}" --json "$LOGS/verify-olmoe-1b-7b-1024.json"
+run "capture-phi3-4096" 30 60 python3 -m cli capture phi-3-mini-4k --buckets 1,8,32 --max-cache-len 4096 --plan "$LOGS/phi4096.yaml"
+run "verify-phi-3-mini-4k-4096" 30 200 python3 -m cli verify --plan "$LOGS/phi4096.yaml" --steps 8 --repeat 5 --json "$LOGS/verify-phi-3-mini-4k-4096.json"
+run "faults-gpu" 30 120 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/verify
 for recipe in llama-3.1-8b phi-3-mini-4k; do
-  step "verify-$recipe-1024" 150 python3 -m cli verify "$recipe" "${SHAPE[@]}" --json "$WORK/verify-$recipe-1024.json"
+  run "verify-$recipe-1024" 30 150 python3 -m cli verify "$recipe" "${SHAPE[@]}" --json "$LOGS/verify-$recipe-1024.json"
 done
-python3 - "$WORK" <<'PY'
+python3 - "$LOGS" <<'PY'
 import json, pathlib, sys
 work = pathlib.Path(sys.argv[1])
 gib = lambda b: "-" if b is None else f"{b / 2**30:.1f}"
@@ -47,4 +35,4 @@ for path in sorted(work.glob("verify-*.json")):
     worst = max((r["worst_ratio"] for r in repeats), default=float("nan"))
     print(f"{path.stem[7:]:<34}{f'{passed} of {len(repeats)}':>15}{worst:>15.2f}{gib(memory.get('peak_bytes')):>10}{gib(memory.get('bound_bytes')):>10}")
 PY
-tar czf "$FINAL/realsize-logs.tgz" -C "$WORK" --exclude inductor . 2>/dev/null
+tar czf "$FINAL/realsize-logs.tgz" -C "$LOGS" --exclude inductor-cache . 2>/dev/null
