@@ -44,7 +44,7 @@ class Way:
     attn: str = "grouped"
     fuse: bool = True
     gemv: bool = True  # fused.layers.GEMV_AT_BATCH_1
-    program: str = "hf"  # fused.layers.LAYER_PROGRAM
+    program: str = fused_step.LAYER_PROGRAM  # the default: "merged"
     triton_attention: bool = False  # fused.grouped_attention.TRITON_DECODE
     long_cublas: bool = gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
     materialize: bool = gemv_lowering.MATERIALIZE_INPUT  # GEMV inputs stored before the reduction
@@ -166,6 +166,7 @@ def main() -> None:
         "fused-kernels": Way("fused, skinny kernels", program="kernels"),  # layer_program + Triton
         "fused-torchops": Way("fused, torch ops", program="torch"),  # layer_program, torch ops
         "fused-merged": Way("fused, q/k/v and gate/up merged", program="merged"),  # layer_program, HF rounding
+        "fused-hf": Way("fused, HF's layer forward", program="hf"),  # the default before 2026-12-01
     }
     results = []
     shipped_settings = dict(fused_step.INDUCTOR_SETTINGS)

@@ -80,6 +80,19 @@ def forwards_replaced(replacements: dict[torch.nn.Module, Callable]) -> Iterator
             vars(module).pop("forward", None)
 
 
+def has_call_hooks(module: torch.nn.Module) -> bool:
+    """Whether calling `module` runs anything besides its `forward`: a forward (pre-)hook of its own or a
+    global one. `torch.nn.Module._forward_hooks` / `_forward_pre_hooks` and the module-level
+    `_global_forward_hooks` / `_global_forward_pre_hooks` (private; no public way to list hooks).
+    Checked: torch 2.11, 2.13."""
+    from torch.nn.modules import module as module_file
+
+    return bool(
+        module._forward_hooks or module._forward_pre_hooks
+        or module_file._global_forward_hooks or module_file._global_forward_pre_hooks
+    )  # fmt: skip
+
+
 # --- dynamo --------------------------------------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from accelerate_graph.compat.torch_internals import has_call_hooks
 from accelerate_graph.fused.grouped_attention import grouped_decode_attention
 from accelerate_graph.fused.kernels import skinny_matmul
 
@@ -149,6 +150,8 @@ def program_for(layer: torch.nn.Module) -> bool:
         return False
     if not _is_linear(mlp.down_proj, True):
         return False
+    if any(has_call_hooks(m) for m in layer.modules()):
+        return False  # this forward calls no module, so a hook (tensor parallel's all-reduce) would not run
     if not isinstance(mlp.act_fn, torch.nn.SiLU) and type(mlp.act_fn).__name__ != "SiLUActivation":
         return False
     norms = (layer.input_layernorm, layer.post_attention_layernorm)

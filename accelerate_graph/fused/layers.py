@@ -156,13 +156,14 @@ def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int
     return bound
 
 
-# Which forward the covered layers run (layer_program.py): "kernels" (its Triton kernels where the
-# device has them, else HF's forward), "torch" (its torch reference ops), "merged" (q/k/v and gate/up
-# one projection each, HF's rounding; experimental, not yet measured) or "hf" (HF's forward).
-# "hf" until the kernels beat what inductor and cuBLAS do: on the H200 (2026-11-30) they reached 28-73%
-# of copy bandwidth at the 8B shapes, slower than cuBLAS at most, and inductor failed to compile the
-# program with them at batch > 1 (docs/PERF.md). A switch so benchmarks/profile_step.py can measure each.
-LAYER_PROGRAM = "hf"
+# Which forward the covered layers run (layer_program.py): "merged" (q/k/v and gate/up one projection
+# each over weights concatenated once, HF's rounding), "kernels" (its Triton kernels where the device has
+# them, else HF's forward), "torch" (its torch reference ops) or "hf" (HF's forward).
+# "merged" since the H200 (2026-12-01): Qwen2.5-0.5B batch 8 replays 1.513 -> 1.268 ms (242 -> 170 cuBLAS
+# calls), batch 1 and the 8B unchanged (their GEMVs are inductor's either way). The "kernels" reached
+# 28-73% of copy bandwidth at the 8B shapes, slower than cuBLAS at most (2026-11-30, docs/PERF.md).
+# A switch so benchmarks/profile_step.py can measure each.
+LAYER_PROGRAM = "merged"
 
 
 def default_ops(model: torch.nn.Module) -> LayerOps | None:

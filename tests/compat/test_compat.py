@@ -473,3 +473,22 @@ def test_one_shot_all_reduce_copy_schema():
         schema = str(torch.ops.symm_mem.one_shot_all_reduce_copy.default._schema)
     expected = "(Tensor symm_buffer, Tensor local_input, str reduce_op, str group_name) -> Tensor"
     expect(schema.endswith(expected), symbol, TORCH, f"schema is now {schema}")
+
+
+def test_has_call_hooks_sees_own_and_global_forward_hooks():
+    from accelerate_graph.compat.torch_internals import has_call_hooks
+
+    linear = torch.nn.Linear(2, 2)
+    assert not has_call_hooks(linear)
+    handle = linear.register_forward_hook(lambda module, args, output: output)
+    assert has_call_hooks(linear)
+    handle.remove()
+    handle = linear.register_forward_pre_hook(lambda module, args: None)
+    assert has_call_hooks(linear)
+    handle.remove()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda module, args, output: output)
+    try:
+        assert has_call_hooks(linear)
+    finally:
+        handle.remove()
+    assert not has_call_hooks(linear)

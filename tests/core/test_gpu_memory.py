@@ -16,14 +16,12 @@ pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available()
 GPU = torch.device("cuda:0")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="H200 2026-11-30: verify at bucket 32 over a 32768-slot cache peaked 451 MiB beyond one 1024 MiB cache "
-    "(the bound here is a quarter); the whole-cache copies are gone, the rest is not yet found (issue 13)",
-)
 def test_verify_at_the_largest_bucket_adds_no_second_cache():
     """A 32-row, 32768-slot float32 cache of the tiny decoder is 1 GiB; the old whole-row snapshots added
     three more (start, eager's end, replay's end) during verify at bucket 32."""
+    # what earlier tests in this process left allocated is not this check's (2026-11-30 it counted 451
+    # MiB of theirs; benchmarks/memory_peak.py in a new process found 92 MiB beyond the cache, 2026-12-01)
+    held_before = torch.cuda.memory_allocated(GPU)
     model = tiny_decoder("llama", num_key_value_heads=4).to(GPU)  # full multi-head: no repeated K/V
     reset_peak(GPU)
     session = DecodeSession(model, 32, 32768)
@@ -32,5 +30,5 @@ def test_verify_at_the_largest_bucket_adds_no_second_cache():
     assert cache > 2**30
     rows = verify_graphs(graphs, steps=8, prompt_len=4)  # a short prompt: small attention scores
     assert all(row.passed for row in rows), [row.detail for row in rows if not row.passed]
-    extra = peak_bytes(GPU) - cache - weight_bytes(model)
+    extra = peak_bytes(GPU) - held_before - cache - weight_bytes(model)
     assert extra < cache // 4, f"{extra / 2**20:.0f} MiB beyond one cache of {cache / 2**20:.0f} MiB"

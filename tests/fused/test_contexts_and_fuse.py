@@ -181,6 +181,7 @@ def test_fuse_is_refused_for_a_step_with_eager_islands(tmp_path):
 def test_cli_fuse_writes_its_kernels_beside_the_plan_and_verify_reuses_them(tmp_path):
     plan = tmp_path / "fused.plan.yaml"
     runner = CliRunner()
+    torch.compiler.reset()  # an earlier test compiled the same layer program: dynamo would reuse it
     args = ["--buckets", "1,2", "--max-cache-len", "96", "--context-buckets", "32", "--attn", "grouped"]
     result = runner.invoke(app, ["capture", *args, "--fuse", "--plan", str(plan)])
     assert result.exit_code == 0, result.output

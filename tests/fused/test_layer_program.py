@@ -64,6 +64,19 @@ def test_layers_the_program_does_not_cover_keep_hfs_forward(model_type):
     assert not any(program_for(layer) for layer in decoder_layers(model))
 
 
+def test_a_layer_with_a_hook_keeps_hfs_forward():
+    """The program calls no module, so a hook (tensor parallel's all-reduce after o_proj and down_proj)
+    would silently not run: such a layer keeps HF's forward."""
+    model = tiny_decoder("llama")
+    from accelerate_graph.fused.layers import decoder_layers
+
+    layers = decoder_layers(model)
+    assert all(program_for(layer) for layer in layers)
+    handle = layers[0].mlp.down_proj.register_forward_hook(lambda module, args, output: output)
+    assert not program_for(layers[0]) and program_for(layers[1])
+    handle.remove()
+
+
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
 def test_merged_projections_decode_like_hfs_forward_in_the_same_memory(model_type):
     """q/k/v and gate/up as one projection each (MERGED_OPS): the same logits as HF's forward, the
