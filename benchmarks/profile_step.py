@@ -51,7 +51,7 @@ class Way:
     inductor: tuple = ()  # (setting, value) pairs added to fused.layers.INDUCTOR_SETTINGS
 
 
-TUNED = (("coordinate_descent_tuning", True), ("autotune_local_cache", False))
+TUNED = (*fused_step.TUNE_SETTINGS.items(), ("autotune_local_cache", False))  # tuned afresh, not read back
 REPLAYS = 50
 
 

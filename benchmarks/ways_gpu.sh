@@ -1,24 +1,41 @@
 #!/usr/bin/env bash
 # Which way of running the fused step wins, in ONE device call (nvidia-h200) under a deadline
 # (DEADLINE s, default 560), most wanted first:
-#   tests      the cuda-marked fused tests (the merged program's verify among them)
-#   qwen       profile_step qwen2.5-0.5b, batches 1/8: fused, merged, PDL, tuned, tuned+PDL (replay ms)
-#   8b         profile_step llama-3.1-8b, batch 1: fused, merged, PDL
-#   memory     benchmarks/memory_peak.py (the memory xfail's cause)
-#   capacity   bench llama-3.2-1b fused, buckets 1/8/16/32, contexts 1024 and 16384 (issue 16)
+#   tests      the cuda-marked fused tests
+#   profiles   benchmarks/profile_step.py for each PROFILES entry (model:batches:ways; replay ms per step,
+#              then kernels and the 8 longest); default: the 8B at batch 1 with inductor's heuristic
+#              against coordinate-descent tuning, and Qwen2.5-0.5B with the Triton decode attention
+#   tune       TUNE_BENCH (default llama-3.1-8b): bench fused at buckets 1/8/32 without and with
+#              CUGRAPH_ACCEL_TUNE=1 (tuned at compile time; the setup column shows what tuning costs)
+#   memory     benchmarks/memory_peak.py (what a capture + verify holds beyond weights and one cache)
+# 2026-12-01 it ran PROFILES="qwen2.5-0.5b:1,8:fused,fused-merged,fused-pdl,fused-tuned,fused-tuned-pdl
+# llama-3.1-8b:1:fused,fused-merged,fused-pdl" (docs/PERF.md, stop 14).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/ways_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-560} LOGS=/tmp/ways-logs SHOW="replay|kernels,|passed|failed|^error|Error|peak|MiB"
 source "$(dirname "$0")/deadline.sh"
+PROFILES=${PROFILES:-"llama-3.1-8b:1:fused,fused-tuned qwen2.5-0.5b:1,8:fused,fused-attn"}
 run tests-fused 40 100 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/fused
-run qwen 60 200 python3 benchmarks/profile_step.py qwen2.5-0.5b --batches 1,8 \
-  --ways fused,fused-merged,fused-pdl,fused-tuned,fused-tuned-pdl --json "$LOGS/qwen.json"
-run 8b 70 150 python3 benchmarks/profile_step.py llama-3.1-8b --batches 1 --ways fused,fused-merged,fused-pdl \
-  --json "$LOGS/8b.json"
+for entry in $PROFILES; do
+  IFS=: read -r model batches ways <<< "$entry"
+  run "profile-$model" 60 200 python3 benchmarks/profile_step.py "$model" --batches "$batches" --ways "$ways" --top 8 \
+    --json "$LOGS/profile-$model.json"
+done
+BENCH=(--compare fused --buckets 1,8,32 --context 1024 --steps 30 --warmup 5)
+for tune in 0 1; do
+  CUGRAPH_ACCEL_TUNE=$tune run "tune$tune" 60 200 python3 -m cli bench "${TUNE_BENCH:-llama-3.1-8b}" "${BENCH[@]}" \
+    --csv "$LOGS/tune$tune.csv"
+done
 run memory 40 90 python3 benchmarks/memory_peak.py
-run capacity 60 150 python3 -m cli bench llama-3.2-1b --compare fused --buckets 1,8,16,32 --context 1024,16384 \
-  --steps 40 --warmup 5 --csv "$LOGS/capacity.csv"
-echo "== replay ms per step"; cat "$LOGS"/qwen.log "$LOGS"/8b.log 2>/dev/null | grep -E "replay|kernels," | cut -c1-200
-echo "== capacity"; sed -n '/decode step, cache length/,/x floor:/p' "$LOGS/capacity.log" 2>/dev/null | head -n 30
+echo "== replay ms per step"; cat "$LOGS"/profile-*.log 2>/dev/null | grep -E "replay|kernels,| us  " | cut -c1-200
+echo "== fused step, CUGRAPH_ACCEL_TUNE=0 against 1 (median ms, setup s)"
+for tune in 0 1; do
+  [ -f "$LOGS/tune$tune.csv" ] && python3 - "$LOGS/tune$tune.csv" "$tune" <<'PY'
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["kind"] == "step"]
+print(f"tune={sys.argv[2]}: " + "  ".join(f"batch {r['bucket']} {float(r['median_ms']):.3f} ms ({float(r['median_ms']) / float(r['floor_ms']):.2f}x floor)" for r in rows))
+PY
+  grep -h "inductor compiled" "$LOGS/tune$tune.log" 2>/dev/null | cut -c1-160
+done
 tar czf "$FINAL/ways-logs.tgz" -C "$LOGS" --exclude inductor-cache . 2>/dev/null
 echo "done in $(( $(date +%s) - START )) s"

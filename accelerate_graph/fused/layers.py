@@ -47,6 +47,15 @@ GEMV_AT_BATCH_1 = True
 # (`17 <= context`: a recompilation for a 16-slot bucket, seen on the H200).
 INDUCTOR_SETTINGS = {"triton.cudagraphs": False, "shape_padding": False}
 
+# Coordinate-descent tuning: at compile time inductor benchmarks configs next to its heuristic's choice
+# for each kernel and keeps the fastest (cached with the kernels, beside the plan). Off until a bench shows
+# it pays: on the H200 (2026-12-01) it cost Qwen2.5-0.5B 5% at batch 1, while the 8B's GEMVs over K =
+# 4,096 ran at 2.8-3.4 TB/s under the heuristic (down_proj, K = 14,336: 3.9). CUGRAPH_ACCEL_TUNE=1 turns
+# it on for a benchmark (the environment reaches every --tp rank).
+TUNE_SETTINGS = {"coordinate_descent_tuning": True}
+if os.environ.get("CUGRAPH_ACCEL_TUNE", "0") == "1":
+    INDUCTOR_SETTINGS = {**INDUCTOR_SETTINGS, **TUNE_SETTINGS}
+
 
 def inductor_cache_dir(plan_path: Path | str) -> Path:
     """`my.plan.yaml` -> `my.plan.inductor/`: compiled kernels kept beside the plan they serve."""

@@ -188,8 +188,10 @@ def test_recompile_limit_at_least_raises_and_restores_it():
 
 
 def test_inductor_config_patched_with_the_fused_settings():
-    from accelerate_graph.fused.layers import INDUCTOR_SETTINGS
+    from accelerate_graph.fused.layers import INDUCTOR_SETTINGS as SHIPPED
+    from accelerate_graph.fused.layers import TUNE_SETTINGS
 
+    INDUCTOR_SETTINGS = {**SHIPPED, **TUNE_SETTINGS}  # CUGRAPH_ACCEL_TUNE=1 adds the tuning switch
     symbol = f"torch._inductor.config.patch({INDUCTOR_SETTINGS})"
     import torch._inductor.config as config
 

@@ -418,3 +418,20 @@ def test_one_row_gemv_lowering_computes_the_product(monkeypatch, materialize):
     torch.manual_seed(0)
     weight, row = torch.randn(64, 32), torch.randn(1, 64)
     torch.testing.assert_close(gemv_lowering.mm_as_reduction(row, weight), row @ weight)
+
+
+def test_kernel_tuning_is_off_unless_the_environment_asks():
+    """CUGRAPH_ACCEL_TUNE=1 (for a benchmark; every --tp rank inherits it) adds inductor's
+    coordinate-descent tuning to the fused settings; without it the heuristic's configs stand."""
+    import os
+    import subprocess
+    import sys
+
+    show = "from accelerate_graph.fused.layers import INDUCTOR_SETTINGS as s; print(s.get('coordinate_descent_tuning'))"
+    seen = {}
+    for value in ("0", "1"):
+        env = {**os.environ, "CUGRAPH_ACCEL_TUNE": value}
+        done = subprocess.run([sys.executable, "-c", show], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen[value] = done.stdout.strip()
+    assert seen == {"0": "None", "1": "True"}
