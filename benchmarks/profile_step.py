@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from accelerate_graph.fused import gemv_lowering, grouped_attention
+from accelerate_graph.fused import gemv_lowering, grouped_attention, layer_program
 from accelerate_graph.fused import layers as fused_step
 from accelerate_graph.pipeline import CaptureRequest, prepare
 
@@ -45,6 +45,7 @@ class Way:
     fuse: bool = True
     gemv: bool = True  # fused.layers.GEMV_AT_BATCH_1
     program: str = fused_step.LAYER_PROGRAM  # the default: "merged"
+    gate_up_apart: bool = layer_program.GATE_UP_APART_AT_BATCH_1  # merged: gate and up two GEMVs at batch 1
     triton_attention: bool = False  # fused.grouped_attention.TRITON_DECODE
     long_cublas: bool = gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
     materialize: bool = gemv_lowering.MATERIALIZE_INPUT  # GEMV inputs stored before the reduction
@@ -167,6 +168,7 @@ def main() -> None:
         "fused-torchops": Way("fused, torch ops", program="torch"),  # layer_program, torch ops
         "fused-merged": Way("fused, q/k/v and gate/up merged", program="merged"),  # layer_program, HF rounding
         "fused-hf": Way("fused, HF's layer forward", program="hf"),  # the default before 2026-12-01
+        "fused-gate-up-apart": Way("fused, gate/up apart at 1", program="merged", gate_up_apart=True),
     }
     results = []
     shipped_settings = dict(fused_step.INDUCTOR_SETTINGS)
@@ -177,6 +179,7 @@ def main() -> None:
         grouped_attention.TRITON_DECODE = way.triton_attention
         gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS = way.long_cublas
         gemv_lowering.MATERIALIZE_INPUT = way.materialize
+        layer_program.GATE_UP_APART_AT_BATCH_1 = way.gate_up_apart
         fused_step.INDUCTOR_SETTINGS = {**shipped_settings, **dict(way.inductor)}
         request = CaptureRequest(
             model=args.model,

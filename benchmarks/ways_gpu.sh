@@ -4,17 +4,17 @@
 #   tests      the cuda-marked fused tests
 #   profiles   benchmarks/profile_step.py for each PROFILES entry (model:batches:ways; replay ms per step,
 #              then kernels and the 8 longest); default: the 8B at batch 1 with inductor's heuristic
-#              against coordinate-descent tuning, and Qwen2.5-0.5B with the Triton decode attention
+#              against coordinate-descent tuning, both against gate/up as two GEMVs at batch 1, and
+#              Qwen2.5-0.5B with the Triton decode attention
 #   tune       TUNE_BENCH (default llama-3.1-8b): bench fused at buckets 1/8/32 without and with
 #              CUGRAPH_ACCEL_TUNE=1 (tuned at compile time; the setup column shows what tuning costs)
-#   memory     benchmarks/memory_peak.py (what a capture + verify holds beyond weights and one cache)
 # 2026-12-01 it ran PROFILES="qwen2.5-0.5b:1,8:fused,fused-merged,fused-pdl,fused-tuned,fused-tuned-pdl
 # llama-3.1-8b:1:fused,fused-merged,fused-pdl" (docs/PERF.md, stop 14).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/ways_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-560} LOGS=/tmp/ways-logs SHOW="replay|kernels,|passed|failed|^error|Error|peak|MiB"
 source "$(dirname "$0")/deadline.sh"
-PROFILES=${PROFILES:-"llama-3.1-8b:1:fused,fused-tuned qwen2.5-0.5b:1,8:fused,fused-attn"}
+PROFILES=${PROFILES:-"llama-3.1-8b:1:fused,fused-tuned,fused-gate-up-apart qwen2.5-0.5b:1,8:fused,fused-attn,fused-gate-up-apart"}
 run tests-fused 40 100 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/fused
 for entry in $PROFILES; do
   IFS=: read -r model batches ways <<< "$entry"
@@ -26,7 +26,6 @@ for tune in 0 1; do
   CUGRAPH_ACCEL_TUNE=$tune run "tune$tune" 60 200 python3 -m cli bench "${TUNE_BENCH:-llama-3.1-8b}" "${BENCH[@]}" \
     --csv "$LOGS/tune$tune.csv"
 done
-run memory 40 90 python3 benchmarks/memory_peak.py
 echo "== replay ms per step"; cat "$LOGS"/profile-*.log 2>/dev/null | grep -E "replay|kernels,| us  " | cut -c1-200
 echo "== fused step, CUGRAPH_ACCEL_TUNE=0 against 1 (median ms, setup s)"
 for tune in 0 1; do

@@ -81,8 +81,19 @@ def _merged_linear_residual(x, weight, bias, residual):
     return residual + torch.nn.functional.linear(x, weight, bias)
 
 
+# At batch 1 the projections are inductor's GEMVs (gemv_lowering), not cuBLAS calls. Gate and up as two
+# GEMVs over the halves of the one weight become one kernel with silu(gate) * up in its epilogue; the
+# split output of one GEMV needs a pointwise kernel after it. Profiled on the H200 (2026-12-01, per step):
+# HF's two projections 159 us against 179 + 24 merged for Qwen2.5-0.5B, 2,220 against 2,319 + 34 for the
+# 8B. Off until the step is measured with it (benchmarks/profile_step.py --ways fused,fused-gate-up-apart).
+GATE_UP_APART_AT_BATCH_1 = False
+
+
 def _merged_gate_up(x, norm_weight, eps, w_gate_up, w_up):
     xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
+    if GATE_UP_APART_AT_BATCH_1 and xn.shape[0] == 1:
+        w_gate, w_up = w_gate_up.chunk(2)
+        return torch.nn.functional.silu(torch.nn.functional.linear(xn, w_gate)) * torch.nn.functional.linear(xn, w_up)
     gate, up = torch.nn.functional.linear(xn, w_gate_up).chunk(2, dim=-1)
     return torch.nn.functional.silu(gate) * up
 

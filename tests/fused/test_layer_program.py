@@ -77,13 +77,16 @@ def test_a_layer_with_a_hook_keeps_hfs_forward():
     handle.remove()
 
 
+@pytest.mark.parametrize("gate_up_apart", [False, True])
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
-def test_merged_projections_decode_like_hfs_forward_in_the_same_memory(model_type):
+def test_merged_projections_decode_like_hfs_forward_in_the_same_memory(model_type, gate_up_apart, monkeypatch):
     """q/k/v and gate/up as one projection each (MERGED_OPS): the same logits as HF's forward, the
     modules' weights now views of the concatenations (no byte more), and merging twice changes nothing."""
     from accelerate_graph.core.memory import weight_bytes
+    from accelerate_graph.fused import layer_program
     from accelerate_graph.fused.layer_program import MERGED_GATE_UP, MERGED_OPS, MERGED_QKV, merge_projections
 
+    monkeypatch.setattr(layer_program, "GATE_UP_APART_AT_BATCH_1", gate_up_apart)  # batch 1: two GEMVs
     torch._dynamo.reset()
     model = tiny_decoder(model_type)
     use_grouped_attention(model)
