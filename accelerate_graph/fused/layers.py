@@ -169,7 +169,8 @@ def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int
 # each over weights concatenated once, HF's rounding), "kernels" (its Triton kernels where the device has
 # them, else HF's forward), "torch" (its torch reference ops) or "hf" (HF's forward).
 # "merged" since the H200 (2026-12-01): Qwen2.5-0.5B batch 8 replays 1.513 -> 1.268 ms (242 -> 170 cuBLAS
-# calls), batch 1 and the 8B unchanged (their GEMVs are inductor's either way). The "kernels" reached
+# calls), the 8B's batch 32 benches 6.12 -> 5.59 ms; batch 1 is unchanged (its projections are inductor's
+# GEMVs either way). A layer with a hook keeps HF's forward (layer_program.program_for). The "kernels" reached
 # 28-73% of copy bandwidth at the 8B shapes, slower than cuBLAS at most (2026-11-30, docs/PERF.md).
 # A switch so benchmarks/profile_step.py can measure each.
 LAYER_PROGRAM = "merged"
