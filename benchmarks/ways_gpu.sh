@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Which way of running the fused step wins, in ONE device call (nvidia-h200) under a deadline
 # (DEADLINE s, default 560), most wanted first:
-#   tests      the cuda-marked fused tests
+#   tests      the cuda-marked fused tests, and the position limit on the GPU (tests/models/test_limits.py)
 #   profiles   benchmarks/profile_step.py for each PROFILES entry (model:batches:ways; replay ms per step,
 #              then kernels and the 8 longest); default: the 8B at batch 1 with inductor's heuristic
 #              against coordinate-descent tuning, both against gate/up as two GEMVs at batch 1, and
@@ -15,7 +15,7 @@ set -uo pipefail
 DEADLINE=${DEADLINE:-560} LOGS=/tmp/ways-logs SHOW="replay|kernels,|passed|failed|^error|Error|peak|MiB"
 source "$(dirname "$0")/deadline.sh"
 PROFILES=${PROFILES:-"llama-3.1-8b:1:fused,fused-tuned,fused-gate-up-apart qwen2.5-0.5b:1,8:fused,fused-attn,fused-gate-up-apart"}
-run tests-fused 40 100 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/fused
+run tests 40 130 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/fused tests/models/test_limits.py
 for entry in $PROFILES; do
   IFS=: read -r model batches ways <<< "$entry"
   run "profile-$model" 60 200 python3 benchmarks/profile_step.py "$model" --batches "$batches" --ways "$ways" --top 8 \

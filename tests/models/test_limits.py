@@ -71,13 +71,20 @@ def test_default_is_cut_to_the_limit_and_an_explicit_longer_cache_refused():
         cache_length(512, 1024, config)
 
 
+ON_GPU = pytest.param(
+    "cuda",
+    marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")],
+)  # on a GPU an index past the table is a device-side assert, which poisons the process's CUDA context
+
+
+@pytest.mark.parametrize("device", ["cpu", ON_GPU])
 @pytest.mark.parametrize("model_type", sorted(SHORT_MODELS))
-def test_short_model_captures_and_verifies_at_its_own_limit(short_model, model_type):
+def test_short_model_captures_and_verifies_at_its_own_limit(short_model, model_type, device):
     """Today's failure: capture at the default 1024 slots succeeded, then verify hit `IndexError: index out
     of range in self`. Now the default cache is the model's 256 positions, said in one line, and verify passes."""
     from accelerate_graph.verify.against_eager import verify_graphs
 
-    prepared = prepare(CaptureRequest(model=short_model(model_type), buckets=(1, 2), device="cpu"))
+    prepared = prepare(CaptureRequest(model=short_model(model_type), buckets=(1, 2), device=device))
     assert prepared.plan.max_cache_len == 256
     assert any("cache length 256, not the default 1024" in note for note in prepared.notes)
     rows = verify_graphs(prepared.graphs, steps=4, prompt_len=prepared.plan.prompt_len)
