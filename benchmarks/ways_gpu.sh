@@ -5,7 +5,7 @@
 #   profiles   benchmarks/profile_step.py for each PROFILES entry (model:batches:ways; replay ms per step,
 #              then kernels and the 8 longest); default: the 8B at batch 1 with inductor's heuristic
 #              against coordinate-descent tuning, both against gate/up as two GEMVs at batch 1, and
-#              Qwen2.5-0.5B with the Triton decode attention
+#              Qwen2.5-0.5B with the Triton decode attention and with inductor's combo kernels
 #   tune       TUNE_BENCH (default llama-3.1-8b): bench fused at buckets 1/8/32 without and with
 #              CUGRAPH_ACCEL_TUNE=1 (tuned at compile time; the setup column shows what tuning costs)
 # 2026-12-01 it ran PROFILES="qwen2.5-0.5b:1,8:fused,fused-merged,fused-pdl,fused-tuned,fused-tuned-pdl
@@ -14,7 +14,7 @@
 set -uo pipefail
 DEADLINE=${DEADLINE:-560} LOGS=/tmp/ways-logs SHOW="replay|kernels,|passed|failed|^error|Error|peak|MiB"
 source "$(dirname "$0")/deadline.sh"
-PROFILES=${PROFILES:-"llama-3.1-8b:1:fused,fused-tuned,fused-gate-up-apart qwen2.5-0.5b:1,8:fused,fused-attn,fused-gate-up-apart"}
+PROFILES=${PROFILES:-"llama-3.1-8b:1:fused,fused-tuned,fused-gate-up-apart qwen2.5-0.5b:1,8:fused,fused-attn,fused-gate-up-apart,fused-combo"}
 run tests 40 130 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/fused tests/models/test_limits.py
 for entry in $PROFILES; do
   IFS=: read -r model batches ways <<< "$entry"
