@@ -107,7 +107,7 @@ def _profile(step, rewind, calls: int) -> dict:
         rewind()
         step()
     if not torch.cuda.is_available():  # a smoke run: the way compiled and ran; no kernel to count
-        return {"kernels": 0, "kernel_us": 0.0, "by_class": {}, "by_kernel_us": {}}
+        return dict(NOTHING_COUNTED)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
@@ -119,12 +119,16 @@ def _profile(step, rewind, calls: int) -> dict:
     return found
 
 
+NOTHING_COUNTED = {"kernels": 0, "kernel_us": 0.0, "by_class": {}, "by_kernel_us": {}, "by_kernel_calls": {}}
+
+
 def tally(prof, calls: int, classify=kernel_class) -> dict:
     """Kernels per call of a torch.profiler run over `calls` calls: count and microseconds by class
     (`classify`: a kernel's name to its class) and by kernel; copies left out."""
     counts: dict[str, int] = defaultdict(int)
     micros: dict[str, float] = defaultdict(float)
     by_name: dict[str, float] = defaultdict(float)
+    calls_of: dict[str, int] = defaultdict(int)  # launches of each kernel per step: per layer, or once
     for event in prof.events():
         if event.device_type != torch.autograd.DeviceType.CUDA or "memcpy" in event.name.lower():
             continue
@@ -132,11 +136,13 @@ def tally(prof, calls: int, classify=kernel_class) -> dict:
         counts[label] += 1
         micros[label] += event.device_time
         by_name[event.name] += event.device_time
+        calls_of[event.name] += 1
     return {
         "kernels": sum(counts.values()) / calls,
         "kernel_us": round(sum(micros.values()) / calls, 1),
         "by_class": {k: {"kernels": counts[k] / calls, "us": round(micros[k] / calls, 1)} for k in sorted(counts)},
         "by_kernel_us": {n: round(us / calls, 2) for n, us in sorted(by_name.items(), key=lambda kv: -kv[1])},
+        "by_kernel_calls": {n: calls_of[n] / calls for n in sorted(by_name, key=lambda n: -by_name[n])},
     }
 
 
@@ -217,7 +223,7 @@ def main() -> None:
                     flush=True,
                 )
                 for name, us in list(found["by_kernel_us"].items())[: args.top]:
-                    print(f"    {us:8.2f} us  {name[:110]}")
+                    print(f"    {us:8.2f} us in {found['by_kernel_calls'][name]:4.0f} launches  {name[:100]}")
         del prepared, session, rewind
         torch.compiler.reset()
         torch.cuda.empty_cache()

@@ -94,7 +94,7 @@ def rank_body(
         step()
     _sync()
     barrier()
-    from profile_step import timed_ms
+    from profile_step import NOTHING_COUNTED, timed_ms
 
     step_ms = timed_ms(step)
     barrier()
@@ -103,7 +103,7 @@ def rank_body(
     if not is_main_rank():
         return
     way = "fused" if fuse else "graph"
-    found = found or {"kernels": 0, "kernel_us": 0.0, "by_class": {}, "by_kernel_us": {}}
+    found = found or dict(NOTHING_COUNTED)
     reduce_us = found["by_class"].get("all-reduce", {}).get("us", 0.0)
     reduce_n = found["by_class"].get("all-reduce", {}).get("kernels", 0)
     line = (
