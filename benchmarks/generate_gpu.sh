@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 15 on the H200, one device call (< 6 min): the Qwen2.5-0.5B recipe, prompt 128, 128 new tokens,
+# Issue 15 on the H200, one device call (< 7 min): the Qwen2.5-0.5B recipe, prompt 128, 128 new tokens,
 # batches 1/8/32.
+#  0. the drop-in with fuse=True alone in a new process with an empty inductor cache: its cold first call.
 #  1. one `bench` run: HF eager, HF static+compile (hf-generate), our drop-in (plain and fused), our native loop over plain
 #     graphs (generate) and over fused graphs (generate-fused): tokens/s (median of 5 calls) and first
 #     call, capture/compile included; the notes give the loop's host ms per step next to the device's.
@@ -14,6 +15,12 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200}
 OUT=${OUT:-/tmp/cugraph-accel-out}
 mkdir -p "$OUT"
+
+echo "== 0. the drop-in with fuse=True alone, cold: a new process and an empty inductor cache (in the bench of"
+echo "   step 1 it runs after generate-fused, whose compiled layers it reuses)"
+TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout 150 python3 -m cli bench qwen2.5-0.5b --compare drop-in-fused \
+  --buckets 1,8,32 --context 1024 --new-tokens 128 --json "$OUT/dropin-cold.json" > "$OUT/dropin-cold.log" 2>&1
+echo "cold drop-in bench exit code $?"
 
 echo "== 1. bench: hf-eager, hf-generate, drop-in, drop-in-fused, generate, generate-fused"
 timeout 240 python3 -m cli bench qwen2.5-0.5b --compare hf-eager,hf-generate,drop-in,drop-in-fused,generate,generate-fused \
@@ -42,8 +49,13 @@ try:
 except (OSError, KeyError, ValueError):
     rows = []
 tok = {(r["contender"], r["bucket"]): r["tokens_per_s"] for r in rows}
+try:  # step 0: the drop-in's first call (its compile included) in a cold process
+    cold = {r["bucket"]: r["setup_seconds"] for r in json.load(open(f"{out}/dropin-cold.json"))["rows"]
+            if r["kind"] == "generate"}
+except (OSError, KeyError, ValueError):
+    cold = {}
 names = ["hf-generate", "drop-in", "drop-in-fused", "generate", "generate-fused"]
-print(f"{'batch':>5} " + " ".join(f"{n:>15}" for n in names) + f" {'first token s':>14}")
+print(f"{'batch':>5} " + " ".join(f"{n:>15}" for n in names) + f" {'first token s':>14} {'drop-in-fused cold first s':>27}")
 for batch in (1, 8, 32):
     hf = tok.get(("hf-generate", batch))
     cells = []
@@ -56,6 +68,7 @@ for batch in (1, 8, 32):
         first = f"{r['first_token_unix'] - launch:.2f}"
     except (OSError, KeyError, ValueError):
         first = "-"
-    print(f"{batch:>5} " + " ".join(f"{c:>15}" for c in cells) + f" {first:>14}")
+    cold_first = f"{cold[batch]:.2f}" if batch in cold else "-"
+    print(f"{batch:>5} " + " ".join(f"{c:>15}" for c in cells) + f" {first:>14} {cold_first:>27}")
 print("first token: seconds from the launch of a new `cugraph-accel generate` process (plain graphs)")
 PY
