@@ -114,15 +114,35 @@ def _concatenated(modules, name: str) -> torch.Tensor | None:
     return merged
 
 
+def _kept(merged: torch.Tensor | None, modules, name: str) -> bool:
+    """Whether each module's `name` is still the rows of `merged` it was made into. `.to()`, `.half()` or a
+    new Parameter give a module a tensor of its own, and the concatenation would then read stale numbers."""
+    tensors = [getattr(m, name) for m in modules]
+    if merged is None:
+        return any(t is None for t in tensors)  # what _concatenated leaves unmerged
+    at = 0
+    for tensor in tensors:
+        if tensor is None or tensor.dtype != merged.dtype or tensor.device != merged.device:
+            return False
+        if tensor.data_ptr() != merged.data_ptr() + at * merged.stride(0) * merged.element_size():
+            return False
+        at += tensor.shape[0]
+    return at == merged.shape[0]
+
+
 def merge_projections(layer: torch.nn.Module) -> None:
-    """Concatenate q/k/v's weights (and biases) and gate/up's once, as non-persistent buffers of the
-    attention and MLP modules; each projection's weight becomes a view of its rows. Idempotent."""
+    """Concatenate q/k/v's weights (and biases) and gate/up's, as non-persistent buffers of the attention
+    and MLP modules; each projection's weight becomes a view of its rows. Idempotent: merged again only
+    where a module's weight is no longer its view (after `.to(...)`, say)."""
     attention, mlp = layer.self_attn, layer.mlp
-    if getattr(attention, MERGED_QKV, None) is None:
-        projections = (attention.q_proj, attention.k_proj, attention.v_proj)
+    projections = (attention.q_proj, attention.k_proj, attention.v_proj)
+    if not (
+        _kept(getattr(attention, MERGED_QKV, None), projections, "weight")
+        and _kept(getattr(attention, MERGED_QKV_BIAS, None), projections, "bias")
+    ):
         attention.register_buffer(MERGED_QKV, _concatenated(projections, "weight"), persistent=False)
         attention.register_buffer(MERGED_QKV_BIAS, _concatenated(projections, "bias"), persistent=False)
-    if getattr(mlp, MERGED_GATE_UP, None) is None:
+    if not _kept(getattr(mlp, MERGED_GATE_UP, None), (mlp.gate_proj, mlp.up_proj), "weight"):
         mlp.register_buffer(MERGED_GATE_UP, _concatenated((mlp.gate_proj, mlp.up_proj), "weight"), persistent=False)
 
 

@@ -118,3 +118,29 @@ def test_merged_projections_decode_like_hfs_forward_in_the_same_memory(model_typ
     assert calls and all(calls), "the merged gate/up never ran"
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_merging_again_after_a_dtype_change_rebuilds_the_views():
+    """`.to()` gives each projection a tensor of its own and converts the concatenation separately: the
+    merged program would then read numbers a later in-place change of a weight never reaches. Merging
+    again (a new FusedForward does) rebuilds the views; an intact merge is left as it is."""
+    from accelerate_graph.fused.layer_program import MERGED_GATE_UP, MERGED_QKV, MERGED_QKV_BIAS, merge_projections
+
+    layer = tiny_decoder("qwen2").model.layers[0]  # q/k/v with biases
+    merge_projections(layer)
+    attention, mlp = layer.self_attn, layer.mlp
+    merged = getattr(attention, MERGED_QKV)
+    merge_projections(layer)
+    assert getattr(attention, MERGED_QKV) is merged  # intact: kept
+    layer.to(torch.float64)
+    assert attention.k_proj.weight.data_ptr() != getattr(attention, MERGED_QKV)[attention.q_proj.out_features].data_ptr()
+    merge_projections(layer)
+    qkv, bias, gate_up = getattr(attention, MERGED_QKV), getattr(attention, MERGED_QKV_BIAS), getattr(mlp, MERGED_GATE_UP)
+    assert qkv.dtype == torch.float64 and qkv is not merged
+    with torch.no_grad():
+        attention.v_proj.weight.add_(1.0)
+        attention.k_proj.bias.add_(1.0)
+        mlp.up_proj.weight.add_(1.0)
+    q, k = attention.q_proj.out_features, attention.k_proj.out_features
+    assert torch.equal(qkv[q + k :], attention.v_proj.weight) and torch.equal(bias[q : q + k], attention.k_proj.bias)
+    assert torch.equal(gate_up[mlp.gate_proj.out_features :], mlp.up_proj.weight)
