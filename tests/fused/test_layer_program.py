@@ -133,9 +133,15 @@ def test_merging_again_after_a_dtype_change_rebuilds_the_views():
     merge_projections(layer)
     assert getattr(attention, MERGED_QKV) is merged  # intact: kept
     layer.to(torch.float64)
-    assert attention.k_proj.weight.data_ptr() != getattr(attention, MERGED_QKV)[attention.q_proj.out_features].data_ptr()
+    assert (
+        attention.k_proj.weight.data_ptr() != getattr(attention, MERGED_QKV)[attention.q_proj.out_features].data_ptr()
+    )
     merge_projections(layer)
-    qkv, bias, gate_up = getattr(attention, MERGED_QKV), getattr(attention, MERGED_QKV_BIAS), getattr(mlp, MERGED_GATE_UP)
+    qkv, bias, gate_up = (
+        getattr(attention, MERGED_QKV),
+        getattr(attention, MERGED_QKV_BIAS),
+        getattr(mlp, MERGED_GATE_UP),
+    )
     assert qkv.dtype == torch.float64 and qkv is not merged
     with torch.no_grad():
         attention.v_proj.weight.add_(1.0)
