@@ -159,7 +159,13 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def _is_linear(module, bias_allowed: bool) -> bool:
-    return isinstance(module, torch.nn.Linear) and (bias_allowed or module.bias is None)
+    """A plain nn.Linear over floating-point weights: this forward calls F.linear on the weight itself, so
+    a subclass with its own forward (a quantized one: bitsandbytes' Linear4bit packs its weight) is not."""
+    return (
+        type(module) is torch.nn.Linear
+        and module.weight.dtype.is_floating_point
+        and (bias_allowed or module.bias is None)
+    )
 
 
 def program_for(layer: torch.nn.Module) -> bool:

@@ -77,6 +77,21 @@ def test_a_layer_with_a_hook_keeps_hfs_forward():
     handle.remove()
 
 
+def test_a_linear_subclass_keeps_hfs_forward():
+    """A subclass of nn.Linear may run its own forward over a packed weight (a quantized layer): the
+    program, which calls F.linear on the weight itself, leaves that layer to HF's forward."""
+    from accelerate_graph.fused.layers import decoder_layers
+
+    class PackedLinear(torch.nn.Linear):
+        pass
+
+    model = tiny_decoder("llama")
+    layers = decoder_layers(model)
+    old = layers[1].mlp.up_proj
+    layers[1].mlp.up_proj = PackedLinear(old.in_features, old.out_features, bias=False)
+    assert program_for(layers[0]) and not program_for(layers[1])
+
+
 @pytest.mark.parametrize("gate_up_apart", [False, True])
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
 def test_merged_projections_decode_like_hfs_forward_in_the_same_memory(model_type, gate_up_apart, monkeypatch):
