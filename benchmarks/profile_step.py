@@ -174,7 +174,6 @@ def main() -> None:
         "fused-tuned-pdl": Way("fused, tuned, PDL", inductor=(*TUNED, ("triton.enable_pdl", True))),
         "fused-kernels": Way("fused, skinny kernels", program="kernels"),  # layer_program + Triton
         "fused-torchops": Way("fused, torch ops", program="torch"),  # layer_program, torch ops
-        "fused-merged": Way("fused, q/k/v and gate/up merged", program="merged"),  # layer_program, HF rounding
         "fused-hf": Way("fused, HF's layer forward", program="hf"),  # the default before 2026-12-01
         "fused-gate-up-apart": Way("fused, gate/up apart at 1", program="merged", gate_up_apart=True),
         # inductor's combo kernels: independent kernels of a graph (Qwen batch 1: the q rotary, k rotary +

@@ -8,8 +8,8 @@
 #              Qwen2.5-0.5B with the Triton decode attention and with inductor's combo kernels
 #   tune       TUNE_BENCH (default llama-3.1-8b): bench fused at buckets 1/8/32 without and with
 #              CUGRAPH_ACCEL_TUNE=1 (tuned at compile time; the setup column shows what tuning costs)
-# 2026-12-01 it ran PROFILES="qwen2.5-0.5b:1,8:fused,fused-merged,fused-pdl,fused-tuned,fused-tuned-pdl
-# llama-3.1-8b:1:fused,fused-merged,fused-pdl" (docs/PERF.md, stop 14).
+# 2026-12-01 it compared HF's layer forward (then `fused`, now `fused-hf`) with the merged program (then
+# `fused-merged`, now the default `fused`), PDL and tuning on Qwen2.5-0.5B and the 8B (docs/PERF.md, stop 14).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/ways_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-560} LOGS=/tmp/ways-logs SHOW="replay|kernels,|passed|failed|^error|Error|peak|MiB"

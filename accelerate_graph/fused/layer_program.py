@@ -91,10 +91,11 @@ GATE_UP_APART_AT_BATCH_1 = False
 
 def _merged_gate_up(x, norm_weight, eps, w_gate_up, w_up):
     xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
-    if GATE_UP_APART_AT_BATCH_1 and xn.shape[0] == 1:
-        w_gate, w_up = w_gate_up.chunk(2)
-        return torch.nn.functional.silu(torch.nn.functional.linear(xn, w_gate)) * torch.nn.functional.linear(xn, w_up)
-    gate, up = torch.nn.functional.linear(xn, w_gate_up).chunk(2, dim=-1)
+    if GATE_UP_APART_AT_BATCH_1 and xn.shape[0] == 1:  # w_up is None: both halves are in w_gate_up
+        gate_half, up_half = w_gate_up.chunk(2)
+        gate, up = torch.nn.functional.linear(xn, gate_half), torch.nn.functional.linear(xn, up_half)
+    else:
+        gate, up = torch.nn.functional.linear(xn, w_gate_up).chunk(2, dim=-1)
     return torch.nn.functional.silu(gate) * up
 
 
