@@ -50,9 +50,9 @@ class Way:
     long_cublas: bool = gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
     materialize: bool = gemv_lowering.MATERIALIZE_INPUT  # GEMV inputs stored before the reduction
     inductor: tuple = ()  # (setting, value) pairs added to fused.layers.INDUCTOR_SETTINGS
+    tune: str = fused_step.TUNE  # coordinate-descent tuning: "auto" (by hidden size), "1" or "0"
 
 
-TUNED = (*fused_step.TUNE_SETTINGS.items(), ("autotune_local_cache", False))  # tuned afresh, not read back
 REPLAYS = 50
 
 
@@ -168,17 +168,17 @@ def main() -> None:
         "fused-inlined": Way("fused, GEMV inputs inlined", materialize=False),
         # programmatic dependent launch: each triton kernel's prologue overlaps the previous one's tail
         "fused-pdl": Way("fused, PDL", inductor=(("triton.enable_pdl", True),)),
-        # coordinate descent tuning of every kernel's config, re-run at each start (torch 2.11 restored
-        # tuned configs from its cache as slower ones: docs/PERF.md)
-        "fused-tuned": Way("fused, tuned", inductor=TUNED),
-        "fused-tuned-pdl": Way("fused, tuned, PDL", inductor=(*TUNED, ("triton.enable_pdl", True))),
+        # coordinate descent tuning of every kernel's config (by default only from a hidden size of 2,048),
+        # re-run at each start (torch 2.11 restored tuned configs from its cache as slower ones: docs/PERF.md)
+        "fused-tuned": Way("fused, tuned", tune="1"),
+        "fused-untuned": Way("fused, untuned", tune="0"),
+        "fused-tuned-pdl": Way("fused, tuned, PDL", tune="1", inductor=(("triton.enable_pdl", True),)),
         "fused-kernels": Way("fused, skinny kernels", program="kernels"),  # layer_program + Triton
         "fused-torchops": Way("fused, torch ops", program="torch"),  # layer_program, torch ops
         "fused-hf": Way("fused, HF's layer forward", program="hf"),  # the default before 2026-12-01
-        "fused-gate-up-apart": Way("fused, gate/up apart at 1", program="merged", gate_up_apart=True),
-        # inductor's combo kernels: independent kernels of a graph (Qwen batch 1: the q rotary, k rotary +
-        # cache write and v cache write, 3 kernels a layer) launched as one
-        "fused-combo": Way("fused, combo kernels", inductor=(("combo_kernels", True),)),
+        # the defaults before 2026-12-01's second session: gate and up one GEMV at batch 1, no combo kernels
+        "fused-gate-up-merged": Way("fused, gate/up one GEMV at 1", gate_up_apart=False),
+        "fused-no-combo": Way("fused, no combo kernels", inductor=(("combo_kernels", False),)),
     }
     results = []
     shipped_settings = dict(fused_step.INDUCTOR_SETTINGS)
@@ -190,6 +190,7 @@ def main() -> None:
         gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS = way.long_cublas
         gemv_lowering.MATERIALIZE_INPUT = way.materialize
         layer_program.GATE_UP_APART_AT_BATCH_1 = way.gate_up_apart
+        fused_step.TUNE = way.tune
         fused_step.INDUCTOR_SETTINGS = {**shipped_settings, **dict(way.inductor)}
         request = CaptureRequest(
             model=args.model,

@@ -131,7 +131,10 @@ def capture(
     if prepared.graphs:
         out.show(capture_table(prepared.graphs.captures()))
     if prepared.compile_seconds:
-        out.line(f"inductor compiled the step in {prepared.compile_seconds:.1f} s (included in the capture times)")
+        out.line(
+            f"inductor compiled the step in {prepared.compile_seconds:.1f} s "
+            f"({prepared.session.fused.layer_forward_kind()}; included in the capture times)"
+        )
     memory = report_memory(prepared, out)
     barrier()  # under --tp: every rank captured and checked its graphs before rank 0 writes the plan
     if is_main_rank():

@@ -28,8 +28,10 @@ from accelerate_graph.compat.transformers_internals import attention_implementat
 GROUPED = "cugraph_grouped"  # the name of our attention in AttentionInterface and the model's config
 _UNSUPPORTED = ("softcap", "s_aux", "sinks", "head_mask")  # kwargs that ask for more than softmax(qk)v
 
-# The Triton decode kernel in place of the matmuls. Off until measured on the GPU
-# (benchmarks/attention_sweep.py, then a fused bench).
+# The Triton decode kernel in place of the matmuls. Off: inside inductor on the H200 (2026-12-01) it
+# compiles (floats cast to fp32), but replays wrong (the 8B's logits 1.4 relative error at batch 1) or
+# reads out of bounds (Qwen2.5-0.5B at batch 8), while its eager GPU tests pass: suspected, strides read
+# at tracing time that inductor's buffers do not keep (docs/PERF.md, stop 15).
 TRITON_DECODE = False
 _TRITON = importlib.util.find_spec("triton") is not None
 # Under the Triton interpreter (CPU tests) the kernel runs on CPU tensors too.

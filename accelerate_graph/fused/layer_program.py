@@ -83,10 +83,9 @@ def _merged_linear_residual(x, weight, bias, residual):
 
 # At batch 1 the projections are inductor's GEMVs (gemv_lowering), not cuBLAS calls. Gate and up as two
 # GEMVs over the halves of the one weight become one kernel with silu(gate) * up in its epilogue; the
-# split output of one GEMV needs a pointwise kernel after it. Profiled on the H200 (2026-12-01, per step):
-# HF's two projections 159 us against 179 + 24 merged for Qwen2.5-0.5B, 2,220 against 2,319 + 34 for the
-# 8B. Off until the step is measured with it (benchmarks/profile_step.py --ways fused,fused-gate-up-apart).
-GATE_UP_APART_AT_BATCH_1 = False
+# split output of one GEMV needs a pointwise kernel after it. H200, 2026-12-01 (profile_step.py, replay
+# per step at batch 1): Qwen2.5-0.5B 1.001 -> 0.948 ms, Llama-3.1-8B 5.008 -> 4.782 ms.
+GATE_UP_APART_AT_BATCH_1 = True
 
 
 def _merged_gate_up(x, norm_weight, eps, w_gate_up, w_up):
@@ -188,8 +187,9 @@ def program_for(layer: torch.nn.Module) -> bool:
         return False
     if not _is_linear(mlp.down_proj, True):
         return False
-    if any(has_call_hooks(m) for m in layer.modules()):
-        return False  # this forward calls no module, so a hook (tensor parallel's all-reduce) would not run
+    called = (attention.o_proj, mlp.down_proj)  # run as modules when hooked (_output_projection)
+    if any(has_call_hooks(m) for m in layer.modules() if all(m is not c for c in called)):
+        return False  # this forward calls no other module, so a hook there would not run
     if not isinstance(mlp.act_fn, torch.nn.SiLU) and type(mlp.act_fn).__name__ != "SiLUActivation":
         return False
     norms = (layer.input_layernorm, layer.post_attention_layernorm)
@@ -202,6 +202,15 @@ def program_for(layer: torch.nn.Module) -> bool:
     ):
         return False
     return inspect.signature(type(layer).forward).return_annotation in (torch.Tensor, "torch.Tensor")
+
+
+def _output_projection(module, x, residual, ops: LayerOps):
+    """residual + module(x). A hooked module is called, so that its hooks run: under --tp, o_proj and
+    down_proj hold a slice of their input dimension and a forward hook sums the ranks' parts
+    (distributed/sharding.py); else the op that folds the residual add in."""
+    if has_call_hooks(module):
+        return residual + module(x)
+    return ops.linear_residual(x, module.weight, module.bias, residual)
 
 
 def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cache, ops: LayerOps):
@@ -229,9 +238,9 @@ def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cach
     q, k = (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
     k, v = cache.update(k, v, 0)
     out, _ = grouped_decode_attention(attention, q, k, v, attention_mask, scaling=attention.scaling)
-    h = ops.linear_residual(out.reshape(batch * tokens, -1), attention.o_proj.weight, attention.o_proj.bias, x)
+    h = _output_projection(attention.o_proj, out.reshape(batch * tokens, -1), x, ops)
     second = layer.post_attention_layernorm
     w_gate, w_up = (getattr(mlp, MERGED_GATE_UP), None) if ops.merged else (mlp.gate_proj.weight, mlp.up_proj.weight)
     gated = ops.norm_gate_up(h, second.weight, second.variance_epsilon, w_gate, w_up)
-    out = ops.linear_residual(gated, mlp.down_proj.weight, mlp.down_proj.bias, h)
+    out = _output_projection(mlp.down_proj, gated, h, ops)
     return out.view(batch, tokens, hidden)

@@ -45,16 +45,30 @@ GEMV_AT_BATCH_1 = True
 
 # Our graphs, not inductor's; no padding of matmuls, whose pass guarded on the context length
 # (`17 <= context`: a recompilation for a 16-slot bucket, seen on the H200).
-INDUCTOR_SETTINGS = {"triton.cudagraphs": False, "shape_padding": False}
+# Combo kernels: independent pointwise kernels of one graph run as one launch; in the merged program the
+# q rotary, the k rotary + cache write and the v cache write of each layer (3 -> 1). H200, 2026-12-01
+# (benchmarks/profile_step.py): Qwen2.5-0.5B replay 1.001 -> 0.935 ms at batch 1 (393 -> 345 kernels),
+# 1.264 -> 1.204 ms at batch 8.
+INDUCTOR_SETTINGS = {"triton.cudagraphs": False, "shape_padding": False, "combo_kernels": True}
 
 # Coordinate-descent tuning: at compile time inductor benchmarks configs next to its heuristic's choice
-# for each kernel and keeps the fastest (cached with the kernels, beside the plan). Off until a bench shows
-# it pays: on the H200 (2026-12-01) it cost Qwen2.5-0.5B 5% at batch 1, while the 8B's GEMVs over K =
-# 4,096 ran at 2.8-3.4 TB/s under the heuristic (down_proj, K = 14,336: 3.9). CUGRAPH_ACCEL_TUNE=1 turns
-# it on for a benchmark (the environment reaches every --tp rank).
-TUNE_SETTINGS = {"coordinate_descent_tuning": True}
-if os.environ.get("CUGRAPH_ACCEL_TUNE", "0") == "1":
-    INDUCTOR_SETTINGS = {**INDUCTOR_SETTINGS, **TUNE_SETTINGS}
+# for each kernel and keeps the fastest. It pays where the GEMVs are long. H200, 2026-12-01, replay per
+# step at batch 1: the 8B 4.662 -> 4.280 ms (its gate/up GEMV 3.2 -> 4.5 TB/s), Llama-3.2-1B 1.152 ->
+# 1.077; but Qwen2.5-0.5B (hidden 896) 0.883 -> 1.041. So it runs from a hidden size of
+# TUNE_FROM_HIDDEN_SIZE, for ~15 s more compiling. Its results are not read back from inductor's cache
+# (`autotune_local_cache`): torch 2.11 restored tuned configs as slower ones (docs/PERF.md), so every new
+# process tunes again. CUGRAPH_ACCEL_TUNE=1 / 0 forces it on / off (it reaches every --tp rank).
+TUNE_SETTINGS = {"coordinate_descent_tuning": True, "autotune_local_cache": False}
+TUNE_FROM_HIDDEN_SIZE = 2048
+TUNE = os.environ.get("CUGRAPH_ACCEL_TUNE", "auto")
+
+
+def tune_pays(model: torch.nn.Module) -> bool:
+    """Whether the fused layers of `model` compile with coordinate-descent tuning (TUNE, above)."""
+    if TUNE in ("0", "1"):
+        return TUNE == "1"
+    config = model.config.get_text_config()
+    return int(getattr(config, "hidden_size", 0) or 0) >= TUNE_FROM_HIDDEN_SIZE
 
 
 def inductor_cache_dir(plan_path: Path | str) -> Path:
@@ -170,7 +184,7 @@ def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int
 # them, else HF's forward), "torch" (its torch reference ops) or "hf" (HF's forward).
 # "merged" since the H200 (2026-12-01): Qwen2.5-0.5B batch 8 replays 1.513 -> 1.268 ms (242 -> 170 cuBLAS
 # calls), the 8B's batch 32 benches 6.12 -> 5.59 ms; batch 1 is unchanged (its projections are inductor's
-# GEMVs either way). A layer with a hook keeps HF's forward (layer_program.program_for). The "kernels" reached
+# GEMVs either way). Hooks run only on o_proj and down_proj (layer_program.program_for). The "kernels" reached
 # 28-73% of copy bandwidth at the 8B shapes, slower than cuBLAS at most (2026-11-30, docs/PERF.md).
 # A switch so benchmarks/profile_step.py can measure each.
 LAYER_PROGRAM = "merged"
@@ -210,6 +224,8 @@ class FusedForward:
         # layer_program.py's forward, for the layers it covers; None keeps HF's forward for every layer
         self.ops = ops if ops is not None else default_ops(model)
         self.programmed = self.ops is not None and all(program_for(layer) for layer in self.layers)
+        self.tuned = tune_pays(model)
+        self.settings = {**INDUCTOR_SETTINGS, **(TUNE_SETTINGS if self.tuned else {})}
         if self.programmed and self.ops.merged:
             for layer in self.layers:
                 merge_projections(layer)
@@ -220,6 +236,11 @@ class FusedForward:
         self.graphs = 0  # FX graphs dynamo made
         self.recompiles = 0  # compilations in a call whose batch class had compiled already
         self._layer_calls = 0  # in the current call: a step that never calls its layers is refused
+
+    def layer_forward_kind(self) -> str:
+        """What inductor compiles for each layer, for the notes a user reads."""
+        kind = f"the layer program, {self.ops.name}" if self.programmed else "HF's layer forward"
+        return kind + (", kernels tuned" if self.tuned else "")
 
     def _compiled_forward(self, layer: torch.nn.Module):
         kind = type(layer)
@@ -257,7 +278,7 @@ class FusedForward:
         if self.backend != "inductor":
             return contextlib.nullcontext()
         stack = contextlib.ExitStack()
-        stack.enter_context(torch_internals.inductor_config_patched(INDUCTOR_SETTINGS))
+        stack.enter_context(torch_internals.inductor_config_patched(self.settings))
         stack.enter_context(gemv_at_batch_1(GEMV_AT_BATCH_1 and batch == 1))
         return stack
 

@@ -191,7 +191,7 @@ def test_inductor_config_patched_with_the_fused_settings():
     from accelerate_graph.fused.layers import INDUCTOR_SETTINGS as SHIPPED
     from accelerate_graph.fused.layers import TUNE_SETTINGS
 
-    INDUCTOR_SETTINGS = {**SHIPPED, **TUNE_SETTINGS}  # CUGRAPH_ACCEL_TUNE=1 adds the tuning switch
+    INDUCTOR_SETTINGS = {**SHIPPED, **TUNE_SETTINGS}  # large models (or CUGRAPH_ACCEL_TUNE=1) add tuning
     symbol = f"torch._inductor.config.patch({INDUCTOR_SETTINGS})"
     import torch._inductor.config as config
 

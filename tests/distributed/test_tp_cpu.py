@@ -78,3 +78,21 @@ def test_generate_at_tp2_gives_tp1s_greedy_tokens(tmp_path):
         assert result.stdout.count("new tokens in") == 1  # rank 0 alone speaks
         runs[tp] = [row["token_ids"] for row in json.loads(path.read_text())["outputs"]]
     assert runs["2"] == runs["1"] and all(len(row) == 8 for row in runs["1"])
+
+
+def test_fused_capture_at_tp2_runs_the_layer_program_with_the_ranks_summed(tmp_path):
+    """--fuse at --tp 2: the written-out layer program compiles (o_proj and down_proj called as modules,
+    so tensor parallel's all-reduce hooks run inside it) and replays like the unsplit model."""
+    plan_path = tmp_path / "tp-fused.plan.yaml"
+    common = ["--plan", str(plan_path)]
+    captured = cli(
+        "capture", "tiny", "--tp", "2", "--fuse", "--buckets", "1,4", "--max-cache-len", "64",
+        "--prompt-len", "8", "--context-buckets", "full", *common,
+    )  # fmt: skip
+    assert captured.code == 0, captured.stdout[-3000:]
+    assert "(the layer program, merged;" in captured.stdout, captured.stdout[-3000:]
+    verified = cli("verify", *common)
+    assert verified.code == 0, verified.stdout[-3000:]
+    flat = " ".join(verified.stdout.split())
+    assert "tp 2 replay vs the unsplit model (bucket 4, 8 steps)" in flat and ": pass" in flat, flat[-2000:]
+    assert re.search(r"verified: \d+ runs replaying 2 of 2 graphs", flat), flat[-2000:]

@@ -420,18 +420,27 @@ def test_one_row_gemv_lowering_computes_the_product(monkeypatch, materialize):
     torch.testing.assert_close(gemv_lowering.mm_as_reduction(row, weight), row @ weight)
 
 
-def test_kernel_tuning_is_off_unless_the_environment_asks():
-    """CUGRAPH_ACCEL_TUNE=1 (for a benchmark; every --tp rank inherits it) adds inductor's
-    coordinate-descent tuning to the fused settings; without it the heuristic's configs stand."""
+def test_kernel_tuning_follows_the_hidden_size_unless_the_environment_says():
+    """Coordinate-descent tuning runs for a hidden size of TUNE_FROM_HIDDEN_SIZE or more (where the GEMVs
+    are long enough to pay for it), never reading tuned configs back from inductor's cache;
+    CUGRAPH_ACCEL_TUNE=1 / 0 (every --tp rank inherits it) forces it on / off."""
     import os
     import subprocess
     import sys
 
-    show = "from accelerate_graph.fused.layers import INDUCTOR_SETTINGS as s; print(s.get('coordinate_descent_tuning'))"
+    show = (
+        "from types import SimpleNamespace as N\n"
+        "from accelerate_graph.fused import layers\n"
+        "def model(hidden): return N(config=N(get_text_config=lambda: N(hidden_size=hidden)))\n"
+        "print(layers.tune_pays(model(layers.TUNE_FROM_HIDDEN_SIZE - 1)), layers.tune_pays(model(4096)))"
+    )
     seen = {}
-    for value in ("0", "1"):
+    for value in ("auto", "0", "1"):
         env = {**os.environ, "CUGRAPH_ACCEL_TUNE": value}
         done = subprocess.run([sys.executable, "-c", show], env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         seen[value] = done.stdout.strip()
-    assert seen == {"0": "None", "1": "True"}
+    assert seen == {"auto": "False True", "0": "False False", "1": "True True"}
+    from accelerate_graph.fused import layers
+
+    assert layers.TUNE_SETTINGS == {"coordinate_descent_tuning": True, "autotune_local_cache": False}

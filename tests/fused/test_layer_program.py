@@ -65,16 +65,58 @@ def test_layers_the_program_does_not_cover_keep_hfs_forward(model_type):
 
 
 def test_a_layer_with_a_hook_keeps_hfs_forward():
-    """The program calls no module, so a hook (tensor parallel's all-reduce after o_proj and down_proj)
-    would silently not run: such a layer keeps HF's forward."""
+    """The program calls only o_proj and down_proj as modules (when they have hooks), so a hook anywhere
+    else in the layer would silently not run: such a layer keeps HF's forward."""
     model = tiny_decoder("llama")
     from accelerate_graph.fused.layers import decoder_layers
 
     layers = decoder_layers(model)
     assert all(program_for(layer) for layer in layers)
-    handle = layers[0].mlp.down_proj.register_forward_hook(lambda module, args, output: output)
-    assert not program_for(layers[0]) and program_for(layers[1])
+    for module in (layers[0].mlp.gate_proj, layers[0].self_attn.q_proj, layers[0].input_layernorm):
+        handle = module.register_forward_hook(lambda module, args, output: output)
+        assert not program_for(layers[0]) and program_for(layers[1])
+        handle.remove()
+    handle = layers[0].mlp.down_proj.register_forward_pre_hook(lambda module, args: None)
+    assert program_for(layers[0])  # called as a module: its hooks run (next test)
     handle.remove()
+
+
+@pytest.mark.parametrize("ops_name", ["reference", "merged"])
+def test_hooks_on_the_output_projections_run_like_hfs(ops_name):
+    """Tensor parallel sums the ranks' parts of o_proj and down_proj in a forward hook, then adds the
+    bias (distributed/sharding.py). The program calls those two modules, so their hooks run: the same
+    logits as HF's forward with the same hooks, and different ones without them."""
+    from accelerate_graph.fused.layer_program import MERGED_OPS
+    from accelerate_graph.fused.layers import decoder_layers
+
+    torch._dynamo.reset()
+    model = tiny_decoder("llama")
+    use_grouped_attention(model)
+    session = DecodeSession(model, 2, 64)
+    prompt = torch.randint(0, 100, (2, 6))
+    cases = [(2, 32), (1, 64)]
+    plain = session.first_steps(prompt, cases)
+    calls = []
+
+    def like_an_all_reduce(module, args, output):  # any change a hook makes must reach the logits
+        calls.append(1)
+        return output * 2.0 + module.tp_bias
+
+    torch.manual_seed(1)
+    for layer in decoder_layers(model):
+        for module in (layer.self_attn.o_proj, layer.mlp.down_proj):
+            module.tp_bias = torch.randn(module.out_features) * 0.1
+            module.register_forward_hook(like_an_all_reduce)
+    expected = session.first_steps(prompt, cases)
+    hf_calls, calls[:] = len(calls), []
+    ops = MERGED_OPS if ops_name == "merged" else REFERENCE_OPS
+    fused = FusedForward(model, backend="eager", ops=ops)
+    assert fused.programmed
+    got = session.first_steps(prompt, cases, fused)
+    assert hf_calls and len(calls) == hf_calls
+    for a, b, c in zip(got, expected, plain):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(a, c, rtol=1e-3, atol=1e-3)
 
 
 def test_a_linear_subclass_keeps_hfs_forward():

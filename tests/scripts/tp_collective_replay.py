@@ -29,6 +29,9 @@ def rank_main(rank: int, port: int) -> None:
     # one write per line: print's text and newline are two writes, which the other rank's can split
     sys.stdout.write(f"rank {rank} {'replay-ok' if ok else 'replay-differs'}\n")
     sys.stdout.flush()
+    # both ranks done before either tears down: a rank whose peer closed the connection while its gloo
+    # thread still read from it died in std::terminate (about 1 run in 2 on torch 2.13, 2026-12-01)
+    dist.barrier()
     dist.destroy_process_group()
     sys.exit(0 if ok else 1)
 

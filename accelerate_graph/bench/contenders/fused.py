@@ -32,7 +32,7 @@ def captured_fused(run: ContextRun) -> Iterator:
         compiled = run.session.fused
         info.notes.append(
             f"fused: inductor compiled the decoder layers in {compiled.compile_seconds:.1f} s "
-            f"({compiled.graphs} graph(s), {compiled.recompiles} recompilation(s)); "
+            f"({compiled.graphs} graph(s), {compiled.recompiles} recompilation(s); {compiled.layer_forward_kind()}); "
             "the fused setup column includes it"
         )
     yield fused

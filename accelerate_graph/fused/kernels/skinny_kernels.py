@@ -48,7 +48,8 @@ def _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.const
         mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
         xv = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
         squares += xv * xv
-    return tl.rsqrt(tl.sum(squares, axis=1) / K + eps)
+    # the cast: inductor's generated launches pass Python floats as fp64, which would make the rows fp64
+    return tl.rsqrt(tl.sum(squares, axis=1) / K + tl.cast(eps, tl.float32))
 
 
 @triton.jit
