@@ -46,7 +46,7 @@ class Way:
     gemv: bool = True  # fused.layers.GEMV_AT_BATCH_1
     program: str = fused_step.LAYER_PROGRAM  # the default: "merged"
     gate_up_apart: bool = layer_program.GATE_UP_APART_AT_BATCH_1  # merged: gate and up two GEMVs at batch 1
-    triton_attention: bool = False  # fused.grouped_attention.TRITON_DECODE
+    triton_attention: bool = grouped_attention.TRITON_DECODE  # the default: on (CUGRAPH_ACCEL_TRITON_ATTENTION)
     long_cublas: bool = gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
     materialize: bool = gemv_lowering.MATERIALIZE_INPUT  # GEMV inputs stored before the reduction
     inductor: tuple = ()  # (setting, value) pairs added to fused.layers.INDUCTOR_SETTINGS
@@ -160,7 +160,8 @@ def main() -> None:
     ways = {
         "graph": Way("graph: HF sdpa", attn="sdpa", fuse=False),
         "fused": Way("fused"),  # what `capture --fuse` and bench's `fused` run
-        "fused-attn": Way("fused, Triton attention", triton_attention=True),  # + decode_attention
+        "fused-attn": Way("fused, Triton attention", triton_attention=True),  # the default since 2026-12-01
+        "fused-matmul-attn": Way("fused, matmul attention", triton_attention=False),  # the default before
         "fused-cublas": Way("fused, cuBLAS at 1", gemv=False),  # no batch-1 GEMV lowering
         "fused-all-gemv": Way("fused, GEMV for all", long_cublas=False),  # 8B's down_proj lowered too
         "fused-stored": Way("fused, GEMV inputs stored", materialize=True),

@@ -20,7 +20,7 @@ for entry in $ENTRIES; do
   [ "$mode" = fused ] && fuse=(--fuse)
   run "capture-$name" 40 120 python3 -m cli capture "$recipe" "${fuse[@]}" --buckets 1,8,32 --max-cache-len "$cache" \
     --plan "$LOGS/$name.yaml"
-  [ -f "$LOGS/$name.yaml" ] && run "verify-$name" 60 240 python3 -m cli verify --plan "$LOGS/$name.yaml" --steps 8 \
+  [ -f "$LOGS/$name.yaml" ] && run "verify-$name" 60 450 python3 -m cli verify --plan "$LOGS/$name.yaml" --steps 8 \
     --repeat 5 --json "$LOGS/verify-$name.json"
 done
 python3 - "$LOGS" <<'PY'

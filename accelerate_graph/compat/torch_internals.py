@@ -251,6 +251,15 @@ def inductor_materialized(tensor: torch.Tensor) -> torch.Tensor:
     return torch.ops.prims.inductor_force_stride_order(tensor, tensor.stride())
 
 
+def inductor_generated_code(fn: Callable, *args, **kwargs) -> tuple[object, list[str]]:
+    """fn(*args, **kwargs)'s result and the Python source of every graph inductor compiled during the
+    call: `torch._inductor.utils.run_and_get_code` (inductor's own tests use it; no public API shows
+    what inductor generated). Checked: torch 2.11, 2.13."""
+    from torch._inductor.utils import run_and_get_code
+
+    return run_and_get_code(fn, *args, **kwargs)
+
+
 def statically_known_true(condition) -> bool:
     """Whether a (possibly symbolic) condition holds for every size the compiled graph may see, without
     adding a guard: `torch.fx.experimental.symbolic_shapes.statically_known_true` (an experimental

@@ -6,7 +6,7 @@ times over (7x for Qwen2.5's 14/2). For one query token the grouped form is two 
 the query heads of a group become rows of one matmul against their shared K/V head. Steps with more
 than one token (the prompt) and features this form does not cover fall back to HF's sdpa.
 
-With TRITON_DECODE on, a CUDA decode step runs one Triton kernel instead (fused/kernels/
+With TRITON_DECODE on (the default), a CUDA decode step runs one Triton kernel instead (fused/kernels/
 decode_attention.py: K/V read once per group, masked blocks skipped, softcapping too); the matmul path
 stays the fallback and the reference its numerics are tested against.
 """
@@ -28,11 +28,11 @@ from accelerate_graph.compat.transformers_internals import attention_implementat
 GROUPED = "cugraph_grouped"  # the name of our attention in AttentionInterface and the model's config
 _UNSUPPORTED = ("softcap", "s_aux", "sinks", "head_mask")  # kwargs that ask for more than softmax(qk)v
 
-# The Triton decode kernel in place of the matmuls. Off: inside inductor on the H200 (2026-12-01) it
-# compiles (floats cast to fp32), but replays wrong (the 8B's logits 1.4 relative error at batch 1) or
-# reads out of bounds (Qwen2.5-0.5B at batch 8), while its eager GPU tests pass: suspected, strides read
-# at tracing time that inductor's buffers do not keep (docs/PERF.md, stop 15).
-TRITON_DECODE = False
+# The Triton decode kernel in place of the matmuls, on CUDA; CUGRAPH_ACCEL_TRITON_ATTENTION=0 keeps the
+# matmuls for a run. On since the H200 measured it (2026-12-01, docs/PERF.md stop 16): the 8B's fused
+# step 4.357 -> 4.273 ms at batch 1 (1.20x its floor), 4.969 -> 4.806 at 8, 5.495 -> 5.213 at 32; its
+# fused verify 19 of 19 runs, worst 1.03x eager's error; its 53 GPU tests pass.
+TRITON_DECODE = os.environ.get("CUGRAPH_ACCEL_TRITON_ATTENTION", "1") != "0"
 _TRITON = importlib.util.find_spec("triton") is not None
 # Under the Triton interpreter (CPU tests) the kernel runs on CPU tensors too.
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"

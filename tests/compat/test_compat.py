@@ -494,3 +494,10 @@ def test_has_call_hooks_sees_own_and_global_forward_hooks():
     finally:
         handle.remove()
     assert not has_call_hooks(linear)
+
+
+def test_inductor_generated_code_returns_the_result_and_the_source():
+    compiled = torch.compile(lambda x: (x * 2).sin(), backend="inductor")
+    result, code = ti.inductor_generated_code(compiled, torch.ones(4))
+    assert torch.allclose(result, torch.ones(4).mul(2).sin())
+    assert len(code) == 1 and "def call(" in code[0], "torch._inductor.utils.run_and_get_code changed"

@@ -40,6 +40,7 @@ OP_NAME = "cugraph_accel::decode_attention"
 CONFIG_FILE = Path(__file__).with_name("attention_configs.json")
 MAX_GROUP = 64  # query heads per K/V head in one tile; larger groups keep the matmul path
 MAX_HEAD_DIM = 256
+FLOAT32_BLOCK_L = 32  # slots per loop step at most, in float32 (shared memory)
 # The Triton interpreter (TRITON_INTERPRET=1, CPU tests) computes garbage in bf16 arithmetic and bf16
 # tl.dot: there, loads become fp32 first (same results on a GPU up to the dot's input rounding).
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -287,16 +288,18 @@ def launch(
     if not run:
         return out
     upcast = INTERPRETED or query.dtype == torch.float32
-    # float32 K/V tiles are twice as large: pipelined over two stages, BLOCK_L 128 at d 128 asked for more
-    # shared memory than the H200 has (OutOfResources, 2026-12-01)
-    stages = 1 if query.dtype == torch.float32 else config.num_stages
+    # float32 K/V tiles are twice as large, and the ieee dots stage more: BLOCK_L 128 at d 128 asked for
+    # 270 KB of shared memory, even in one stage (the H200 has 227 KB; OutOfResources, 2026-12-01)
+    stages, block_l = config.num_stages, config.block_l
+    if query.dtype == torch.float32:
+        stages, block_l = 1, min(block_l, FLOAT32_BLOCK_L)
     _decode_split_kernel[(batch * kv_heads, splits)](
         query, key, value, mask_rows, out, part_acc, part_m, part_l,
         kv_heads, length, splits, scale, softcap,
         query.stride(0), query.stride(1), query.stride(3),
         *key.stride(), *value.stride(), *mask_strides,
         out.stride(0), out.stride(2), out.stride(3),
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_G=_block(group), BLOCK_D=_block(head_dim), BLOCK_L=config.block_l,
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_G=_block(group), BLOCK_D=_block(head_dim), BLOCK_L=block_l,
         MASK_KIND=mask_kind, MASK_PER_HEAD=mask_strides[1] != 0, SOFTCAP=softcap > 0, DIRECT=direct, UPCAST=upcast, IEEE=upcast,
         num_warps=config.num_warps, num_stages=stages,
     )  # fmt: skip
@@ -345,7 +348,10 @@ def _op(
 # inductor only keeps the inputs' stride order for a user kernel (triton_kernel_default_layout_constraint),
 # not the strides; called at run time, the launch reads the strides the tensors have. (The interpreter,
 # for the CPU tests, needs an opaque op anyway: inductor cannot trace interpreted kernels.)
-decode_attention = torch.library.custom_op(OP_NAME, _op, mutates_args=())
+# flexible_layout: the kernel takes any strides. Without the tag inductor gives a custom op inputs in the
+# strides they were traced with, and copied the whole K/V cache of every layer into a contiguous buffer
+# before each call (H200: 197 us per 8B step at 1,024 slots, growing with the cache; seen on the CPU too).
+decode_attention = torch.library.custom_op(OP_NAME, _op, mutates_args=(), tags=(torch.Tag.flexible_layout,))
 
 
 @decode_attention.register_fake

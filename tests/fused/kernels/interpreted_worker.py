@@ -3,7 +3,8 @@ must be set before triton is imported, and the test process may have imported tr
 (inductor, GPU runs). Reads a job as JSON on stdin, writes its results as JSON on stdout.
 
 Jobs: {"cases": [...]} -> {case id: errors}; {"compile": true} -> graph counts of the op under dynamo;
-{"model": true} -> a tiny model's decode logits with the kernel against the matmul path.
+{"model": true} -> a tiny model's decode logits with the kernel against the matmul path;
+{"cache_reads": true} -> the arguments inductor's generated code passes the op.
 """
 
 import json
@@ -106,12 +107,37 @@ def model_logits() -> dict:
     }
 
 
+def cache_reads() -> dict:
+    """Inductor (CPU) compiles a tiny model's decode layer with the kernel on: the arguments its generated
+    code passes the op. K and V should be the cache itself (graph inputs, `argN_1`), not copies (`bufN`)."""
+    import re
+
+    from tiny_models import tiny_decoder
+
+    from accelerate_graph.compat.torch_internals import inductor_generated_code
+    from accelerate_graph.core.decode_session import DecodeSession
+    from accelerate_graph.fused.layers import FusedForward
+
+    torch._inductor.config.force_disable_caches = True  # its FX graph cache does not key on op tags
+    model = tiny_decoder("qwen2")
+    grouped_attention.use_grouped_attention(model)
+    session = DecodeSession(model, 2, 64)
+    prompt = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(1))
+    grouped_attention.TRITON_DECODE = True
+    fused = FusedForward(model, backend="inductor")
+    _, code = inductor_generated_code(session.first_steps, prompt, [(2, 32)], fused)
+    calls = [m.group(1) for source in code for m in re.finditer(r"decode_attention\.default\(([^)]*)\)", source)]
+    return {"calls": calls}
+
+
 def main() -> None:
     job = json.load(sys.stdin)
     if "cases" in job:
         result = {case["id"]: run_case(case) for case in job["cases"]}
     elif job.get("compile"):
         result = compile_counts()
+    elif job.get("cache_reads"):
+        result = cache_reads()
     else:
         result = model_logits()
     json.dump(result, sys.stdout)

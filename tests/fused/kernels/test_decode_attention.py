@@ -105,6 +105,16 @@ def test_the_op_compiles_once_for_every_larger_batch_and_context():
     assert got["max_error"] < 2e-5, got
 
 
+def test_inductor_passes_the_cache_itself_not_a_copy():
+    """Without the op's flexible_layout tag, inductor copied each layer's whole K/V cache into a
+    contiguous buffer before every call (H200, 2026-12-01: 197 us of an 8B step at 1,024 slots)."""
+    calls = interpreted({"cache_reads": True})["calls"]
+    assert calls, "the compiled layer never called the kernel"
+    for args in calls:
+        key, value = [a.strip() for a in args.split(",")][1:3]
+        assert key.startswith("arg") and value.startswith("arg"), args
+
+
 def test_grouped_attention_runs_the_kernel_when_switched_on():
     """A tiny GQA model's decode logits, eager and in fused mode's compiled layers, with the kernel on."""
     got = interpreted({"model": True})
@@ -113,8 +123,9 @@ def test_grouped_attention_runs_the_kernel_when_switched_on():
     assert (got["graphs"], got["recompiles"]) == (2, 0), got
 
 
-def test_switch_is_off_and_cpu_tensors_keep_the_matmul_path(monkeypatch):
-    assert grouped_attention.TRITON_DECODE is False  # on once measured on the GPU (benchmarks/attention_sweep.py)
+def test_switch_is_on_and_cpu_tensors_keep_the_matmul_path(monkeypatch):
+    on = os.environ.get("CUGRAPH_ACCEL_TRITON_ATTENTION", "1") != "0"
+    assert grouped_attention.TRITON_DECODE is on  # on since measured on the H200 (docs/PERF.md, stop 16)
     monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
     # this folder's conftest may have turned the interpreter on for this process (triton not yet imported)
     monkeypatch.setattr(grouped_attention, "_INTERPRETED", False)
@@ -237,7 +248,10 @@ def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch):
         monkeypatch.setattr(grouped_attention, "TRITON_DECODE", False)
         want = layer_like(*args[:3], cache_k, cache_v, *args[3:], weight)
         monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
-        torch.testing.assert_close(got, want, rtol=3e-2, atol=3e-2)
+        # the projection sums 896 products of bf16-rounded attention outputs: one element of 128 may land
+        # 0.06 away (H200, 2026-12-01); the norm of the difference is what a wrong read moves (1.4x it)
+        assert ((got.float() - want.float()).norm() / want.float().norm()).item() < 1e-2
+        torch.testing.assert_close(got, want, rtol=0.1, atol=0.1)
 
     before = dynamo_graph_count()
     for length, now in [(64, 40), (128, 100), (256, 200)]:
