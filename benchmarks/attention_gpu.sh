@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The Triton decode attention on the H200, in ONE device call under a deadline (DEADLINE s, default 560):
 #   tests     its GPU tests (CUGRAPH_ACCEL_KERNEL_TESTS=1) and the layer program with the skinny kernels
-#   profiles  benchmarks/profile_step.py, way WAY (default fused-attn), one process per model (a second
+#   profiles  benchmarks/profile_step.py, way WAY (default fused), one process per model (a second
 #             compile in the same process tuned the 8B's GEMVs worse: 2026-12-01)
-#   bench     the 8B recipe, fused with the kernel on (CUGRAPH_ACCEL_TRITON_ATTENTION=1), cache 1024
-#   verify    the 8B recipe captured with --fuse and the kernel on, verify --repeat 2 at cache 1024
-# 2026-12-01 (stop 16) it measured the kernel without the cache copy; it became the default then
-# (docs/PERF.md), so fused-attn and fused are the same way now: WAY=fused-matmul-attn gives the other.
+#   bench     the 8B recipe, fused, cache 1024
+#   verify    the 8B recipe captured with --fuse, verify --repeat 2 at cache 1024
+# 2026-12-01 (stop 16) it measured the kernel without the cache copy (then switched on here by the way
+# fused-attn and CUGRAPH_ACCEL_TRITON_ATTENTION=1); it became the default then (docs/PERF.md), so the
+# defaults run it now: WAY=fused-matmul-attn and CUGRAPH_ACCEL_TRITON_ATTENTION=0 give the matmuls.
 # Usage on the device machine: OUT=/some/dir bash benchmarks/attention_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-560} LOGS=/tmp/attention-logs SHOW="replay|passed|failed|^error|Error|verified|worst|peak"
@@ -15,9 +16,8 @@ CUGRAPH_ACCEL_KERNEL_TESTS=1 run tests 40 200 python3 -m pytest -m cuda -q -p no
   tests/fused/kernels/test_decode_attention.py "tests/fused/test_gpu_fused.py::test_the_layer_program_with_its_kernels_verifies"
 for entry in ${PROFILES:-llama-3.1-8b:1 qwen2.5-0.5b:1,8 llama-3.2-1b:1,8}; do
   IFS=: read -r model batches <<< "$entry"
-  run "profile-$model" 60 150 python3 benchmarks/profile_step.py "$model" --batches "$batches" --ways "${WAY:-fused-attn}" --top 8
+  run "profile-$model" 60 150 python3 benchmarks/profile_step.py "$model" --batches "$batches" --ways "${WAY:-fused}" --top 8
 done
-export CUGRAPH_ACCEL_TRITON_ATTENTION=1
 run bench 60 200 python3 -m cli bench llama-3.1-8b --compare fused --buckets 1,8,32 --context 1024 --steps 30 \
   --warmup 5 --csv "$LOGS/bench.csv"
 run capture 60 150 python3 -m cli capture llama-3.1-8b --fuse --buckets 1,8,32 --max-cache-len 1024 --plan "$LOGS/8b.yaml"

@@ -30,8 +30,8 @@ profile() {  # NAME BATCHES WAYS
     --json "$WORK/profile-$1.json" > "$WORK/profile-$1.log" 2>&1
   grep -E "kernels,|failed|Error" "$WORK/profile-$1.log" | cut -c1-260
 }
-profile qwen2.5-0.5b 1,8 fused,fused-kernels,fused-attn
-profile llama-3.1-8b 1,32 fused,fused-kernels,fused-attn
+profile qwen2.5-0.5b 1,8 fused,fused-kernels,fused-matmul-attn
+profile llama-3.1-8b 1,32 fused,fused-kernels,fused-matmul-attn
 if [ "$(left)" -gt 90 ]; then
   echo "== bench ($(left) s left)"
   timeout $(( $(left) - 20 )) python3 -m cli bench qwen2.5-0.5b --compare fused --buckets 1,8,16,32 --context 1024 \

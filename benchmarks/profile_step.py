@@ -160,7 +160,7 @@ def main() -> None:
     ways = {
         "graph": Way("graph: HF sdpa", attn="sdpa", fuse=False),
         "fused": Way("fused"),  # what `capture --fuse` and bench's `fused` run
-        "fused-attn": Way("fused, Triton attention", triton_attention=True),  # the default since 2026-12-01
+        # the Triton decode attention is the default since 2026-12-01 (then `fused-attn`, now `fused`)
         "fused-matmul-attn": Way("fused, matmul attention", triton_attention=False),  # the default before
         "fused-cublas": Way("fused, cuBLAS at 1", gemv=False),  # no batch-1 GEMV lowering
         "fused-all-gemv": Way("fused, GEMV for all", long_cublas=False),  # 8B's down_proj lowered too

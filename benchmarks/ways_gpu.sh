@@ -4,19 +4,20 @@
 #   tests      the cuda-marked fused tests, the position limit on the GPU (tests/models/test_limits.py), and
 #              the Triton decode attention's GPU tests (CUGRAPH_ACCEL_KERNEL_TESTS=1)
 #   profiles   benchmarks/profile_step.py for each PROFILES entry (model:batches:ways; replay ms per step,
-#              then kernels and the 8 longest); default: the shipped fused step against it with the Triton
-#              decode attention (`fused-attn`) for Qwen2.5-0.5B, Llama-3.2-1B and the 8B
+#              then kernels and the 8 longest); default: the shipped fused step (Triton decode attention)
+#              against it with the matmul attention (`fused-matmul-attn`) for Qwen2.5-0.5B, Llama-3.2-1B, the 8B
 #   bench      BENCH_MODEL (default llama-3.1-8b): bench BENCH_COMPARE (default fused) at buckets 1/8/32,
 #              cache 1024, once per CUGRAPH_ACCEL_TUNE value in TUNES (default auto: tuning by hidden size)
 # 2026-12-01 it compared HF's layer forward (then `fused`, now `fused-hf`) with the merged program (then
 # `fused-merged`, now the default `fused`), PDL and tuning on Qwen2.5-0.5B and the 8B (docs/PERF.md, stop 14);
-# then tuning, gate/up apart at batch 1 and combo kernels, which became the defaults (stop 15). Earlier
+# then tuning, gate/up apart at batch 1 and combo kernels, which became the defaults (stop 15); then the
+# Triton decode attention (then `fused-attn`), the default since stop 16. Earlier
 # PROFILES: "llama-3.1-8b:1:fused,fused-untuned qwen2.5-0.5b:1,8:fused,fused-tuned,fused-gate-up-merged,fused-no-combo".
 # Usage on the device machine: OUT=/some/dir bash benchmarks/ways_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-560} LOGS=/tmp/ways-logs SHOW="replay|kernels,|passed|failed|^error|Error|peak|MiB"
 source "$(dirname "$0")/deadline.sh"
-PROFILES=${PROFILES:-"qwen2.5-0.5b:1,8:fused,fused-attn llama-3.1-8b:1:fused,fused-attn llama-3.2-1b:1,8:fused,fused-attn"}
+PROFILES=${PROFILES:-"qwen2.5-0.5b:1,8:fused,fused-matmul-attn llama-3.1-8b:1:fused,fused-matmul-attn llama-3.2-1b:1,8:fused,fused-matmul-attn"}
 CUGRAPH_ACCEL_KERNEL_TESTS=${KERNEL_TESTS:-1} run tests 40 200 python3 -m pytest -m cuda -q -p no:cacheprovider -rf \
   tests/fused tests/models/test_limits.py --ignore=tests/fused/kernels/test_skinny_matmul.py
 for entry in $PROFILES; do

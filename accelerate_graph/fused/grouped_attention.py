@@ -30,8 +30,8 @@ _UNSUPPORTED = ("softcap", "s_aux", "sinks", "head_mask")  # kwargs that ask for
 
 # The Triton decode kernel in place of the matmuls, on CUDA; CUGRAPH_ACCEL_TRITON_ATTENTION=0 keeps the
 # matmuls for a run. On since the H200 measured it (2026-12-01, docs/PERF.md stop 16): the 8B's fused
-# step 4.357 -> 4.273 ms at batch 1 (1.20x its floor), 4.969 -> 4.806 at 8, 5.495 -> 5.213 at 32; its
-# fused verify 19 of 19 runs, worst 1.03x eager's error; its 53 GPU tests pass.
+# step 4.357 -> 4.273-4.476 ms at batch 1 (two processes; tuning varies), 4.969 -> 4.806-4.871 at 8,
+# 5.495 -> 5.213-5.296 at 32; its fused verify 19 of 19 runs, worst 1.03x eager's error; 53 GPU tests pass.
 TRITON_DECODE = os.environ.get("CUGRAPH_ACCEL_TRITON_ATTENTION", "1") != "0"
 _TRITON = importlib.util.find_spec("triton") is not None
 # Under the Triton interpreter (CPU tests) the kernel runs on CPU tensors too.

@@ -188,7 +188,7 @@ def program_for(layer: torch.nn.Module) -> bool:
     if not _is_linear(mlp.down_proj, True):
         return False
     called = (attention.o_proj, mlp.down_proj)  # run as modules when hooked (_output_projection)
-    if any(has_call_hooks(m) for m in layer.modules() if all(m is not c for c in called)):
+    if any(has_call_hooks(m) for m in layer.modules() if m not in called):
         return False  # this forward calls no other module, so a hook there would not run
     if not isinstance(mlp.act_fn, torch.nn.SiLU) and type(mlp.act_fn).__name__ != "SiLUActivation":
         return False

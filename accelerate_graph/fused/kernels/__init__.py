@@ -9,7 +9,7 @@ Triton cannot (no triton, not a CUDA tensor). `skinny_kernels` holds the Triton 
 launch configs (a table written by benchmarks/kernel_sweep.py on a GPU, a heuristic for missing shapes).
 
 `decode_attention`: one query token per row against the cache, the query heads of a group sharing each
-K/V tile, online softmax, split over the context when it is long (`grouped_attention.TRITON_DECODE`, on by default on CUDA). An
-opaque custom op with a flexible layout: inductor calls it at run time, with the strides its inputs really
-have (the cache's own, not a copy).
+K/V tile, online softmax, split over the context when it is long (`grouped_attention.TRITON_DECODE`, on
+by default on CUDA). An opaque custom op with a flexible layout: inductor calls it at run time, with the
+strides its inputs really have (the cache's own, not a copy).
 """

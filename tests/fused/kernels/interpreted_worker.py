@@ -114,18 +114,18 @@ def cache_reads() -> dict:
 
     from tiny_models import tiny_decoder
 
-    from accelerate_graph.compat.torch_internals import inductor_generated_code
+    from accelerate_graph.compat.torch_internals import inductor_config_patched, inductor_generated_code
     from accelerate_graph.core.decode_session import DecodeSession
     from accelerate_graph.fused.layers import FusedForward
 
-    torch._inductor.config.force_disable_caches = True  # its FX graph cache does not key on op tags
     model = tiny_decoder("qwen2")
     grouped_attention.use_grouped_attention(model)
     session = DecodeSession(model, 2, 64)
     prompt = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(1))
     grouped_attention.TRITON_DECODE = True
     fused = FusedForward(model, backend="inductor")
-    _, code = inductor_generated_code(session.first_steps, prompt, [(2, 32)], fused)
+    with inductor_config_patched({"force_disable_caches": True}):  # its FX graph cache does not key on op tags
+        _, code = inductor_generated_code(session.first_steps, prompt, [(2, 32)], fused)
     calls = [m.group(1) for source in code for m in re.finditer(r"decode_attention\.default\(([^)]*)\)", source)]
     return {"calls": calls}
 
