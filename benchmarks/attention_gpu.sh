@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Triton decode attention on the H200, in ONE device call under a deadline (DEADLINE s, default 560):
-#   tests     its GPU tests (CUGRAPH_ACCEL_KERNEL_TESTS=1) and the layer program with the skinny kernels
+#   tests     its GPU tests and the layer program with the skinny kernels
 #   profiles  benchmarks/profile_step.py, way WAY (default fused), one process per model (a second
 #             compile in the same process tuned the 8B's GEMVs worse: 2026-12-01)
 #   bench     the 8B recipe, fused, cache 1024
@@ -12,7 +12,7 @@
 set -uo pipefail
 DEADLINE=${DEADLINE:-560} LOGS=/tmp/attention-logs SHOW="replay|passed|failed|^error|Error|verified|worst|peak"
 source "$(dirname "$0")/deadline.sh"
-CUGRAPH_ACCEL_KERNEL_TESTS=1 run tests 40 200 python3 -m pytest -m cuda -q -p no:cacheprovider -rf \
+run tests 40 200 python3 -m pytest -m cuda -q -p no:cacheprovider -rf \
   tests/fused/kernels/test_decode_attention.py "tests/fused/test_gpu_fused.py::test_the_layer_program_with_its_kernels_verifies"
 for entry in ${PROFILES:-llama-3.1-8b:1 qwen2.5-0.5b:1,8 llama-3.2-1b:1,8}; do
   IFS=: read -r model batches <<< "$entry"

@@ -10,7 +10,8 @@ no residual add, no activation). The best config of each shape is checked agains
 
     python benchmarks/kernel_sweep.py --write-configs accelerate_graph/fused/kernels/skinny_configs.json
 
-Stops trying configs past --budget-s (default 110 s; remaining shapes get the heuristic's config only).
+Stops trying configs past --budget-s (default 110 s; remaining shapes time only the table's config and the
+heuristic's).
 """
 
 from __future__ import annotations
@@ -42,8 +43,22 @@ ROTATE_BYTES = 160 * 2**20  # weight copies per graph: > 3x the H200's 50 MB L2
 DTYPE = torch.bfloat16
 
 
-def grid_for(op: str, m: int, k: int) -> list[SkinnyConfig]:
+def wide_one_row_grid(op: str, k: int) -> list[SkinnyConfig]:
+    """One row (a GEMV), wider: blocks of 8-64 outputs over K blocks of 128-1024 (4 or 8 warps), and
+    inductor's kind of GEMV config, 1-4 outputs over K blocks of 1,024-4,096 (4-16 warps); the float32
+    tile [BLOCK_N, BLOCK_K] 8 to 64 values a thread; split-K 2 and 4 for long reductions."""
+    shapes = [(n, bk, w, s) for n in (8, 16, 32, 64) for bk in (128, 256, 512, 1024) for w in (4, 8) for s in (2, 4)]
+    shapes += [(n, bk, w, s) for n in (1, 2, 4) for bk in (1024, 2048, 4096) for w in (4, 8, 16) for s in (1, 2)]
+    out = [SkinnyConfig(n, bk, w, s) for n, bk, w, s in shapes if 8 * 32 * w <= n * bk <= 64 * 32 * w]
+    if k >= 8192:
+        out += [SkinnyConfig(16, 512, 4, s, split_k=split) for split in (2, 4) for s in (2, 3)]
+    return out
+
+
+def grid_for(op: str, m: int, k: int, wide: bool = False) -> list[SkinnyConfig]:
     """A small grid: multiply-and-sum at few rows, tensor cores from 8 rows, split-K for long K."""
+    if wide and m == 1:
+        return wide_one_row_grid(op, k)
     out = []
     if m <= 8:
         out += [SkinnyConfig(16, 256, 4, 2), SkinnyConfig(32, 256, 4, 2), SkinnyConfig(32, 128, 4, 3)]
@@ -141,7 +156,11 @@ def main() -> int:
     parser.add_argument("--write-configs", type=Path, help="JSON table of the best configs (configs.TABLE_PATH)")
     parser.add_argument("--budget-s", type=float, default=110.0, help="stop trying configs after this long")
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ",".join(MODELS))
+    parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated subset of the row counts")
+    parser.add_argument("--shapes", default="qkv,o,gate_up,down", help="which projections, in this order")
+    parser.add_argument("--wide", action="store_true", help="a wider grid at one row (wide_one_row_grid)")
     args = parser.parse_args()
+    rows = tuple(int(r) for r in args.rows.split(","))
     start = time.monotonic()
     device = torch.cuda.get_device_name()
     copy = copy_bandwidth_gbs()
@@ -153,13 +172,16 @@ def main() -> int:
     best: dict[str, SkinnyConfig] = {}
     pct_8b = []
     for model in args.models.split(","):
-        for label, op, ns, k, bias in shapes(model):
-            for m in ROWS:
+        by_label = {shape[0]: shape for shape in shapes(model)}
+        for label, op, ns, k, bias in (by_label[name] for name in args.shapes.split(",")):
+            for m in rows:
                 shape = Shape(op, ns, k, m, bias)
                 heuristic = configs.heuristic(op, m, ns[:1] if op == "gate_up" else ns, k, sms)
-                tries = [heuristic]
+                # past the budget: the config the table has (else the heuristic's), so nothing gets worse
+                tries = [heuristic, configs.config_for(op, m, ns[:1] if op == "gate_up" else ns, k, sms)]
                 if time.monotonic() - start < args.budget_s:
-                    tries += [c for c in grid_for(op, m, k) if c != heuristic]
+                    tries += grid_for(op, m, k, args.wide)
+                tries = list(dict.fromkeys(tries))
                 timed = []
                 for cfg in tries:
                     try:
@@ -189,8 +211,9 @@ def main() -> int:
             f"(target >= 80%): {'MET' if min(pct_8b) >= 80 else 'NOT MET'}"
         )
     if args.write_configs:
-        configs.write_table(best, args.write_configs, device)
-        print(f"wrote {len(best)} configs to {args.write_configs}")
+        kept = configs.read_table(args.write_configs)  # a sweep of some shapes keeps the others' entries
+        configs.write_table({**kept, **best}, args.write_configs, device)
+        print(f"wrote {len(best)} configs to {args.write_configs} ({len(kept)} were there)")
     print(f"total {time.monotonic() - start:.0f} s")
     return 0
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import logging
 import re
 import time
 from collections import defaultdict
@@ -24,6 +25,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from accelerate_graph.fused import gemv_lowering, grouped_attention, layer_program
 from accelerate_graph.fused import layers as fused_step
+from accelerate_graph.fused.kernels import skinny_matmul
 from accelerate_graph.pipeline import CaptureRequest, prepare
 
 CLASSES = (  # first match wins; names as cuBLAS, PyTorch and triton print them
@@ -46,6 +48,8 @@ class Way:
     gemv: bool = True  # fused.layers.GEMV_AT_BATCH_1
     program: str = fused_step.LAYER_PROGRAM  # the default: "merged"
     gate_up_apart: bool = layer_program.GATE_UP_APART_AT_BATCH_1  # merged: gate and up two GEMVs at batch 1
+    skinny_b1: str = layer_program.SKINNY_AT_BATCH_1  # merged, batch 1: skinny kernels "auto" (by size), "1", "0"
+    skinny_pdl: bool = skinny_matmul.PDL  # the skinny kernels launched with PDL (their opaque twins)
     triton_attention: bool = grouped_attention.TRITON_DECODE  # the default: on (CUGRAPH_ACCEL_TRITON_ATTENTION)
     long_cublas: bool = gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
     materialize: bool = gemv_lowering.MATERIALIZE_INPUT  # GEMV inputs stored before the reduction
@@ -155,7 +159,12 @@ def main() -> None:
     parser.add_argument("--ways", default="graph,fused,fused-cublas", help="which ways, in this order")
     parser.add_argument("--json")
     parser.add_argument("--top", type=int, default=0, help="also print the N kernels that take longest")
+    parser.add_argument("--log-tuning", help="write coordinate descent's choices (each kernel's config) to this file")
     args = parser.parse_args()
+    if args.log_tuning:  # the tuned configs differ from process to process: keep them to compare
+        tuner = logging.getLogger("torch._inductor.runtime.coordinate_descent_tuner")
+        tuner.setLevel(logging.DEBUG)
+        tuner.addHandler(logging.FileHandler(args.log_tuning))
     batches = tuple(int(b) for b in args.batches.split(","))
     ways = {
         "graph": Way("graph: HF sdpa", attn="sdpa", fuse=False),
@@ -174,6 +183,10 @@ def main() -> None:
         "fused-tuned": Way("fused, tuned", tune="1"),
         "fused-untuned": Way("fused, untuned", tune="0"),
         "fused-tuned-pdl": Way("fused, tuned, PDL", tune="1", inductor=(("triton.enable_pdl", True),)),
+        "fused-skinny-b1": Way("fused, skinny kernels at 1", skinny_b1="1"),
+        "fused-gemv-b1": Way("fused, inductor GEMVs at 1", skinny_b1="0"),
+        "fused-skinny-pdl": Way("fused, skinny at 1 with PDL", skinny_b1="1", skinny_pdl=True),
+        "fused-skinny-b1-untuned": Way("fused, skinny at 1, untuned", skinny_b1="1", tune="0"),
         "fused-kernels": Way("fused, skinny kernels", program="kernels"),  # layer_program + Triton
         "fused-torchops": Way("fused, torch ops", program="torch"),  # layer_program, torch ops
         "fused-hf": Way("fused, HF's layer forward", program="hf"),  # the default before 2026-12-01
@@ -191,6 +204,8 @@ def main() -> None:
         gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS = way.long_cublas
         gemv_lowering.MATERIALIZE_INPUT = way.materialize
         layer_program.GATE_UP_APART_AT_BATCH_1 = way.gate_up_apart
+        layer_program.SKINNY_AT_BATCH_1 = way.skinny_b1
+        skinny_matmul.PDL = way.skinny_pdl
         fused_step.TUNE = way.tune
         fused_step.INDUCTOR_SETTINGS = {**shipped_settings, **dict(way.inductor)}
         request = CaptureRequest(

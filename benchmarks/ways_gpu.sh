@@ -2,7 +2,7 @@
 # Which way of running the fused step wins, in ONE device call (nvidia-h200) under a deadline
 # (DEADLINE s, default 560), most wanted first:
 #   tests      the cuda-marked fused tests, the position limit on the GPU (tests/models/test_limits.py), and
-#              the Triton decode attention's GPU tests (CUGRAPH_ACCEL_KERNEL_TESTS=1)
+#              the Triton decode attention's GPU tests
 #   profiles   benchmarks/profile_step.py for each PROFILES entry (model:batches:ways; replay ms per step,
 #              then kernels and the 8 longest); default: the shipped fused step (Triton decode attention)
 #              against it with the matmul attention (`fused-matmul-attn`) for Qwen2.5-0.5B, Llama-3.2-1B, the 8B
@@ -18,7 +18,7 @@ set -uo pipefail
 DEADLINE=${DEADLINE:-560} LOGS=/tmp/ways-logs SHOW="replay|kernels,|passed|failed|^error|Error|peak|MiB"
 source "$(dirname "$0")/deadline.sh"
 PROFILES=${PROFILES:-"qwen2.5-0.5b:1,8:fused,fused-matmul-attn llama-3.1-8b:1:fused,fused-matmul-attn llama-3.2-1b:1,8:fused,fused-matmul-attn"}
-CUGRAPH_ACCEL_KERNEL_TESTS=${KERNEL_TESTS:-1} run tests 40 200 python3 -m pytest -m cuda -q -p no:cacheprovider -rf \
+run tests 40 200 python3 -m pytest -m cuda -q -p no:cacheprovider -rf \
   tests/fused tests/models/test_limits.py --ignore=tests/fused/kernels/test_skinny_matmul.py
 for entry in $PROFILES; do
   IFS=: read -r model batches ways <<< "$entry"

@@ -33,3 +33,17 @@ def save_tiny_model(model_type: str, folder) -> str:
     config = AutoConfig.for_model(model_type, **TINY_CONFIGS[model_type])
     AutoModelForCausalLM.from_config(config).save_pretrained(folder)
     return str(folder)
+
+
+def grouped_decode_cases(model_type: str, cases=((2, 32), (1, 64))):
+    """(model, session, prompt, cases, logits): a tiny `model_type` with grouped attention, a decode session
+    of 2 rows x 64 slots, a 6-token prompt, and HF's own logits of one decode step at each (batch, context)
+    of `cases`: what the fused layers are compared with."""
+    from accelerate_graph.core.decode_session import DecodeSession
+    from accelerate_graph.fused.grouped_attention import use_grouped_attention
+
+    model = tiny_decoder(model_type)
+    use_grouped_attention(model)
+    session = DecodeSession(model, 2, 64)
+    prompt = torch.randint(0, 100, (2, 6))
+    return model, session, prompt, list(cases), session.first_steps(prompt, list(cases))

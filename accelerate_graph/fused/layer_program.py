@@ -15,6 +15,7 @@ result like any other graph.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ import torch
 
 from accelerate_graph.compat.torch_internals import has_call_hooks
 from accelerate_graph.fused.grouped_attention import grouped_decode_attention
-from accelerate_graph.fused.kernels import skinny_matmul
+from accelerate_graph.fused.kernels import configs, skinny_matmul
 
 # Decoder layers whose forward is the sequence above with a Llama RMSNorm (x * rsqrt, cast, * w),
 # rotate-half rotary embedding, SiLU gated MLP and an optional q/k/v bias. Checked by class name
@@ -72,12 +73,59 @@ KERNEL_OPS = _ops("triton", skinny_matmul.norm_projections, skinny_matmul.linear
 MERGED_QKV, MERGED_QKV_BIAS, MERGED_GATE_UP = "cugraph_qkv_weight", "cugraph_qkv_bias", "cugraph_gate_up_weight"
 
 
+# At batch 1 each projection reads its weights once for one row: a GEMV. Two ways run it:
+# - our skinny kernels (fused/kernels/skinny_matmul.py): the norm folded into q/k/v and gate/up, the
+#   residual add into o and down, each shape at the config benchmarks/step_sweep.py chose inside a chain
+#   of decoder layers on the H200 (skinny_configs.json): the same kernels in every process;
+# - inductor's GEMV reductions (gemv_lowering), whose configs coordinate descent picks anew in each process.
+# H200, 2026-12-01 (profile_step.py, replay per step): Llama-3.1-8B 4.313 ms (inductor's: 4.273-4.495 in
+# five processes), Llama-3.2-1B 0.962 (1.040); but Qwen2.5-0.5B 0.836 (0.798): with short rows the norm each
+# program recomputes costs more than the norm kernel it saves. So the skinny kernels from a hidden size of
+# SKINNY_FROM_HIDDEN_SIZE, and only for shapes the table has a swept config for (a shape without one, a
+# --tp shard say, would run the heuristic's config, never measured in a step). CUGRAPH_ACCEL_SKINNY_B1=1
+# runs them for every shape, 0 for none (it reaches every --tp rank).
+SKINNY_AT_BATCH_1 = os.environ.get("CUGRAPH_ACCEL_SKINNY_B1", "auto")
+SKINNY_FROM_HIDDEN_SIZE = 2048
+
+
+def skinny_at_batch_1(op: str, ns: tuple[int, ...], k: int, hidden: int) -> bool:
+    """Whether a batch-1 call of `op` (output sizes `ns`, reduction `k`) in a model of this hidden size runs
+    the skinny kernels, where the device runs them: the switch, the size, the table (SKINNY_AT_BATCH_1)."""
+    if SKINNY_AT_BATCH_1 in ("0", "1"):
+        return SKINNY_AT_BATCH_1 == "1"
+    return hidden >= SKINNY_FROM_HIDDEN_SIZE and configs.in_table(op, 1, ns, k)
+
+
+def layer_at_batch_1_is_skinny(layer: torch.nn.Module) -> bool:
+    """Whether all four folded calls of `layer` (merged) run the skinny kernels at batch 1, device aside."""
+    attention, mlp = layer.self_attn, layer.mlp
+    hidden = attention.q_proj.in_features
+    qkv = sum(p.out_features for p in (attention.q_proj, attention.k_proj, attention.v_proj))
+    calls = [
+        ("proj", (qkv,), hidden),
+        ("residual", (attention.o_proj.out_features,), attention.o_proj.in_features),
+        ("gate_up", (mlp.gate_proj.out_features,), hidden),
+        ("residual", (mlp.down_proj.out_features,), mlp.down_proj.in_features),
+    ]
+    return all(skinny_at_batch_1(op, ns, k, hidden) for op, ns, k in calls)
+
+
+def _skinny(x: torch.Tensor, hidden: int, op: str, ns: tuple[int, ...]) -> bool:
+    """Whether this call runs the skinny kernels: one row, a device that runs them (a CUDA device; a CPU
+    tensor only under the Triton interpreter, the tests), and skinny_at_batch_1."""
+    return x.shape[0] == 1 and skinny_matmul.runs_triton(x) and skinny_at_batch_1(op, ns, int(x.shape[-1]), hidden)
+
+
 def _merged_projections(x, norm_weight, eps, weights, biases):
+    if _skinny(x, x.shape[-1], "proj", tuple(int(w.shape[0]) for w in weights)):
+        return skinny_matmul.norm_projections(x, norm_weight, eps, "llama", weights, biases)
     xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
     return tuple(torch.nn.functional.linear(xn, w, b) for w, b in zip(weights, biases))
 
 
 def _merged_linear_residual(x, weight, bias, residual):
+    if _skinny(x, residual.shape[-1], "residual", (int(weight.shape[0]),)):  # x: attention's / MLP's width
+        return skinny_matmul.linear_residual(x, weight, bias, residual)
     return residual + torch.nn.functional.linear(x, weight, bias)
 
 
@@ -89,6 +137,9 @@ GATE_UP_APART_AT_BATCH_1 = True
 
 
 def _merged_gate_up(x, norm_weight, eps, w_gate_up, w_up):
+    if _skinny(x, x.shape[-1], "gate_up", (int(w_gate_up.shape[0]) // 2,)):  # w_up is None: both halves here
+        gate_half, up_half = w_gate_up.chunk(2)
+        return skinny_matmul.norm_gate_up(x, norm_weight, eps, "llama", gate_half, up_half, "silu")
     xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
     if GATE_UP_APART_AT_BATCH_1 and xn.shape[0] == 1:  # w_up is None: both halves are in w_gate_up
         gate_half, up_half = w_gate_up.chunk(2)

@@ -35,6 +35,7 @@ from accelerate_graph.fused.layer_program import (
     LayerOps,
     decode_layer,
     kernel_ops_for,
+    layer_at_batch_1_is_skinny,
     merge_projections,
     program_for,
 )
@@ -240,6 +241,9 @@ class FusedForward:
     def layer_forward_kind(self) -> str:
         """What inductor compiles for each layer, for the notes a user reads."""
         kind = f"the layer program, {self.ops.name}" if self.programmed else "HF's layer forward"
+        on_gpu = next(self.model.parameters()).device.type == "cuda"
+        if self.programmed and self.ops.merged and on_gpu and layer_at_batch_1_is_skinny(self.layers[0]):
+            kind += ", skinny GEMV kernels at batch 1"
         return kind + (", kernels tuned" if self.tuned else "")
 
     def _compiled_forward(self, layer: torch.nn.Module):

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from tiny_models import tiny_decoder
+from tiny_models import grouped_decode_cases, tiny_decoder
 
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
@@ -90,12 +90,7 @@ def test_hooks_on_the_output_projections_run_like_hfs(ops_name):
     from accelerate_graph.fused.layers import decoder_layers
 
     torch._dynamo.reset()
-    model = tiny_decoder("llama")
-    use_grouped_attention(model)
-    session = DecodeSession(model, 2, 64)
-    prompt = torch.randint(0, 100, (2, 6))
-    cases = [(2, 32), (1, 64)]
-    plain = session.first_steps(prompt, cases)
+    model, session, prompt, cases, plain = grouped_decode_cases("llama")
     calls = []
 
     def like_an_all_reduce(module, args, output):  # any change a hook makes must reach the logits
@@ -145,12 +140,7 @@ def test_merged_projections_decode_like_hfs_forward_in_the_same_memory(model_typ
 
     monkeypatch.setattr(layer_program, "GATE_UP_APART_AT_BATCH_1", gate_up_apart)  # batch 1: two GEMVs
     torch._dynamo.reset()
-    model = tiny_decoder(model_type)
-    use_grouped_attention(model)
-    session = DecodeSession(model, 2, 64)
-    prompt = torch.randint(0, 100, (2, 6))
-    cases = [(2, 32), (1, 64)]
-    expected = session.first_steps(prompt, cases)
+    model, session, prompt, cases, expected = grouped_decode_cases(model_type)
     before = weight_bytes(model)
     q_weight = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
     calls = []

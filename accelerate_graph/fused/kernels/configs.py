@@ -42,12 +42,19 @@ def table_key(op: str, bucket: int, ns: tuple[int, ...], k: int) -> str:
     return f"{op}|m{bucket}|n{'+'.join(str(n) for n in ns)}|k{k}"
 
 
-@functools.cache
-def _table(path: Path) -> dict[str, SkinnyConfig]:
+def read_table(path: Path) -> dict[str, SkinnyConfig]:
     if not path.exists():
         return {}
     entries = json.loads(path.read_text(encoding="utf-8")).get("entries", {})
     return {key: SkinnyConfig(**fields) for key, fields in entries.items()}
+
+
+_table = functools.cache(read_table)
+
+
+def in_table(op: str, m, ns: tuple[int, ...], k: int) -> bool:
+    """Whether the table has a config swept for this shape (else config_for falls back to the heuristic)."""
+    return table_key(op, m_bucket(m), ns, k) in _table(TABLE_PATH)
 
 
 def config_for(op: str, m, ns: tuple[int, ...], k: int, sms: int = DEFAULT_SMS) -> SkinnyConfig:
@@ -73,10 +80,12 @@ def heuristic(op: str, m, ns: tuple[int, ...], k: int, sms: int = DEFAULT_SMS) -
     return SkinnyConfig(block_n, block_k, num_warps=4, num_stages=3 if dot else 2, dot=dot)
 
 
-def write_table(entries: dict[str, SkinnyConfig], path: Path, device: str) -> None:
+def write_table(
+    entries: dict[str, SkinnyConfig], path: Path, device: str, written_by: str = "benchmarks/kernel_sweep.py"
+) -> None:
     body = {
         "device": device,
-        "written_by": "benchmarks/kernel_sweep.py",
+        "written_by": written_by,
         "entries": {key: dataclasses.asdict(cfg) for key, cfg in sorted(entries.items())},
     }
     path.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")

@@ -40,6 +40,21 @@ def _round(v, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
 
 
 @triton.jit
+def _prefetch_first_block(w_ptr, pid_n, pid_s, N, K, K_PER_SPLIT, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Ask L2 for the program's first [BLOCK_N, BLOCK_K] block of W, one request per 128-byte line (64
+    bf16 values): the loads after the wait then find it there. Indices are clamped, never masked: every
+    address is inside W."""
+    tl.static_assert(BLOCK_K >= 64, "prefetch lines of 64 bf16 values")
+    LINES: tl.constexpr = BLOCK_K // 64
+    rows = tl.minimum(pid_n * BLOCK_N + tl.arange(0, BLOCK_N), N - 1)
+    cols = tl.minimum(pid_s * K_PER_SPLIT + tl.arange(0, LINES) * 64, K - 1)
+    ptrs = w_ptr + rows[:, None].to(tl.int64) * K + cols[None, :]
+    tl.inline_asm_elementwise(
+        "prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1
+    )
+
+
+@triton.jit
 def _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
     """rsqrt(mean(x^2) + eps) of each row, in float32 (x rows are short: every program recomputes it)."""
     squares = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
@@ -222,7 +237,15 @@ def skinny_kernel(
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     pid_s = tl.program_id(2)
     if USE_PDL:
-        gdc_wait()  # the previous kernel's outputs (x, residual) are complete from here on
+        # launched while the previous kernel still runs: first ask for this program's first block of
+        # weights (which nothing before us writes), then wait for that kernel's outputs (x, residual),
+        # then let the next kernel launch (its programs wait for all of ours in turn)
+        if MODE != 0 or NUM_W == 1:  # one weight per program (gate and up side by side in MODE 2)
+            _prefetch_first_block(w0, pid_n, pid_s, N0, K, K_PER_SPLIT, BLOCK_N, BLOCK_K)
+            if MODE == 2:
+                _prefetch_first_block(w1, pid_n, pid_s, N0, K, K_PER_SPLIT, BLOCK_N, BLOCK_K)
+        gdc_wait()
+        gdc_launch_dependents()
     if NORM != 0:
         rstd = _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M, BLOCK_K)
     else:
@@ -255,8 +278,6 @@ def skinny_kernel(
                     x_ptr, nw_ptr, rstd, w2, w2, b2, b2, o2, res_ptr, ws_ptr, offs_m, pid_n - NB0 - NB1, pid_s, M,
                     N2, K, K_PER_SPLIT, N0 + N1, NT, HAS_B2, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
                 )  # fmt: skip
-    if USE_PDL:
-        gdc_launch_dependents()
 
 
 @triton.jit

@@ -8,8 +8,9 @@ bucket, each weight read once per call, float32 accumulation, and the neighbours
 
 Each rounds like eager HF in the input dtype (see the `reference_*` functions, which are the definition).
 They are `torch.ops.cugraph_accel.*` (torch.library.triton_op): inductor sees through them and a CUDA
-graph records their launches. Off CUDA, or without triton, the op body runs its reference instead (and
-CPU tensors run the kernels when the Triton interpreter was on at import: the tests).
+graph records their launches; under PDL (below) their opaque twins `*_pdl` run instead. Off CUDA, or
+without triton, the op body runs its reference instead (and CPU tensors run the kernels when the Triton
+interpreter was on at import: the tests).
 """
 
 # no `from __future__ import annotations`: torch.library infers the op schemas from the annotations
@@ -27,8 +28,12 @@ try:
 except ImportError:  # no triton: the references run everywhere
     skinny_kernels = None
 
-# Launch with programmatic dependent launch (Hopper+; the kernels wait on the previous grid with
-# gdc_wait). Eager launches only: inductor's user-kernel path does not forward `launch_pdl`.
+# Programmatic dependent launch (Hopper+), CUGRAPH_ACCEL_SKINNY_PDL=1: each kernel is launched while the
+# one before it still runs, asks L2 for its first block of weights, waits for that kernel's outputs
+# (gdc_wait) and lets the next launch. Inductor's launches of a triton_op's kernels do not pass
+# `launch_pdl`, so under PDL the public functions below call the opaque twins of the ops (`*_pdl`):
+# inductor calls those, and they launch the kernels themselves, at run time (inside our graph capture).
+# Off by default until measured on the H200.
 PDL = os.environ.get("CUGRAPH_ACCEL_SKINNY_PDL", "0") == "1"
 
 NORM_KINDS = {"llama": 1, "gemma": 2}
@@ -82,7 +87,8 @@ def reference_norm_gate_up(x, norm_weight, eps, norm_kind, w_gate, w_up, activat
 # ---------------------------------------------------------------- launches
 
 
-def _runs_triton(x: Tensor) -> bool:
+def runs_triton(x: Tensor) -> bool:
+    """Whether the ops run their Triton kernels for `x` (else their references)."""
     if skinny_kernels is None:
         return False
     return x.device.type == "cuda" or (skinny_kernels.INTERPRETED and x.device.type == "cpu")
@@ -156,7 +162,8 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     }
     nb1 = n_blocks[1] if len(n_blocks) > 1 else 0
     grid = (sum(n_blocks), m_blocks, split)
-    extra = {"launch_pdl": True} if PDL and skinny_kernels.HAS_GDC and not torch.compiler.is_compiling() else {}
+    pdl = PDL and skinny_kernels.HAS_GDC and x.is_cuda and not torch.compiler.is_compiling()
+    extra = {"launch_pdl": True} if pdl else {}
     wrap(skinny_kernels.skinny_kernel)[grid](
         x2, norm_weight if norm_weight is not None else x2, eps, m, k, k_per_split,
         *w_args, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, ws, nt,
@@ -174,8 +181,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
 # ---------------------------------------------------------------- the ops
 
 
-@torch.library.triton_op("cugraph_accel::norm_projections", mutates_args=())
-def _norm_projections_op(
+def _norm_projections_body(
     x: Tensor,
     norm_weight: Optional[Tensor],
     eps: float,
@@ -183,20 +189,18 @@ def _norm_projections_op(
     weights: list[Tensor],
     biases: list[Optional[Tensor]],
 ) -> list[Tensor]:
-    if not _runs_triton(x):
+    if not runs_triton(x):
         return list(reference_norm_projections(x, norm_weight, eps, norm_kind, weights, biases))
     return launch("proj", x, norm_weight, eps, norm_kind, weights, biases)
 
 
-@torch.library.triton_op("cugraph_accel::linear_residual", mutates_args=())
-def _linear_residual_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Tensor) -> Tensor:
-    if not _runs_triton(x):
+def _linear_residual_body(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Tensor) -> Tensor:
+    if not runs_triton(x):
         return reference_linear_residual(x, weight, bias, residual)
     return launch("residual", x, None, 0.0, "llama", [weight], [bias], residual=residual)[0]
 
 
-@torch.library.triton_op("cugraph_accel::norm_gate_up", mutates_args=())
-def _norm_gate_up_op(
+def _norm_gate_up_body(
     x: Tensor,
     norm_weight: Optional[Tensor],
     eps: float,
@@ -205,9 +209,31 @@ def _norm_gate_up_op(
     w_up: Tensor,
     activation: str,
 ) -> Tensor:
-    if not _runs_triton(x):
+    if not runs_triton(x):
         return reference_norm_gate_up(x, norm_weight, eps, norm_kind, w_gate, w_up, activation)
     return launch("gate_up", x, norm_weight, eps, norm_kind, [w_gate, w_up], [None, None], activation=activation)[0]
+
+
+def _rows_by(x: Tensor, n: int) -> Tensor:
+    return x.new_empty((*x.shape[:-1], n))
+
+
+_BODIES = {  # name: (body, what its outputs look like, for an opaque op's fake)
+    "norm_projections": (
+        _norm_projections_body,
+        lambda x, nw, eps, kind, ws, bs: [_rows_by(x, w.shape[0]) for w in ws],
+    ),
+    "linear_residual": (_linear_residual_body, lambda x, w, b, residual: _rows_by(x, w.shape[0])),
+    "norm_gate_up": (_norm_gate_up_body, lambda x, nw, eps, kind, wg, wu, act: _rows_by(x, wg.shape[0])),
+}
+for _name, (_body, _fake) in _BODIES.items():
+    torch.library.triton_op(f"cugraph_accel::{_name}", _body, mutates_args=())  # inductor sees its kernels
+    torch.library.custom_op(f"cugraph_accel::{_name}_pdl", _body, mutates_args=()).register_fake(_fake)
+
+
+def _op(name: str):
+    """The op the public functions call: the triton_op, or its opaque twin under PDL (see PDL)."""
+    return getattr(torch.ops.cugraph_accel, f"{name}_pdl" if PDL else name)
 
 
 def norm_projections(
@@ -223,7 +249,7 @@ def norm_projections(
         raise ValueError(f"norm_projections takes 1 to 3 weights, got {len(weights)}")
     biases = list(biases) if biases is not None else [None] * len(weights)
     _check(x, weights, norm_weight, norm_kind)
-    return tuple(torch.ops.cugraph_accel.norm_projections(x, norm_weight, eps, norm_kind, list(weights), biases))
+    return tuple(_op("norm_projections")(x, norm_weight, eps, norm_kind, list(weights), biases))
 
 
 def linear_residual(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Tensor) -> Tensor:
@@ -231,7 +257,7 @@ def linear_residual(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual:
     _check(x, [weight], None, "llama")
     if residual.shape != (*x.shape[:-1], weight.shape[0]) or residual.dtype != x.dtype:
         raise ValueError(f"residual {tuple(residual.shape)} / {residual.dtype} does not fit the output")
-    return torch.ops.cugraph_accel.linear_residual(x, weight, bias, residual)
+    return _op("linear_residual")(x, weight, bias, residual)
 
 
 def norm_gate_up(
@@ -243,4 +269,4 @@ def norm_gate_up(
     if w_gate.shape != w_up.shape:
         raise ValueError(f"gate {tuple(w_gate.shape)} and up {tuple(w_up.shape)} differ")
     _check(x, [w_gate, w_up], norm_weight, norm_kind)
-    return torch.ops.cugraph_accel.norm_gate_up(x, norm_weight, eps, norm_kind, w_gate, w_up, activation)
+    return _op("norm_gate_up")(x, norm_weight, eps, norm_kind, w_gate, w_up, activation)

@@ -162,11 +162,7 @@ def test_unsupported_inputs_are_refused():
 
 
 # GPU: the compiled kernel (not the interpreter), bf16 as fused mode runs it.
-needs_cuda = pytest.mark.skipif(
-    not torch.cuda.is_available() or os.environ.get("CUGRAPH_ACCEL_KERNEL_TESTS") != "1",
-    reason="needs a CUDA GPU and CUGRAPH_ACCEL_KERNEL_TESTS=1: the experimental kernels are off by default and "
-    "their GPU tests take minutes of compiling (H200, 2026-11-30: some failed; docs/PERF.md, stop 12)",
-)
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 GPU_CASES = [c for c in CASES if "dtype" not in c] + [
     case("b32-32/8-d128-L4096-bool-split8", 32, "32/8", 128, 4096, "bool", 8, 64),
     case("b8-14/2-d64-L4096-additive-split16", 8, "14/2", 64, 4096, "additive", 16, 64),

@@ -189,6 +189,75 @@ def test_misuse_is_refused_with_the_argument_named():
         sm.norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[0], "relu")
 
 
+@interpreted
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model_type, monkeypatch, tmp_path):
+    """layer_program's merged ops at batch 1: the skinny kernels from SKINNY_FROM_HIDDEN_SIZE for the
+    shapes their table has (the four folded ops of every layer, one row each, decoding like HF's forward),
+    every shape when forced, inductor's way otherwise, and never above batch 1."""
+    from tiny_models import grouped_decode_cases
+
+    from accelerate_graph.fused import layer_program
+    from accelerate_graph.fused.layers import FusedForward
+
+    launches = []
+    launch = sm.launch
+    monkeypatch.setattr(
+        sm, "launch", lambda op, x, *a, **kw: launches.append((op, x.shape[0])) or launch(op, x, *a, **kw)
+    )
+    model, session, prompt, cases, expected = grouped_decode_cases(model_type)
+    text = model.config
+    hidden, inter, layers = text.hidden_size, text.intermediate_size, text.num_hidden_layers
+    head_dim = hidden // text.num_attention_heads
+    qkv = (text.num_attention_heads + 2 * text.num_key_value_heads) * head_dim
+    swept = {("proj", (qkv,), hidden), ("residual", (hidden,), hidden), ("gate_up", (inter,), hidden)}
+    swept.add(("residual", (hidden,), inter))
+    table = tmp_path / "table.json"
+    configs.write_table({configs.table_key(op, 1, ns, k): SkinnyConfig(8, 64) for op, ns, k in swept}, table, "test")
+    all_four = [("proj", 1), ("residual", 1), ("gate_up", 1), ("residual", 1)] * layers
+    regimes = [  # (SKINNY_AT_BATCH_1, from hidden size, table, launches)
+        ("auto", hidden + 1, table, []),
+        ("auto", hidden, tmp_path / "missing.json", []),
+        ("auto", hidden, table, all_four),
+        ("1", hidden + 1, tmp_path / "missing.json", all_four),
+        ("0", hidden, table, []),
+    ]
+    for mode, from_size, table_path, want in regimes:
+        launches.clear()
+        monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", mode)
+        monkeypatch.setattr(layer_program, "SKINNY_FROM_HIDDEN_SIZE", from_size)
+        monkeypatch.setattr(configs, "TABLE_PATH", table_path)
+        torch._dynamo.reset()
+        fused = FusedForward(model, backend="eager", ops=layer_program.MERGED_OPS)
+        with torch.compiler.set_stance("force_eager"):  # dynamo cannot trace the interpreter's launches
+            got = session.first_steps(prompt, cases, fused)
+        for a, b in zip(got, expected):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+        assert launches == want, (mode, from_size, table_path.name)
+        assert layer_program.layer_at_batch_1_is_skinny(model.model.layers[0]) == bool(want)  # what notes say
+
+
+@pytest.mark.parametrize("name", ["norm_projections", "linear_residual", "norm_gate_up"])
+def test_the_opaque_pdl_twins_are_the_ops_under_another_registration(name, monkeypatch):
+    """Under CUGRAPH_ACCEL_SKINNY_PDL the public functions call the `*_pdl` ops, opaque custom ops over the
+    same bodies: their schemas and fake outputs pass torch's opcheck, and they compute what the ops do."""
+    x, nw, ws, bs = make(1, torch.float32)
+    residual = torch.randn(1, NS[0])
+    calls = {
+        "norm_projections": (sm.norm_projections, (x, nw, 1e-6, "llama", ws, bs)),
+        "linear_residual": (sm.linear_residual, (x, ws[0], bs[0], residual)),
+        "norm_gate_up": (sm.norm_gate_up, (x, nw, 1e-6, "llama", ws[1], ws[2], "silu")),
+    }
+    public, args = calls[name]
+    op_args = tuple(list(a) if isinstance(a, (list, tuple)) else a for a in args)
+    torch.library.opcheck(getattr(torch.ops.cugraph_accel, f"{name}_pdl").default, op_args)
+    plain = public(*args)
+    monkeypatch.setattr(sm, "PDL", True)
+    twin = public(*args)
+    for a, b in zip(plain if isinstance(plain, tuple) else (plain,), twin if isinstance(twin, tuple) else (twin,)):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.skipif(not FRESH_PROCESS, reason="the interpreter tests run in this process (or on a GPU)")
 def test_interpreter_tests_in_a_fresh_process():
     """Triton was imported before conftest.py could switch the interpreter on (the whole suite): run this
@@ -235,20 +304,26 @@ def test_heuristic_gives_every_multiprocessor_a_program_on_8b_shapes():
 
 # ---------------------------------------------------------------- GPU
 
-needs_cuda = pytest.mark.skipif(
-    not torch.cuda.is_available() or os.environ.get("CUGRAPH_ACCEL_KERNEL_TESTS") != "1",
-    reason="needs a CUDA GPU and CUGRAPH_ACCEL_KERNEL_TESTS=1: the experimental kernels are off by default and "
-    "their GPU tests take minutes of compiling (H200, 2026-11-30: some failed; docs/PERF.md, stop 12)",
-)
-GPU_CONFIGS = [None, SkinnyConfig(32, 128), SkinnyConfig(64, 64, dot=True), SkinnyConfig(16, 256, split_k=4, dot=True)]
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+GPU_CONFIGS = {
+    "heuristic": None,
+    "fma": SkinnyConfig(32, 128),
+    "dot": SkinnyConfig(64, 64, dot=True),
+    "split": SkinnyConfig(16, 256, split_k=4, dot=True),
+    "gemv": SkinnyConfig(2, 1024, num_warps=8, num_stages=1),  # the narrow kind step_sweep.py picks at batch 1
+}
+# Batch 1 (what fused mode runs, from a hidden size of 2,048) with every kind of config; more rows (the
+# opt-in "kernels" program) with the heuristic's. Every case compiles its own kernels: H200, 2026-12-01,
+# the full 40-case cross product took over 3 minutes, some cases ~20 s each (fma tiles at 17-32 rows).
+GPU_CASES = [(1, name) for name in GPU_CONFIGS] + [(m, "heuristic") for m in (3, 8, 17, 32)]
 
 
 @pytest.mark.cuda
 @needs_cuda
-@pytest.mark.parametrize("m", [1, 3, 8, 17, 32])
-@pytest.mark.parametrize("cfg", GPU_CONFIGS, ids=["heuristic", "fma", "dot", "split"])
+@pytest.mark.parametrize(("m", "cfg_name"), GPU_CASES, ids=[f"{name}-{m}" for m, name in GPU_CASES])
 @pytest.mark.parametrize("shape", [(896, (896, 128, 128), 4864), (1000, (520, 72, 72), 1400)])
-def test_gpu_bf16_against_the_reference(m, cfg, shape, monkeypatch):
+def test_gpu_bf16_against_the_reference(m, cfg_name, shape, monkeypatch):
+    cfg = GPU_CONFIGS[cfg_name]
     if cfg is not None:
         monkeypatch.setattr(configs, "config_for", lambda *args, **kwargs: cfg)
     hidden, ns, inter = shape
@@ -310,3 +385,38 @@ def test_gpu_ops_compile_with_inductor_and_replay_in_a_cuda_graph():
             torch.cuda.synchronize()
             for got, want in zip(static_outs, layer(static_in)):
                 assert_rounding_close(got, want)
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.skipif(sm.skinny_kernels is None or not sm.skinny_kernels.HAS_GDC, reason="needs triton's gdc functions")
+def test_gpu_pdl_launches_replay_what_plain_launches_compute(monkeypatch):
+    """CUGRAPH_ACCEL_SKINNY_PDL: the kernels launched with PDL (prefetch, wait, early launch of the next)
+    inside a compiled layer and a CUDA graph compute what plain launches do, bit for bit, over several
+    inputs: a wait in the wrong place would read a half-written x or residual."""
+    layer = TinyLayer().to("cuda", torch.bfloat16).eval()
+    static_in = torch.randn(1, 1, 256, device="cuda", dtype=torch.bfloat16)
+    graphs = {}
+    for pdl in (False, True):
+        monkeypatch.setattr(sm, "PDL", pdl)
+        torch._dynamo.reset()
+        compiled = torch.compile(layer, backend="inductor", fullgraph=True)
+        with torch.no_grad():
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                compiled(static_in)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                outs = compiled(static_in)
+        graphs[pdl] = (graph, outs)
+    for seed in range(4):
+        static_in.copy_(torch.randn(1, 1, 256, generator=torch.Generator().manual_seed(seed)).to(static_in))
+        results = {}
+        for pdl, (graph, outs) in graphs.items():
+            graph.replay()
+            torch.cuda.synchronize()
+            results[pdl] = [o.clone() for o in outs]
+        for plain, launched_early in zip(results[False], results[True]):
+            assert torch.equal(plain, launched_early)
