@@ -25,7 +25,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from accelerate_graph.fused import gemv_lowering, grouped_attention, layer_program
 from accelerate_graph.fused import layers as fused_step
-from accelerate_graph.fused.kernels import skinny_matmul
+from accelerate_graph.fused.kernels import pdl
 from accelerate_graph.pipeline import CaptureRequest, prepare
 
 CLASSES = (  # first match wins; names as cuBLAS, PyTorch and triton print them
@@ -49,7 +49,7 @@ class Way:
     program: str = fused_step.LAYER_PROGRAM  # the default: "merged"
     gate_up_apart: bool = layer_program.GATE_UP_APART_AT_BATCH_1  # merged: gate and up two GEMVs at batch 1
     skinny_b1: str = layer_program.SKINNY_AT_BATCH_1  # merged, batch 1: skinny kernels "auto" (by size), "1", "0"
-    skinny_pdl: bool = skinny_matmul.PDL  # the skinny kernels launched with PDL (their opaque twins)
+    ours_pdl: bool = pdl.ENABLED  # our kernels (skinny matmuls, decode attention) launched with PDL
     triton_attention: bool = grouped_attention.TRITON_DECODE  # the default: on (CUGRAPH_ACCEL_TRITON_ATTENTION)
     long_cublas: bool = gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
     materialize: bool = gemv_lowering.MATERIALIZE_INPUT  # GEMV inputs stored before the reduction
@@ -185,7 +185,8 @@ def main() -> None:
         "fused-tuned-pdl": Way("fused, tuned, PDL", tune="1", inductor=(("triton.enable_pdl", True),)),
         "fused-skinny-b1": Way("fused, skinny kernels at 1", skinny_b1="1"),
         "fused-gemv-b1": Way("fused, inductor GEMVs at 1", skinny_b1="0"),
-        "fused-skinny-pdl": Way("fused, skinny at 1 with PDL", skinny_b1="1", skinny_pdl=True),
+        "fused-skinny-pdl": Way("fused, skinny at 1, our kernels with PDL", skinny_b1="1", ours_pdl=True),
+        "fused-ours-pdl": Way("fused, our kernels with PDL", ours_pdl=True),
         "fused-skinny-b1-untuned": Way("fused, skinny at 1, untuned", skinny_b1="1", tune="0"),
         "fused-kernels": Way("fused, skinny kernels", program="kernels"),  # layer_program + Triton
         "fused-torchops": Way("fused, torch ops", program="torch"),  # layer_program, torch ops
@@ -205,7 +206,7 @@ def main() -> None:
         gemv_lowering.MATERIALIZE_INPUT = way.materialize
         layer_program.GATE_UP_APART_AT_BATCH_1 = way.gate_up_apart
         layer_program.SKINNY_AT_BATCH_1 = way.skinny_b1
-        skinny_matmul.PDL = way.skinny_pdl
+        pdl.ENABLED = way.ours_pdl
         fused_step.TUNE = way.tune
         fused_step.INDUCTOR_SETTINGS = {**shipped_settings, **dict(way.inductor)}
         request = CaptureRequest(

@@ -15,16 +15,10 @@ import os
 import triton
 import triton.language as tl
 
+from accelerate_graph.fused.kernels.pdl import HAS_GDC, gdc_launch_dependents, gdc_wait  # noqa: F401 (HAS_GDC)
+
 # @triton.jit picks the interpreter at decoration, i.e. when this module is imported.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-try:  # programmatic dependent launch: Hopper and later, triton >= 3.4
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-
-    HAS_GDC = True
-except ImportError:
-    gdc_wait = gdc_launch_dependents = None
-    HAS_GDC = False
 
 
 @triton.jit

@@ -8,33 +8,29 @@ bucket, each weight read once per call, float32 accumulation, and the neighbours
 
 Each rounds like eager HF in the input dtype (see the `reference_*` functions, which are the definition).
 They are `torch.ops.cugraph_accel.*` (torch.library.triton_op): inductor sees through them and a CUDA
-graph records their launches; under PDL (below) their opaque twins `*_pdl` run instead. Off CUDA, or
+graph records their launches; under PDL (fused/kernels/pdl.py) their opaque twins `*_pdl` run instead. Off CUDA, or
 without triton, the op body runs its reference instead (and CPU tensors run the kernels when the Triton
 interpreter was on at import: the tests).
 """
 
 # no `from __future__ import annotations`: torch.library infers the op schemas from the annotations
-import os
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from accelerate_graph.fused.kernels import configs
+from accelerate_graph.fused.kernels import configs, pdl
 
 try:
     from accelerate_graph.fused.kernels import skinny_kernels
 except ImportError:  # no triton: the references run everywhere
     skinny_kernels = None
 
-# Programmatic dependent launch (Hopper+), CUGRAPH_ACCEL_SKINNY_PDL=1: each kernel is launched while the
-# one before it still runs, asks L2 for its first block of weights, waits for that kernel's outputs
-# (gdc_wait) and lets the next launch. Inductor's launches of a triton_op's kernels do not pass
-# `launch_pdl`, so under PDL the public functions below call the opaque twins of the ops (`*_pdl`):
-# inductor calls those, and they launch the kernels themselves, at run time (inside our graph capture).
-# Off by default until measured on the H200.
-PDL = os.environ.get("CUGRAPH_ACCEL_SKINNY_PDL", "0") == "1"
+# Under PDL (fused/kernels/pdl.py) each kernel asks L2 for its first block of weights before it waits
+# for the kernel before it. Inductor's launches of a triton_op's kernels do not pass `launch_pdl`, so
+# under PDL the public functions below call the opaque twins of the ops (`*_pdl`): inductor calls those,
+# and they launch the kernels themselves, at run time (inside our graph capture).
 
 NORM_KINDS = {"llama": 1, "gemma": 2}
 ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
@@ -162,8 +158,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     }
     nb1 = n_blocks[1] if len(n_blocks) > 1 else 0
     grid = (sum(n_blocks), m_blocks, split)
-    pdl = PDL and skinny_kernels.HAS_GDC and x.is_cuda and not torch.compiler.is_compiling()
-    extra = {"launch_pdl": True} if pdl else {}
+    extra = pdl.launch_options(x.device)
     wrap(skinny_kernels.skinny_kernel)[grid](
         x2, norm_weight if norm_weight is not None else x2, eps, m, k, k_per_split,
         *w_args, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, ws, nt,
@@ -232,8 +227,8 @@ for _name, (_body, _fake) in _BODIES.items():
 
 
 def _op(name: str):
-    """The op the public functions call: the triton_op, or its opaque twin under PDL (see PDL)."""
-    return getattr(torch.ops.cugraph_accel, f"{name}_pdl" if PDL else name)
+    """The op the public functions call: the triton_op, or its opaque twin under PDL."""
+    return getattr(torch.ops.cugraph_accel, f"{name}_pdl" if pdl.ENABLED else name)
 
 
 def norm_projections(

@@ -62,18 +62,19 @@ def variants():
         for kernel in kernels:
             yield f"{kernel.fn.__name__} {_only(kernel, flags)}", kernel, _only(kernel, flags), SKINNY_POINTERS
     block = lambda n: max(16, triton.next_power_of_2(n))  # noqa: E731
-    for (mask_kind, direct, softcap), (group, head_dim) in itertools.product(
-        [(0, True, False), (1, True, False), (2, False, True), (1, False, False)], [(7, 64), (4, 128)]
+    for (mask_kind, direct, softcap), (group, head_dim), pdl in itertools.product(
+        [(0, True, False), (1, True, False), (2, False, True), (1, False, False)], [(7, 64), (4, 128)], (False, True)
     ):
         mask = {0: "*bf16", 1: "*i1", 2: "*bf16"}[mask_kind]
         flags = dict(
             GROUP=group, HEAD_DIM=head_dim, BLOCK_G=block(group), BLOCK_D=block(head_dim), BLOCK_L=64,
             MASK_KIND=mask_kind, MASK_PER_HEAD=False, SOFTCAP=softcap, DIRECT=direct, UPCAST=False, IEEE=False,
+            USE_PDL=pdl,
         )  # fmt: skip
         kernel = decode_attention._decode_split_kernel
         yield f"decode split {flags}", kernel, flags, {**ATTENTION_POINTERS, "Mask": mask}
         if not direct:
-            flags = dict(HEAD_DIM=head_dim, BLOCK_D=block(head_dim), BLOCK_S=4)
+            flags = dict(HEAD_DIM=head_dim, BLOCK_D=block(head_dim), BLOCK_S=4, USE_PDL=pdl)
             yield f"decode combine {flags}", decode_attention._decode_combine_kernel, flags, ATTENTION_POINTERS
 
 

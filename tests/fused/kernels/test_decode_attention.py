@@ -208,12 +208,16 @@ def layer_like(query, new_k, new_v, cache_k, cache_v, slot, mask, weight):
 
 @pytest.mark.cuda
 @needs_cuda
-@pytest.mark.parametrize("batch", [1, 4])
-def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch):
+@pytest.mark.parametrize(("batch", "early"), [(1, False), (4, False), (1, True)], ids=["b1", "b4", "b1-pdl"])
+def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early):
     """Inductor compiles the op with the layer's own kernels; one compilation serves every context
-    length; a CUDA graph of the compiled step replays it with new inputs like the matmul path."""
+    length; a CUDA graph of the compiled step replays it with new inputs like the matmul path; also with
+    the kernels launched early (PDL), where a wait in the wrong place would read the query or the slot
+    just written before they are there."""
     from accelerate_graph.compat.torch_internals import dynamo_graph_count
+    from accelerate_graph.fused.kernels import pdl
 
+    monkeypatch.setattr(pdl, "ENABLED", early)
     torch._dynamo.reset()
     gen = torch.Generator(device="cuda").manual_seed(0)
     hq, hkv, d, slots = 14, 2, 64, 256

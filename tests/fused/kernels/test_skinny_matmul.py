@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from accelerate_graph.fused.kernels import configs
+from accelerate_graph.fused.kernels import configs, pdl
 from accelerate_graph.fused.kernels import skinny_matmul as sm
 from accelerate_graph.fused.kernels.configs import SkinnyConfig
 
@@ -239,7 +239,7 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
 
 @pytest.mark.parametrize("name", ["norm_projections", "linear_residual", "norm_gate_up"])
 def test_the_opaque_pdl_twins_are_the_ops_under_another_registration(name, monkeypatch):
-    """Under CUGRAPH_ACCEL_SKINNY_PDL the public functions call the `*_pdl` ops, opaque custom ops over the
+    """Under CUGRAPH_ACCEL_PDL the public functions call the `*_pdl` ops, opaque custom ops over the
     same bodies: their schemas and fake outputs pass torch's opcheck, and they compute what the ops do."""
     x, nw, ws, bs = make(1, torch.float32)
     residual = torch.randn(1, NS[0])
@@ -252,7 +252,7 @@ def test_the_opaque_pdl_twins_are_the_ops_under_another_registration(name, monke
     op_args = tuple(list(a) if isinstance(a, (list, tuple)) else a for a in args)
     torch.library.opcheck(getattr(torch.ops.cugraph_accel, f"{name}_pdl").default, op_args)
     plain = public(*args)
-    monkeypatch.setattr(sm, "PDL", True)
+    monkeypatch.setattr(pdl, "ENABLED", True)
     twin = public(*args)
     for a, b in zip(plain if isinstance(plain, tuple) else (plain,), twin if isinstance(twin, tuple) else (twin,)):
         assert torch.equal(a, b)
@@ -391,14 +391,14 @@ def test_gpu_ops_compile_with_inductor_and_replay_in_a_cuda_graph():
 @needs_cuda
 @pytest.mark.skipif(sm.skinny_kernels is None or not sm.skinny_kernels.HAS_GDC, reason="needs triton's gdc functions")
 def test_gpu_pdl_launches_replay_what_plain_launches_compute(monkeypatch):
-    """CUGRAPH_ACCEL_SKINNY_PDL: the kernels launched with PDL (prefetch, wait, early launch of the next)
+    """CUGRAPH_ACCEL_PDL: the kernels launched with PDL (prefetch, wait, early launch of the next)
     inside a compiled layer and a CUDA graph compute what plain launches do, bit for bit, over several
     inputs: a wait in the wrong place would read a half-written x or residual."""
     layer = TinyLayer().to("cuda", torch.bfloat16).eval()
     static_in = torch.randn(1, 1, 256, device="cuda", dtype=torch.bfloat16)
     graphs = {}
-    for pdl in (False, True):
-        monkeypatch.setattr(sm, "PDL", pdl)
+    for early in (False, True):
+        monkeypatch.setattr(pdl, "ENABLED", early)
         torch._dynamo.reset()
         compiled = torch.compile(layer, backend="inductor", fullgraph=True)
         with torch.no_grad():
@@ -410,13 +410,13 @@ def test_gpu_pdl_launches_replay_what_plain_launches_compute(monkeypatch):
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 outs = compiled(static_in)
-        graphs[pdl] = (graph, outs)
+        graphs[early] = (graph, outs)
     for seed in range(4):
         static_in.copy_(torch.randn(1, 1, 256, generator=torch.Generator().manual_seed(seed)).to(static_in))
         results = {}
-        for pdl, (graph, outs) in graphs.items():
+        for early, (graph, outs) in graphs.items():
             graph.replay()
             torch.cuda.synchronize()
-            results[pdl] = [o.clone() for o in outs]
+            results[early] = [o.clone() for o in outs]
         for plain, launched_early in zip(results[False], results[True]):
             assert torch.equal(plain, launched_early)
