@@ -43,7 +43,7 @@ ROTATE_BYTES = 160 * 2**20  # weight copies per graph: > 3x the H200's 50 MB L2
 DTYPE = torch.bfloat16
 
 
-def wide_one_row_grid(op: str, k: int) -> list[SkinnyConfig]:
+def wide_one_row_grid(k: int) -> list[SkinnyConfig]:
     """One row (a GEMV), wider: blocks of 8-64 outputs over K blocks of 128-1024 (4 or 8 warps), and
     inductor's kind of GEMV config, 1-4 outputs over K blocks of 1,024-4,096 (4-16 warps); the float32
     tile [BLOCK_N, BLOCK_K] 8 to 64 values a thread; split-K 2 and 4 for long reductions."""
@@ -58,7 +58,7 @@ def wide_one_row_grid(op: str, k: int) -> list[SkinnyConfig]:
 def grid_for(op: str, m: int, k: int, wide: bool = False) -> list[SkinnyConfig]:
     """A small grid: multiply-and-sum at few rows, tensor cores from 8 rows, split-K for long K."""
     if wide and m == 1:
-        return wide_one_row_grid(op, k)
+        return wide_one_row_grid(k)
     out = []
     if m <= 8:
         out += [SkinnyConfig(16, 256, 4, 2), SkinnyConfig(32, 256, 4, 2), SkinnyConfig(32, 128, 4, 3)]

@@ -133,8 +133,8 @@ def main() -> int:
     print(f"table configs: {best:.2f} us per layer ({', '.join(f'{op} {describe(c)}' for op, c in current.items())})")
     trials = []
     for op in ORDER:
-        kind, _, k = chain.shapes[op]
-        for cfg in wide_one_row_grid(kind, k):
+        _, _, k = chain.shapes[op]
+        for cfg in wide_one_row_grid(k):
             if time.monotonic() - start > args.budget_s:
                 break
             if cfg == current[op]:

@@ -6,10 +6,15 @@ gate/up, the residual add after o_proj and down_proj, the activation between gat
 as `torch.ops.cugraph_accel.*` custom ops (torch.library.triton_op) so inductor traces them inside a
 compiled layer and a CUDA graph records them; a pure-torch reference with the same rounding runs where
 Triton cannot (no triton, not a CUDA tensor). `skinny_kernels` holds the Triton code, `configs` the
-launch configs (a table written by benchmarks/kernel_sweep.py on a GPU, a heuristic for missing shapes).
+launch configs (a table written on a GPU by benchmarks/kernel_sweep.py and, for batch 1, step_sweep.py;
+a heuristic for missing shapes). Fused mode runs them at batch 1 for the shapes the table has
+(fused/layer_program.py).
 
 `decode_attention`: one query token per row against the cache, the query heads of a group sharing each
 K/V tile, online softmax, split over the context when it is long (`grouped_attention.TRITON_DECODE`, on
 by default on CUDA). An opaque custom op with a flexible layout: inductor calls it at run time, with the
 strides its inputs really have (the cache's own, not a copy).
+
+`pdl`: programmatic dependent launch for both, off by default (CUGRAPH_ACCEL_PDL=1); the skinny ops then
+run as opaque twins (`*_pdl`), since inductor does not pass `launch_pdl` to a triton_op's kernels.
 """
