@@ -101,6 +101,12 @@ def graph_us(calls) -> float:
     return ms * 1e3 / len(calls)
 
 
+def describe(cfg: SkinnyConfig) -> str:
+    return (
+        f"n{cfg.block_n} k{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} x{cfg.split_k} {'dot' if cfg.dot else 'fma'}"
+    )
+
+
 def copy_bandwidth_gbs() -> float:
     src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
@@ -176,9 +182,10 @@ def main() -> int:
         for label, op, ns, k, bias in (by_label[name] for name in args.shapes.split(",")):
             for m in rows:
                 shape = Shape(op, ns, k, m, bias)
-                heuristic = configs.heuristic(op, m, ns[:1] if op == "gate_up" else ns, k, sms)
+                key_ns = ns[:1] if op == "gate_up" else ns  # gate and up: one N in the table's key
+                heuristic = configs.heuristic(op, m, key_ns, k, sms)
                 # past the budget: the config the table has (else the heuristic's), so nothing gets worse
-                tries = [heuristic, configs.config_for(op, m, ns[:1] if op == "gate_up" else ns, k, sms)]
+                tries = [heuristic, configs.config_for(op, m, key_ns, k, sms)]
                 if time.monotonic() - start < args.budget_s:
                     tries += grid_for(op, m, k, args.wide)
                 tries = list(dict.fromkeys(tries))
@@ -192,12 +199,10 @@ def main() -> int:
                 gbs = shape.bytes / (us * 1e-6) / 1e9
                 cublas = shape.cublas_us()
                 ok = shape.matches_reference(cfg)
-                key_ns = ns[:1] if op == "gate_up" else ns
                 best[configs.table_key(op, configs.m_bucket(m), key_ns, k)] = cfg
                 if model == "llama-3.1-8b":
                     pct_8b.append(100 * gbs / copy)
-                desc = f"n{cfg.block_n} k{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} x{cfg.split_k} {'dot' if cfg.dot else 'fma'}"
-                desc += " (heur)" if cfg == heuristic else ""
+                desc = describe(cfg) + (" (heur)" if cfg == heuristic else "")
                 print(
                     f"{model + ' ' + label:28} {m:>3} {desc:34} {us:7.2f} {gbs:7.0f} {100 * gbs / copy:5.1f}% "
                     f"{cublas:9.2f} {cublas / us:5.2f} {'ok' if ok else 'MISMATCH'}",

@@ -16,7 +16,6 @@ by more than --min-gain. The chosen configs go into the skinny kernels' table.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kernel_sweep import MODELS, wide_one_row_grid  # noqa: E402
+from kernel_sweep import MODELS, describe, graph_us, wide_one_row_grid  # noqa: E402
 
 from accelerate_graph.fused.kernels import configs  # noqa: E402
 from accelerate_graph.fused.kernels import skinny_matmul as sm  # noqa: E402
@@ -88,32 +87,9 @@ class Chain:
                 "residual", g[0], None, 0.0, "llama", [layer["down"]], [None], residual=h2[0], cfg=cfgs["down"]
             )[0]
 
-    def layer_us(self, cfgs: dict, replays: int = 10, samples: int = 5) -> float:
-        """Microseconds per layer of the chain replayed as one CUDA graph (median of `samples`)."""
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self.step(cfgs)  # compiles the kernels outside the capture
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.step(cfgs)
-        graph.replay()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(samples):
-            start.record()
-            for _ in range(replays):
-                graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3 / replays / len(self.layers))
-        del graph
-        return statistics.median(times)
-
-
-def describe(cfg: configs.SkinnyConfig) -> str:
-    return f"n{cfg.block_n} k{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} x{cfg.split_k}"
+    def layer_us(self, cfgs: dict) -> float:
+        """Microseconds per layer of the chain replayed as one CUDA graph (kernel_sweep's timer)."""
+        return graph_us([lambda: self.step(cfgs)]) / len(self.layers)
 
 
 def main() -> int:

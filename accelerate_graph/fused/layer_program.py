@@ -137,12 +137,11 @@ GATE_UP_APART_AT_BATCH_1 = True
 
 
 def _merged_gate_up(x, norm_weight, eps, w_gate_up, w_up):
-    if _skinny(x, x.shape[-1], "gate_up", (int(w_gate_up.shape[0]) // 2,)):  # w_up is None: both halves here
-        gate_half, up_half = w_gate_up.chunk(2)
+    gate_half, up_half = w_gate_up.chunk(2)  # w_up is None: both halves are in w_gate_up
+    if _skinny(x, x.shape[-1], "gate_up", (int(gate_half.shape[0]),)):
         return skinny_matmul.norm_gate_up(x, norm_weight, eps, "llama", gate_half, up_half, "silu")
     xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
-    if GATE_UP_APART_AT_BATCH_1 and xn.shape[0] == 1:  # w_up is None: both halves are in w_gate_up
-        gate_half, up_half = w_gate_up.chunk(2)
+    if GATE_UP_APART_AT_BATCH_1 and xn.shape[0] == 1:
         gate, up = torch.nn.functional.linear(xn, gate_half), torch.nn.functional.linear(xn, up_half)
     else:
         gate, up = torch.nn.functional.linear(xn, w_gate_up).chunk(2, dim=-1)

@@ -11,6 +11,8 @@ that one ends. Inside a CUDA graph the launches keep their attribute (CUDA 12.3+
 
 import os
 
+import torch
+
 # CUGRAPH_ACCEL_SKINNY_PDL: this switch's name while only the skinny matmuls had it
 ENABLED = os.environ.get("CUGRAPH_ACCEL_PDL", os.environ.get("CUGRAPH_ACCEL_SKINNY_PDL", "0")) == "1"
 
@@ -26,7 +28,5 @@ except ImportError:
 def launch_options(device) -> dict:
     """What a Triton launch on `device` passes for PDL: {"launch_pdl": True} when it is on and the device
     takes it, else nothing. Read at each launch, so a benchmark can switch ENABLED between ways."""
-    import torch
-
     on = ENABLED and HAS_GDC and device.type == "cuda" and not torch.compiler.is_compiling()
     return {"launch_pdl": True} if on else {}

@@ -15,7 +15,7 @@ import os
 import triton
 import triton.language as tl
 
-from accelerate_graph.fused.kernels.pdl import HAS_GDC, gdc_launch_dependents, gdc_wait  # noqa: F401 (HAS_GDC)
+from accelerate_graph.fused.kernels.pdl import gdc_launch_dependents, gdc_wait
 
 # @triton.jit picks the interpreter at decoration, i.e. when this module is imported.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"

@@ -389,7 +389,7 @@ def test_gpu_ops_compile_with_inductor_and_replay_in_a_cuda_graph():
 
 @pytest.mark.cuda
 @needs_cuda
-@pytest.mark.skipif(sm.skinny_kernels is None or not sm.skinny_kernels.HAS_GDC, reason="needs triton's gdc functions")
+@pytest.mark.skipif(not pdl.HAS_GDC, reason="needs triton's gdc functions")
 def test_gpu_pdl_launches_replay_what_plain_launches_compute(monkeypatch):
     """CUGRAPH_ACCEL_PDL: the kernels launched with PDL (prefetch, wait, early launch of the next)
     inside a compiled layer and a CUDA graph compute what plain launches do, bit for bit, over several
