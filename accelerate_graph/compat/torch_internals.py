@@ -96,6 +96,13 @@ def has_call_hooks(module: torch.nn.Module) -> bool:
 # --- dynamo --------------------------------------------------------------------------------------------
 
 
+def add_to_each(tensors: list[torch.Tensor], value: int) -> None:
+    """`value` added in place to every tensor of the list, in one kernel on a GPU (as many as 32 per
+    chunk of tensors): `torch._foreach_add_` (underscored, documented only as the optimizers' fast path).
+    Checked: torch 2.11, 2.13."""
+    torch._foreach_add_(tensors, value)
+
+
 def maybe_mark_dynamic(tensor: torch.Tensor, dim: int) -> None:
     """Ask dynamo to compile `dim` of this tensor object as a symbolic size, unless it must specialise:
     `torch._dynamo.maybe_mark_dynamic`. torch.compiler has no equivalent (2.11, 2.13). Checked: torch 2.11, 2.13."""

@@ -62,6 +62,24 @@ def static_layer_view(layer: StaticLayer, batch: int, context: int, kind: type[S
     return view
 
 
+def writes_like_static_layer(layer) -> bool:
+    """Whether `layer.update` is `transformers.cache_utils.StaticLayer.update` itself (a sliding-window or
+    other layer writes its own way). Checked: transformers 5.17, 5.24."""
+    return isinstance(layer, StaticLayer) and type(layer).update is StaticLayer.update
+
+
+def static_layer_write(layer: StaticLayer, keys: torch.Tensor, values: torch.Tensor):
+    """`transformers.cache_utils.StaticLayer.update` for one new token per row, without its
+    `cumulative_length.add_(1)`: K/V written at slot `cumulative_length`, (keys, values) returned. The
+    caller advances the position later (the fused step advances every layer's in one kernel, not one
+    each). Reads the attributes `lazy_initialization` sets (keys, values, cumulative_length).
+    Checked: transformers 5.17, 5.24."""
+    slot = layer.cumulative_length.reshape(1)
+    layer.keys.index_copy_(2, slot, keys)
+    layer.values.index_copy_(2, slot, values)
+    return layer.keys, layer.values
+
+
 # The int attributes by which HF's attention modules name their slot in the cache: `layer_idx` (e.g.
 # transformers.models.llama.modeling_llama.LlamaAttention.layer_idx), `layer_id` (GPT-Neo's attention).
 CACHE_INDEX_ATTRIBUTES = ("layer_idx", "layer_id")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from accelerate_graph.compat.torch_internals import has_call_hooks
+from accelerate_graph.compat.transformers_internals import static_layer_write
 from accelerate_graph.fused.grouped_attention import grouped_decode_attention
 from accelerate_graph.fused.kernels import configs, skinny_matmul
 
@@ -263,8 +264,10 @@ def _output_projection(module, x, residual, ops: LayerOps):
     return ops.linear_residual(x, module.weight, module.bias, residual)
 
 
-def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cache, ops: LayerOps):
-    """One decoder layer for one new token per row, over its one-layer cache (the layer is layer 0)."""
+def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cache, ops: LayerOps, advance=True):
+    """One decoder layer for one new token per row, over its one-layer cache (the layer is layer 0).
+    advance=False (a plain static layer only): K/V written at the cache's position, which the caller
+    advances after the step (fused.layers: every layer's in one kernel, not one small kernel per layer)."""
     attention, mlp = layer.self_attn, layer.mlp
     batch, tokens, hidden = hidden_states.shape
     x = hidden_states.reshape(batch * tokens, hidden)
@@ -286,7 +289,7 @@ def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cach
     cos, sin = position_embeddings
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     q, k = (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
-    k, v = cache.update(k, v, 0)
+    k, v = cache.update(k, v, 0) if advance else static_layer_write(cache.layers[0], k, v)
     out, _ = grouped_decode_attention(attention, q, k, v, attention_mask, scaling=attention.scaling)
     h = _output_projection(attention.o_proj, out.reshape(batch * tokens, -1), x, ops)
     second = layer.post_attention_layernorm

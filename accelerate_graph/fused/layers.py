@@ -27,8 +27,14 @@ from transformers.cache_utils import Cache
 
 from accelerate_graph.common.errors import DROP_FUSE, CaptureError
 from accelerate_graph.compat import torch_internals
-from accelerate_graph.compat.transformers_internals import cache_indices, cache_indices_set_to_zero, static_layer_view
+from accelerate_graph.compat.transformers_internals import (
+    cache_indices,
+    cache_indices_set_to_zero,
+    static_layer_view,
+    writes_like_static_layer,
+)
 from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
+from accelerate_graph.fused.kernels import pdl
 from accelerate_graph.fused.layer_program import (
     MERGED_OPS,
     REFERENCE_OPS,
@@ -60,6 +66,8 @@ INDUCTOR_SETTINGS = {"triton.cudagraphs": False, "shape_padding": False, "combo_
 # (`autotune_local_cache`): torch 2.11 restored tuned configs as slower ones (docs/PERF.md), so every new
 # process tunes again. CUGRAPH_ACCEL_TUNE=1 / 0 forces it on / off (it reaches every --tp rank).
 TUNE_SETTINGS = {"coordinate_descent_tuning": True, "autotune_local_cache": False}
+# inductor's kernels launched with PDL, like ours, where fused/kernels/pdl.py says the GPU takes it
+PDL_SETTINGS = {"triton.enable_pdl": True}
 TUNE_FROM_HIDDEN_SIZE = 2048
 TUNE = os.environ.get("CUGRAPH_ACCEL_TUNE", "auto")
 
@@ -226,7 +234,13 @@ class FusedForward:
         self.ops = ops if ops is not None else default_ops(model)
         self.programmed = self.ops is not None and all(program_for(layer) for layer in self.layers)
         self.tuned = tune_pays(model)
-        self.settings = {**INDUCTOR_SETTINGS, **(TUNE_SETTINGS if self.tuned else {})}
+        self.pdl = pdl.active(next(model.parameters()).device)
+        # INDUCTOR_SETTINGS last: a benchmark's way may turn inductor's PDL off and keep ours
+        self.settings = {
+            **(PDL_SETTINGS if self.pdl else {}),
+            **(TUNE_SETTINGS if self.tuned else {}),
+            **INDUCTOR_SETTINGS,
+        }
         if self.programmed and self.ops.merged:
             for layer in self.layers:
                 merge_projections(layer)
@@ -237,6 +251,7 @@ class FusedForward:
         self.graphs = 0  # FX graphs dynamo made
         self.recompiles = 0  # compilations in a call whose batch class had compiled already
         self._layer_calls = 0  # in the current call: a step that never calls its layers is refused
+        self._unadvanced: list[torch.Tensor] = []  # in the current call: positions the layers left to us
 
     def layer_forward_kind(self) -> str:
         """What inductor compiles for each layer, for the notes a user reads."""
@@ -244,7 +259,7 @@ class FusedForward:
         on_gpu = next(self.model.parameters()).device.type == "cuda"
         if self.programmed and self.ops.merged and on_gpu and layer_at_batch_1_is_skinny(self.layers[0]):
             kind += ", skinny GEMV kernels at batch 1"
-        return kind + (", kernels tuned" if self.tuned else "")
+        return kind + (", kernels tuned" if self.tuned else "") + (", PDL" if self.pdl else "")
 
     def _compiled_forward(self, layer: torch.nn.Module):
         kind = type(layer)
@@ -271,7 +286,11 @@ class FusedForward:
                     if hidden.dim() == 3 and hidden.shape[1] == 1:  # a decode step; the prompt keeps HF's
                         cache = next(v for v in named.values() if isinstance(v, Cache))
                         mask, rotary = named.get("attention_mask"), named["position_embeddings"]
-                        return program(layer, hidden, mask, rotary, cache)
+                        # a plain static layer's position is advanced after the step, with every other's
+                        defer = writes_like_static_layer(cache.layers[0])
+                        if defer:
+                            self._unadvanced.append(cache.layers[0].cumulative_length)
+                        return program(layer, hidden, mask, rotary, cache, advance=not defer)
                 return compiled(*bound.args, **bound.kwargs)
 
         return forward
@@ -292,10 +311,12 @@ class FusedForward:
         compiled = {layer: self._layer_forward(layer, index, batch) for index, layer in enumerate(self.layers)}
         before = torch_internals.dynamo_graph_count()
         start = time.perf_counter()
-        self._layer_calls = 0
+        self._layer_calls, self._unadvanced = 0, []
         with torch_internals.forwards_replaced(compiled):
             with torch_internals.recompile_limit_at_least(64), torch.no_grad(), self._settings(batch):
                 out = self.model(input_ids=input_ids, **kwargs)
+            if self._unadvanced:  # one kernel for every layer's position (each layer's own add: ~1 us each)
+                torch_internals.add_to_each(self._unadvanced, 1)
         if self._layer_calls < len(self.layers):
             raise CaptureError(
                 f"--fuse compiles the {len(self.layers)} decoder layers it found in {type(self.model).__name__}, "

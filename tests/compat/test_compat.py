@@ -145,6 +145,16 @@ def test_dynamo_graph_count_counts_each_graph():
     expect(made == 1, symbol, TORCH, f"one compiled function counted {made} graphs")
 
 
+def test_add_to_each_adds_in_place_to_every_tensor_of_the_list():
+    symbol = "torch._foreach_add_(list of tensors, int)"
+    positions = [torch.tensor(3), torch.tensor(5), torch.tensor([7])]
+    objects = [id(t) for t in positions]
+    with upstream(symbol, TORCH):
+        ti.add_to_each(positions, 1)
+    expect([int(t) for t in positions] == [4, 6, 8], symbol, TORCH, f"got {positions}")
+    expect([id(t) for t in positions] == objects, symbol, TORCH, "not in place")
+
+
 def test_maybe_mark_dynamic_makes_one_graph_serve_two_sizes():
     symbol = "torch._dynamo.maybe_mark_dynamic"
     a, b = torch.ones(2, 3), torch.ones(5, 3)
@@ -189,9 +199,10 @@ def test_recompile_limit_at_least_raises_and_restores_it():
 
 def test_inductor_config_patched_with_the_fused_settings():
     from accelerate_graph.fused.layers import INDUCTOR_SETTINGS as SHIPPED
-    from accelerate_graph.fused.layers import TUNE_SETTINGS
+    from accelerate_graph.fused.layers import PDL_SETTINGS, TUNE_SETTINGS
 
-    INDUCTOR_SETTINGS = {**SHIPPED, **TUNE_SETTINGS}  # large models (or CUGRAPH_ACCEL_TUNE=1) add tuning
+    # large models (or CUGRAPH_ACCEL_TUNE=1) add tuning, Hopper GPUs PDL
+    INDUCTOR_SETTINGS = {**SHIPPED, **TUNE_SETTINGS, **PDL_SETTINGS}
     symbol = f"torch._inductor.config.patch({INDUCTOR_SETTINGS})"
     import torch._inductor.config as config
 
@@ -374,6 +385,22 @@ def test_static_layer_view_shares_memory_position_and_every_attribute():
         keys, values = torch.ones(2, 2, 1, 16), torch.ones(2, 2, 1, 16)
         view.update(keys, values)  # slot 2, after the 2 prompt tokens
     expect(bool((layer.keys[:2, :, 2] == 1).all()) and int(layer.cumulative_length) == 3, symbol, HF, "update")
+
+
+def test_static_layer_write_is_update_without_the_advance():
+    symbol = "transformers.cache_utils.StaticLayer.update (slot = cumulative_length, then add_)"
+    with upstream(symbol, HF):
+        theirs, ours = _allocated_layer(), _allocated_layer()
+        ours.keys.copy_(theirs.keys), ours.values.copy_(theirs.values)  # the same prompt in both
+        expect(hf.writes_like_static_layer(ours), symbol, HF, "a StaticLayer no longer writes with update")
+        keys, values = torch.randn(3, 2, 1, 16), torch.randn(3, 2, 1, 16)
+        expected = theirs.update(keys, values)
+        written = hf.static_layer_write(ours, keys, values)
+    expect(
+        int(ours.cumulative_length) == int(theirs.cumulative_length) - 1, symbol, HF, "update advanced by more than 1"
+    )
+    same = all(torch.equal(a, b) for a, b in zip(written, expected))
+    expect(same and torch.equal(ours.keys, theirs.keys), symbol, HF, "update writes another slot than the position")
 
 
 def test_cache_indices_and_setting_them_to_zero():

@@ -5,6 +5,7 @@ import torch
 from tiny_models import grouped_decode_cases, tiny_decoder
 
 from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.fused import layer_program as program_module
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
 from accelerate_graph.fused.layer_program import REFERENCE_OPS, LayerOps, program_for
 from accelerate_graph.fused.layers import FusedForward
@@ -197,3 +198,42 @@ def test_merging_again_after_a_dtype_change_rebuilds_the_views():
     q, k = attention.q_proj.out_features, attention.k_proj.out_features
     assert torch.equal(qkv[q + k :], attention.v_proj.weight) and torch.equal(bias[q : q + k], attention.k_proj.bias)
     assert torch.equal(gate_up[mlp.gate_proj.out_features :], mlp.up_proj.weight)
+
+
+def test_the_fused_step_advances_every_position_once_after_its_layers(monkeypatch):
+    """The program writes K/V at each layer's position without HF's per-layer add; FusedForward advances
+    every layer's position after the step (one kernel on a GPU). Two steps in a row: a position left
+    behind would have the second step overwrite the first's slot; one advanced twice would skip one."""
+    import accelerate_graph.fused.layers as fused_layers
+
+    torch._dynamo.reset()
+    model = tiny_decoder("llama")
+    use_grouped_attention(model)
+    advances = []
+    monkeypatch.setattr(
+        fused_layers,
+        "decode_layer",
+        lambda *a, advance=True, **k: advances.append(advance) or program_module.decode_layer(*a, advance=advance, **k),
+    )
+    fused = FusedForward(model, backend="eager", ops=REFERENCE_OPS)
+    runs = {}
+    for name, runner in (("eager", None), ("fused", fused)):
+        session = DecodeSession(model, 2, 64)
+        with torch.no_grad():
+            session.prefill(torch.arange(12).reshape(2, 6) + 5)
+        logits = []
+        for step in range(2):
+            session.load_inputs(2, torch.tensor([7, 9]) + step, torch.full((2,), 6 + step))
+            with torch.no_grad():
+                logits.append(session.step_fn(2, 32, runner)())
+            session.kv.advance()
+        positions = [int(p) for p in session.kv.positions()]
+        runs[name] = (logits, positions, [layer.keys.clone() for layer in session.kv.layers])
+    assert advances and not any(advances), "the program advanced positions itself"
+    (eager_logits, eager_positions, eager_keys), (fused_logits, fused_positions, fused_keys) = (
+        runs["eager"],
+        runs["fused"],
+    )
+    assert fused_positions == eager_positions == [8] * len(model.model.layers)
+    for a, b in zip(fused_logits + fused_keys, eager_logits + eager_keys):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

@@ -15,6 +15,7 @@ K/V tile, online softmax, split over the context when it is long (`grouped_atten
 by default on CUDA). An opaque custom op with a flexible layout: inductor calls it at run time, with the
 strides its inputs really have (the cache's own, not a copy).
 
-`pdl`: programmatic dependent launch for both, off by default (CUGRAPH_ACCEL_PDL=1); the skinny ops then
-run as opaque twins (`*_pdl`), since inductor does not pass `launch_pdl` to a triton_op's kernels.
+`pdl`: programmatic dependent launch for both (and for inductor's kernels, through fused.layers), on by
+default on Hopper GPUs (CUGRAPH_ACCEL_PDL=0 turns it off); the skinny ops then run as opaque twins
+(`*_pdl`), since inductor does not pass `launch_pdl` to a triton_op's kernels.
 """

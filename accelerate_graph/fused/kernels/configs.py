@@ -4,7 +4,6 @@ benchmarks/kernel_sweep.py on a GPU into skinny_configs.json, and a heuristic fo
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from pathlib import Path
 
@@ -49,7 +48,15 @@ def read_table(path: Path) -> dict[str, SkinnyConfig]:
     return {key: SkinnyConfig(**fields) for key, fields in entries.items()}
 
 
-_table = functools.cache(read_table)
+# Each table read once. A plain dict, not functools.cache: dynamo traces the lookup inside a compiled layer
+# without a warning, and the shipped table is read here, at import, not under tracing (a file stat breaks it).
+_TABLES: dict[Path, dict[str, SkinnyConfig]] = {TABLE_PATH: read_table(TABLE_PATH)}
+
+
+def _table(path: Path) -> dict[str, SkinnyConfig]:
+    if path not in _TABLES:
+        _TABLES[path] = read_table(path)
+    return _TABLES[path]
 
 
 def in_table(op: str, m, ns: tuple[int, ...], k: int) -> bool:

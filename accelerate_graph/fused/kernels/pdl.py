@@ -1,5 +1,7 @@
-"""Programmatic dependent launch (PDL, Hopper and later) for our own kernels: the skinny matmuls and the
-decode attention, CUGRAPH_ACCEL_PDL=1 (off by default until measured on the H200).
+"""Programmatic dependent launch (PDL, Hopper and later) for the fused step's kernels: ours (the skinny
+matmuls, the decode attention) and inductor's (fused.layers asks inductor for it where `active`). On by
+default since the H200 measured it (2026-12-01, batch-1 replay: Llama-3.2-1B 0.961 -> 0.902 ms, Qwen2.5-0.5B
+0.795 -> 0.762, Llama-3.1-8B 4.317 -> 4.265; docs/PERF.md); CUGRAPH_ACCEL_PDL=0 turns it off.
 
 A kernel launched with PDL may start while the kernel before it still runs: it does what does not depend
 on that kernel (the skinny matmuls ask L2 for their first block of weights), then `gdc_wait()` until that
@@ -14,7 +16,8 @@ import os
 import torch
 
 # CUGRAPH_ACCEL_SKINNY_PDL: this switch's name while only the skinny matmuls had it
-ENABLED = os.environ.get("CUGRAPH_ACCEL_PDL", os.environ.get("CUGRAPH_ACCEL_SKINNY_PDL", "0")) == "1"
+ENABLED = os.environ.get("CUGRAPH_ACCEL_PDL", os.environ.get("CUGRAPH_ACCEL_SKINNY_PDL", "1")) != "0"
+FROM_CAPABILITY = (9, 0)  # PDL is a Hopper feature
 
 try:  # triton >= 3.4
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -25,8 +28,25 @@ except ImportError:
     HAS_GDC = False
 
 
+# device index -> whether it takes PDL. A plain dict, not functools.cache: dynamo traces the lookup inside a
+# compiled layer without a warning (fused.layers asks for the model's device before compiling).
+_CAPABLE: dict[int, bool] = {}
+
+
+def _takes_pdl(index: int) -> bool:
+    if index not in _CAPABLE:
+        _CAPABLE[index] = torch.cuda.get_device_capability(index) >= FROM_CAPABILITY
+    return _CAPABLE[index]
+
+
+def active(device) -> bool:
+    """Whether kernels on `device` launch with PDL: it is on, triton has the gdc functions, and the device is
+    a CUDA GPU of compute capability 9.0 or later. Read at each call, so a benchmark can switch ENABLED."""
+    if not (ENABLED and HAS_GDC and device.type == "cuda"):
+        return False
+    return _takes_pdl(device.index if device.index is not None else torch.cuda.current_device())
+
+
 def launch_options(device) -> dict:
-    """What a Triton launch on `device` passes for PDL: {"launch_pdl": True} when it is on and the device
-    takes it, else nothing. Read at each launch, so a benchmark can switch ENABLED between ways."""
-    on = ENABLED and HAS_GDC and device.type == "cuda" and not torch.compiler.is_compiling()
-    return {"launch_pdl": True} if on else {}
+    """What a Triton launch on `device` passes for PDL: {"launch_pdl": True} where `active`, else nothing."""
+    return {"launch_pdl": True} if active(device) and not torch.compiler.is_compiling() else {}

@@ -226,9 +226,9 @@ for _name, (_body, _fake) in _BODIES.items():
     torch.library.custom_op(f"cugraph_accel::{_name}_pdl", _body, mutates_args=()).register_fake(_fake)
 
 
-def _op(name: str):
-    """The op the public functions call: the triton_op, or its opaque twin under PDL."""
-    return getattr(torch.ops.cugraph_accel, f"{name}_pdl" if pdl.ENABLED else name)
+def _op(name: str, x: Tensor):
+    """The op the public functions call on `x`'s device: the triton_op, or its opaque twin under PDL."""
+    return getattr(torch.ops.cugraph_accel, f"{name}_pdl" if pdl.active(x.device) else name)
 
 
 def norm_projections(
@@ -244,7 +244,7 @@ def norm_projections(
         raise ValueError(f"norm_projections takes 1 to 3 weights, got {len(weights)}")
     biases = list(biases) if biases is not None else [None] * len(weights)
     _check(x, weights, norm_weight, norm_kind)
-    return tuple(_op("norm_projections")(x, norm_weight, eps, norm_kind, list(weights), biases))
+    return tuple(_op("norm_projections", x)(x, norm_weight, eps, norm_kind, list(weights), biases))
 
 
 def linear_residual(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Tensor) -> Tensor:
@@ -252,7 +252,7 @@ def linear_residual(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual:
     _check(x, [weight], None, "llama")
     if residual.shape != (*x.shape[:-1], weight.shape[0]) or residual.dtype != x.dtype:
         raise ValueError(f"residual {tuple(residual.shape)} / {residual.dtype} does not fit the output")
-    return _op("linear_residual")(x, weight, bias, residual)
+    return _op("linear_residual", x)(x, weight, bias, residual)
 
 
 def norm_gate_up(
@@ -264,4 +264,4 @@ def norm_gate_up(
     if w_gate.shape != w_up.shape:
         raise ValueError(f"gate {tuple(w_gate.shape)} and up {tuple(w_up.shape)} differ")
     _check(x, [w_gate, w_up], norm_weight, norm_kind)
-    return _op("norm_gate_up")(x, norm_weight, eps, norm_kind, w_gate, w_up, activation)
+    return _op("norm_gate_up", x)(x, norm_weight, eps, norm_kind, w_gate, w_up, activation)

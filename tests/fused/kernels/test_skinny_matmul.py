@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from accelerate_graph.fused import layer_program
 from accelerate_graph.fused.kernels import configs, pdl
 from accelerate_graph.fused.kernels import skinny_matmul as sm
 from accelerate_graph.fused.kernels.configs import SkinnyConfig
@@ -239,7 +240,7 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
 
 @pytest.mark.parametrize("name", ["norm_projections", "linear_residual", "norm_gate_up"])
 def test_the_opaque_pdl_twins_are_the_ops_under_another_registration(name, monkeypatch):
-    """Under CUGRAPH_ACCEL_PDL the public functions call the `*_pdl` ops, opaque custom ops over the
+    """Under PDL (pdl.active) the public functions call the `*_pdl` ops, opaque custom ops over the
     same bodies: their schemas and fake outputs pass torch's opcheck, and they compute what the ops do."""
     x, nw, ws, bs = make(1, torch.float32)
     residual = torch.randn(1, NS[0])
@@ -252,8 +253,11 @@ def test_the_opaque_pdl_twins_are_the_ops_under_another_registration(name, monke
     op_args = tuple(list(a) if isinstance(a, (list, tuple)) else a for a in args)
     torch.library.opcheck(getattr(torch.ops.cugraph_accel, f"{name}_pdl").default, op_args)
     plain = public(*args)
-    monkeypatch.setattr(pdl, "ENABLED", True)
+    called = []
+    monkeypatch.setattr(pdl, "active", lambda device: called.append(device) or True)  # as on a Hopper GPU
+    monkeypatch.setattr(pdl, "launch_options", lambda device: {})  # the interpreter has no PDL to launch with
     twin = public(*args)
+    assert called, "the public function did not ask whether PDL is on"
     for a, b in zip(plain if isinstance(plain, tuple) else (plain,), twin if isinstance(twin, tuple) else (twin,)):
         assert torch.equal(a, b)
 
@@ -420,3 +424,36 @@ def test_gpu_pdl_launches_replay_what_plain_launches_compute(monkeypatch):
             results[early] = [o.clone() for o in outs]
         for plain, launched_early in zip(results[False], results[True]):
             assert torch.equal(plain, launched_early)
+
+
+def test_pdl_is_active_on_hopper_gpus_only_and_can_be_turned_off(monkeypatch):
+    """PDL is on by default, for CUDA devices of compute capability 9.0 and up (an A100 would refuse the
+    launch attribute); CUGRAPH_ACCEL_PDL=0 (ENABLED) turns it off everywhere."""
+    capability = {}
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: capability["now"])
+    monkeypatch.setattr(pdl, "HAS_GDC", True)
+    found = {}
+    for name, cap in (("a100", (8, 0)), ("h200", (9, 0)), ("b200", (10, 0))):
+        pdl._CAPABLE.clear()
+        capability["now"] = cap
+        found[name] = pdl.active(torch.device("cuda", 0))
+    assert found == {"a100": False, "h200": True, "b200": True}
+    assert not pdl.active(torch.device("cpu"))
+    monkeypatch.setattr(pdl, "ENABLED", False)
+    assert not pdl.active(torch.device("cuda", 0))
+    pdl._CAPABLE.clear()
+
+
+def test_the_kernel_choices_trace_inside_a_compiled_layer_without_a_break(monkeypatch):
+    """The skinny table and PDL are asked while dynamo traces a layer: a file read or a functools.cache
+    there broke the graph (and printed dynamo's warnings into `bench`'s output, H200 2026-12-01)."""
+    monkeypatch.setattr(pdl, "HAS_GDC", True)
+    monkeypatch.setitem(pdl._CAPABLE, 0, True)  # as fused.layers leaves it on an H200, before compiling
+    gpu = torch.device("cuda", 0)
+
+    def choices(x):
+        skinny = layer_program.skinny_at_batch_1("proj", (6144,), 4096, 4096)
+        return x + int(skinny) + 2 * int(pdl.active(gpu))
+
+    torch._dynamo.reset()
+    assert torch.compile(choices, backend="eager", fullgraph=True)(torch.zeros(1)).item() == 3
