@@ -2,6 +2,7 @@
 input, replay, and compare with eager. Prints one line per rank: 'rank R replay-ok' or the error.
 Run by tests/distributed/test_tp_emulation.py."""
 
+import os
 import sys
 
 import torch
@@ -29,11 +30,12 @@ def rank_main(rank: int, port: int) -> None:
     # one write per line: print's text and newline are two writes, which the other rank's can split
     sys.stdout.write(f"rank {rank} {'replay-ok' if ok else 'replay-differs'}\n")
     sys.stdout.flush()
-    # both ranks done before either tears down: a rank whose peer closed the connection while its gloo
-    # thread still read from it died in std::terminate (about 1 run in 2 on torch 2.13, 2026-12-01)
+    # both ranks done, then out without tearing gloo down: a rank whose peer closed the connection while
+    # its gloo thread still read from it died in std::terminate (about 1 run in 2 on torch 2.13), and still
+    # 1 in 3 with destroy_process_group after this barrier (2026-12-01). What the test checks is printed;
+    # the process ends here, its exit code the verdict (the tool's own teardown is tested elsewhere)
     dist.barrier()
-    dist.destroy_process_group()
-    sys.exit(0 if ok else 1)
+    os._exit(0 if ok else 1)
 
 
 if __name__ == "__main__":
