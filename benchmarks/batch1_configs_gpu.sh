@@ -6,8 +6,9 @@
 # configs chosen inside a chain of decoder layers (step_sweep.py); both write into the table; (3)
 # profiles, one process per PROFILES entry (model:way[,way]), each logging what coordinate descent tuned.
 # 2026-12-01 (stop 17) it swept the 8B and 1B shapes (then the skinny kernels became batch 1's default from
-# a hidden size of 2,048); the defaults now: the PDL GPU tests, Qwen's step sweep, then our kernels with
-# PDL (fused-skinny-pdl, fused-ours-pdl) against the default, and Qwen with and without the skinny kernels.
+# a hidden size of 2,048); stop 18 measured PDL with it (then PDL became the default). The defaults now:
+# the PDL GPU tests, no sweep (STEP_SWEEPS="qwen2.5-0.5b:90" sweeps Qwen's), and each model with PDL and
+# without.
 # Usage on the device machine: OUT=/some/dir bash benchmarks/batch1_configs_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-585} LOGS=/tmp/batch1 SHOW="replay|kernels,|8B shapes|^total|wrote|MISMATCH|Error|error|us per layer|passed|failed"
@@ -21,19 +22,19 @@ sweep() {  # NAME LIMIT MODELS BUDGET
 run pdl-tests 40 120 python3 -m pytest -m cuda -q -p no:cacheprovider -rf -k pdl \
   tests/fused/kernels/test_skinny_matmul.py tests/fused/kernels/test_decode_attention.py
 [ "${SWEEP:-0}" = 1 ] && sweep sweep-8b 200 llama-3.1-8b 130 && sweep sweep-small 150 llama-3.2-1b,qwen2.5-0.5b "${SMALL_BUDGET:-90}"
-for entry in ${STEP_SWEEPS:-qwen2.5-0.5b:90}; do
+for entry in ${STEP_SWEEPS:-}; do
   IFS=: read -r model budget <<< "$entry"
   run "step-sweep-$model" 40 $((budget + 60)) python3 benchmarks/step_sweep.py "$model" --budget-s "$budget" \
     --write-configs "$TABLE" --log "$LOGS/step-trials-$model.tsv"
 done
 cp "$TABLE" "$FINAL/skinny_configs.json"
-PROFILES=${PROFILES:-"llama-3.1-8b:fused llama-3.1-8b:fused-skinny-pdl llama-3.2-1b:fused-skinny-pdl \
-qwen2.5-0.5b:fused,fused-ours-pdl,fused-skinny-b1,fused-skinny-pdl"}
+PROFILES=${PROFILES:-"llama-3.1-8b:fused llama-3.1-8b:fused-no-pdl llama-3.2-1b:fused,fused-no-pdl \
+qwen2.5-0.5b:fused,fused-no-pdl,fused-skinny-b1"}
 n=0
 for entry in $PROFILES; do
   IFS=: read -r model ways <<< "$entry"
   n=$((n + 1)) name="profile-$n-$model"
-  run "$name" 60 125 python3 benchmarks/profile_step.py "$model" --batches 1 --ways "$ways" --top 8 \
+  run "$name" 60 "${PROFILE_LIMIT:-125}" python3 benchmarks/profile_step.py "$model" --batches 1 --ways "$ways" --top 8 \
     --log-tuning "$LOGS/tuning-$n.log" --json "$LOGS/$name.json"
   grep -E "^ +[0-9]" "$LOGS/$name.log" | head -n 8
 done

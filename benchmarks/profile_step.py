@@ -49,7 +49,9 @@ class Way:
     program: str = fused_step.LAYER_PROGRAM  # the default: "merged"
     gate_up_apart: bool = layer_program.GATE_UP_APART_AT_BATCH_1  # merged: gate and up two GEMVs at batch 1
     skinny_b1: str = layer_program.SKINNY_AT_BATCH_1  # merged, batch 1: skinny kernels "auto" (by size), "1", "0"
-    ours_pdl: bool = pdl.ENABLED  # our kernels (skinny matmuls, decode attention) launched with PDL
+    ours_pdl: bool = (
+        pdl.ENABLED
+    )  # PDL on (fused/kernels/pdl.py): our kernels, and inductor's unless `inductor` says not
     triton_attention: bool = grouped_attention.TRITON_DECODE  # the default: on (CUGRAPH_ACCEL_TRITON_ATTENTION)
     long_cublas: bool = gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
     materialize: bool = gemv_lowering.MATERIALIZE_INPUT  # GEMV inputs stored before the reduction
@@ -112,14 +114,17 @@ def _profile(step, rewind, calls: int) -> dict:
         step()
     if not torch.cuda.is_available():  # a smoke run: the way compiled and ran; no kernel to count
         return dict(NOTHING_COUNTED)
+    rewind()
     torch.cuda.synchronize()
+    # the steps back to back, the rewind outside: its one fill per layer (32 kernels at the 8B) was counted
+    # as the step's until 2026-12-01 (stop 18). `calls` steps advance the cache `calls` slots, as a replay
+    # timing does, inside the same context bucket
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
-            rewind()
             step()
         torch.cuda.synchronize()
     found = tally(prof, calls)
-    rewind()  # the calls above each rewound first; keep the cache where it was
+    rewind()  # keep the cache where it was
     return found
 
 
@@ -176,17 +181,22 @@ def main() -> None:
         "fused-stored": Way("fused, GEMV inputs stored", materialize=True),
         "fused-stored-all-gemv": Way("fused, inputs stored, GEMV for all", materialize=True, long_cublas=False),
         "fused-inlined": Way("fused, GEMV inputs inlined", materialize=False),
-        # programmatic dependent launch: each triton kernel's prologue overlaps the previous one's tail
-        "fused-pdl": Way("fused, PDL", inductor=(("triton.enable_pdl", True),)),
         # coordinate descent tuning of every kernel's config (by default only from a hidden size of 2,048),
         # re-run at each start (torch 2.11 restored tuned configs from its cache as slower ones: docs/PERF.md)
         "fused-tuned": Way("fused, tuned", tune="1"),
         "fused-untuned": Way("fused, untuned", tune="0"),
-        "fused-tuned-pdl": Way("fused, tuned, PDL", tune="1", inductor=(("triton.enable_pdl", True),)),
         "fused-skinny-b1": Way("fused, skinny kernels at 1", skinny_b1="1"),
         "fused-gemv-b1": Way("fused, inductor GEMVs at 1", skinny_b1="0"),
-        "fused-skinny-pdl": Way("fused, skinny at 1, our kernels with PDL", skinny_b1="1", ours_pdl=True),
-        "fused-ours-pdl": Way("fused, our kernels with PDL", ours_pdl=True),
+        # PDL: every kernel of the step by default since 2026-12-01 (ours and inductor's); these ways
+        # take it off, or leave it on for ours alone
+        "fused-no-pdl": Way("fused, no PDL", ours_pdl=False),
+        "fused-ours-pdl": Way("fused, our kernels with PDL", ours_pdl=True, inductor=(("triton.enable_pdl", False),)),
+        "fused-skinny-pdl": Way(
+            "fused, skinny at 1, our kernels with PDL",
+            skinny_b1="1",
+            ours_pdl=True,
+            inductor=(("triton.enable_pdl", False),),
+        ),
         "fused-skinny-b1-untuned": Way("fused, skinny at 1, untuned", skinny_b1="1", tune="0"),
         "fused-kernels": Way("fused, skinny kernels", program="kernels"),  # layer_program + Triton
         "fused-torchops": Way("fused, torch ops", program="torch"),  # layer_program, torch ops
