@@ -63,6 +63,13 @@ def op_is_mutable(op) -> bool:
     return op._schema.is_mutable
 
 
+def add_to_each(tensors: list[torch.Tensor], value: int) -> None:
+    """`value` added in place to every tensor of the list, on a GPU in one kernel for a list of a model's
+    layers (the tensors of a device and dtype are chunked into few launches): `torch._foreach_add_`
+    (underscored, documented only as the optimizers' fast path). Checked: torch 2.11, 2.13."""
+    torch._foreach_add_(tensors, value)
+
+
 # --- nn.Module -----------------------------------------------------------------------------------------
 
 
@@ -94,13 +101,6 @@ def has_call_hooks(module: torch.nn.Module) -> bool:
 
 
 # --- dynamo --------------------------------------------------------------------------------------------
-
-
-def add_to_each(tensors: list[torch.Tensor], value: int) -> None:
-    """`value` added in place to every tensor of the list, in one kernel on a GPU (as many as 32 per
-    chunk of tensors): `torch._foreach_add_` (underscored, documented only as the optimizers' fast path).
-    Checked: torch 2.11, 2.13."""
-    torch._foreach_add_(tensors, value)
 
 
 def maybe_mark_dynamic(tensor: torch.Tensor, dim: int) -> None:

@@ -68,13 +68,19 @@ def writes_like_static_layer(layer) -> bool:
     return isinstance(layer, StaticLayer) and type(layer).update is StaticLayer.update
 
 
+def static_layer_position(layer: StaticLayer) -> torch.Tensor:
+    """The device tensor holding the layer's next write slot: `StaticLayer.cumulative_length` (set by its
+    constructor, moved to the device by `lazy_initialization`). Checked: transformers 5.17, 5.24."""
+    return layer.cumulative_length
+
+
 def static_layer_write(layer: StaticLayer, keys: torch.Tensor, values: torch.Tensor):
     """`transformers.cache_utils.StaticLayer.update` for one new token per row, without its
     `cumulative_length.add_(1)`: K/V written at slot `cumulative_length`, (keys, values) returned. The
     caller advances the position later (the fused step advances every layer's in one kernel, not one
     each). Reads the attributes `lazy_initialization` sets (keys, values, cumulative_length).
     Checked: transformers 5.17, 5.24."""
-    slot = layer.cumulative_length.reshape(1)
+    slot = static_layer_position(layer).reshape(1)
     layer.keys.index_copy_(2, slot, keys)
     layer.values.index_copy_(2, slot, values)
     return layer.keys, layer.values

@@ -30,6 +30,7 @@ from accelerate_graph.compat import torch_internals
 from accelerate_graph.compat.transformers_internals import (
     cache_indices,
     cache_indices_set_to_zero,
+    static_layer_position,
     static_layer_view,
     writes_like_static_layer,
 )
@@ -289,7 +290,7 @@ class FusedForward:
                         # a plain static layer's position is advanced after the step, with every other's
                         defer = writes_like_static_layer(cache.layers[0])
                         if defer:
-                            self._unadvanced.append(cache.layers[0].cumulative_length)
+                            self._unadvanced.append(static_layer_position(cache.layers[0]))
                         return program(layer, hidden, mask, rotary, cache, advance=not defer)
                 return compiled(*bound.args, **bound.kwargs)
 
