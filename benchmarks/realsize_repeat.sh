@@ -15,7 +15,7 @@
 # Usage on the device machine: OUT=/some/dir ENTRIES="llama-3.1-8b:4096:fused" bash benchmarks/realsize_repeat.sh
 # (FAULTS=1 and TESTS="tests/fused/test_gpu_fused.py" run beside it: see below)
 set -uo pipefail
-DEADLINE=${DEADLINE:-575} LOGS=/tmp/realsize SHOW="^verified|verify failed|^error|passed|failed"
+DEADLINE=${DEADLINE:-575} LOGS=/tmp/realsize SHOW="^verified|verify failed|^verify took|^error|passed|failed"
 source "$(dirname "$0")/deadline.sh"
 ENTRIES=${ENTRIES:-"llama-3.1-8b:4096:fused"}
 # FAULTS=1: the CUDA fault suite, TESTS="pytest args": more GPU tests, each a lane of its own beside the

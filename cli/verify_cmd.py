@@ -80,7 +80,7 @@ def verify(
         return
     from accelerate_graph.common.atomic_io import check_writable
     from accelerate_graph.distributed.single_device import against_single_device
-    from accelerate_graph.verify.against_eager import verify_graphs
+    from accelerate_graph.verify.against_eager import PhaseClock, verify_graphs
     from accelerate_graph.verify.cases import plan_cases, uncovered
     from accelerate_graph.verify.criterion import CRITERION_LINE, criterion_summary
 
@@ -98,11 +98,12 @@ def verify(
         return
     graphs = prepared.graphs
     cases = plan_cases(graphs.buckets, graphs.contexts, steps, prepared.plan.prompt_len)
-    rows = verify_graphs(graphs, plan=cases)
+    clock = PhaseClock()
+    rows = verify_graphs(graphs, plan=cases, clock=clock)
     out.show(verify_table(rows))
     repeats = [_repeat_summary(1, rows)]
     for number in range(2, repeat + 1):  # new prompt and tokens each time: the seed moves by a stride
-        again = verify_graphs(graphs, plan=cases, seed=REPEAT_SEED_STRIDE * (number - 1))
+        again = verify_graphs(graphs, plan=cases, seed=REPEAT_SEED_STRIDE * (number - 1), clock=clock)
         repeats.append(_repeat_summary(number, again))
         out.line(_repeat_line(repeats[-1]))
         rows += again
@@ -116,6 +117,7 @@ def verify(
             )
             rows.append(single)
     memory = report_memory(prepared, out, steps)
+    out.line(clock.line())
     notes = list(prepared.notes)
     if shortened := shortened_line(cases, steps):
         out.note(shortened)
@@ -132,6 +134,7 @@ def verify(
             "shortened": [s.as_json() for s in cases.shortened],
             "notes": notes,
             "memory": memory,
+            "seconds": dict(clock.seconds),
         }
     )
     if failed:

@@ -12,7 +12,10 @@ diverge between two numerically equivalent runs.
 
 from __future__ import annotations
 
+import time
+from collections import defaultdict
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 
 import torch
@@ -85,11 +88,36 @@ def _run(session: DecodeSession, step_once: Callable, tokens: torch.Tensor, firs
     return Run(torch.stack(logits), written(session, batch, first, tokens.shape[0]), positions, log)
 
 
-def run_case(graphs: DecodeGraphs, tokens: torch.Tensor, first: int, start: CacheSnapshot) -> tuple[Run, Run, Run]:
+class PhaseClock:
+    """Seconds spent in each phase of verify (prefill, eager, float32 reference, replay, judging), summed
+    over the cases: where a long verify spends its time. A phase ends with a device sync (each run reads
+    the write positions back), so its time includes its kernels."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def phase(self, name: str):
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - began
+
+    def line(self) -> str:
+        total = sum(self.seconds.values())
+        parts = ", ".join(f"{name} {value:.1f} s" for name, value in self.seconds.items())
+        return f"verify took {total:.1f} s: {parts}"
+
+
+def run_case(
+    graphs: DecodeGraphs, tokens: torch.Tensor, first: int, start: CacheSnapshot, clock: PhaseClock | None = None
+) -> tuple[Run, Run, Run]:
     """Replay, eager and float32 reference runs of the teacher-forced `tokens` [steps, batch], each from
     the cache state `start` (whose next write slot is `first`)."""
     session = graphs.session
     routers = find_routers(session.model)
+    clock = clock or PhaseClock()
 
     def eager(s, t, p):
         return eager_step(s, t, p).float().clone()
@@ -97,15 +125,18 @@ def run_case(graphs: DecodeGraphs, tokens: torch.Tensor, first: int, start: Cach
     def replay(s, t, p):
         return graphs.run(t, p).float()
 
-    session.kv.restore(start)
-    eager_run = _run(session, eager, tokens, first, routers)
+    with clock.phase("eager"):
+        session.kv.restore(start)
+        eager_run = _run(session, eager, tokens, first, routers)
     reference_run = eager_run
     if session.model.dtype != torch.float32:
+        with clock.phase("float32 reference"):
+            session.kv.restore(start)
+            with float32_reference(session):
+                reference_run = _run(session, lambda s, t, p: reference_step(s, t, p).clone(), tokens, first, routers)
+    with clock.phase("replay"):
         session.kv.restore(start)
-        with float32_reference(session):
-            reference_run = _run(session, lambda s, t, p: reference_step(s, t, p).clone(), tokens, first, routers)
-    session.kv.restore(start)
-    replay_run = _run(session, replay, tokens, first, [])
+        replay_run = _run(session, replay, tokens, first, [])
     return replay_run, eager_run, reference_run
 
 
@@ -143,14 +174,22 @@ def verify_batch(
 
 
 def judge_case(
-    graphs: DecodeGraphs, bucket: int, batch: int, tokens: torch.Tensor, start_slot: int, start: CacheSnapshot
+    graphs: DecodeGraphs,
+    bucket: int,
+    batch: int,
+    tokens: torch.Tensor,
+    start_slot: int,
+    start: CacheSnapshot,
+    clock: PhaseClock | None = None,
 ) -> VerifyRow:
     """One case judged (criterion.judge_tensors): replay, eager and the float32 reference from the cache
     state `start` (whose next write slot is `start_slot`), for the teacher-forced `tokens` [steps, batch]."""
     session = graphs.session
     dtype = session.model.dtype
-    replay, eager, reference = run_case(graphs, tokens, start_slot, start)
-    judgement = judge_runs(replay, eager, reference, dtype)
+    clock = clock or PhaseClock()
+    replay, eager, reference = run_case(graphs, tokens, start_slot, start, clock)
+    with clock.phase("judging"):
+        judgement = judge_runs(replay, eager, reference, dtype)
     measures = {f.name: getattr(judgement, f.name) for f in fields(VerifyRow) if hasattr(judgement, f.name)}
     for key in ("passed", "detail"):
         measures.pop(key)
@@ -176,20 +215,23 @@ def verify_graphs(
     seed: int = 0,
     on_row: Callable[[VerifyRow], None] | None = None,
     plan: CasePlan | None = None,
+    clock: PhaseClock | None = None,
 ) -> list[VerifyRow]:
     """Every case of `plan` (default: `plan_cases` for these graphs: every graph at full and padded
     batch, and across each context boundary), all from one prefilled cache: each case copies only the
-    rows and slots it writes, and puts them back after."""
+    rows and slots it writes, and puts them back after. `clock` sums the time of each phase."""
     plan = plan or plan_cases(graphs.buckets, graphs.contexts, steps, prompt_len)
+    clock = clock or PhaseClock()
     session = graphs.session
     prompt = _draw(plan.rows, plan.prefill_len, session.vocab_size, seed)
-    session.kv.reset()
-    session.prefill(prompt, chunk=PREFILL_CHUNK)
+    with clock.phase("prefill"):
+        session.kv.reset()
+        session.prefill(prompt, chunk=PREFILL_CHUNK)
     rows = []
     for number, case in enumerate(plan.cases):
         tokens = _draw(case.steps, case.batch, session.vocab_size, seed + 1 + number).to(session.device)
         start = session.kv.snapshot(case.bucket, case.start, case.steps).at_slot(case.start)
-        row = _judge_guarded(graphs, case, tokens, start)
+        row = _judge_guarded(graphs, case, tokens, start, clock)
         session.kv.restore(start)  # the prefilled state again, for the next case
         rows.append(row)
         if on_row:
@@ -205,11 +247,13 @@ def _draw(rows: int, columns: int, vocab: int, seed: int) -> torch.Tensor:
 PREFILL_CHUNK = 256  # prompt tokens per forward: bounds the prefill's attention scores at long starts
 
 
-def _judge_guarded(graphs: DecodeGraphs, case: Case, tokens: torch.Tensor, start: CacheSnapshot) -> VerifyRow:
+def _judge_guarded(
+    graphs: DecodeGraphs, case: Case, tokens: torch.Tensor, start: CacheSnapshot, clock: PhaseClock
+) -> VerifyRow:
     """`judge_case` for one case; a replay that raises (a graph of the wrong shape or context, say) is
     that case's failure, not the end of verify."""
     try:
-        row = judge_case(graphs, case.bucket, case.batch, tokens, case.start, start)
+        row = judge_case(graphs, case.bucket, case.batch, tokens, case.start, start, clock)
     except (RuntimeError, IndexError) as err:
         if is_out_of_memory(err):
             raise

@@ -623,3 +623,21 @@ def test_a_failure_in_a_later_repeat_is_named_in_its_line():
     assert summary["failed"] == 1 and summary["first_failure"] == "bucket 8, batch 2: 3 greedy tokens differ"
     assert _repeat_line(summary).endswith("first: bucket 8, batch 2: 3 greedy tokens differ")
     assert "first:" not in _repeat_line(_repeat_summary(5, rows[:1]))
+
+
+def test_verify_says_where_its_time_went(good_plan, monkeypatch):
+    """A long verify (minutes at 4096 slots on an 8B) says how its time split between the phases; the JSON
+    has the same sums, over every repeat."""
+    from types import SimpleNamespace
+
+    from accelerate_graph.verify import against_eager
+
+    ticks = iter(range(10_000))  # verify's clock reads one second later each time: whole seconds per phase
+    monkeypatch.setattr(against_eager, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    result = invoke("verify", "--plan", good_plan, "--repeat", "2", "--json", "-")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    cases = len(data["rows"])  # every case of both repeats: one eager, replay and judging phase each
+    assert data["seconds"] == {"prefill": 2.0, "eager": cases, "replay": cases, "judging": cases}  # float32 model
+    shown = invoke("verify", "--plan", good_plan)
+    assert "verify took" in shown.output and "prefill" in shown.output
