@@ -7,8 +7,9 @@
 # profiles, one process per PROFILES entry (model:way[,way]), each logging what coordinate descent tuned.
 # 2026-12-01 (stop 17) it swept the 8B and 1B shapes (then the skinny kernels became batch 1's default from
 # a hidden size of 2,048); stop 18 measured PDL with it (then PDL became the default). The defaults now:
-# the PDL GPU tests, no sweep (STEP_SWEEPS="qwen2.5-0.5b:90" sweeps Qwen's), and each model with PDL and
-# without.
+# the PDL and folded-combine GPU tests, no sweep (STEP_SWEEPS="qwen2.5-0.5b:90" sweeps Qwen's), and each
+# model with the attention's combine folded into its split kernel and without (Qwen also with the skinny
+# kernels at batch 1, now that its table is step-swept).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/batch1_configs_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-585} LOGS=/tmp/batch1 SHOW="replay|kernels,|8B shapes|^total|wrote|MISMATCH|Error|error|us per layer|passed|failed"
@@ -19,7 +20,7 @@ sweep() {  # NAME LIMIT MODELS BUDGET
     --shapes down,o,qkv,gate_up --write-configs "$TABLE"
   grep -E "^(llama|qwen)" "$LOGS/$1.log" | cut -c1-130 | head -n 12
 }
-run pdl-tests 40 120 python3 -m pytest -m cuda -q -p no:cacheprovider -rf -k pdl \
+run pdl-tests 40 120 python3 -m pytest -m cuda -q -p no:cacheprovider -rf -k "pdl or folded" \
   tests/fused/kernels/test_skinny_matmul.py tests/fused/kernels/test_decode_attention.py
 [ "${SWEEP:-0}" = 1 ] && sweep sweep-8b 200 llama-3.1-8b 130 && sweep sweep-small 150 llama-3.2-1b,qwen2.5-0.5b "${SMALL_BUDGET:-90}"
 for entry in ${STEP_SWEEPS:-}; do
@@ -28,8 +29,8 @@ for entry in ${STEP_SWEEPS:-}; do
     --write-configs "$TABLE" --log "$LOGS/step-trials-$model.tsv"
 done
 cp "$TABLE" "$FINAL/skinny_configs.json"
-PROFILES=${PROFILES:-"llama-3.1-8b:fused llama-3.1-8b:fused-no-pdl llama-3.2-1b:fused,fused-no-pdl \
-qwen2.5-0.5b:fused,fused-no-pdl,fused-skinny-b1"}
+PROFILES=${PROFILES:-"llama-3.1-8b:fused llama-3.1-8b:fused-fold-combine llama-3.2-1b:fused,fused-fold-combine \
+qwen2.5-0.5b:fused,fused-fold-combine,fused-skinny-b1"}
 n=0
 for entry in $PROFILES; do
   IFS=: read -r model ways <<< "$entry"

@@ -25,7 +25,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from accelerate_graph.fused import gemv_lowering, grouped_attention, layer_program
 from accelerate_graph.fused import layers as fused_step
-from accelerate_graph.fused.kernels import pdl
+from accelerate_graph.fused.kernels import decode_attention, pdl
 from accelerate_graph.pipeline import CaptureRequest, prepare
 
 CLASSES = (  # first match wins; names as cuBLAS, PyTorch and triton print them
@@ -53,6 +53,7 @@ class Way:
         pdl.ENABLED
     )  # PDL on (fused/kernels/pdl.py): our kernels, and inductor's unless `inductor` says not
     triton_attention: bool = grouped_attention.TRITON_DECODE  # the default: on (CUGRAPH_ACCEL_TRITON_ATTENTION)
+    fold_combine: bool = decode_attention.FOLD_COMBINE  # the attention's combine inside its split kernel
     long_cublas: bool = gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
     materialize: bool = gemv_lowering.MATERIALIZE_INPUT  # GEMV inputs stored before the reduction
     inductor: tuple = ()  # (setting, value) pairs added to fused.layers.INDUCTOR_SETTINGS
@@ -190,6 +191,7 @@ def main() -> None:
         # PDL: every kernel of the step by default since 2026-12-01 (ours and inductor's); these ways
         # take it off, or leave it on for ours alone
         "fused-no-pdl": Way("fused, no PDL", ours_pdl=False),
+        "fused-fold-combine": Way("fused, combine folded", fold_combine=True),  # one attention kernel, not two
         "fused-ours-pdl": Way("fused, our kernels with PDL", ours_pdl=True, inductor=(("triton.enable_pdl", False),)),
         "fused-skinny-pdl": Way(
             "fused, skinny at 1, our kernels with PDL",
@@ -212,6 +214,7 @@ def main() -> None:
         fused_step.GEMV_AT_BATCH_1 = way.gemv
         fused_step.LAYER_PROGRAM = way.program
         grouped_attention.TRITON_DECODE = way.triton_attention
+        decode_attention.FOLD_COMBINE = way.fold_combine
         gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS = way.long_cublas
         gemv_lowering.MATERIALIZE_INPUT = way.materialize
         layer_program.GATE_UP_APART_AT_BATCH_1 = way.gate_up_apart

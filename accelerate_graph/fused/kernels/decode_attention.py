@@ -50,6 +50,21 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 NO_MASK, BOOL_MASK, ADDITIVE_MASK = 0, 1, 2
 
+# Split over the context, the last program of a (row, K/V head) to finish combines the splits itself
+# (an arrival counter per row and head) instead of a second kernel: one launch fewer per layer. Off until
+# measured on the H200 (CUGRAPH_ACCEL_FOLD_COMBINE=1); benchmarks/profile_step.py --ways fused-fold-combine.
+FOLD_COMBINE = os.environ.get("CUGRAPH_ACCEL_FOLD_COMBINE", "0") == "1"
+COUNTERS = 1 << 16  # arrival counters per device: rows x K/V heads of one launch (more: the second kernel)
+_counters: dict[torch.device, torch.Tensor] = {}
+
+
+def arrival_counters(device: torch.device) -> torch.Tensor:
+    """Zeros the folded split kernel counts arrivals in; each launch leaves them zero again (its last
+    program resets its counter), so one buffer serves every launch and every graph replay."""
+    if device not in _counters:
+        _counters[device] = torch.zeros(COUNTERS, dtype=torch.int32, device=device)
+    return _counters[device]
+
 
 @dataclass(frozen=True)
 class DecodeConfig:
@@ -94,7 +109,7 @@ def config_table(configs: dict[str, DecodeConfig], device: str) -> str:
 
 @triton.jit
 def _decode_split_kernel(
-    Q, K, V, Mask, Out, PartAcc, PartM, PartL,
+    Q, K, V, Mask, Out, PartAcc, PartM, PartL, Counters,
     kv_heads, length, splits, scale, softcap,
     stride_qb, stride_qh, stride_qd,
     stride_kb, stride_kh, stride_kl, stride_kd,
@@ -105,9 +120,12 @@ def _decode_split_kernel(
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
     MASK_KIND: tl.constexpr, MASK_PER_HEAD: tl.constexpr, SOFTCAP: tl.constexpr,
     DIRECT: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr, USE_PDL: tl.constexpr,
+    FOLD: tl.constexpr = False, FENCE: tl.constexpr = False,
 ):  # fmt: skip
     """One (row of the batch, K/V head, split of the context): its GROUP query heads against the
-    split's slots; the normalised output (DIRECT) or the split's partial (acc, max, sum)."""
+    split's slots; the normalised output (DIRECT) or the split's partial (acc, max, sum). FOLD: the last
+    split program of the row and head to finish then combines the partials (FENCE: GPU-wide fences around
+    its arrival; off only under the interpreter, which runs programs one by one)."""
     if USE_PDL:  # launched early (fused/kernels/pdl.py): the query and this step's K/V slot come from before
         gdc_wait()
         gdc_launch_dependents()
@@ -205,6 +223,57 @@ def _decode_split_kernel(
         tl.store(PartL + part_rows, l_i, mask=row_ok)
         a_ptrs = PartAcc + part_rows[:, None] * HEAD_DIM + dims[None, :]
         tl.store(a_ptrs, acc, mask=row_ok[:, None] & d_ok[None, :])
+        if FOLD:
+            first_part = part_rows - split
+            if FENCE:  # every thread's partials visible GPU-wide before its program counts itself in
+                _fence_gpu(rows)
+            tl.debug_barrier()
+            arrived = tl.atomic_add(Counters + program, 1, sem="acq_rel", scope="gpu")
+            if arrived == splits - 1:  # the last to arrive: every other split's partials are written
+                if FENCE:
+                    _fence_gpu(rows)
+                tl.atomic_xchg(Counters + program, 0, sem="relaxed", scope="gpu")  # zero for the next launch
+                _combine_group(
+                    Out, PartAcc, PartM, PartL, first_part, splits, batch, heads, row_ok, dims, d_ok,
+                    stride_ob, stride_oh, stride_od, HEAD_DIM, BLOCK_G, BLOCK_D,
+                )  # fmt: skip
+
+
+@triton.jit
+def _fence_gpu(any_tensor):
+    """fence.acq_rel.gpu in every thread (the CUDA threadFenceReduction pattern's __threadfence)."""
+    tl.inline_asm_elementwise(
+        "fence.acq_rel.gpu; mov.u32 $0, $1;", "=r,r", [any_tensor], dtype=tl.int32, is_pure=False, pack=1
+    )
+
+
+@triton.jit
+def _combine_group(
+    Out, PartAcc, PartM, PartL, first_part, splits, batch, heads, row_ok, dims, d_ok,
+    stride_ob, stride_oh, stride_od,
+    HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """The combine kernel's sums for one group of query heads, split by split: weight each split's
+    partial by exp(its max - the overall max) and normalise by the weighted sum. Loads bypass L1 (.cg):
+    the partials were written by other programs, on other multiprocessors."""
+    m_all = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    for part in range(0, splits):
+        m_all = tl.maximum(
+            m_all, tl.load(PartM + first_part + part, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
+        )
+    m_safe = tl.where(m_all == float("-inf"), 0.0, m_all)
+    total = tl.zeros([BLOCK_G], tl.float32)
+    out = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
+    for part in range(0, splits):
+        m = tl.load(PartM + first_part + part, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
+        weight = tl.exp(m - m_safe)  # a split with nothing to attend: 0
+        total += weight * tl.load(PartL + first_part + part, mask=row_ok, other=0.0, cache_modifier=".cg")
+        a_ptrs = PartAcc + (first_part + part)[:, None] * HEAD_DIM + dims[None, :]
+        acc = tl.load(a_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0, cache_modifier=".cg")
+        out += weight[:, None] * acc
+    out = out / tl.where(total == 0.0, 1.0, total)[:, None]
+    o_ptrs = Out + batch * stride_ob + heads[:, None] * stride_oh + dims[None, :] * stride_od
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
 
 @triton.jit
@@ -304,17 +373,20 @@ def launch(
     if query.dtype == torch.float32:
         stages, block_l = 1, min(block_l, FLOAT32_BLOCK_L)
     early = pdl.launch_options(query.device)
+    fold = FOLD_COMBINE and not direct and batch * kv_heads <= COUNTERS
+    counters = arrival_counters(query.device) if fold else part_m
     _decode_split_kernel[(batch * kv_heads, splits)](
-        query, key, value, mask_rows, out, part_acc, part_m, part_l,
+        query, key, value, mask_rows, out, part_acc, part_m, part_l, counters,
         kv_heads, length, splits, scale, softcap,
         query.stride(0), query.stride(1), query.stride(3),
         *key.stride(), *value.stride(), *mask_strides,
         out.stride(0), out.stride(2), out.stride(3),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_G=_block(group), BLOCK_D=_block(head_dim), BLOCK_L=block_l,
         MASK_KIND=mask_kind, MASK_PER_HEAD=mask_strides[1] != 0, SOFTCAP=softcap > 0, DIRECT=direct, UPCAST=upcast, IEEE=upcast,
-        USE_PDL=bool(early), num_warps=config.num_warps, num_stages=stages, **early,
+        USE_PDL=bool(early), FOLD=fold, FENCE=fold and not INTERPRETED,
+        num_warps=config.num_warps, num_stages=stages, **early,
     )  # fmt: skip
-    if not direct:
+    if not direct and not fold:
         _decode_combine_kernel[(batch * heads,)](
             out, part_acc, part_m, part_l, heads, splits,
             out.stride(0), out.stride(2), out.stride(3),

@@ -44,7 +44,7 @@ SKINNY_POINTERS = {
 }
 ATTENTION_POINTERS = {
     "Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16",
-    "PartAcc": "*fp32", "PartM": "*fp32", "PartL": "*fp32",
+    "PartAcc": "*fp32", "PartM": "*fp32", "PartL": "*fp32", "Counters": "*i32",
 }  # fmt: skip
 
 
@@ -73,7 +73,9 @@ def variants():
         )  # fmt: skip
         kernel = decode_attention._decode_split_kernel
         yield f"decode split {flags}", kernel, flags, {**ATTENTION_POINTERS, "Mask": mask}
-        if not direct:
+        if not direct:  # the combine folded in: arrival counter, GPU-wide fences, the last program combines
+            folded = {**flags, "FOLD": True, "FENCE": True}
+            yield f"decode split {folded}", kernel, folded, {**ATTENTION_POINTERS, "Mask": mask}
             flags = dict(HEAD_DIM=head_dim, BLOCK_D=block(head_dim), BLOCK_S=4, USE_PDL=pdl)
             yield f"decode combine {flags}", decode_attention._decode_combine_kernel, flags, ATTENTION_POINTERS
 

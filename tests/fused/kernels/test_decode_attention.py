@@ -58,6 +58,14 @@ CASES = [
     case("bf16-additive", 3, "32/8", 128, 256, "additive", 2, 64, dtype="bfloat16"),
     case("fp16-bool", 3, "14/2", 128, 100, "bool", 1, 32, dtype="float16"),
 ]
+# The same splits with the combine folded into the split kernel (FOLD_COMBINE): the last program of each
+# row and K/V head to arrive combines; empty splits, masked rows, softcapping and bf16 included.
+FOLDED = [
+    "b3-14/2-d64-L100-bool-split4", "b1-14/2-d128-L1024-bool-split16", "b3-32/8-d128-L16-bool-more-splits-than-blocks",
+    "b1-32/8-d128-L1024-additive-split4", "b8-8/8-d64-L100-bool-split2", "sliding-window-in-mask",
+    "padded-row-masked-everywhere", "softcap", "bf16-additive",
+]  # fmt: skip
+CASES += [{**c, "id": c["id"] + "-folded", "fold": True} for c in CASES if c["id"] in FOLDED]
 LOW_PRECISION = {"bfloat16": 2**-7, "float16": 2**-10}  # one unit in the last place at 1
 
 
@@ -90,6 +98,7 @@ def test_kernel_matches_the_reference_and_the_matmul_path(case_results, spec):
     dtype = spec.get("dtype", "float32")
     assert got["shape"] == [spec["b"], 1, spec["hq"], spec["d"]] and got["dtype"] == dtype
     assert got["dead_rows_max"] == 0.0  # a row with nothing to attend gives zeros (the matmul path: NaN)
+    assert got["counters_left"] == 0  # every launch leaves the folded kernel's arrival counters at zero
     if dtype == "float32":
         assert got["vs_reference"] < 2e-5, got
         assert spec.get("softcap") or got["vs_current"] < 2e-5, got
@@ -208,16 +217,23 @@ def layer_like(query, new_k, new_v, cache_k, cache_v, slot, mask, weight):
 
 @pytest.mark.cuda
 @needs_cuda
-@pytest.mark.parametrize(("batch", "early"), [(1, False), (4, False), (1, True)], ids=["b1", "b4", "b1-pdl"])
-def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early):
+@pytest.mark.parametrize(
+    ("batch", "early", "fold"),
+    [(1, False, False), (4, False, False), (1, True, False), (1, True, True), (4, False, True)],
+    ids=["b1", "b4", "b1-pdl", "b1-pdl-folded", "b4-folded"],
+)
+def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, fold):
     """Inductor compiles the op with the layer's own kernels; one compilation serves every context
     length; a CUDA graph of the compiled step replays it with new inputs like the matmul path; also with
     the kernels launched early (PDL), where a wait in the wrong place would read the query or the slot
-    just written before they are there."""
+    just written before they are there; and with the combine folded into the split kernel, where a
+    program that combined before the others' partials were visible would be off (its counters must be
+    back at zero after every launch)."""
     from accelerate_graph.compat.torch_internals import dynamo_graph_count
     from accelerate_graph.fused.kernels import pdl
 
     monkeypatch.setattr(pdl, "ENABLED", early)
+    monkeypatch.setattr(kernel, "FOLD_COMBINE", fold)
     torch._dynamo.reset()
     gen = torch.Generator(device="cuda").manual_seed(0)
     hq, hkv, d, slots = 14, 2, 64, 256
@@ -270,10 +286,12 @@ def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         static_out = compiled(*static[:3], cache_k, cache_v, *static[3:], weight)
-    for now in (95, 110):
+    for now in (95, 110, 127):
         for buffer, value in zip(static, arguments(128, now)):
             buffer.copy_(value)
         check(lambda: (graph.replay(), static_out)[1], static)
+    assert not fold or kernel._counters, "the folded kernel never ran"
+    assert all(int(c.count_nonzero()) == 0 for c in kernel._counters.values())
 
 
 @pytest.mark.cuda
