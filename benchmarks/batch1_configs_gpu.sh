@@ -4,7 +4,8 @@
 # their table. (1) SWEEP=1: a wide sweep of the skinny kernels' one-row configs, each op alone (8B first,
 # then the 1B and Qwen shapes while SMALL_BUDGET lasts); (2) STEP_SWEEPS (model:budget_s): the one-row
 # configs chosen inside a chain of decoder layers (step_sweep.py); both write into the table; (3)
-# profiles, one process per PROFILES entry (model:way[,way]), each logging what coordinate descent tuned.
+# profiles, one process per PROFILES entry (model:way[,way]) at BATCHES (default 1; "1,8" adds batch 8), each
+# logging what coordinate descent tuned.
 # 2026-12-01 (stop 17) it swept the 8B and 1B shapes (then the skinny kernels became batch 1's default from
 # a hidden size of 2,048); stop 18 measured PDL with it (then PDL became the default). The defaults now:
 # the PDL and folded-combine GPU tests, no sweep (STEP_SWEEPS="qwen2.5-0.5b:90" sweeps Qwen's), and each
@@ -35,7 +36,8 @@ n=0
 for entry in $PROFILES; do
   IFS=: read -r model ways <<< "$entry"
   n=$((n + 1)) name="profile-$n-$model"
-  run "$name" 60 "${PROFILE_LIMIT:-125}" python3 benchmarks/profile_step.py "$model" --batches 1 --ways "$ways" --top 8 \
+  run "$name" 60 "${PROFILE_LIMIT:-125}" python3 benchmarks/profile_step.py "$model" --batches "${BATCHES:-1}" \
+    --ways "$ways" --top 8 \
     --log-tuning "$LOGS/tuning-$n.log" --json "$LOGS/$name.json"
   grep -E "^ +[0-9]" "$LOGS/$name.log" | head -n 8
 done
