@@ -49,9 +49,7 @@ class Way:
     program: str = fused_step.LAYER_PROGRAM  # the default: "merged"
     gate_up_apart: bool = layer_program.GATE_UP_APART_AT_BATCH_1  # merged: gate and up two GEMVs at batch 1
     skinny_b1: str = layer_program.SKINNY_AT_BATCH_1  # merged, batch 1: skinny kernels "auto" (by size), "1", "0"
-    ours_pdl: bool = (
-        pdl.ENABLED
-    )  # PDL on (fused/kernels/pdl.py): our kernels, and inductor's unless `inductor` says not
+    pdl_on: bool = pdl.ENABLED  # our kernels with PDL, and inductor's unless `inductor` turns it off
     triton_attention: bool = grouped_attention.TRITON_DECODE  # the default: on (CUGRAPH_ACCEL_TRITON_ATTENTION)
     fold_combine: bool = decode_attention.FOLD_COMBINE  # the attention's combine inside its split kernel
     long_cublas: bool = gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
@@ -190,13 +188,13 @@ def main() -> None:
         "fused-gemv-b1": Way("fused, inductor GEMVs at 1", skinny_b1="0"),
         # PDL: every kernel of the step by default since 2026-12-01 (ours and inductor's); these ways
         # take it off, or leave it on for ours alone
-        "fused-no-pdl": Way("fused, no PDL", ours_pdl=False),
+        "fused-no-pdl": Way("fused, no PDL", pdl_on=False),
         "fused-fold-combine": Way("fused, combine folded", fold_combine=True),  # one attention kernel, not two
-        "fused-ours-pdl": Way("fused, our kernels with PDL", ours_pdl=True, inductor=(("triton.enable_pdl", False),)),
+        "fused-ours-pdl": Way("fused, our kernels with PDL", pdl_on=True, inductor=(("triton.enable_pdl", False),)),
         "fused-skinny-pdl": Way(
             "fused, skinny at 1, our kernels with PDL",
             skinny_b1="1",
-            ours_pdl=True,
+            pdl_on=True,
             inductor=(("triton.enable_pdl", False),),
         ),
         "fused-skinny-b1-untuned": Way("fused, skinny at 1, untuned", skinny_b1="1", tune="0"),
@@ -219,7 +217,7 @@ def main() -> None:
         gemv_lowering.MATERIALIZE_INPUT = way.materialize
         layer_program.GATE_UP_APART_AT_BATCH_1 = way.gate_up_apart
         layer_program.SKINNY_AT_BATCH_1 = way.skinny_b1
-        pdl.ENABLED = way.ours_pdl
+        pdl.ENABLED = way.pdl_on
         fused_step.TUNE = way.tune
         fused_step.INDUCTOR_SETTINGS = {**shipped_settings, **dict(way.inductor)}
         request = CaptureRequest(

@@ -235,7 +235,8 @@ class FusedForward:
         self.ops = ops if ops is not None else default_ops(model)
         self.programmed = self.ops is not None and all(program_for(layer) for layer in self.layers)
         self.tuned = tune_pays(model)
-        self.pdl = pdl.active(next(model.parameters()).device)
+        self.device = next(model.parameters()).device
+        self.pdl = pdl.active(self.device)
         # INDUCTOR_SETTINGS last: a benchmark's way may turn inductor's PDL off and keep ours
         self.settings = {
             **(PDL_SETTINGS if self.pdl else {}),
@@ -257,7 +258,7 @@ class FusedForward:
     def layer_forward_kind(self) -> str:
         """What inductor compiles for each layer, for the notes a user reads."""
         kind = f"the layer program, {self.ops.name}" if self.programmed else "HF's layer forward"
-        on_gpu = next(self.model.parameters()).device.type == "cuda"
+        on_gpu = self.device.type == "cuda"
         if self.programmed and self.ops.merged and on_gpu and layer_at_batch_1_is_skinny(self.layers[0]):
             kind += ", skinny GEMV kernels at batch 1"
         return kind + (", kernels tuned" if self.tuned else "") + (", PDL" if self.pdl else "")

@@ -90,8 +90,8 @@ def _run(session: DecodeSession, step_once: Callable, tokens: torch.Tensor, firs
 
 class PhaseClock:
     """Seconds spent in each phase of verify (prefill, eager, float32 reference, replay, judging), summed
-    over the cases: where a long verify spends its time. A phase ends with a device sync (each run reads
-    the write positions back), so its time includes its kernels."""
+    over the cases: where a long verify spends its time. A phase ends with a device sync, so its time
+    includes its kernels (the runs sync anyway, reading the write positions back; the prefill does not)."""
 
     def __init__(self):
         self.seconds: dict[str, float] = defaultdict(float)
@@ -102,6 +102,8 @@ class PhaseClock:
         try:
             yield
         finally:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
             self.seconds[name] += time.perf_counter() - began
 
     def line(self) -> str:
