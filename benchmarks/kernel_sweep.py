@@ -55,6 +55,22 @@ def wide_one_row_grid(k: int) -> list[SkinnyConfig]:
     return out
 
 
+def wide_rows_grid(k: int) -> list[SkinnyConfig]:
+    """More than one row, on tensor cores (rows padded to 16): blocks of 16-128 outputs over K blocks of
+    64-256, 4 or 8 warps, 3 or 4 stages; split-K 2 and 4 for long reductions."""
+    out = [
+        SkinnyConfig(n, bk, w, s, dot=True)
+        for n in (16, 32, 64, 128)
+        for bk in (64, 128, 256)
+        for w in (4, 8)
+        for s in (3, 4)
+        if n * bk <= 16384
+    ]
+    if k >= 8192:
+        out += [SkinnyConfig(n, 256, 4, 3, split_k=split, dot=True) for n in (32, 64) for split in (2, 4)]
+    return out
+
+
 def grid_for(op: str, m: int, k: int, wide: bool = False) -> list[SkinnyConfig]:
     """A small grid: multiply-and-sum at few rows, tensor cores from 8 rows, split-K for long K."""
     if wide and m == 1:

@@ -49,6 +49,7 @@ class Way:
     program: str = fused_step.LAYER_PROGRAM  # the default: "merged"
     gate_up_apart: bool = layer_program.GATE_UP_APART_AT_BATCH_1  # merged: gate and up two GEMVs at batch 1
     skinny_b1: str = layer_program.SKINNY_AT_BATCH_1  # merged, batch 1: skinny kernels "auto" (by size), "1", "0"
+    skinny_above: bool = layer_program.SKINNY_ABOVE_BATCH_1  # merged, above batch 1: the skinny kernels
     pdl_on: bool = pdl.ENABLED  # our kernels with PDL, and inductor's unless `inductor` turns it off
     triton_attention: bool = grouped_attention.TRITON_DECODE  # the default: on (CUGRAPH_ACCEL_TRITON_ATTENTION)
     fold_combine: bool = decode_attention.FOLD_COMBINE  # the attention's combine inside its split kernel
@@ -186,6 +187,7 @@ def main() -> None:
         "fused-untuned": Way("fused, untuned", tune="0"),
         "fused-skinny-b1": Way("fused, skinny kernels at 1", skinny_b1="1"),
         "fused-gemv-b1": Way("fused, inductor GEMVs at 1", skinny_b1="0"),
+        "fused-skinny-batches": Way("fused, skinny kernels above 1", skinny_above=True),
         # PDL: every kernel of the step by default since 2026-12-01 (ours and inductor's); these ways
         # take it off, or leave it on for ours alone
         "fused-no-pdl": Way("fused, no PDL", pdl_on=False),
@@ -217,6 +219,7 @@ def main() -> None:
         gemv_lowering.MATERIALIZE_INPUT = way.materialize
         layer_program.GATE_UP_APART_AT_BATCH_1 = way.gate_up_apart
         layer_program.SKINNY_AT_BATCH_1 = way.skinny_b1
+        layer_program.SKINNY_ABOVE_BATCH_1 = way.skinny_above
         pdl.ENABLED = way.pdl_on
         fused_step.TUNE = way.tune
         fused_step.INDUCTOR_SETTINGS = {**shipped_settings, **dict(way.inductor)}

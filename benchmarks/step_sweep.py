@@ -1,16 +1,22 @@
-"""Batch-1 configs of the skinny kernels chosen inside a step, not one kernel at a time.
+"""Configs of the skinny kernels chosen inside a step, not one kernel at a time (batch 1, or --rows).
 
 kernel_sweep.py times each op alone, a chain of the same call over copies of its weights; inside the
 decode step its ranking did not hold (H200, 2026-12-01: the 8B's skinny kernels ran 3,682 us a step with
 one table and 3,837 with the table of a wider sweep that had timed better alone). Here one CUDA graph
-holds the batch-1 GEMVs of --layers decoder layers in the order the layer program runs them (q/k/v
-merged with the input norm, o with its residual, gate/up with the second norm and SiLU, down with its
-residual), every layer with weights of its own (far more than the L2 cache), as `layer_program` calls
-them when `SKINNY_AT_BATCH_1` is on. Coordinate descent: for each op in turn, every config of its grid
-with the others held, timed as the whole chain's replay; the fastest is kept when it beats the current
-by more than --min-gain. The chosen configs go into the skinny kernels' table.
+holds the GEMVs of --layers decoder layers in the order the layer program runs them (q/k/v merged with
+the input norm, o with its residual, gate/up with the second norm and SiLU, down with its residual),
+every layer with weights of its own (far more than the L2 cache), as `layer_program` calls them when the
+skinny kernels are on. Coordinate descent: for each op in turn, every config of its grid with the others
+held, timed as the whole chain's replay; the fastest is kept when it beats the current by more than
+--min-gain. The chosen configs go into the skinny kernels' table.
+
+Above one row (--rows 8, say: what SKINNY_ABOVE_BATCH_1 runs) the same chain is also timed the way the
+fused step runs it without the skinny kernels: layer_program's merged ops compiled by inductor with the
+fused step's settings (its norm and activation kernels, cuBLAS for the matmuls). The line "against
+inductor + cuBLAS" says which is faster; the table is written only where the skinny chain wins.
 
     python benchmarks/step_sweep.py llama-3.1-8b --write-configs accelerate_graph/fused/kernels/skinny_configs.json
+    python benchmarks/step_sweep.py llama-3.2-1b --rows 8 --write-configs accelerate_graph/fused/kernels/skinny_configs.json
 """
 
 from __future__ import annotations
@@ -25,9 +31,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kernel_sweep import MODELS, describe, graph_us, wide_one_row_grid  # noqa: E402
+from kernel_sweep import MODELS, describe, graph_us, wide_one_row_grid, wide_rows_grid  # noqa: E402
 
-from accelerate_graph.fused.kernels import configs  # noqa: E402
+from accelerate_graph.compat import torch_internals  # noqa: E402
+from accelerate_graph.fused import layer_program  # noqa: E402
+from accelerate_graph.fused import layers as fused_layers  # noqa: E402
+from accelerate_graph.fused.kernels import configs, pdl  # noqa: E402
 from accelerate_graph.fused.kernels import skinny_matmul as sm  # noqa: E402
 
 DTYPE = torch.bfloat16
@@ -37,10 +46,12 @@ ORDER = ("gate_up", "down", "qkv", "o")  # the largest first: the others are tun
 
 
 class Chain:
-    """The batch-1 GEMVs of `layers` decoder layers of `model`'s shape, each layer its own weights."""
+    """The projections of `layers` decoder layers of `model`'s shape for `rows` rows, each layer its own
+    weights."""
 
-    def __init__(self, model: str, layers: int):
+    def __init__(self, model: str, layers: int, rows: int = 1):
         hidden, inter, heads, kv, hd, bias = MODELS[model]
+        self.rows, self.hidden = rows, hidden
         gen = torch.Generator(device=DEVICE).manual_seed(0)
         rand = lambda *s, scale=1.0: (torch.randn(*s, device=DEVICE, generator=gen) * scale).to(DTYPE)  # noqa: E731
         qkv_n = (heads + 2 * kv) * hd
@@ -62,17 +73,21 @@ class Chain:
             }
             for _ in range(layers)
         ]
-        self.x = rand(1, hidden)
-        self.attention = rand(1, heads * hd)  # stands for the attention's output, which o reads
+        self.x = rand(rows, hidden)
+        self.attention = rand(rows, heads * hd)  # stands for the attention's output, which o reads
         self.weight_bytes = sum(t.numel() * 2 for layer in self.layers for t in layer.values() if t is not None)
 
     def key(self, op: str) -> str:
         kind, ns, k = self.shapes[op]
-        return configs.table_key(kind, configs.m_bucket(1), ns, k)
+        return configs.table_key(kind, configs.m_bucket(self.rows), ns, k)
 
     def table_config(self, op: str) -> configs.SkinnyConfig:
         kind, ns, k = self.shapes[op]
-        return configs.config_for(kind, 1, ns, k)
+        return configs.config_for(kind, self.rows, ns, k)
+
+    def grid(self, op: str) -> list[configs.SkinnyConfig]:
+        _, _, k = self.shapes[op]
+        return wide_one_row_grid(k) if self.rows == 1 else wide_rows_grid(k)
 
     def step(self, cfgs: dict) -> None:
         h = self.x
@@ -91,26 +106,58 @@ class Chain:
         """Microseconds per layer of the chain replayed as one CUDA graph (kernel_sweep's timer)."""
         return graph_us([lambda: self.step(cfgs)]) / len(self.layers)
 
+    def inductor_layer_us(self) -> float:
+        """Microseconds per layer of the same chain as the fused step runs it without the skinny kernels:
+        layer_program's merged ops (norm, matmul, residual, SiLU), compiled by inductor with the fused
+        step's settings (PDL where the device has it, tuning from the hidden size it pays at)."""
+        ops = layer_program.MERGED_OPS
+
+        def chain(h, attention):
+            for layer in self.layers:
+                ops.norm_projections(h, layer["norm1"], EPS, [layer["qkv"]], [layer["qkv_bias"]])
+                h2 = ops.linear_residual(attention, layer["o"], None, h)
+                g = ops.norm_gate_up(h2, layer["norm2"], EPS, layer["gate_up"], None)
+                h = ops.linear_residual(g, layer["down"], None, h2)
+            return h
+
+        tuned = fused_layers.TUNE == "1" or (
+            fused_layers.TUNE == "auto" and self.hidden >= fused_layers.TUNE_FROM_HIDDEN_SIZE
+        )
+        settings = {
+            **(fused_layers.PDL_SETTINGS if pdl.active(self.x.device) else {}),
+            **(fused_layers.TUNE_SETTINGS if tuned else {}),
+            **fused_layers.INDUCTOR_SETTINGS,
+        }
+        was = layer_program.SKINNY_ABOVE_BATCH_1, layer_program.SKINNY_AT_BATCH_1
+        layer_program.SKINNY_ABOVE_BATCH_1, layer_program.SKINNY_AT_BATCH_1 = False, "0"
+        try:
+            with torch_internals.inductor_config_patched(settings):
+                compiled = torch.compile(chain, fullgraph=True, dynamic=False)
+                compiled(self.x, self.attention)  # compiles (and tunes) outside the timed graph
+                return graph_us([lambda: compiled(self.x, self.attention)]) / len(self.layers)
+        finally:
+            layer_program.SKINNY_ABOVE_BATCH_1, layer_program.SKINNY_AT_BATCH_1 = was
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", choices=sorted(MODELS))
     parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=1, help="rows per call: a batch (table bucket: configs.m_bucket)")
     parser.add_argument("--min-gain", type=float, default=0.005, help="relative gain a new config must bring")
     parser.add_argument("--budget-s", type=float, default=240.0, help="stop trying configs after this long")
     parser.add_argument("--write-configs", type=Path)
     parser.add_argument("--log", type=Path, help="every trial: op, config, us per layer")
     args = parser.parse_args()
     start = time.monotonic()
-    chain = Chain(args.model, args.layers)
+    chain = Chain(args.model, args.layers, args.rows)
     current = {op: chain.table_config(op) for op in ORDER}
     baseline = best = chain.layer_us(current)
-    print(f"{args.model}: {args.layers} layers, {chain.weight_bytes / 2**30:.2f} GiB of weights")
+    print(f"{args.model}: {args.layers} layers, {args.rows} row(s), {chain.weight_bytes / 2**30:.2f} GiB of weights")
     print(f"table configs: {best:.2f} us per layer ({', '.join(f'{op} {describe(c)}' for op, c in current.items())})")
     trials = []
     for op in ORDER:
-        _, _, k = chain.shapes[op]
-        for cfg in wide_one_row_grid(k):
+        for cfg in chain.grid(op):
             if time.monotonic() - start > args.budget_s:
                 break
             if cfg == current[op]:
@@ -130,10 +177,16 @@ def main() -> int:
     )
     if args.log:
         args.log.write_text("\n".join(trials) + "\n", encoding="utf-8")
-    if args.write_configs and final < baseline:
+    wins = final < baseline
+    if args.rows > 1:  # the way the fused step runs above batch 1 without the skinny kernels
+        inductor = chain.inductor_layer_us()
+        verdict = "the skinny chain is faster" if final < inductor else "inductor + cuBLAS is faster"
+        print(f"against inductor + cuBLAS: {inductor:.2f} us per layer ({verdict})")
+        wins = wins and final < inductor
+    if args.write_configs and wins:
         kept = configs.read_table(args.write_configs)
         chosen = {chain.key(op): cfg for op, cfg in current.items()}
-        written_by = "benchmarks/kernel_sweep.py; batch 1: benchmarks/step_sweep.py"
+        written_by = "benchmarks/kernel_sweep.py; batch 1 (and rows it swept): benchmarks/step_sweep.py"
         configs.write_table({**kept, **chosen}, args.write_configs, torch.cuda.get_device_name(), written_by)
         print(f"wrote {len(current)} configs to {args.write_configs}")
     return 0

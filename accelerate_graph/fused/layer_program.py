@@ -111,10 +111,23 @@ def layer_at_batch_1_is_skinny(layer: torch.nn.Module) -> bool:
     return all(skinny_at_batch_1(op, ns, k, hidden) for op, ns, k in calls)
 
 
+# Above batch 1 the same kernels run on tensor cores (rows padded to 16), against inductor's kernels and
+# cuBLAS, which cost the 1B's batch 8 0.33 ms more than its batch 1 (H200, 2026-12-01): the norms they fold
+# and launches they save may pay there too. Not yet measured inside a step (profile_step.py --ways
+# fused-skinny-batches), so off: CUGRAPH_ACCEL_SKINNY_BATCHES=1 runs them at every batch above 1 (the
+# table's configs by row bucket, else the heuristic's; one config for every batch of a dynamic graph).
+SKINNY_ABOVE_BATCH_1 = os.environ.get("CUGRAPH_ACCEL_SKINNY_BATCHES", "0") == "1"
+
+
 def _skinny(x: torch.Tensor, hidden: int, op: str, ns: tuple[int, ...]) -> bool:
-    """Whether this call runs the skinny kernels: one row, a device that runs them (a CUDA device; a CPU
-    tensor only under the Triton interpreter, the tests), and skinny_at_batch_1."""
-    return x.shape[0] == 1 and skinny_matmul.runs_triton(x) and skinny_at_batch_1(op, ns, int(x.shape[-1]), hidden)
+    """Whether this call runs the skinny kernels: a device that runs them (a CUDA device; a CPU tensor
+    only under the Triton interpreter, the tests), and at one row skinny_at_batch_1, above it
+    SKINNY_ABOVE_BATCH_1."""
+    if not skinny_matmul.runs_triton(x):
+        return False
+    if x.shape[0] == 1:
+        return skinny_at_batch_1(op, ns, int(x.shape[-1]), hidden)
+    return SKINNY_ABOVE_BATCH_1
 
 
 def _merged_projections(x, norm_weight, eps, weights, biases):

@@ -34,6 +34,7 @@ from accelerate_graph.compat.transformers_internals import (
     static_layer_view,
     writes_like_static_layer,
 )
+from accelerate_graph.fused import layer_program
 from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
 from accelerate_graph.fused.kernels import pdl
 from accelerate_graph.fused.layer_program import (
@@ -259,8 +260,11 @@ class FusedForward:
         """What inductor compiles for each layer, for the notes a user reads."""
         kind = f"the layer program, {self.ops.name}" if self.programmed else "HF's layer forward"
         on_gpu = self.device.type == "cuda"
-        if self.programmed and self.ops.merged and on_gpu and layer_at_batch_1_is_skinny(self.layers[0]):
+        skinny = self.programmed and self.ops.merged and on_gpu
+        if skinny and layer_at_batch_1_is_skinny(self.layers[0]):
             kind += ", skinny GEMV kernels at batch 1"
+        if skinny and layer_program.SKINNY_ABOVE_BATCH_1:
+            kind += ", skinny kernels above batch 1"
         return kind + (", kernels tuned" if self.tuned else "") + (", PDL" if self.pdl else "")
 
     def _compiled_forward(self, layer: torch.nn.Module):

@@ -51,8 +51,10 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 NO_MASK, BOOL_MASK, ADDITIVE_MASK = 0, 1, 2
 
 # Split over the context, the last program of a (row, K/V head) to finish combines the splits itself
-# (an arrival counter per row and head) instead of a second kernel: one launch fewer per layer. Off until
-# measured on the H200 (CUGRAPH_ACCEL_FOLD_COMBINE=1); benchmarks/profile_step.py --ways fused-fold-combine.
+# (an arrival counter per row and head) instead of a second kernel: one launch fewer per layer. Off: on the
+# H200 (2026-12-01, benchmarks/fold_combine_gpu.sh) it was slower at batch 1 on every model (8B 4.241 ->
+# 4.305 ms, Llama-3.2-1B 0.883 -> 0.951, Qwen2.5-0.5B 0.742 -> 0.864), faster only at the 8B's batches 8
+# and 32 (4.891 -> 4.770, 5.269 -> 5.209). CUGRAPH_ACCEL_FOLD_COMBINE=1 turns it on.
 FOLD_COMBINE = os.environ.get("CUGRAPH_ACCEL_FOLD_COMBINE", "0") == "1"
 COUNTERS = 1 << 16  # arrival counters per device: rows x K/V heads of one launch (more: the second kernel)
 _counters: dict[torch.device, torch.Tensor] = {}

@@ -195,7 +195,8 @@ def test_misuse_is_refused_with_the_argument_named():
 def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model_type, monkeypatch, tmp_path):
     """layer_program's merged ops at batch 1: the skinny kernels from SKINNY_FROM_HIDDEN_SIZE for the
     shapes their table has (the four folded ops of every layer, one row each, decoding like HF's forward),
-    every shape when forced, inductor's way otherwise, and never above batch 1."""
+    every shape when forced, inductor's way otherwise; above batch 1 only with SKINNY_ABOVE_BATCH_1 (then
+    at every shape, whatever the batch-1 rule says), decoding like HF's forward too."""
     from tiny_models import grouped_decode_cases
 
     from accelerate_graph.fused import layer_program
@@ -215,17 +216,22 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
     swept.add(("residual", (hidden,), inter))
     table = tmp_path / "table.json"
     configs.write_table({configs.table_key(op, 1, ns, k): SkinnyConfig(8, 64) for op, ns, k in swept}, table, "test")
+    assert [batch for batch, _ in cases] == [2, 1]
     all_four = [("proj", 1), ("residual", 1), ("gate_up", 1), ("residual", 1)] * layers
-    regimes = [  # (SKINNY_AT_BATCH_1, from hidden size, table, launches)
-        ("auto", hidden + 1, table, []),
-        ("auto", hidden, tmp_path / "missing.json", []),
-        ("auto", hidden, table, all_four),
-        ("1", hidden + 1, tmp_path / "missing.json", all_four),
-        ("0", hidden, table, []),
+    at_two = [("proj", 2), ("residual", 2), ("gate_up", 2), ("residual", 2)] * layers
+    regimes = [  # (SKINNY_AT_BATCH_1, SKINNY_ABOVE_BATCH_1, from hidden size, table, launches)
+        ("auto", False, hidden + 1, table, []),
+        ("auto", False, hidden, tmp_path / "missing.json", []),
+        ("auto", False, hidden, table, all_four),
+        ("1", False, hidden + 1, tmp_path / "missing.json", all_four),
+        ("0", False, hidden, table, []),
+        ("0", True, hidden, table, at_two),
+        ("1", True, hidden + 1, tmp_path / "missing.json", at_two + all_four),
     ]
-    for mode, from_size, table_path, want in regimes:
+    for mode, above, from_size, table_path, want in regimes:
         launches.clear()
         monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", mode)
+        monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", above)
         monkeypatch.setattr(layer_program, "SKINNY_FROM_HIDDEN_SIZE", from_size)
         monkeypatch.setattr(configs, "TABLE_PATH", table_path)
         torch._dynamo.reset()
@@ -234,8 +240,9 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
             got = session.first_steps(prompt, cases, fused)
         for a, b in zip(got, expected):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
-        assert launches == want, (mode, from_size, table_path.name)
-        assert layer_program.layer_at_batch_1_is_skinny(model.model.layers[0]) == bool(want)  # what notes say
+        assert launches == want, (mode, above, from_size, table_path.name)
+        at_one = any(rows == 1 for _, rows in want)
+        assert layer_program.layer_at_batch_1_is_skinny(model.model.layers[0]) == at_one  # what notes say
 
 
 @pytest.mark.parametrize("name", ["norm_projections", "linear_residual", "norm_gate_up"])
