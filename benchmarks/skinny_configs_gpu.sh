@@ -11,8 +11,9 @@
 # from a hidden size of 2,048); stop 18 measured PDL (then the default); stop 19 measured the folded combine
 # (slower: off). The defaults now (stop 19, not yet run): the skinny kernels ABOVE batch 1
 # (CUGRAPH_ACCEL_SKINNY_BATCHES, profile way fused-skinny-batches): their GPU tests, the 1B's and Qwen's
-# 8-row chains swept against inductor + cuBLAS, and the 1B and Qwen profiled at batches 8 and 32 with and
-# without them. The 8B in a call of its own: PROFILES="llama-3.1-8b:fused llama-3.1-8b:fused-skinny-batches"
+# 8-row chains swept against inductor + cuBLAS, and the 1B and Qwen profiled at batches 1, 8 and 32 with and
+# without them (Qwen also with the skinny kernels at batch 1, its table step-swept since stop 18). The 8B
+# in a call of its own: PROFILES="llama-3.1-8b:fused llama-3.1-8b:fused-skinny-batches"
 # STEP_SWEEPS="llama-3.1-8b:120:8" TESTS="".
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
 set -uo pipefail
@@ -35,12 +36,12 @@ for entry in ${STEP_SWEEPS-"llama-3.2-1b:70:8 qwen2.5-0.5b:70:8"}; do
     --budget-s "$budget" --write-configs "$TABLE" --log "$LOGS/step-trials-$model-$rows.tsv"
 done
 cp "$TABLE" "$FINAL/skinny_configs.json"
-PROFILES=${PROFILES:-"llama-3.2-1b:fused,fused-skinny-batches qwen2.5-0.5b:fused,fused-skinny-batches"}
+PROFILES=${PROFILES:-"llama-3.2-1b:fused,fused-skinny-batches qwen2.5-0.5b:fused,fused-skinny-batches,fused-skinny-b1"}
 n=0
 for entry in $PROFILES; do
   IFS=: read -r model ways <<< "$entry"
   n=$((n + 1)) name="profile-$n-$model"
-  run "$name" 60 "${PROFILE_LIMIT:-125}" python3 benchmarks/profile_step.py "$model" --batches "${BATCHES:-8,32}" \
+  run "$name" 60 "${PROFILE_LIMIT:-125}" python3 benchmarks/profile_step.py "$model" --batches "${BATCHES:-1,8,32}" \
     --ways "$ways" --top 8 \
     --log-tuning "$LOGS/tuning-$n.log" --json "$LOGS/$name.json"
   grep -E "^ +[0-9]" "$LOGS/$name.log" | head -n 8
