@@ -16,13 +16,6 @@ bench 8b llama-3.1-8b 1024 1,8,32
 bench 1b llama-3.2-1b 16384 1,8,16,32
 bench qwen qwen2.5-0.5b 1024 1,8,16,32
 echo "== fused, attention combine folded"
-for csv in "$LOGS"/bench-*.csv; do
-  [ -f "$csv" ] && python3 - "$csv" <<'PY'
-import csv, sys
-for r in csv.DictReader(open(sys.argv[1])):
-    if r["kind"] == "step":
-        print(f"{sys.argv[1].split('bench-')[-1][:-4]:5s} batch {r['bucket']:>2}: {float(r['median_ms']):.3f} ms ({float(r['median_ms']) / float(r['floor_ms']):.3f}x floor)")
-PY
-done
+python3 benchmarks/bench_lines.py "$LOGS"/bench-*.csv
 tar czf "$FINAL/fold-logs.tgz" -C "$LOGS" --exclude inductor-cache --exclude '*.yaml' --exclude '*.inductor' . 2>/dev/null
 echo "done in $(( $(date +%s) - START )) s"

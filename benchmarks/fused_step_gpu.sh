@@ -26,13 +26,6 @@ run bench-1b 60 170 python3 -m cli bench llama-3.2-1b --compare fused,compile --
 run bench-qwen 40 90 python3 -m cli bench qwen2.5-0.5b --compare fused --buckets 1,8,16,32 --context 1024 --steps 30 \
   --warmup 5 --csv "$LOGS/bench-qwen.csv"
 echo "== bench"
-for csv in "$LOGS"/bench-*.csv; do
-  [ -f "$csv" ] && python3 - "$csv" <<'PY'
-import csv, sys
-for r in csv.DictReader(open(sys.argv[1])):
-    if r["kind"] == "step":
-        print(f"{sys.argv[1].split('bench-')[-1][:-4]:5s} {r['contender']:8s} batch {r['bucket']:>2}: {float(r['median_ms']):.3f} ms ({float(r['median_ms']) / float(r['floor_ms']):.3f}x floor)")
-PY
-done
+python3 benchmarks/bench_lines.py "$LOGS"/bench-*.csv
 tar czf "$FINAL/fused-step-logs.tgz" -C "$LOGS" --exclude inductor-cache --exclude '*.yaml' --exclude '*.inductor' . 2>/dev/null
 echo "done in $(( $(date +%s) - START )) s"
