@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # The skinny kernels' configs and the step's profile, one device call (DEADLINE s, default 585). Inductor's
 # coordinate-descent tuning picks different GEMV configs in each process (docs/PERF.md, stop 16); the skinny
-# kernels run the configs of their table. (1) GPU tests (TESTS, pytest arguments); (2) SWEEP=1: a wide sweep
-# of the skinny kernels' one-row configs, each op alone (8B first, then the 1B and Qwen shapes while
-# SMALL_BUDGET lasts); (3) STEP_SWEEPS (model:budget_s[:rows]): the configs chosen inside a chain of decoder
-# layers (step_sweep.py; above one row also timed against inductor + cuBLAS, and written only where the
-# skinny chain wins); both write into the table; (4) profiles, one process per PROFILES entry
-# (model:way[,way]) at BATCHES, each logging what coordinate descent tuned.
+# kernels run the configs of their table. (1) SWEEP=1: a wide sweep of the skinny kernels' one-row configs,
+# each op alone (8B first, then the 1B and Qwen shapes while SMALL_BUDGET lasts); (2) STEP_SWEEPS
+# (model:budget_s[:rows]): the configs chosen inside a chain of decoder layers (step_sweep.py; above one
+# row also timed against inductor + cuBLAS, and written only where the skinny chain wins); both write into
+# the table; (3) profiles, one process per PROFILES entry (model:way[,way]) at BATCHES, each logging what
+# coordinate descent tuned; (4) GPU tests (TESTS, pytest arguments), last: the deadline cuts them first.
 # History: stop 17 swept the 8B and 1B shapes at batch 1 (then the skinny kernels became batch 1's default
 # from a hidden size of 2,048); stop 18 measured PDL (then the default); stop 19 measured the folded combine
 # (slower: off). The defaults now (stop 19, not yet run): the skinny kernels ABOVE batch 1
-# (CUGRAPH_ACCEL_SKINNY_BATCHES, profile way fused-skinny-batches): their GPU tests, the 1B's and Qwen's
-# 8-row chains swept against inductor + cuBLAS, and the 1B and Qwen profiled at batches 1, 8 and 32 with and
-# without them (Qwen also with the skinny kernels at batch 1, its table step-swept since stop 18). The 8B
+# (CUGRAPH_ACCEL_SKINNY_BATCHES, profile way fused-skinny-batches): their GPU tests, the 1B's
+# 8-row chain swept against inductor + cuBLAS, and the 1B and Qwen profiled at batches 1, 8 and 32 with and
+# without them (Qwen also with the skinny kernels at batch 1, its table step-swept since stop 18), and the
+# skinny kernels under PDL prefetching all their weights (CUGRAPH_ACCEL_PREFETCH_ALL). The 8B
 # in a call of its own: PROFILES="llama-3.1-8b:fused llama-3.1-8b:fused-skinny-batches"
 # STEP_SWEEPS="llama-3.1-8b:120:8" TESTS="".
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
@@ -25,25 +26,27 @@ sweep() {  # NAME LIMIT MODELS BUDGET
     --shapes down,o,qkv,gate_up --write-configs "$TABLE"
   grep -E "^(llama|qwen)" "$LOGS/$1.log" | cut -c1-130 | head -n 12
 }
-TESTS=${TESTS-"tests/fused/test_gpu_fused.py -k every-batch"}
-# shellcheck disable=SC2086 # TESTS is a list of pytest arguments
-[ -n "$TESTS" ] && run gpu-tests 40 150 python3 -m pytest -m cuda -q -p no:cacheprovider -rf $TESTS
 [ "${SWEEP:-0}" = 1 ] && sweep sweep-8b 200 llama-3.1-8b 130 && sweep sweep-small 150 llama-3.2-1b,qwen2.5-0.5b "${SMALL_BUDGET:-90}"
-for entry in ${STEP_SWEEPS-"llama-3.2-1b:70:8 qwen2.5-0.5b:70:8"}; do
+for entry in ${STEP_SWEEPS-"llama-3.2-1b:60:8"}; do
   IFS=: read -r model budget rows <<< "$entry"
   rows=${rows:-1}
   run "step-sweep-$model-$rows" 40 $((budget + 60)) python3 benchmarks/step_sweep.py "$model" --rows "$rows" \
     --budget-s "$budget" --write-configs "$TABLE" --log "$LOGS/step-trials-$model-$rows.tsv"
 done
 cp "$TABLE" "$FINAL/skinny_configs.json"
-PROFILES=${PROFILES:-"llama-3.2-1b:fused,fused-skinny-batches qwen2.5-0.5b:fused,fused-skinny-batches,fused-skinny-b1"}
+PROFILES=${PROFILES:-"llama-3.2-1b:fused,fused-skinny-batches,fused-prefetch-all \
+qwen2.5-0.5b:fused,fused-skinny-batches,fused-skinny-b1,fused-skinny-b1-prefetch"}
 n=0
 for entry in $PROFILES; do
   IFS=: read -r model ways <<< "$entry"
   n=$((n + 1)) name="profile-$n-$model"
-  run "$name" 60 "${PROFILE_LIMIT:-125}" python3 benchmarks/profile_step.py "$model" --batches "${BATCHES:-1,8,32}" \
+  run "$name" 60 "${PROFILE_LIMIT:-170}" python3 benchmarks/profile_step.py "$model" --batches "${BATCHES:-1,8,32}" \
     --ways "$ways" --top 8 \
     --log-tuning "$LOGS/tuning-$n.log" --json "$LOGS/$name.json"
   grep -E "^ +[0-9]" "$LOGS/$name.log" | head -n 8
 done
+TESTS=${TESTS-"tests/fused/test_gpu_fused.py::test_merged_projections_verify_on_gpu \
+  tests/fused/kernels/test_skinny_matmul.py::test_gpu_pdl_launches_replay_what_plain_launches_compute"}
+# shellcheck disable=SC2086 # TESTS is a list of pytest arguments
+[ -n "$TESTS" ] && run gpu-tests 40 150 python3 -m pytest -m cuda -q -p no:cacheprovider -rf $TESTS
 tar czf "$FINAL/batch1-logs.tgz" -C "$LOGS" --exclude inductor-cache . 2>/dev/null

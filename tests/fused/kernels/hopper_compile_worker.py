@@ -50,13 +50,17 @@ ATTENTION_POINTERS = {
 
 def variants():
     """(description, kernel, constexprs, pointers) for each variant the launches can ask for."""
-    for mode, dot, split, weights, pdl in itertools.product((0, 1, 2), (False, True), (1, 2), (1, 3), (False, True)):
-        if mode and weights != 1 or pdl and dot:  # PDL: batch 1's multiply-and-sum path only
+    # PDL with tensor cores too (the kernels above batch 1, SKINNY_ABOVE_BATCH_1); PREFETCH_ALL only under PDL
+    pdl_kinds = ((False, False), (True, False), (True, True))  # (USE_PDL, PREFETCH_ALL)
+    for mode, dot, split, weights, (pdl, prefetch_all) in itertools.product(
+        (0, 1, 2), (False, True), (1, 2), (1, 3), pdl_kinds
+    ):
+        if mode and weights != 1:
             continue
         flags = dict(
             NORM=0 if mode == 1 else 1, NUM_W=weights, HAS_B0=True, HAS_B1=True, HAS_B2=False, MODE=mode,
             ACT=int(mode == 2), SPLIT=split, USE_DOT=dot, IEEE_DOT=False, EVEN_K=not dot, OUT_BF16=True,
-            USE_PDL=pdl, BLOCK_M=16 if dot else 1, BLOCK_N=32, BLOCK_K=128,
+            USE_PDL=pdl, PREFETCH_ALL=prefetch_all, BLOCK_M=16 if dot else 1, BLOCK_N=32, BLOCK_K=128,
         )  # fmt: skip
         kernels = [skinny_kernels.skinny_kernel] + ([skinny_kernels.finish_kernel] if split > 1 else [])
         for kernel in kernels:
