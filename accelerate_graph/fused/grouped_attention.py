@@ -90,7 +90,7 @@ def register() -> None:
     AttentionMaskInterface.register(GROUPED, sdpa_mask)
 
 
-def _switch(model: torch.nn.Module, old: str, new: str) -> Callable[[], None]:
+def switch_attention(model: torch.nn.Module, old: str, new: str) -> Callable[[], None]:
     """Every config of the model (its own and its sub-configs: text, vision, decoder, ...) using attention
     `old` now uses `new`, through HF's set_attn_implementation. Returns what switches them back."""
     switched = [key for key, implementation in attention_implementations(model).items() if implementation == old]
@@ -103,14 +103,14 @@ def _switch(model: torch.nn.Module, old: str, new: str) -> Callable[[], None]:
 def use_grouped_attention(model: torch.nn.Module) -> Callable[[], None]:
     """Switch a model loaded with sdpa to the grouped decode attention. Returns what switches it back."""
     register()
-    return _switch(model, "sdpa", GROUPED)
+    return switch_attention(model, "sdpa", GROUPED)
 
 
 @contextmanager
 def hf_attention(model: torch.nn.Module) -> Iterator[None]:
     """HF's own sdpa for the duration, where grouped attention was switched on: the reference that
     `verify` compares replays against is the model as loaded, not our attention."""
-    undo = _switch(model, GROUPED, "sdpa")
+    undo = switch_attention(model, GROUPED, "sdpa")
     try:
         yield
     finally:

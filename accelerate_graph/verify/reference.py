@@ -7,17 +7,29 @@ forward hook puts the low-precision tensors back, so the extra memory is one mod
 float32 (the largest is the embedding or the LM head). It reads and writes the same KV cache as every
 other run: new K/V are rounded to the cache's dtype when written, as in any run of the model, and read
 back in float32, one layer at a time.
+
+It reads back only the slots a step can attend (up to its position), where the model attends with HF's
+sdpa: the slots after it are masked, so they add exact zeros to the softmax, and reading them cost most
+of a long verify (H200, 2026-12-01: the 8B at a cache of 4,096, every slot promoted to float32 and
+repeated for each query head, layer by layer: the reference was 195 of verify's 291 s). The cut is
+explicit here (a slice of the full cache and of the mask), not a cache view of the kind the graphs use,
+so the reference stays independent of the machinery it judges.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.modeling_utils import AttentionInterface
 
+from accelerate_graph.compat.transformers_internals import attention_implementations
 from accelerate_graph.core.decode_session import DecodeSession
-from accelerate_graph.fused.grouped_attention import hf_attention
+from accelerate_graph.fused.grouped_attention import GROUPED, hf_attention, switch_attention
 
 
 def eager_step(session: DecodeSession, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -66,16 +78,47 @@ def _promote_while_running(module: torch.nn.Module) -> list:
     ]
 
 
+# The slots the current reference step can attend (its last position + 1); None: all of them
+_SLOTS_IN_USE: ContextVar[int | None] = ContextVar("slots_in_use", default=None)
+CUT_ATTENTION = "cugraph_reference_sdpa"  # HF's sdpa with the mask cut to the keys it is given
+
+
+def _cut_sdpa(module, query, key, value, attention_mask, *args, **kwargs):
+    """HF's sdpa over the slots the reference read back: the mask cut to the keys' length."""
+    if attention_mask is not None and attention_mask.shape[-1] > key.shape[-2]:
+        attention_mask = attention_mask[..., : key.shape[-2]]
+    return sdpa_attention_forward(module, query, key, value, attention_mask, *args, **kwargs)
+
+
 @contextmanager
-def _float32_cache_io(session: DecodeSession) -> Iterator[None]:
+def _cut_attention(model: torch.nn.Module) -> Iterator[bool]:
+    """While active, a model that attends with HF's sdpa (or our grouped attention, whose reference is
+    sdpa) attends with `_cut_sdpa`; yields whether every attention of the model now does, the condition
+    for reading back fewer slots than the cache has (another attention would not cut its mask)."""
+    AttentionInterface.register(CUT_ATTENTION, _cut_sdpa)
+    AttentionMaskInterface.register(CUT_ATTENTION, sdpa_mask)
+    undo = [switch_attention(model, old, CUT_ATTENTION) for old in ("sdpa", GROUPED)]
+    try:
+        yield set(attention_implementations(model).values()) == {CUT_ATTENTION}
+    finally:
+        for step in reversed(undo):
+            step()
+
+
+@contextmanager
+def _float32_cache_io(session: DecodeSession, cut: bool) -> Iterator[None]:
     """Cache layers that accept float32 K/V (rounded to the cache's dtype on write, as every run's are)
-    and hand the whole layer back in float32 for attention: HF's cache update needs one dtype."""
+    and hand the layer back in float32 for attention: HF's cache update needs one dtype. With `cut`, only
+    the slots the step can attend (_SLOTS_IN_USE, where set)."""
     patched = []
     for layer in [layer for batch in range(1, session.max_batch + 1) for layer in session.kv.view(batch).layers]:
         update = layer.update
 
         def promoted(key_states, value_states, *args, _update=update, _dtype=layer.keys.dtype, **kwargs):
             keys, values = _update(key_states.to(_dtype), value_states.to(_dtype), *args, **kwargs)
+            slots = _SLOTS_IN_USE.get() if cut else None
+            if slots is not None and slots < keys.shape[-2]:
+                keys, values = keys[:, :, :slots], values[:, :, :slots]
             return keys.float(), values.float()
 
         layer.update = promoted
@@ -99,7 +142,7 @@ def float32_reference(session: DecodeSession) -> Iterator[None]:
         for module in session.model.modules():
             if _owns_floats(module):
                 handles += _promote_while_running(module)
-        with _float32_cache_io(session):
+        with _cut_attention(session.model) as cut, _float32_cache_io(session, cut):
             yield
     finally:
         for handle in handles:
@@ -107,5 +150,10 @@ def float32_reference(session: DecodeSession) -> Iterator[None]:
 
 
 def reference_step(session: DecodeSession, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """The float32 reference of one decode step (call inside `float32_reference`)."""
-    return eager_step(session, tokens, positions).float()
+    """The float32 reference of one decode step (call inside `float32_reference`): attending only the
+    slots up to the step's last position, where the model's attention allows (see the module's doc)."""
+    token = _SLOTS_IN_USE.set(int(positions.max()) + 1)
+    try:
+        return eager_step(session, tokens, positions).float()
+    finally:
+        _SLOTS_IN_USE.reset(token)

@@ -71,3 +71,65 @@ def test_a_float32_model_is_its_own_reference():
     session = DecodeSession(model, 2, 32)
     with float32_reference(session):
         assert not model._forward_pre_hooks and not model.lm_head._forward_pre_hooks
+
+
+def _key_lengths(monkeypatch):
+    """The key lengths HF's sdpa sees inside the reference, recorded as it runs."""
+    from accelerate_graph.verify import reference
+
+    seen = []
+    forward = reference.sdpa_attention_forward
+
+    def spy(module, query, key, value, attention_mask, *args, **kwargs):
+        seen.append((key.shape[-2], None if attention_mask is None else attention_mask.shape[-1]))
+        return forward(module, query, key, value, attention_mask, *args, **kwargs)
+
+    monkeypatch.setattr(reference, "sdpa_attention_forward", spy)
+    return seen
+
+
+def test_the_reference_reads_back_only_the_slots_a_step_can_attend_and_computes_the_same(monkeypatch):
+    """Under HF's sdpa (and under our grouped attention, whose reference is sdpa) each step reads back the
+    slots up to its position, mask cut alike, and the logits are those of the whole cache's (slots past
+    the position are masked: exact zeros in the softmax); the model's attention is as before afterwards."""
+    from accelerate_graph.compat.transformers_internals import attention_implementations
+    from accelerate_graph.fused.grouped_attention import GROUPED, use_grouped_attention
+    from accelerate_graph.verify import reference
+
+    prompt, tokens = torch.randint(0, 256, (2, 5)), torch.randint(0, 256, (3, 2))
+    for grouped in (False, True):
+        model = tiny_decoder("llama").to(BF16)
+        if grouped:
+            use_grouped_attention(model)
+        before = attention_implementations(model)
+        session = DecodeSession(model, 2, 32)
+        seen = _key_lengths(monkeypatch)
+        with float32_reference(session):
+            cut = _steps(session, reference_step, prompt, tokens)
+        layers = model.config.num_hidden_layers
+        prefill, steps = seen[:layers], seen[layers:]  # _steps prefills inside the reference: not cut
+        assert prefill == [(32, 32)] * layers
+        assert steps == [(5 + i + 1, 5 + i + 1) for i in range(3) for _ in range(layers)], seen
+        assert attention_implementations(model) == before == {"": GROUPED if grouped else "sdpa"}
+        monkeypatch.setattr(reference, "_SLOTS_IN_USE", reference.ContextVar("never_set", default=None))
+        with float32_reference(session):
+            whole = _steps(session, reference_step, prompt, tokens)
+        torch.testing.assert_close(cut, whole, rtol=1e-6, atol=1e-6)
+
+
+def test_a_model_on_another_attention_reads_back_the_whole_cache(monkeypatch):
+    """HF's eager attention (say) does not cut its mask: the reference then reads every slot, as before."""
+    model = tiny_decoder("llama").to(BF16)
+    model.set_attn_implementation("eager")
+    session = DecodeSession(model, 2, 32)
+    seen = _key_lengths(monkeypatch)
+    with float32_reference(session):
+        reference_step(session, torch.tensor([1, 2]), torch.tensor([0, 0]))
+    assert not seen  # sdpa never ran
+    keys = []
+    layer = session.kv.view(2).layers[0]
+    with float32_reference(session):
+        update = layer.update
+        layer.update = lambda *a, **kw: keys.append(update(*a, **kw)[0].shape[-2]) or update(*a, **kw)
+        reference_step(session, torch.tensor([1, 2]), torch.tensor([0, 0]))
+    assert keys == [32]
