@@ -113,12 +113,13 @@ class Chain:
         ops = layer_program.MERGED_OPS
 
         def chain(h, attention):
+            projections = []  # returned, so that inductor keeps every q/k/v matmul (the chain never reads them)
             for layer in self.layers:
-                ops.norm_projections(h, layer["norm1"], EPS, [layer["qkv"]], [layer["qkv_bias"]])
+                projections += ops.norm_projections(h, layer["norm1"], EPS, [layer["qkv"]], [layer["qkv_bias"]])
                 h2 = ops.linear_residual(attention, layer["o"], None, h)
                 g = ops.norm_gate_up(h2, layer["norm2"], EPS, layer["gate_up"], None)
                 h = ops.linear_residual(g, layer["down"], None, h2)
-            return h
+            return h, projections
 
         tuned = fused_layers.TUNE == "1" or (
             fused_layers.TUNE == "auto" and self.hidden >= fused_layers.TUNE_FROM_HIDDEN_SIZE
