@@ -51,6 +51,7 @@ class Way:
     skinny_b1: str = layer_program.SKINNY_AT_BATCH_1  # merged, batch 1: skinny kernels "auto" (by size), "1", "0"
     skinny_above: bool = layer_program.SKINNY_ABOVE_BATCH_1  # merged, above batch 1: the skinny kernels
     prefetch_all: bool = skinny_matmul.PREFETCH_ALL  # under PDL the skinny kernels prefetch all their weights
+    prefetch_kv: bool = decode_attention.PREFETCH_KV  # under PDL the attention prefetches its first K/V block
     pdl_on: bool = pdl.ENABLED  # our kernels with PDL, and inductor's unless `inductor` turns it off
     triton_attention: bool = grouped_attention.TRITON_DECODE  # the default: on (CUGRAPH_ACCEL_TRITON_ATTENTION)
     fold_combine: bool = decode_attention.FOLD_COMBINE  # the attention's combine inside its split kernel
@@ -190,6 +191,7 @@ def main() -> None:
         "fused-gemv-b1": Way("fused, inductor GEMVs at 1", skinny_b1="0"),
         "fused-skinny-batches": Way("fused, skinny kernels above 1", skinny_above=True),
         "fused-prefetch-all": Way("fused, skinny kernels prefetch all", prefetch_all=True),
+        "fused-prefetch-kv": Way("fused, attention prefetches K/V", prefetch_kv=True),
         "fused-skinny-b1-prefetch": Way("fused, skinny at 1, prefetch all", skinny_b1="1", prefetch_all=True),
         # PDL: every kernel of the step by default since 2026-12-01 (ours and inductor's); these ways
         # take it off, or leave it on for ours alone
@@ -224,6 +226,7 @@ def main() -> None:
         layer_program.SKINNY_AT_BATCH_1 = way.skinny_b1
         layer_program.SKINNY_ABOVE_BATCH_1 = way.skinny_above
         skinny_matmul.PREFETCH_ALL = way.prefetch_all
+        decode_attention.PREFETCH_KV = way.prefetch_kv
         pdl.ENABLED = way.pdl_on
         fused_step.TUNE = way.tune
         fused_step.INDUCTOR_SETTINGS = {**shipped_settings, **dict(way.inductor)}

@@ -13,7 +13,8 @@
 # (CUGRAPH_ACCEL_SKINNY_BATCHES, profile way fused-skinny-batches): their GPU tests, the 1B's
 # 8-row chain swept against inductor + cuBLAS, and the 1B and Qwen profiled at batches 1, 8 and 32 with and
 # without them (Qwen also with the skinny kernels at batch 1, its table step-swept since stop 18), and the
-# skinny kernels under PDL prefetching all their weights (CUGRAPH_ACCEL_PREFETCH_ALL). The 8B
+# skinny kernels under PDL prefetching all their weights (CUGRAPH_ACCEL_PREFETCH_ALL), and the attention
+# prefetching its first K/V block (CUGRAPH_ACCEL_PREFETCH_KV). The 8B
 # in a call of its own: PROFILES="llama-3.1-8b:fused llama-3.1-8b:fused-skinny-batches"
 # STEP_SWEEPS="llama-3.1-8b:120:8" TESTS="".
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
@@ -34,8 +35,8 @@ for entry in ${STEP_SWEEPS-"llama-3.2-1b:60:8"}; do
     --budget-s "$budget" --write-configs "$TABLE" --log "$LOGS/step-trials-$model-$rows.tsv"
 done
 cp "$TABLE" "$FINAL/skinny_configs.json"
-PROFILES=${PROFILES:-"llama-3.2-1b:fused,fused-skinny-batches,fused-prefetch-all \
-qwen2.5-0.5b:fused,fused-skinny-batches,fused-skinny-b1,fused-skinny-b1-prefetch"}
+PROFILES=${PROFILES:-"llama-3.2-1b:fused,fused-skinny-batches,fused-prefetch-all,fused-prefetch-kv \
+qwen2.5-0.5b:fused,fused-skinny-batches,fused-skinny-b1,fused-skinny-b1-prefetch,fused-prefetch-kv"}
 n=0
 for entry in $PROFILES; do
   IFS=: read -r model ways <<< "$entry"
@@ -46,7 +47,8 @@ for entry in $PROFILES; do
   grep -E "^ +[0-9]" "$LOGS/$name.log" | head -n 8
 done
 TESTS=${TESTS-"tests/fused/test_gpu_fused.py::test_merged_projections_verify_on_gpu \
-  tests/fused/kernels/test_skinny_matmul.py::test_gpu_pdl_launches_replay_what_plain_launches_compute"}
+  tests/fused/kernels/test_skinny_matmul.py::test_gpu_pdl_launches_replay_what_plain_launches_compute \
+  tests/fused/kernels/test_decode_attention.py::test_gpu_kernel_inside_inductor_and_a_cuda_graph"}
 # shellcheck disable=SC2086 # TESTS is a list of pytest arguments
-[ -n "$TESTS" ] && run gpu-tests 40 150 python3 -m pytest -m cuda -q -p no:cacheprovider -rf $TESTS
+[ -n "$TESTS" ] && run gpu-tests 40 200 python3 -m pytest -m cuda -q -p no:cacheprovider -rf $TESTS
 tar czf "$FINAL/batch1-logs.tgz" -C "$LOGS" --exclude inductor-cache . 2>/dev/null

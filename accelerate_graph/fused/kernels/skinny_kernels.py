@@ -15,6 +15,7 @@ import os
 import triton
 import triton.language as tl
 
+from accelerate_graph.fused.kernels.l2 import prefetch_l2
 from accelerate_graph.fused.kernels.pdl import gdc_launch_dependents, gdc_wait
 
 # @triton.jit picks the interpreter at decoration, i.e. when this module is imported.
@@ -42,10 +43,7 @@ def _prefetch_block(w_ptr, pid_n, k_start, N, K, BLOCK_N: tl.constexpr, BLOCK_K:
     LINES: tl.constexpr = BLOCK_K // 64
     rows = tl.minimum(pid_n * BLOCK_N + tl.arange(0, BLOCK_N), N - 1)
     cols = tl.minimum(k_start + tl.arange(0, LINES) * 64, K - 1)
-    ptrs = w_ptr + rows[:, None].to(tl.int64) * K + cols[None, :]
-    tl.inline_asm_elementwise(
-        "prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1
-    )
+    prefetch_l2(w_ptr + rows[:, None].to(tl.int64) * K + cols[None, :])
 
 
 @triton.jit

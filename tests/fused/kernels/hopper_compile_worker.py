@@ -73,10 +73,13 @@ def variants():
         flags = dict(
             GROUP=group, HEAD_DIM=head_dim, BLOCK_G=block(group), BLOCK_D=block(head_dim), BLOCK_L=64,
             MASK_KIND=mask_kind, MASK_PER_HEAD=False, SOFTCAP=softcap, DIRECT=direct, UPCAST=False, IEEE=False,
-            USE_PDL=pdl,
+            USE_PDL=pdl, FOLD=False, FENCE=False, PREFETCH_KV=False, KV_LINES=1,
         )  # fmt: skip
         kernel = decode_attention._decode_split_kernel
         yield f"decode split {flags}", kernel, flags, {**ATTENTION_POINTERS, "Mask": mask}
+        if pdl:  # K/V's first block asked of L2 before the wait
+            prefetching = {**flags, "PREFETCH_KV": True, "KV_LINES": decode_attention._lines_per_slot(head_dim, 2)}
+            yield f"decode split {prefetching}", kernel, prefetching, {**ATTENTION_POINTERS, "Mask": mask}
         if not direct:  # the combine folded in: arrival counter, GPU-wide fences, the last program combines
             folded = {**flags, "FOLD": True, "FENCE": True}
             yield f"decode split {folded}", kernel, folded, {**ATTENTION_POINTERS, "Mask": mask}
@@ -94,7 +97,8 @@ def main() -> int:
             compile_for_hopper(kernel, flags, pointers, float_type)
         except Exception as err:  # noqa: BLE001 - report every variant that fails
             failed += 1
-            print(f"FAILED {description} (floats {float_type}): {' '.join(str(err).split())[:400]}")
+            text = " ".join(str(err).split())
+            print(f"FAILED {description} (floats {float_type}): {text[:300]} ... {text[-300:]}")
     print(f"{failed} failed")
     return 1 if failed else 0
 
