@@ -121,14 +121,7 @@ class Chain:
                 h = ops.linear_residual(g, layer["down"], None, h2)
             return h, projections
 
-        tuned = fused_layers.TUNE == "1" or (
-            fused_layers.TUNE == "auto" and self.hidden >= fused_layers.TUNE_FROM_HIDDEN_SIZE
-        )
-        settings = {
-            **(fused_layers.PDL_SETTINGS if pdl.active(self.x.device) else {}),
-            **(fused_layers.TUNE_SETTINGS if tuned else {}),
-            **fused_layers.INDUCTOR_SETTINGS,
-        }
+        settings = fused_layers.inductor_settings(pdl.active(self.x.device), fused_layers.tunes_at(self.hidden))
         was = layer_program.SKINNY_ABOVE_BATCH_1, layer_program.SKINNY_AT_BATCH_1
         layer_program.SKINNY_ABOVE_BATCH_1, layer_program.SKINNY_AT_BATCH_1 = False, "0"
         try:

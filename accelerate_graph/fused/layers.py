@@ -74,12 +74,22 @@ TUNE_FROM_HIDDEN_SIZE = 2048
 TUNE = os.environ.get("CUGRAPH_ACCEL_TUNE", "auto")
 
 
-def tune_pays(model: torch.nn.Module) -> bool:
-    """Whether the fused layers of `model` compile with coordinate-descent tuning (TUNE, above)."""
+def tunes_at(hidden_size: int) -> bool:
+    """Whether layers of this hidden size compile with coordinate-descent tuning (TUNE, above)."""
     if TUNE in ("0", "1"):
         return TUNE == "1"
-    config = model.config.get_text_config()
-    return int(getattr(config, "hidden_size", 0) or 0) >= TUNE_FROM_HIDDEN_SIZE
+    return hidden_size >= TUNE_FROM_HIDDEN_SIZE
+
+
+def tune_pays(model: torch.nn.Module) -> bool:
+    """Whether the fused layers of `model` compile with coordinate-descent tuning (TUNE, above)."""
+    return tunes_at(int(getattr(model.config.get_text_config(), "hidden_size", 0) or 0))
+
+
+def inductor_settings(pdl_on: bool, tuned: bool) -> dict:
+    """The inductor settings the fused layers compile with. INDUCTOR_SETTINGS last: a benchmark's way may
+    turn inductor's PDL off and keep ours."""
+    return {**(PDL_SETTINGS if pdl_on else {}), **(TUNE_SETTINGS if tuned else {}), **INDUCTOR_SETTINGS}
 
 
 def inductor_cache_dir(plan_path: Path | str) -> Path:
@@ -238,12 +248,7 @@ class FusedForward:
         self.tuned = tune_pays(model)
         self.device = next(model.parameters()).device
         self.pdl = pdl.active(self.device)
-        # INDUCTOR_SETTINGS last: a benchmark's way may turn inductor's PDL off and keep ours
-        self.settings = {
-            **(PDL_SETTINGS if self.pdl else {}),
-            **(TUNE_SETTINGS if self.tuned else {}),
-            **INDUCTOR_SETTINGS,
-        }
+        self.settings = inductor_settings(self.pdl, self.tuned)
         if self.programmed and self.ops.merged:
             for layer in self.layers:
                 merge_projections(layer)
