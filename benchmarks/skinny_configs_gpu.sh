@@ -9,12 +9,11 @@
 # coordinate descent tuned; (4) GPU tests (TESTS, pytest arguments), last: the deadline cuts them first.
 # History: stop 17 swept the 8B and 1B shapes at batch 1 (then the skinny kernels became batch 1's default
 # from a hidden size of 2,048); stop 18 measured PDL (then the default); stop 19 measured the folded combine
-# (slower: off). The defaults now (stop 19, not yet run): the skinny kernels ABOVE batch 1
+# (slower: off); stop 20 measured both L2 prefetches under PDL (all skinny weights, first K/V block): no
+# gain, removed. The defaults now (stop 19, not yet run): the skinny kernels ABOVE batch 1
 # (CUGRAPH_ACCEL_SKINNY_BATCHES, profile way fused-skinny-batches): their GPU tests, the 1B's
 # 8-row chain swept against inductor + cuBLAS, and the 1B and Qwen profiled at batches 1, 8 and 32 with and
-# without them (Qwen also with the skinny kernels at batch 1, its table step-swept since stop 18), and the
-# skinny kernels under PDL prefetching all their weights (CUGRAPH_ACCEL_PREFETCH_ALL), and the attention
-# prefetching its first K/V block (CUGRAPH_ACCEL_PREFETCH_KV). The 8B
+# without them (Qwen also with the skinny kernels at batch 1, its table step-swept since stop 18). The 8B
 # in a call of its own: PROFILES="llama-3.1-8b:fused llama-3.1-8b:fused-skinny-batches"
 # STEP_SWEEPS="llama-3.1-8b:120:8" TESTS="".
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
@@ -35,8 +34,7 @@ for entry in ${STEP_SWEEPS-"llama-3.2-1b:60:8"}; do
     --budget-s "$budget" --write-configs "$TABLE" --log "$LOGS/step-trials-$model-$rows.tsv"
 done
 cp "$TABLE" "$FINAL/skinny_configs.json"
-PROFILES=${PROFILES:-"llama-3.2-1b:fused,fused-skinny-batches,fused-prefetch-all,fused-prefetch-kv \
-qwen2.5-0.5b:fused,fused-skinny-batches,fused-skinny-b1,fused-skinny-b1-prefetch,fused-prefetch-kv"}
+PROFILES=${PROFILES:-"llama-3.2-1b:fused,fused-skinny-batches qwen2.5-0.5b:fused,fused-skinny-batches,fused-skinny-b1"}
 n=0
 for entry in $PROFILES; do
   IFS=: read -r model ways <<< "$entry"

@@ -4,12 +4,11 @@ default since the H200 measured it (2026-12-01, batch-1 replay: Llama-3.2-1B 0.9
 0.795 -> 0.762, Llama-3.1-8B 4.317 -> 4.265; docs/PERF.md); CUGRAPH_ACCEL_PDL=0 turns it off.
 
 A kernel launched with PDL may start while the kernel before it still runs: it does what does not depend
-on that kernel (the skinny matmuls ask L2 for their first block of weights, or all of them with
-skinny_matmul.PREFETCH_ALL), then `gdc_wait()` until that kernel is complete and its writes are visible,
-then `gdc_launch_dependents()` so that the next kernel may start in turn (its programs wait for all of
-ours). A kernel launched without PDL after one of ours waits for it as usual, and one of ours after a
-kernel that never calls launch_dependents simply starts when that one ends. Inside a CUDA graph the
-launches keep their attribute (CUDA 12.3+).
+on that kernel (the skinny matmuls ask L2 for their first block of weights), then `gdc_wait()` until that
+kernel is complete and its writes are visible, then `gdc_launch_dependents()` so that the next kernel may
+start in turn (its programs wait for all of ours). A kernel launched without PDL after one of ours waits
+for it as usual, and one of ours after a kernel that never calls launch_dependents simply starts when
+that one ends. Inside a CUDA graph the launches keep their attribute (CUDA 12.3+).
 """
 
 import os

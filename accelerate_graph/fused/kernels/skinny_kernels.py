@@ -47,17 +47,6 @@ def _prefetch_block(w_ptr, pid_n, k_start, N, K, BLOCK_N: tl.constexpr, BLOCK_K:
 
 
 @triton.jit
-def _prefetch(w_ptr, pid_n, pid_s, N, K, K_PER_SPLIT, ALL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The program's first block of W, or (ALL) every block of its K slice."""
-    k_start = pid_s * K_PER_SPLIT
-    if ALL:
-        for k0 in range(0, K_PER_SPLIT, BLOCK_K):
-            _prefetch_block(w_ptr, pid_n, k_start + k0, N, K, BLOCK_N, BLOCK_K)
-    else:
-        _prefetch_block(w_ptr, pid_n, k_start, N, K, BLOCK_N, BLOCK_K)
-
-
-@triton.jit
 def _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
     """rsqrt(mean(x^2) + eps) of each row, in float32 (x rows are short: every program recomputes it)."""
     squares = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
@@ -233,8 +222,7 @@ def skinny_kernel(
     NUM_W: tl.constexpr, HAS_B0: tl.constexpr, HAS_B1: tl.constexpr, HAS_B2: tl.constexpr,
     NORM: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr,
     USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
-    USE_PDL: tl.constexpr, PREFETCH_ALL: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Grid (blocks of N0 [+ N1 [+ N2]] for MODE 0, of N0 otherwise; blocks of M; SPLIT)."""
     pid_n = tl.program_id(0)
@@ -242,12 +230,12 @@ def skinny_kernel(
     pid_s = tl.program_id(2)
     if USE_PDL:
         # launched while the previous kernel still runs: first ask for this program's first block of
-        # weights (PREFETCH_ALL: all of them), which nothing before us writes, then wait for that kernel's
-        # outputs (x, residual), then let the next kernel launch (its programs wait for all of ours in turn)
+        # weights, which nothing before us writes, then wait for that kernel's outputs (x, residual), then
+        # let the next kernel launch (its programs wait for all of ours in turn)
         if MODE != 0 or NUM_W == 1:  # one weight per program (gate and up side by side in MODE 2)
-            _prefetch(w0, pid_n, pid_s, N0, K, K_PER_SPLIT, PREFETCH_ALL, BLOCK_N, BLOCK_K)
+            _prefetch_block(w0, pid_n, pid_s * K_PER_SPLIT, N0, K, BLOCK_N, BLOCK_K)
             if MODE == 2:
-                _prefetch(w1, pid_n, pid_s, N0, K, K_PER_SPLIT, PREFETCH_ALL, BLOCK_N, BLOCK_K)
+                _prefetch_block(w1, pid_n, pid_s * K_PER_SPLIT, N0, K, BLOCK_N, BLOCK_K)
         gdc_wait()
         gdc_launch_dependents()
     if NORM != 0:

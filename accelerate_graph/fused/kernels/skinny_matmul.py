@@ -14,7 +14,6 @@ interpreter was on at import: the tests).
 """
 
 # no `from __future__ import annotations`: torch.library infers the op schemas from the annotations
-import os
 from typing import Optional
 
 import torch
@@ -116,20 +115,6 @@ def _cdiv(a, b):
     return (a + b - 1) // b
 
 
-# Under PDL a kernel starts while the one before it ends; each program first asks L2 for its first block of
-# weights. PREFETCH_ALL asks for all of them, where the op's weights fit in PREFETCH_ALL_MAX_BYTES (half the
-# H200's 50 MB L2): a small model's GEMVs are bound by latency, not bandwidth (Qwen2.5-0.5B's o projection
-# moved 1.6 MB in 1.9 us, 0.85 TB/s, H200, 2026-12-01), so their reads could start during the previous
-# kernel. Off until measured (CUGRAPH_ACCEL_PREFETCH_ALL=1; profile_step.py --ways fused-prefetch-all).
-PREFETCH_ALL = os.environ.get("CUGRAPH_ACCEL_PREFETCH_ALL", "0") == "1"
-PREFETCH_ALL_MAX_BYTES = 24 * 2**20
-
-
-def prefetches_all(weights) -> bool:
-    """Whether a PDL launch over `weights` prefetches all of them (PREFETCH_ALL, above)."""
-    return PREFETCH_ALL and sum(w.numel() * w.element_size() for w in weights) <= PREFETCH_ALL_MAX_BYTES
-
-
 def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, activation="silu", cfg=None):
     """The ops' body on the Triton path: runs skinny_kernel (and finish_kernel under split-K) for `op`
     ("proj", "residual", "gate_up") with `cfg` (default: the table's or the heuristic's, see configs);
@@ -179,8 +164,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
         *w_args, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, ws, nt,
         NORM=NORM_KINDS[norm_kind] if norm_weight is not None else 0,
         USE_DOT=cfg.dot, IEEE_DOT=x.dtype == torch.float32, EVEN_K=k % cfg.block_k == 0,
-        USE_PDL=bool(extra), PREFETCH_ALL=bool(extra) and prefetches_all(weights),
-        BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **extra,
+        USE_PDL=bool(extra), BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **extra,
     )  # fmt: skip
     if split > 1:
         wrap(skinny_kernels.finish_kernel)[(sum(n_blocks), m_blocks, 1)](

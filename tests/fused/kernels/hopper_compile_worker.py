@@ -18,6 +18,9 @@ HOPPER = GPUTarget("cuda", 90, 32)
 def compile_for_hopper(
     kernel, constexprs: dict, pointers: dict, float_type: str, floats=("eps", "scale", "softcap")
 ) -> None:
+    missing = [p.name for p in kernel.params if p.is_constexpr and p.name not in constexprs]
+    if missing:  # every launch passes them all: a default here would compile a variant none runs
+        raise ValueError(f"constexprs not given: {missing}")
     params = list(inspect.signature(kernel.fn).parameters)
     signature = {}
     for name in params:
@@ -50,17 +53,14 @@ ATTENTION_POINTERS = {
 
 def variants():
     """(description, kernel, constexprs, pointers) for each variant the launches can ask for."""
-    # PDL with tensor cores too (the kernels above batch 1, SKINNY_ABOVE_BATCH_1); PREFETCH_ALL only under PDL
-    pdl_kinds = ((False, False), (True, False), (True, True))  # (USE_PDL, PREFETCH_ALL)
-    for mode, dot, split, weights, (pdl, prefetch_all) in itertools.product(
-        (0, 1, 2), (False, True), (1, 2), (1, 3), pdl_kinds
-    ):
+    # PDL with tensor cores too (the kernels above batch 1, SKINNY_ABOVE_BATCH_1)
+    for mode, dot, split, weights, pdl in itertools.product((0, 1, 2), (False, True), (1, 2), (1, 3), (False, True)):
         if mode and weights != 1:
             continue
         flags = dict(
             NORM=0 if mode == 1 else 1, NUM_W=weights, HAS_B0=True, HAS_B1=True, HAS_B2=False, MODE=mode,
             ACT=int(mode == 2), SPLIT=split, USE_DOT=dot, IEEE_DOT=False, EVEN_K=not dot, OUT_BF16=True,
-            USE_PDL=pdl, PREFETCH_ALL=prefetch_all, BLOCK_M=16 if dot else 1, BLOCK_N=32, BLOCK_K=128,
+            USE_PDL=pdl, BLOCK_M=16 if dot else 1, BLOCK_N=32, BLOCK_K=128,
         )  # fmt: skip
         kernels = [skinny_kernels.skinny_kernel] + ([skinny_kernels.finish_kernel] if split > 1 else [])
         for kernel in kernels:
@@ -73,13 +73,10 @@ def variants():
         flags = dict(
             GROUP=group, HEAD_DIM=head_dim, BLOCK_G=block(group), BLOCK_D=block(head_dim), BLOCK_L=64,
             MASK_KIND=mask_kind, MASK_PER_HEAD=False, SOFTCAP=softcap, DIRECT=direct, UPCAST=False, IEEE=False,
-            USE_PDL=pdl, FOLD=False, FENCE=False, PREFETCH_KV=False, KV_LINES=1,
+            USE_PDL=pdl, FOLD=False, FENCE=False,
         )  # fmt: skip
         kernel = decode_attention._decode_split_kernel
         yield f"decode split {flags}", kernel, flags, {**ATTENTION_POINTERS, "Mask": mask}
-        if pdl:  # K/V's first block asked of L2 before the wait
-            prefetching = {**flags, "PREFETCH_KV": True, "KV_LINES": decode_attention._lines_per_slot(head_dim, 2)}
-            yield f"decode split {prefetching}", kernel, prefetching, {**ATTENTION_POINTERS, "Mask": mask}
         if not direct:  # the combine folded in: arrival counter, GPU-wide fences, the last program combines
             folded = {**flags, "FOLD": True, "FENCE": True}
             yield f"decode split {folded}", kernel, folded, {**ATTENTION_POINTERS, "Mask": mask}

@@ -161,34 +161,6 @@ def test_configs_come_from_the_sweeps_file_else_the_heuristic(tmp_path, monkeypa
     assert kernel.heuristic_config(8, batch_one=False).splits == 2
 
 
-def test_the_kv_prefetch_reaches_the_kernel_only_under_pdl_when_switched_on(monkeypatch):
-    """PREFETCH_KV goes to the split kernel only for a PDL launch with the switch on; KV_LINES counts the
-    128-byte lines of one slot of one head (bf16: 1 at d 64, 2 at d 128; float32 at d 128: 4; d 80: 2)."""
-    launched = []
-
-    class Recorder:
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: launched.append(kwargs)
-
-    monkeypatch.setattr(kernel, "_decode_split_kernel", Recorder())
-    monkeypatch.setattr(kernel, "_decode_combine_kernel", Recorder())
-    config = kernel.DecodeConfig(block_l=64, num_warps=4, splits=2)
-    for switch, options, want in (
-        (True, {}, False),
-        (False, {"launch_pdl": True}, False),
-        (True, {"launch_pdl": True}, True),
-    ):
-        monkeypatch.setattr(kernel, "PREFETCH_KV", switch)
-        monkeypatch.setattr(kernel.pdl, "launch_options", lambda device, options=options: options)
-        query, key, value = torch.randn(1, 4, 1, 64), torch.randn(1, 2, 128, 64), torch.randn(1, 2, 128, 64)
-        kernel.launch(query.bfloat16(), key.bfloat16(), value.bfloat16(), None, 0.125, 0.0, config)
-        split = launched[-2]  # then the combine's
-        assert (split["PREFETCH_KV"], split["USE_PDL"]) == (want, bool(options)), (switch, options)
-        assert split["KV_LINES"] == 1
-    sizes = [(64, 2), (128, 2), (128, 4), (80, 2)]
-    assert [kernel._lines_per_slot(d, size) for d, size in sizes] == [1, 2, 4, 2]
-
-
 def test_unsupported_inputs_are_refused():
     query, key, value, mask = inputs(dict(b=2, hq=14, hkv=2, d=64, L=16, mask="bool"))
     assert kernel.supports(query, key, value, mask)
@@ -246,31 +218,22 @@ def layer_like(query, new_k, new_v, cache_k, cache_v, slot, mask, weight):
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.parametrize(
-    ("batch", "early", "fold", "prefetch"),
-    [
-        (1, False, False, False),
-        (4, False, False, False),
-        (1, True, False, False),
-        (1, True, True, False),
-        (4, False, True, False),
-        (1, True, False, True),
-    ],
-    ids=["b1", "b4", "b1-pdl", "b1-pdl-folded", "b4-folded", "b1-pdl-prefetch-kv"],
+    ("batch", "early", "fold"),
+    [(1, False, False), (4, False, False), (1, True, False), (1, True, True), (4, False, True)],
+    ids=["b1", "b4", "b1-pdl", "b1-pdl-folded", "b4-folded"],
 )
-def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, fold, prefetch):
+def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, fold):
     """Inductor compiles the op with the layer's own kernels; one compilation serves every context
     length; a CUDA graph of the compiled step replays it with new inputs like the matmul path; also with
     the kernels launched early (PDL), where a wait in the wrong place would read the query or the slot
     just written before they are there; and with the combine folded into the split kernel, where a
     program that combined before the others' partials were visible would be off (its counters must be
-    back at zero after every launch); and with K/V's first block prefetched before the wait (the slot
-    being written included: L2 must hand back the write, not the prefetched line)."""
+    back at zero after every launch)."""
     from accelerate_graph.compat.torch_internals import dynamo_graph_count
     from accelerate_graph.fused.kernels import pdl
 
     monkeypatch.setattr(pdl, "ENABLED", early)
     monkeypatch.setattr(kernel, "FOLD_COMBINE", fold)
-    monkeypatch.setattr(kernel, "PREFETCH_KV", prefetch)
     torch._dynamo.reset()
     gen = torch.Generator(device="cuda").manual_seed(0)
     hq, hkv, d, slots = 14, 2, 64, 256

@@ -404,14 +404,12 @@ def test_gpu_ops_compile_with_inductor_and_replay_in_a_cuda_graph():
 def test_gpu_pdl_launches_replay_what_plain_launches_compute(monkeypatch):
     """CUGRAPH_ACCEL_PDL: the kernels launched with PDL (prefetch, wait, early launch of the next)
     inside a compiled layer and a CUDA graph compute what plain launches do, bit for bit, over several
-    inputs: a wait in the wrong place would read a half-written x or residual. With PREFETCH_ALL too
-    (every weight of a program asked for before the wait)."""
+    inputs: a wait in the wrong place would read a half-written x or residual."""
     layer = TinyLayer().to("cuda", torch.bfloat16).eval()
     static_in = torch.randn(1, 1, 256, device="cuda", dtype=torch.bfloat16)
     graphs = {}
-    for early in ("plain", "pdl", "pdl-prefetch-all"):
-        monkeypatch.setattr(pdl, "ENABLED", early != "plain")
-        monkeypatch.setattr(sm, "PREFETCH_ALL", early == "pdl-prefetch-all")
+    for early in (False, True):
+        monkeypatch.setattr(pdl, "ENABLED", early)
         torch._dynamo.reset()
         compiled = torch.compile(layer, backend="inductor", fullgraph=True)
         with torch.no_grad():
@@ -431,42 +429,8 @@ def test_gpu_pdl_launches_replay_what_plain_launches_compute(monkeypatch):
             graph.replay()
             torch.cuda.synchronize()
             results[early] = [o.clone() for o in outs]
-        for way in ("pdl", "pdl-prefetch-all"):
-            for plain, launched_early in zip(results["plain"], results[way]):
-                assert torch.equal(plain, launched_early), way
-
-
-def test_prefetch_all_only_under_pdl_when_switched_on_and_for_weights_that_fit(monkeypatch):
-    """PREFETCH_ALL reaches the kernel only for a PDL launch (a plain launch never prefetches), only with the
-    switch on, and only where the op's weights fit in PREFETCH_ALL_MAX_BYTES (gate and up counted together)."""
-    launched = []
-
-    class Recorder:
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: launched.append(kwargs)
-
-    monkeypatch.setattr(torch.library, "wrap_triton", lambda kernel: Recorder())
-    x, residual = torch.randn(1, 64, dtype=torch.bfloat16), torch.randn(1, 32, dtype=torch.bfloat16)
-    w = torch.randn(32, 64, dtype=torch.bfloat16)
-    one, two = w.numel() * w.element_size(), 2 * w.numel() * w.element_size()
-    cases = [  # (switch, PDL launch options, max bytes, op, want)
-        (True, {}, two, "residual", False),
-        (False, {"launch_pdl": True}, two, "residual", False),
-        (True, {"launch_pdl": True}, one, "residual", True),
-        (True, {"launch_pdl": True}, one - 1, "residual", False),
-        (True, {"launch_pdl": True}, two, "gate_up", True),
-        (True, {"launch_pdl": True}, two - 1, "gate_up", False),
-    ]
-    for switch, options, max_bytes, op, want in cases:
-        monkeypatch.setattr(sm, "PREFETCH_ALL", switch)
-        monkeypatch.setattr(sm, "PREFETCH_ALL_MAX_BYTES", max_bytes)
-        monkeypatch.setattr(pdl, "launch_options", lambda device, options=options: options)
-        if op == "residual":
-            sm.launch("residual", x, None, 0.0, "llama", [w], [None], residual=residual)
-        else:
-            sm.launch("gate_up", x, torch.ones(64, dtype=torch.bfloat16), 1e-6, "llama", [w, w], [None, None])
-        assert launched[-1]["PREFETCH_ALL"] is want, (switch, options, max_bytes, op)
-        assert launched[-1]["USE_PDL"] is bool(options)
+        for plain, launched_early in zip(results[False], results[True]):
+            assert torch.equal(plain, launched_early)
 
 
 def test_pdl_is_active_on_hopper_gpus_only_and_can_be_turned_off(monkeypatch):
