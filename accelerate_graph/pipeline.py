@@ -309,7 +309,7 @@ def _start_fusing(session: DecodeSession, request: CaptureRequest) -> None:
     from accelerate_graph.fused.layers import FusedForward, use_cache_dir
 
     use_cache_dir(request.inductor_cache)
-    session.fused = FusedForward(session.model)
+    session.fused = FusedForward(session.model, positions=session.kv.storage_len)
 
 
 def capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:

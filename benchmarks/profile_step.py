@@ -25,7 +25,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from accelerate_graph.fused import gemv_lowering, grouped_attention, layer_program
 from accelerate_graph.fused import layers as fused_step
-from accelerate_graph.fused.kernels import decode_attention, pdl, skinny_matmul
+from accelerate_graph.fused.kernels import decode_attention, pdl
 from accelerate_graph.pipeline import CaptureRequest, prepare
 
 CLASSES = (  # first match wins; names as cuBLAS, PyTorch and triton print them
@@ -50,8 +50,6 @@ class Way:
     gate_up_apart: bool = layer_program.GATE_UP_APART_AT_BATCH_1  # merged: gate and up two GEMVs at batch 1
     skinny_b1: str = layer_program.SKINNY_AT_BATCH_1  # merged, batch 1: skinny kernels "auto" (by size), "1", "0"
     skinny_above: bool = layer_program.SKINNY_ABOVE_BATCH_1  # merged, above batch 1: the skinny kernels
-    prefetch_all: bool = skinny_matmul.PREFETCH_ALL  # under PDL the skinny kernels prefetch all their weights
-    prefetch_kv: bool = decode_attention.PREFETCH_KV  # under PDL the attention prefetches its first K/V block
     pdl_on: bool = pdl.ENABLED  # our kernels with PDL, and inductor's unless `inductor` turns it off
     triton_attention: bool = grouped_attention.TRITON_DECODE  # the default: on (CUGRAPH_ACCEL_TRITON_ATTENTION)
     fold_combine: bool = decode_attention.FOLD_COMBINE  # the attention's combine inside its split kernel
@@ -59,6 +57,7 @@ class Way:
     materialize: bool = gemv_lowering.MATERIALIZE_INPUT  # GEMV inputs stored before the reduction
     inductor: tuple = ()  # (setting, value) pairs added to fused.layers.INDUCTOR_SETTINGS
     tune: str = fused_step.TUNE  # coordinate-descent tuning: "auto" (by hidden size), "1" or "0"
+    rotary_table: bool = fused_step.ROTARY_TABLE  # cos/sin gathered from a table (fused/rotary_table.py)
 
 
 REPLAYS = 50
@@ -190,9 +189,7 @@ def main() -> None:
         "fused-skinny-b1": Way("fused, skinny kernels at 1", skinny_b1="1"),
         "fused-gemv-b1": Way("fused, inductor GEMVs at 1", skinny_b1="0"),
         "fused-skinny-batches": Way("fused, skinny kernels above 1", skinny_above=True),
-        "fused-prefetch-all": Way("fused, skinny kernels prefetch all", prefetch_all=True),
-        "fused-prefetch-kv": Way("fused, attention prefetches K/V", prefetch_kv=True),
-        "fused-skinny-b1-prefetch": Way("fused, skinny at 1, prefetch all", skinny_b1="1", prefetch_all=True),
+        "fused-no-rotary-table": Way("fused, HF's rotary module", rotary_table=False),  # the default before stop 20
         # PDL: every kernel of the step by default since 2026-12-01 (ours and inductor's); these ways
         # take it off, or leave it on for ours alone
         "fused-no-pdl": Way("fused, no PDL", pdl_on=False),
@@ -225,10 +222,9 @@ def main() -> None:
         layer_program.GATE_UP_APART_AT_BATCH_1 = way.gate_up_apart
         layer_program.SKINNY_AT_BATCH_1 = way.skinny_b1
         layer_program.SKINNY_ABOVE_BATCH_1 = way.skinny_above
-        skinny_matmul.PREFETCH_ALL = way.prefetch_all
-        decode_attention.PREFETCH_KV = way.prefetch_kv
         pdl.ENABLED = way.pdl_on
         fused_step.TUNE = way.tune
+        fused_step.ROTARY_TABLE = way.rotary_table
         fused_step.INDUCTOR_SETTINGS = {**shipped_settings, **dict(way.inductor)}
         request = CaptureRequest(
             model=args.model,

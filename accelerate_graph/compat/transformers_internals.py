@@ -137,3 +137,25 @@ def modeling_module_defines(model: torch.nn.Module, name: str) -> bool:
     import sys
 
     return hasattr(sys.modules.get(type(model).__module__), name)
+
+
+def rotary_embedding_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's rotary embedding modules whose cos/sin depend on the position alone: HF's convention of
+    a `rotary_emb` module with an `inv_freq` buffer, a `rope_type` and `forward(x, position_ids)`
+    (e.g. `transformers.models.llama.modeling_llama.LlamaRotaryEmbedding`), leaving out the rope types that
+    `transformers.modeling_rope_utils.dynamic_rope_update` recomputes from the call's sequence length
+    ("dynamic", "longrope") and modules taking more arguments (a layer type). No public API lists them.
+    Checked: transformers 5.17, 5.24."""
+    import inspect
+
+    found = []
+    for name, module in model.named_modules():
+        if name.rsplit(".", 1)[-1] != "rotary_emb" or not isinstance(getattr(module, "inv_freq", None), torch.Tensor):
+            continue
+        if list(inspect.signature(module.forward).parameters) != ["x", "position_ids"]:
+            continue
+        rope_type = str(getattr(module, "rope_type", "default"))
+        if "dynamic" in rope_type or "longrope" in rope_type:
+            continue
+        found.append(module)
+    return found

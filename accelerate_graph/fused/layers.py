@@ -4,8 +4,9 @@ graphs, then the whole step captured by us like any other: same buckets, shared 
 Regional compilation: every decoder layer runs one compiled function (inductor's kernels for one
 layer, fed each layer's weights and cache as inputs), so dynamo traces one layer, not 24: the whole
 Qwen2.5-0.5B step took ~40 s to compile on the H200, its layer ~19 s for both batch classes. What runs
-between the layers (embedding, rotary tables, mask, final norm, lm_head: ~10-30 small kernels) stays
-eager inside our graph: compiling it too saved ~10 kernels and cost ~6 s per batch class (H200).
+between the layers (embedding, mask, final norm, lm_head: ~10-30 small kernels) stays eager inside our
+graph: compiling it too saved ~10 kernels and cost ~6 s per batch class (H200). The rotary module's cos
+and sin come from a table instead (rotary_table.py): one gather, no compiling.
 
 Two compilations per layer class serve every graph: one for batch 1 (static shapes; its projections
 become GEMV kernels, gemv_lowering.py) and one for every larger batch (batch and context dimensions
@@ -47,6 +48,7 @@ from accelerate_graph.fused.layer_program import (
     merge_projections,
     program_for,
 )
+from accelerate_graph.fused.rotary_table import rotary_tables
 
 # Batch 1 compiles its projections to GEMV kernels (gemv_lowering.py). A switch so that
 # benchmarks/profile_step.py can measure the step without them.
@@ -72,6 +74,9 @@ TUNE_SETTINGS = {"coordinate_descent_tuning": True, "autotune_local_cache": Fals
 PDL_SETTINGS = {"triton.enable_pdl": True}
 TUNE_FROM_HIDDEN_SIZE = 2048
 TUNE = os.environ.get("CUGRAPH_ACCEL_TUNE", "auto")
+# The rotary module's cos/sin gathered from a table it filled once (rotary_table.py): one kernel a step
+# instead of ~9. CUGRAPH_ACCEL_ROTARY_TABLE=0 keeps HF's module.
+ROTARY_TABLE = os.environ.get("CUGRAPH_ACCEL_ROTARY_TABLE", "1") == "1"
 
 
 def tunes_at(hidden_size: int) -> bool:
@@ -238,7 +243,10 @@ class FusedForward:
 
     refusal_hint = DROP_FUSE  # what capture and the quick check tell a user whose --fuse failed
 
-    def __init__(self, model: torch.nn.Module, backend: str = "inductor", ops: LayerOps | None = None):
+    def __init__(
+        self, model: torch.nn.Module, backend: str = "inductor", ops: LayerOps | None = None, positions: int = 0
+    ):
+        """`positions`: how many positions the step's cache holds (its rotary table's rows); 0: no table."""
         self.model = model
         self.backend = backend
         self.layers = decoder_layers(model)
@@ -260,9 +268,12 @@ class FusedForward:
         self.recompiles = 0  # compilations in a call whose batch class had compiled already
         self._layer_calls = 0  # in the current call: a step that never calls its layers is refused
         self._unadvanced: list[torch.Tensor] = []  # in the current call: positions the layers left to us
+        # built here, before any capture: a graph keeps the table's address
+        self.rotary = rotary_tables(model, positions) if ROTARY_TABLE and positions else {}
 
     def layer_forward_kind(self) -> str:
-        """What inductor compiles for each layer, for the notes a user reads."""
+        """What the fused step runs (what inductor compiles for each layer, and the rotary table), for the
+        notes a user reads."""
         kind = f"the layer program, {self.ops.name}" if self.programmed else "HF's layer forward"
         on_gpu = self.device.type == "cuda"
         skinny = self.programmed and self.ops.merged and on_gpu
@@ -270,6 +281,7 @@ class FusedForward:
             kind += ", skinny GEMV kernels at batch 1"
         if skinny and layer_program.SKINNY_ABOVE_BATCH_1:
             kind += ", skinny kernels above batch 1"
+        kind += ", rotary table" if self.rotary else ""
         return kind + (", kernels tuned" if self.tuned else "") + (", PDL" if self.pdl else "")
 
     def _compiled_forward(self, layer: torch.nn.Module):
@@ -323,7 +335,7 @@ class FusedForward:
         before = torch_internals.dynamo_graph_count()
         start = time.perf_counter()
         self._layer_calls, self._unadvanced = 0, []
-        with torch_internals.forwards_replaced(compiled):
+        with torch_internals.forwards_replaced({**compiled, **self.rotary}):
             with torch_internals.recompile_limit_at_least(64), torch.no_grad(), self._settings(batch):
                 out = self.model(input_ids=input_ids, **kwargs)
             if self._unadvanced:  # one kernel for every layer's position (each layer's own add: ~1 us each)

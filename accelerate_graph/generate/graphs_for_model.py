@@ -65,5 +65,5 @@ def _start_fusing(session, mode: str) -> Callable[[], None]:
     if mode != "full":
         raise CaptureError(f"fuse=True needs the whole step in one graph, but this model's plan is {mode}.")
     undo = use_grouped_attention(session.model)
-    session.fused = FusedForward(session.model)
+    session.fused = FusedForward(session.model, positions=session.kv.storage_len)
     return undo

@@ -527,3 +527,13 @@ def test_inductor_generated_code_returns_the_result_and_the_source():
     result, code = ti.inductor_generated_code(compiled, torch.ones(4))
     assert torch.allclose(result, torch.ones(4).mul(2).sin())
     assert len(code) == 1 and "def call(" in code[0], "torch._inductor.utils.run_and_get_code changed"
+
+
+def test_rotary_embedding_modules_finds_hfs_rotary_module_and_skips_length_dependent_ropes():
+    symbol = "transformers.models.llama.modeling_llama.LlamaRotaryEmbedding (rotary_emb, inv_freq, rope_type)"
+    llama = tiny_decoder("llama")
+    dynamic = tiny_decoder("llama", rope_scaling={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
+    with upstream(symbol, HF):
+        found = hf.rotary_embedding_modules(llama)
+        skipped = hf.rotary_embedding_modules(dynamic)
+    expect(found == [llama.model.rotary_emb] and skipped == [], symbol, HF, f"found {found}, dynamic {skipped}")

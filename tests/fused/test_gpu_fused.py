@@ -19,7 +19,8 @@ def capture_and_verify(model, fused: bool, dtype=torch.bfloat16):
     session = DecodeSession(model.to(GPU, dtype), 4, 64)
     if fused:
         torch._dynamo.reset()  # compilations of earlier tests share HF's code objects: count only ours
-        session.fused = FusedForward(session.model)
+        session.fused = FusedForward(session.model, positions=session.kv.storage_len)  # as capture builds it
+        assert session.fused.rotary, "the rotary table is what --fuse runs"
     graphs = capture_decode_graphs(session, backend_for(GPU), (1, 2, 4), contexts=(16, 32))
     rows = verify_graphs(graphs, steps=8, prompt_len=6)
     assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
@@ -86,7 +87,7 @@ def test_compile_contender_after_a_fused_capture_compiles_whole():
     model = tiny_decoder("llama").to(GPU, torch.bfloat16)
     session = DecodeSession(model, 4, 64)
     undo = use_grouped_attention(model)
-    session.fused = FusedForward(model)
+    session.fused = FusedForward(model, positions=session.kv.storage_len)
     capture_decode_graphs(session, backend_for(GPU), (1, 4), contexts=(16,))
     undo()
     session.prefill(torch.randint(0, 200, (4, 5), device=GPU))
