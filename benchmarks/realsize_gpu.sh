@@ -6,7 +6,7 @@
 #                           each with its check after capture);
 #   Gemma-2-2B:             verify, plain graphs, buckets 1,8,32 (sliding window, logit softcapping);
 #   Qwen3-30B-A3B:          verify at bucket 1 only (capture + verify: 61 GB of weights).
-# RECIPES overrides the bench list. Every command reports its peak device memory beside its stated bound;
+# RECIPES overrides the bench list, CONTEXTS its caches; VERIFY=0 leaves out the two verifies. Every command reports its peak device memory beside its stated bound;
 # a short table comes last.
 # Usage on the device machine: OUT=/some/dir bash benchmarks/realsize_gpu.sh;
 # the logs and JSON come back in $OUT/realsize-gpu-logs.tgz (the device returns at most 8 files).
@@ -15,10 +15,12 @@ DEADLINE=${DEADLINE:-560} LOGS=/tmp/realsize-gpu SHOW="^peak device memory|memor
 source "$(dirname "$0")/deadline.sh"
 for recipe in ${RECIPES:-olmoe-1b-7b phi-3-mini-4k llama-3.1-8b}; do
   run "bench-$recipe" 90 330 python3 -m cli bench "$recipe" --compare eager,graph,fused,compile --buckets 1,8,32 \
-    --context 1024,4096 --steps 20 --warmup 3 --json "$LOGS/bench-$recipe.json"
+    --context "${CONTEXTS:-1024,4096}" --steps 20 --warmup 3 --json "$LOGS/bench-$recipe.json"
 done
-run "verify-gemma-2-2b" 30 100 python3 -m cli verify gemma-2-2b --buckets 1,8,32 --steps 8 --json "$LOGS/verify-gemma-2-2b.json"
-run "verify-qwen3-30b-a3b" 30 120 python3 -m cli verify qwen3-30b-a3b --buckets 1 --steps 8 --json "$LOGS/verify-qwen3-30b-a3b.json"
+if [ "${VERIFY:-1}" = 1 ]; then
+  run "verify-gemma-2-2b" 30 100 python3 -m cli verify gemma-2-2b --buckets 1,8,32 --steps 8 --json "$LOGS/verify-gemma-2-2b.json"
+  run "verify-qwen3-30b-a3b" 30 120 python3 -m cli verify qwen3-30b-a3b --buckets 1 --steps 8 --json "$LOGS/verify-qwen3-30b-a3b.json"
+fi
 python3 - "$LOGS" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])

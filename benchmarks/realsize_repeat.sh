@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13's "five repeated verify runs of each" on one H200, one device call (DEADLINE s, default 575):
+# Issue 13's "five repeated verify runs of each" (REPEAT, default 5) on one H200, one device call (DEADLINE s, default 575):
 # for each entry of ENTRIES (recipe:cache:plain|fused, most wanted first) a capture at buckets 1,8,32 and
 # that cache (with --fuse for fused), then `verify --plan ... --repeat 5` (new prompts each repeat).
 # Entries separated by "|" run in lanes side by side (below). FAULTS=1 adds the CUDA fault suite
@@ -29,7 +29,7 @@ repeat_entries() {  # ENTRY...: capture, then verify --repeat 5, one entry after
     run "capture-$name" 40 120 python3 -m cli capture "$recipe" "${fuse[@]}" --buckets 1,8,32 --max-cache-len "$cache" \
       --plan "$LOGS/$name.yaml"
     [ -f "$LOGS/$name.yaml" ] && run "verify-$name" 60 520 python3 -m cli verify --plan "$LOGS/$name.yaml" --steps 8 \
-      --repeat 5 --json "$LOGS/verify-$name.json"
+      --repeat "${REPEAT:-5}" --json "$LOGS/verify-$name.json"
   done
 }
 # Lanes: ENTRIES split at "|" run side by side on the one GPU (verify is no timing: a lane only slows the
