@@ -208,6 +208,12 @@ def main() -> None:
         # the defaults before 2026-12-01's second session: gate and up one GEMV at batch 1, no combo kernels
         "fused-gate-up-merged": Way("fused, gate/up one GEMV at 1", gate_up_apart=False),
         "fused-no-combo": Way("fused, no combo kernels", inductor=(("combo_kernels", False),)),
+        # above batch 1: Triton GEMM templates against cuBLAS, with inductor's prologue/epilogue fusion (the
+        # norms and activation are separate kernels next to cuBLAS at batch 8: docs/PERF.md stop 20, item 4)
+        "fused-triton-gemm": Way(
+            "fused, Triton GEMMs autotuned",
+            inductor=(("max_autotune_gemm", True), ("max_autotune_gemm_backends", "TRITON")),
+        ),
     }
     results = []
     shipped_settings = dict(fused_step.INDUCTOR_SETTINGS)
