@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from accelerate_graph.fused import gemv_lowering, grouped_attention, layer_program
+from accelerate_graph.fused import final_norm, gemv_lowering, grouped_attention, layer_program
 from accelerate_graph.fused import layers as fused_step
 from accelerate_graph.fused.kernels import decode_attention, pdl
 from accelerate_graph.pipeline import CaptureRequest, prepare
@@ -58,6 +58,7 @@ class Way:
     inductor: tuple = ()  # (setting, value) pairs added to fused.layers.INDUCTOR_SETTINGS
     tune: str = fused_step.TUNE  # coordinate-descent tuning: "auto" (by hidden size), "1" or "0"
     rotary_table: bool = fused_step.ROTARY_TABLE  # cos/sin gathered from a table (fused/rotary_table.py)
+    final_norm_kernel: bool = final_norm.FINAL_NORM_KERNEL  # the final RMSNorm as one kernel (fused/final_norm.py)
 
 
 REPLAYS = 50
@@ -190,6 +191,7 @@ def main() -> None:
         "fused-gemv-b1": Way("fused, inductor GEMVs at 1", skinny_b1="0"),
         "fused-skinny-batches": Way("fused, skinny kernels above 1", skinny_above=True),
         "fused-no-rotary-table": Way("fused, HF's rotary module", rotary_table=False),  # the default before stop 20
+        "fused-final-norm": Way("fused, final norm kernel", final_norm_kernel=True),
         # PDL: every kernel of the step by default since 2026-12-01 (ours and inductor's); these ways
         # take it off, or leave it on for ours alone
         "fused-no-pdl": Way("fused, no PDL", pdl_on=False),
@@ -231,6 +233,7 @@ def main() -> None:
         pdl.ENABLED = way.pdl_on
         fused_step.TUNE = way.tune
         fused_step.ROTARY_TABLE = way.rotary_table
+        final_norm.FINAL_NORM_KERNEL = way.final_norm_kernel
         fused_step.INDUCTOR_SETTINGS = {**shipped_settings, **dict(way.inductor)}
         request = CaptureRequest(
             model=args.model,

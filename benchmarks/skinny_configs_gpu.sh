@@ -10,12 +10,11 @@
 # History: stop 17 swept the 8B and 1B shapes at batch 1 (then the skinny kernels became batch 1's default
 # from a hidden size of 2,048); stop 18 measured PDL (then the default); stop 19 measured the folded combine
 # (slower: off); stop 20 measured both L2 prefetches under PDL (all skinny weights, first K/V block): no
-# gain, removed. The defaults now (stop 19, not yet run): the skinny kernels ABOVE batch 1
-# (CUGRAPH_ACCEL_SKINNY_BATCHES, profile way fused-skinny-batches): their GPU tests, the 1B's
-# 8-row chain swept against inductor + cuBLAS, and the 1B and Qwen profiled at batches 1, 8 and 32 with and
-# without them (Qwen also with the skinny kernels at batch 1, its table step-swept since stop 18). The 8B
-# in a call of its own: PROFILES="llama-3.1-8b:fused llama-3.1-8b:fused-skinny-batches"
-# STEP_SWEEPS="llama-3.1-8b:120:8" TESTS="".
+# gain, removed; the skinny kernels above batch 1 (CUGRAPH_ACCEL_SKINNY_BATCHES): half cuBLAS's speed, off;
+# the rotary table (on). The defaults now (stop 20, not yet run): the final RMSNorm as one kernel
+# (CUGRAPH_ACCEL_FINAL_NORM_KERNEL, way fused-final-norm) and inductor's Triton GEMM templates above batch 1
+# (way fused-triton-gemm, compile time in the log), the 1B and Qwen at batches 1, 8 and 32, and the final
+# norm's GPU tests. No step sweep by default (STEP_SWEEPS="llama-3.2-1b:60:8" runs the 1B's 8-row chain).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-585} LOGS=/tmp/batch1 SHOW="replay|kernels,|8B shapes|^total|wrote|MISMATCH|Error|error|us per layer|against inductor|passed|failed"
@@ -27,14 +26,14 @@ sweep() {  # NAME LIMIT MODELS BUDGET
   grep -E "^(llama|qwen)" "$LOGS/$1.log" | cut -c1-130 | head -n 12
 }
 [ "${SWEEP:-0}" = 1 ] && sweep sweep-8b 200 llama-3.1-8b 130 && sweep sweep-small 150 llama-3.2-1b,qwen2.5-0.5b "${SMALL_BUDGET:-90}"
-for entry in ${STEP_SWEEPS-"llama-3.2-1b:60:8"}; do
+for entry in ${STEP_SWEEPS-}; do
   IFS=: read -r model budget rows <<< "$entry"
   rows=${rows:-1}
   run "step-sweep-$model-$rows" 40 $((budget + 60)) python3 benchmarks/step_sweep.py "$model" --rows "$rows" \
     --budget-s "$budget" --write-configs "$TABLE" --log "$LOGS/step-trials-$model-$rows.tsv"
 done
 cp "$TABLE" "$FINAL/skinny_configs.json"
-PROFILES=${PROFILES:-"llama-3.2-1b:fused,fused-skinny-batches qwen2.5-0.5b:fused,fused-skinny-batches,fused-skinny-b1"}
+PROFILES=${PROFILES:-"llama-3.2-1b:fused,fused-final-norm,fused-triton-gemm qwen2.5-0.5b:fused,fused-final-norm,fused-triton-gemm"}
 n=0
 for entry in $PROFILES; do
   IFS=: read -r model ways <<< "$entry"
@@ -44,7 +43,9 @@ for entry in $PROFILES; do
     --log-tuning "$LOGS/tuning-$n.log" --json "$LOGS/$name.json"
   grep -E "^ +[0-9]" "$LOGS/$name.log" | head -n 8
 done
-TESTS=${TESTS-"tests/fused/test_gpu_fused.py::test_merged_projections_verify_on_gpu \
+TESTS=${TESTS-"tests/fused/test_gpu_fused.py::test_the_final_norm_kernel_replays_and_verifies \
+  tests/fused/kernels/test_skinny_matmul.py::test_gpu_rms_norm_kernel_against_the_reference \
+  tests/fused/test_gpu_fused.py::test_merged_projections_verify_on_gpu \
   tests/fused/kernels/test_skinny_matmul.py::test_gpu_pdl_launches_replay_what_plain_launches_compute \
   tests/fused/kernels/test_decode_attention.py::test_gpu_kernel_inside_inductor_and_a_cuda_graph"}
 # shellcheck disable=SC2086 # TESTS is a list of pytest arguments

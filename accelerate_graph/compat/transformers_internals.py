@@ -159,3 +159,14 @@ def rotary_embedding_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
             continue
         found.append(module)
     return found
+
+
+def final_norm_module(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The norm after the last decoder layer: the `norm` attribute of the decoder that the public
+    `PreTrainedModel.get_decoder()` returns (e.g. `transformers.models.llama.modeling_llama.LlamaModel.norm`),
+    a modeling-file convention rather than an API (GPT-2 calls it `ln_f`: None there).
+    Checked: transformers 5.17, 5.24."""
+    get_decoder = getattr(model, "get_decoder", None)
+    decoder = get_decoder() if callable(get_decoder) else None
+    norm = getattr(decoder, "norm", None)
+    return norm if isinstance(norm, torch.nn.Module) else None

@@ -36,6 +36,7 @@ from accelerate_graph.compat.transformers_internals import (
     writes_like_static_layer,
 )
 from accelerate_graph.fused import layer_program
+from accelerate_graph.fused.final_norm import final_norm_kernel
 from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
 from accelerate_graph.fused.kernels import pdl
 from accelerate_graph.fused.layer_program import (
@@ -270,10 +271,12 @@ class FusedForward:
         self._unadvanced: list[torch.Tensor] = []  # in the current call: positions the layers left to us
         # built here, before any capture: a graph keeps the table's address
         self.rotary = rotary_tables(model, positions) if ROTARY_TABLE and positions else {}
+        # the final RMSNorm as one kernel, where the layer program's norms are its kind (off until measured)
+        self.final_norm = final_norm_kernel(model, self.layers[0].input_layernorm) if self.programmed else {}
 
     def layer_forward_kind(self) -> str:
-        """What the fused step runs (what inductor compiles for each layer, and the rotary table), for the
-        notes a user reads."""
+        """What the fused step runs (what inductor compiles for each layer, the rotary table, the final norm
+        kernel), for the notes a user reads."""
         kind = f"the layer program, {self.ops.name}" if self.programmed else "HF's layer forward"
         on_gpu = self.device.type == "cuda"
         skinny = self.programmed and self.ops.merged and on_gpu
@@ -282,6 +285,7 @@ class FusedForward:
         if skinny and layer_program.SKINNY_ABOVE_BATCH_1:
             kind += ", skinny kernels above batch 1"
         kind += ", rotary table" if self.rotary else ""
+        kind += ", final norm kernel" if self.final_norm else ""
         return kind + (", kernels tuned" if self.tuned else "") + (", PDL" if self.pdl else "")
 
     def _compiled_forward(self, layer: torch.nn.Module):
@@ -335,7 +339,7 @@ class FusedForward:
         before = torch_internals.dynamo_graph_count()
         start = time.perf_counter()
         self._layer_calls, self._unadvanced = 0, []
-        with torch_internals.forwards_replaced({**compiled, **self.rotary}):
+        with torch_internals.forwards_replaced({**compiled, **self.rotary, **self.final_norm}):
             with torch_internals.recompile_limit_at_least(64), torch.no_grad(), self._settings(batch):
                 out = self.model(input_ids=input_ids, **kwargs)
             if self._unadvanced:  # one kernel for every layer's position (each layer's own add: ~1 us each)

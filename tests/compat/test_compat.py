@@ -537,3 +537,12 @@ def test_rotary_embedding_modules_finds_hfs_rotary_module_and_skips_length_depen
         found = hf.rotary_embedding_modules(llama)
         skipped = hf.rotary_embedding_modules(dynamic)
     expect(found == [llama.model.rotary_emb] and skipped == [], symbol, HF, f"found {found}, dynamic {skipped}")
+
+
+def test_final_norm_module_is_the_decoders_norm():
+    symbol = "transformers.models.llama.modeling_llama.LlamaModel.norm (via get_decoder())"
+    llama = tiny_decoder("llama")
+    gpt2 = AutoModelForCausalLM.from_config(AutoConfig.for_model("gpt2", n_embd=32, n_layer=1, n_head=2, vocab_size=64))
+    with upstream(symbol, HF):
+        found, none = hf.final_norm_module(llama), hf.final_norm_module(gpt2)
+    expect(found is llama.model.norm and none is None, symbol, HF, f"llama {type(found)}, gpt2 {type(none)}")

@@ -43,6 +43,17 @@ def test_fused_layers_compile_once_per_batch_class_and_replay_like_eager():
     assert len(graphs.graphs) == 9 and session.fused.compile_seconds > 0
 
 
+def test_the_final_norm_kernel_replays_and_verifies(monkeypatch):
+    """CUGRAPH_ACCEL_FINAL_NORM_KERNEL=1 (fused/final_norm.py): its Triton launch recorded in the graph."""
+    from accelerate_graph.fused import final_norm
+
+    monkeypatch.setattr(final_norm, "FINAL_NORM_KERNEL", True)
+    model = tiny_decoder("llama")
+    use_grouped_attention(model)
+    session, _ = capture_and_verify(model, fused=True)
+    assert session.fused.final_norm
+
+
 @pytest.mark.parametrize("model_type", ["qwen2", "mistral"])
 def test_the_layer_program_with_its_kernels_verifies(model_type, monkeypatch):
     """Qwen2's q/k/v biases ride in the projection kernel; Mistral without a window takes the program.

@@ -273,6 +273,23 @@ def skinny_kernel(
 
 
 @triton.jit
+def rms_norm_kernel(
+    x_ptr, nw_ptr, out_ptr, eps, M, K, NORM: tl.constexpr, OUT_BF16: tl.constexpr, BLOCK_K: tl.constexpr
+):
+    """HF's RMSNorm of one row of x[M, K] per program (the step's final norm: one launch, not ~7 eager
+    kernels), with the projections' own rstd and roundings."""
+    offs_m = tl.program_id(0) + tl.arange(0, 1)
+    rstd = _row_rstd(x_ptr, offs_m, M, K, eps, 1, BLOCK_K)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        at = offs_m[:, None] * K + offs_k[None, :]
+        mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
+        xv = tl.load(x_ptr + at, mask=mask, other=0.0).to(tl.float32)
+        y = _normed(xv, rstd, nw_ptr, offs_k, K, NORM, OUT_BF16, out_ptr.dtype.element_ty)
+        tl.store(out_ptr + at, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _finish_block(
     ws_ptr, offs_m, local_pid, M, N, col0, NT, out_ptr, b_ptr, b2_ptr, res_ptr,
     HAS_B: tl.constexpr, HAS_B2: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr,

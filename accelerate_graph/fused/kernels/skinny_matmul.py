@@ -173,6 +173,23 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     return outs
 
 
+def rms_norm(x: Tensor, norm_weight: Tensor, eps: float, norm_kind: str = "llama") -> Tensor:
+    """HF's RMSNorm of x (reference_rms_norm's rounding) in one Triton launch where the ops run Triton,
+    else the reference. Called eagerly (the step's final norm, between the compiled layers), not traced."""
+    if not runs_triton(x):
+        return reference_rms_norm(x, norm_weight, eps, norm_kind)
+    _check(x, [], norm_weight, norm_kind)
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k).contiguous()
+    out = torch.empty_like(x2)
+    block_k = min(1 << max(0, (k - 1).bit_length()), 4096)  # the row in one block up to 4,096
+    skinny_kernels.rms_norm_kernel[(x2.shape[0],)](
+        x2, norm_weight, out, float(eps), x2.shape[0], k,
+        NORM=NORM_KINDS[norm_kind], OUT_BF16=x.dtype == torch.bfloat16, BLOCK_K=block_k, num_warps=4,
+    )  # fmt: skip
+    return out.reshape(x.shape)
+
+
 # ---------------------------------------------------------------- the ops
 
 

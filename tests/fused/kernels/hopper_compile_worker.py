@@ -43,6 +43,7 @@ def _only(kernel, flags: dict) -> dict:
 
 SKINNY_POINTERS = {
     **{n: "*bf16" for n in ("x_ptr", "nw_ptr", "res_ptr", "w0", "w1", "w2", "b0", "b1", "b2", "o0", "o1", "o2")},
+    "out_ptr": "*bf16",
     "ws_ptr": "*fp32",
 }
 ATTENTION_POINTERS = {
@@ -65,6 +66,9 @@ def variants():
         kernels = [skinny_kernels.skinny_kernel] + ([skinny_kernels.finish_kernel] if split > 1 else [])
         for kernel in kernels:
             yield f"{kernel.fn.__name__} {_only(kernel, flags)}", kernel, _only(kernel, flags), SKINNY_POINTERS
+    for block_k in (1024, 4096):  # the final norm (skinny_matmul.rms_norm): one block, or a loop of blocks
+        flags = dict(NORM=1, OUT_BF16=True, BLOCK_K=block_k)
+        yield f"rms_norm_kernel {flags}", skinny_kernels.rms_norm_kernel, flags, SKINNY_POINTERS
     block = lambda n: max(16, triton.next_power_of_2(n))  # noqa: E731
     for (mask_kind, direct, softcap), (group, head_dim), pdl in itertools.product(
         [(0, True, False), (1, True, False), (2, False, True), (1, False, False)], [(7, 64), (4, 128)], (False, True)

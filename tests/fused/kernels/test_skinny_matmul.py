@@ -108,6 +108,19 @@ def test_norm_projections(m, path, bias_and_norm, force):
 
 
 @interpreted
+@pytest.mark.parametrize("k", [K, 5000])  # 5,000: two blocks of 4,096, the second masked
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "float32"])
+def test_rms_norm_kernel_rounds_like_the_reference(k, dtype):
+    """The step's final norm in one launch: HF's RMSNorm up to the float32 sum's order (which can move
+    rstd by an ulp and, rarely, a rounding), rows in any leading shape."""
+    x, nw, _, _ = make(6, dtype, k=k, ns=(8,))
+    x = x.reshape(2, 3, k)
+    got = sm.rms_norm(x, nw, 1e-5)
+    assert got.shape == x.shape
+    assert_rounding_close(got, sm.reference_rms_norm(x, nw, 1e-5, "llama"))
+
+
+@interpreted
 @pytest.mark.parametrize("n_weights", [1, 2])
 def test_norm_projections_with_fewer_weights_and_batched_rows(n_weights, force):
     force(SkinnyConfig(16, 32))
@@ -347,6 +360,14 @@ def test_gpu_bf16_against_the_reference(m, cfg_name, shape, monkeypatch):
     assert_rounding_close(act, sm.reference_norm_gate_up(x, nw, 1e-6, "gemma", wg, wu, "gelu_tanh"))
     _, _, (wd,), _ = make(m, torch.bfloat16, "cuda", k=inter, ns=(hidden,), seed=m + 2)
     assert_rounding_close(sm.linear_residual(act, wd, None, x), sm.reference_linear_residual(act, wd, None, x))
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize(("rows", "k"), [(1, 2048), (32, 896), (8, 4096), (3, 5000)])
+def test_gpu_rms_norm_kernel_against_the_reference(rows, k):
+    x, nw, _, _ = make(rows, torch.bfloat16, "cuda", k=k, ns=(8,), seed=rows)
+    assert_rounding_close(sm.rms_norm(x[:, None], nw, 1e-5), sm.reference_rms_norm(x[:, None], nw, 1e-5, "llama"))
 
 
 class TinyLayer(torch.nn.Module):
