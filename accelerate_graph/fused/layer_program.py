@@ -111,11 +111,11 @@ def layer_at_batch_1_is_skinny(layer: torch.nn.Module) -> bool:
     return all(skinny_at_batch_1(op, ns, k, hidden) for op, ns, k in calls)
 
 
-# Above batch 1 the same kernels run on tensor cores (rows padded to 16), against inductor's kernels and
-# cuBLAS, which cost the 1B's batch 8 0.33 ms more than its batch 1 (H200, 2026-12-01): the norms they fold
-# and launches they save may pay there too. Not yet measured inside a step (profile_step.py --ways
-# fused-skinny-batches), so off: CUGRAPH_ACCEL_SKINNY_BATCHES=1 runs them at every batch above 1 (the
-# table's configs by row bucket, else the heuristic's; one config for every batch of a dynamic graph).
+# Above batch 1 the same kernels can run on tensor cores (rows padded to 16) instead of inductor's kernels
+# and cuBLAS. Measured in a step (H200, 2026-12-01, profile_step.py --ways fused-skinny-batches): the 1B's
+# batch 8 1.225 -> 1.687 ms, its GEMMs 663 -> 1,341 us, half cuBLAS's speed; so off.
+# CUGRAPH_ACCEL_SKINNY_BATCHES=1 runs them at every batch above 1 (the table's configs by row bucket, else
+# the heuristic's; one config for every batch of a dynamic graph).
 SKINNY_ABOVE_BATCH_1 = os.environ.get("CUGRAPH_ACCEL_SKINNY_BATCHES", "0") == "1"
 
 
