@@ -191,7 +191,7 @@ def main() -> None:
         "fused-gemv-b1": Way("fused, inductor GEMVs at 1", skinny_b1="0"),
         "fused-skinny-batches": Way("fused, skinny kernels above 1", skinny_above=True),
         "fused-no-rotary-table": Way("fused, HF's rotary module", rotary_table=False),  # the default before stop 20
-        "fused-final-norm": Way("fused, final norm kernel", final_norm_kernel=True),
+        "fused-no-final-norm": Way("fused, HF's final norm", final_norm_kernel=False),  # the default before stop 21
         # PDL: every kernel of the step by default since 2026-12-01 (ours and inductor's); these ways
         # take it off, or leave it on for ours alone
         "fused-no-pdl": Way("fused, no PDL", pdl_on=False),
@@ -210,12 +210,6 @@ def main() -> None:
         # the defaults before 2026-12-01's second session: gate and up one GEMV at batch 1, no combo kernels
         "fused-gate-up-merged": Way("fused, gate/up one GEMV at 1", gate_up_apart=False),
         "fused-no-combo": Way("fused, no combo kernels", inductor=(("combo_kernels", False),)),
-        # above batch 1: Triton GEMM templates against cuBLAS, with inductor's prologue/epilogue fusion (the
-        # norms and activation are separate kernels next to cuBLAS at batch 8: docs/PERF.md stop 20, item 4)
-        "fused-triton-gemm": Way(
-            "fused, Triton GEMMs autotuned",
-            inductor=(("max_autotune_gemm", True), ("max_autotune_gemm_backends", "TRITON")),
-        ),
     }
     results = []
     shipped_settings = dict(fused_step.INDUCTOR_SETTINGS)

@@ -44,7 +44,7 @@ def test_fused_layers_compile_once_per_batch_class_and_replay_like_eager():
 
 
 def test_the_final_norm_kernel_replays_and_verifies(monkeypatch):
-    """CUGRAPH_ACCEL_FINAL_NORM_KERNEL=1 (fused/final_norm.py): its Triton launch recorded in the graph."""
+    """The final norm kernel (fused/final_norm.py, on by default): its Triton launch recorded in the graph."""
     from accelerate_graph.fused import final_norm
 
     monkeypatch.setattr(final_norm, "FINAL_NORM_KERNEL", True)

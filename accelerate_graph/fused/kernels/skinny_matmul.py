@@ -173,17 +173,14 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     return outs
 
 
-def rms_norm(x: Tensor, norm_weight: Tensor, eps: float, norm_kind: str = "llama") -> Tensor:
-    """HF's RMSNorm of x (reference_rms_norm's rounding) in one Triton launch where the ops run Triton,
-    else the reference. Called eagerly (the step's final norm, between the compiled layers), not traced."""
+def _rms_norm_body(x: Tensor, norm_weight: Tensor, eps: float, norm_kind: str) -> Tensor:
     if not runs_triton(x):
         return reference_rms_norm(x, norm_weight, eps, norm_kind)
-    _check(x, [], norm_weight, norm_kind)
     k = x.shape[-1]
     x2 = x.reshape(-1, k).contiguous()
     out = torch.empty_like(x2)
     block_k = min(1 << max(0, (k - 1).bit_length()), 4096)  # the row in one block up to 4,096
-    skinny_kernels.rms_norm_kernel[(x2.shape[0],)](
+    torch.library.wrap_triton(skinny_kernels.rms_norm_kernel)[(x2.shape[0],)](
         x2, norm_weight, out, float(eps), x2.shape[0], k,
         NORM=NORM_KINDS[norm_kind], OUT_BF16=x.dtype == torch.bfloat16, BLOCK_K=block_k, num_warps=4,
     )  # fmt: skip
@@ -237,6 +234,7 @@ _BODIES = {  # name: (body, what its outputs look like, for an opaque op's fake)
     ),
     "linear_residual": (_linear_residual_body, lambda x, w, b, residual: _rows_by(x, w.shape[0])),
     "norm_gate_up": (_norm_gate_up_body, lambda x, nw, eps, kind, wg, wu, act: _rows_by(x, wg.shape[0])),
+    "rms_norm": (_rms_norm_body, lambda x, nw, eps, kind: torch.empty_like(x)),
 }
 for _name, (_body, _fake) in _BODIES.items():
     torch.library.triton_op(f"cugraph_accel::{_name}", _body, mutates_args=())  # inductor sees its kernels
@@ -270,6 +268,14 @@ def linear_residual(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual:
     if residual.shape != (*x.shape[:-1], weight.shape[0]) or residual.dtype != x.dtype:
         raise ValueError(f"residual {tuple(residual.shape)} / {residual.dtype} does not fit the output")
     return _op("linear_residual", x)(x, weight, bias, residual)
+
+
+def rms_norm(x: Tensor, norm_weight: Tensor, eps: float, norm_kind: str = "llama") -> Tensor:
+    """HF's RMSNorm of x (reference_rms_norm's rounding) in one Triton launch where the ops run Triton, else
+    the reference. An op like the others, not a bare launch: the CPU emulation of graphs records aten and
+    registered ops only, and would not replay a kernel launched beside the dispatcher."""
+    _check(x, [], norm_weight, norm_kind)
+    return _op("rms_norm", x)(x, norm_weight, eps, norm_kind)
 
 
 def norm_gate_up(

@@ -121,6 +121,18 @@ def test_rms_norm_kernel_rounds_like_the_reference(k, dtype):
 
 
 @interpreted
+def test_rms_norm_kernel_is_recorded_by_the_cpu_emulation_of_graphs():
+    """A kernel launched beside the dispatcher would be invisible to the emulation (it records aten and
+    registered ops): its output would replay as the fresh garbage of torch.empty (CI, stop 21)."""
+    from accelerate_graph.core.backends.emulated import EmulatedBackend
+
+    x, nw, _, _ = make(3, torch.float32, ns=(8,))
+    graph = EmulatedBackend().capture(lambda: sm.rms_norm(x, nw, 1e-5))
+    x.copy_(make(3, torch.float32, ns=(8,), seed=1)[0])
+    assert_rounding_close(graph.replay(), sm.reference_rms_norm(x, nw, 1e-5, "llama"))
+
+
+@interpreted
 @pytest.mark.parametrize("n_weights", [1, 2])
 def test_norm_projections_with_fewer_weights_and_batched_rows(n_weights, force):
     force(SkinnyConfig(16, 32))
