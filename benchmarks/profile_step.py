@@ -53,6 +53,8 @@ class Way:
     pdl_on: bool = pdl.ENABLED  # our kernels with PDL, and inductor's unless `inductor` turns it off
     triton_attention: bool = grouped_attention.TRITON_DECODE  # the default: on (CUGRAPH_ACCEL_TRITON_ATTENTION)
     fold_combine: bool = decode_attention.FOLD_COMBINE  # the attention's combine inside its split kernel
+    splits_by_length: bool = decode_attention.SPLITS_BY_LENGTH  # no empty attention splits
+    direct_slots: int = decode_attention.DIRECT_UP_TO_SLOTS  # up to this many slots: one split, no combine
     long_cublas: bool = gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
     materialize: bool = gemv_lowering.MATERIALIZE_INPUT  # GEMV inputs stored before the reduction
     inductor: tuple = ()  # (setting, value) pairs added to fused.layers.INDUCTOR_SETTINGS
@@ -196,6 +198,9 @@ def main() -> None:
         # take it off, or leave it on for ours alone
         "fused-no-pdl": Way("fused, no PDL", pdl_on=False),
         "fused-fold-combine": Way("fused, combine folded", fold_combine=True),  # one attention kernel, not two
+        # the attention's splits by the context bucket's length (decode_attention.splits_for_length)
+        "fused-splits-by-length": Way("fused, no empty splits", splits_by_length=True),
+        "fused-direct-1024": Way("fused, no combine to 1024", splits_by_length=True, direct_slots=1024),
         "fused-ours-pdl": Way("fused, our kernels with PDL", pdl_on=True, inductor=(("triton.enable_pdl", False),)),
         "fused-skinny-pdl": Way(
             "fused, skinny at 1, our kernels with PDL",
@@ -219,6 +224,8 @@ def main() -> None:
         fused_step.LAYER_PROGRAM = way.program
         grouped_attention.TRITON_DECODE = way.triton_attention
         decode_attention.FOLD_COMBINE = way.fold_combine
+        decode_attention.SPLITS_BY_LENGTH = way.splits_by_length
+        decode_attention.DIRECT_UP_TO_SLOTS = way.direct_slots
         gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS = way.long_cublas
         gemv_lowering.MATERIALIZE_INPUT = way.materialize
         layer_program.GATE_UP_APART_AT_BATCH_1 = way.gate_up_apart

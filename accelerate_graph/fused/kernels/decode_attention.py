@@ -21,13 +21,14 @@ Numerics against `grouped_attention.grouped_decode_attention` (the matmul path, 
 Configurations (BLOCK_L, num_warps, splits) come from attention_configs.json beside this file, written
 by benchmarks/attention_sweep.py on the GPU, keyed by heads/kv_heads/head_dim and batch class (batch 1,
 or any larger batch: one compiled layer serves every larger batch and every context bucket, so the
-choice may not depend on the context length or on a dynamic batch size: that would add guards, and
-recompilations); a heuristic otherwise.
+choice may not depend on the context length or on a dynamic batch size while tracing: that would add
+guards, and recompilations); a heuristic otherwise. Where the op runs, the splits may be fitted to the
+length (splits_for_length, off by default).
 """
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Optional
@@ -56,6 +57,14 @@ NO_MASK, BOOL_MASK, ADDITIVE_MASK = 0, 1, 2
 # 4.305 ms, Llama-3.2-1B 0.883 -> 0.951, Qwen2.5-0.5B 0.742 -> 0.864), faster only at the 8B's batches 8
 # and 32 (4.891 -> 4.770, 5.269 -> 5.209). CUGRAPH_ACCEL_FOLD_COMBINE=1 turns it on.
 FOLD_COMBINE = os.environ.get("CUGRAPH_ACCEL_FOLD_COMBINE", "0") == "1"
+# Splits by the graph's context length (prepared, off until measured on the GPU): no more splits than
+# blocks of slots (an empty split only hands the combine a partial of weight 0), and one split, so no combine
+# kernel, where a context bucket holds at most DIRECT_UP_TO_SLOTS slots. At batch 1 the heuristic's 16 splits
+# leave 12 of 16 programs empty at 256 slots, and the combine is a launch per layer for ~1 us of work.
+# The length is concrete where the op runs (its launch is called at run time, and a graph is captured per
+# context bucket); the fake implementation keeps the config's splits, so tracing adds no guard on it.
+SPLITS_BY_LENGTH = os.environ.get("CUGRAPH_ACCEL_ATTENTION_SPLITS_BY_LENGTH", "0") == "1"
+DIRECT_UP_TO_SLOTS = int(os.environ.get("CUGRAPH_ACCEL_ATTENTION_DIRECT_SLOTS", "0"))
 COUNTERS = 1 << 16  # arrival counters per device: rows x K/V heads of one launch (more: the second kernel)
 _counters: dict[torch.device, torch.Tensor] = {}
 
@@ -101,6 +110,16 @@ def heuristic_config(kv_heads: int, batch_one: bool) -> DecodeConfig:
 def config_for(heads: int, kv_heads: int, head_dim: int, batch_one: bool) -> DecodeConfig:
     measured = _measured_configs().get(config_key(heads, kv_heads, head_dim, batch_one))
     return measured or heuristic_config(kv_heads, batch_one)
+
+
+def splits_for_length(config: DecodeConfig, length: int) -> DecodeConfig:
+    """`config` with its splits fitted to a context of `length` slots (SPLITS_BY_LENGTH, DIRECT_UP_TO_SLOTS)."""
+    if not SPLITS_BY_LENGTH:
+        return config
+    if length <= DIRECT_UP_TO_SLOTS:
+        return replace(config, splits=1)
+    blocks = -(-length // config.block_l)
+    return replace(config, splits=max(1, min(config.splits, blocks)))
 
 
 def config_table(configs: dict[str, DecodeConfig], device: str) -> str:
@@ -410,6 +429,8 @@ def _decode_attention(
     batch, heads, _, head_dim = query.shape
     batch_one = isinstance(batch, int) and batch == 1  # a dynamic batch is never 1 (and adds no guard)
     config = config_for(heads, key.shape[1], head_dim, batch_one)
+    if run:  # concrete tensors: the length is an int (the fake keeps the config: no guard on the length)
+        config = splits_for_length(config, key.shape[2])
     return launch(query, key, value, mask, scale, softcap, config, run)
 
 

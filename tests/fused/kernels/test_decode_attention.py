@@ -39,6 +39,7 @@ CASES = [
     case("b8-14/2-d64-L1024-additive-split4", 8, "14/2", 64, 1024, "additive", 4, 256),
     case("b1-14/2-d128-L1024-bool-split16", 1, "14/2", 128, 1024, "bool", 16, 64),
     case("b1-32/8-d64-L100-additive", 1, "32/8", 64, 100, "additive", 1, 64),
+    case("b1-32/8-d128-L1024-bool-direct", 1, "32/8", 128, 1024, "bool", 1, 64),  # 16 blocks, no combine
     case("b3-32/8-d128-L16-bool-more-splits-than-blocks", 3, "32/8", 128, 16, "bool", 3, 16),
     case("b8-32/8-d64-L256-bool", 8, "32/8", 64, 256, "bool", 1, 128),
     case("b1-32/8-d128-L1024-additive-split4", 1, "32/8", 128, 1024, "additive", 4, 256),
@@ -161,6 +162,26 @@ def test_configs_come_from_the_sweeps_file_else_the_heuristic(tmp_path, monkeypa
     assert kernel.heuristic_config(8, batch_one=False).splits == 2
 
 
+def test_splits_fitted_to_the_length_where_the_op_runs(monkeypatch):
+    """splits_for_length (off by default): no more splits than blocks of slots, none up to
+    DIRECT_UP_TO_SLOTS; applied to the length the op runs at, never while tracing (the fake)."""
+    config = kernel.DecodeConfig(block_l=64, num_warps=4, splits=16)
+    assert not kernel.SPLITS_BY_LENGTH and kernel.splits_for_length(config, 256) == config
+    monkeypatch.setattr(kernel, "SPLITS_BY_LENGTH", True)
+    fitted = {length: kernel.splits_for_length(config, length).splits for length in (16, 100, 256, 1024, 4096)}
+    assert fitted == {16: 1, 100: 2, 256: 4, 1024: 16, 4096: 16}
+    monkeypatch.setattr(kernel, "DIRECT_UP_TO_SLOTS", 1024)
+    assert [kernel.splits_for_length(config, n).splits for n in (1024, 1025)] == [1, 16]
+    assert kernel.splits_for_length(config, 1025).block_l == 64
+    launched = []
+    monkeypatch.setattr(kernel, "config_for", lambda *a: config)
+    monkeypatch.setattr(kernel, "launch", lambda q, k, v, m, s, c, cfg, run: launched.append((cfg.splits, run)))
+    query, key, value, mask = inputs(dict(b=1, hq=14, hkv=2, d=64, L=100, mask="bool"))
+    kernel._decode_attention(query, key, value, mask, 0.125, 0.0)
+    kernel._decode_attention(query, key, value, mask, 0.125, 0.0, run=False)
+    assert launched == [(1, True), (16, False)]
+
+
 def test_unsupported_inputs_are_refused():
     query, key, value, mask = inputs(dict(b=2, hq=14, hkv=2, d=64, L=16, mask="bool"))
     assert kernel.supports(query, key, value, mask)
@@ -218,22 +239,38 @@ def layer_like(query, new_k, new_v, cache_k, cache_v, slot, mask, weight):
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.parametrize(
-    ("batch", "early", "fold"),
-    [(1, False, False), (4, False, False), (1, True, False), (1, True, True), (4, False, True)],
-    ids=["b1", "b4", "b1-pdl", "b1-pdl-folded", "b4-folded"],
+    ("batch", "early", "fold", "by_length"),
+    [
+        (1, False, False, False),
+        (4, False, False, False),
+        (1, True, False, False),
+        (1, True, True, False),
+        (4, False, True, False),
+        (1, True, False, True),
+        (4, True, False, True),
+    ],
+    ids=["b1", "b4", "b1-pdl", "b1-pdl-folded", "b4-folded", "b1-pdl-by-length", "b4-pdl-by-length"],
 )
-def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, fold):
+def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, fold, by_length):
     """Inductor compiles the op with the layer's own kernels; one compilation serves every context
     length; a CUDA graph of the compiled step replays it with new inputs like the matmul path; also with
     the kernels launched early (PDL), where a wait in the wrong place would read the query or the slot
     just written before they are there; and with the combine folded into the split kernel, where a
     program that combined before the others' partials were visible would be off (its counters must be
-    back at zero after every launch)."""
+    back at zero after every launch); and with the splits fitted to each length (no combine up to 128
+    slots: the CUDA graph's length), where the splits must follow the length the op runs at."""
     from accelerate_graph.compat.torch_internals import dynamo_graph_count
     from accelerate_graph.fused.kernels import pdl
 
     monkeypatch.setattr(pdl, "ENABLED", early)
     monkeypatch.setattr(kernel, "FOLD_COMBINE", fold)
+    monkeypatch.setattr(kernel, "SPLITS_BY_LENGTH", by_length)
+    monkeypatch.setattr(kernel, "DIRECT_UP_TO_SLOTS", 128 if by_length else 0)
+    launched = []  # (length, splits) of each launch
+    original = kernel.launch
+    monkeypatch.setattr(
+        kernel, "launch", lambda q, k, *a: launched.append((k.shape[2], a[4].splits)) or original(q, k, *a)
+    )
     torch._dynamo.reset()
     gen = torch.Generator(device="cuda").manual_seed(0)
     hq, hkv, d, slots = 14, 2, 64, 256
@@ -292,6 +329,9 @@ def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, 
         check(lambda: (graph.replay(), static_out)[1], static)
     assert not fold or kernel._counters, "the folded kernel never ran"
     assert all(int(c.count_nonzero()) == 0 for c in kernel._counters.values())
+    heuristic = kernel.config_for(hq, hkv, d, batch_one=batch == 1).splits
+    want = {64: 1, 128: 1, 256: min(heuristic, 4)} if by_length else dict.fromkeys((64, 128, 256), heuristic)
+    assert dict(launched) == want, launched
 
 
 @pytest.mark.cuda
