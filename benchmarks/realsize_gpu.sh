@@ -6,8 +6,8 @@
 #                           each with its check after capture);
 #   Gemma-2-2B:             verify, plain graphs, buckets 1,8,32 (sliding window, logit softcapping);
 #   Qwen3-30B-A3B:          verify at bucket 1 only (capture + verify: 61 GB of weights).
-# RECIPES overrides the bench list, CONTEXTS its caches; VERIFY=0 leaves out the two verifies. Every command reports its peak device memory beside its stated bound;
-# a short table comes last.
+# RECIPES overrides the bench list, CONTEXTS its caches; VERIFY=0 leaves out the two verifies. Every command
+# reports its peak device memory beside its stated bound; a short table comes last.
 # Usage on the device machine: OUT=/some/dir bash benchmarks/realsize_gpu.sh;
 # the logs and JSON come back in $OUT/realsize-gpu-logs.tgz (the device returns at most 8 files).
 set -uo pipefail

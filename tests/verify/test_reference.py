@@ -130,6 +130,12 @@ def test_a_model_on_another_attention_reads_back_the_whole_cache(monkeypatch):
     layer = session.kv.view(2).layers[0]
     with float32_reference(session):
         update = layer.update
-        layer.update = lambda *a, **kw: keys.append(update(*a, **kw)[0].shape[-2]) or update(*a, **kw)
+
+        def recorded(*args, **kwargs):
+            result = update(*args, **kwargs)
+            keys.append(result[0].shape[-2])
+            return result
+
+        layer.update = recorded
         reference_step(session, torch.tensor([1, 2]), torch.tensor([0, 0]))
     assert keys == [32]

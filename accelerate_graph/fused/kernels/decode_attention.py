@@ -118,8 +118,7 @@ def splits_for_length(config: DecodeConfig, length: int) -> DecodeConfig:
         return config
     if length <= DIRECT_UP_TO_SLOTS:
         return replace(config, splits=1)
-    blocks = -(-length // config.block_l)
-    return replace(config, splits=max(1, min(config.splits, blocks)))
+    return replace(config, splits=max(1, min(config.splits, triton.cdiv(length, config.block_l))))
 
 
 def config_table(configs: dict[str, DecodeConfig], device: str) -> str:

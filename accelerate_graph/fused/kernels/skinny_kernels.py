@@ -15,7 +15,6 @@ import os
 import triton
 import triton.language as tl
 
-from accelerate_graph.fused.kernels.l2 import prefetch_l2
 from accelerate_graph.fused.kernels.pdl import gdc_launch_dependents, gdc_wait
 
 # @triton.jit picks the interpreter at decoration, i.e. when this module is imported.
@@ -35,15 +34,19 @@ def _round(v, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
 
 
 @triton.jit
-def _prefetch_block(w_ptr, pid_n, k_start, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Ask L2 for the program's [BLOCK_N, BLOCK_K] block of W from column k_start, one request per 128-byte
-    line (64 bf16 values): the loads after the wait then find it there. Indices are clamped, never
-    masked: every address is inside W."""
+def _prefetch_first_block(w_ptr, pid_n, pid_s, N, K, K_PER_SPLIT, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Ask L2 (`prefetch.global.L2`) for the program's first [BLOCK_N, BLOCK_K] block of W, one request per
+    128-byte line (64 bf16 values): the loads after the wait then find it there. Only for data the kernel
+    in front does not write (L2 is where the GPU's writes meet, so even then a later load would see the
+    write). Indices are clamped, never masked (a prefetch cannot be): every address is inside W."""
     tl.static_assert(BLOCK_K >= 64, "prefetch lines of 64 bf16 values")
     LINES: tl.constexpr = BLOCK_K // 64
     rows = tl.minimum(pid_n * BLOCK_N + tl.arange(0, BLOCK_N), N - 1)
-    cols = tl.minimum(k_start + tl.arange(0, LINES) * 64, K - 1)
-    prefetch_l2(w_ptr + rows[:, None].to(tl.int64) * K + cols[None, :])
+    cols = tl.minimum(pid_s * K_PER_SPLIT + tl.arange(0, LINES) * 64, K - 1)
+    ptrs = w_ptr + rows[:, None].to(tl.int64) * K + cols[None, :]
+    tl.inline_asm_elementwise(
+        "prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1
+    )
 
 
 @triton.jit
@@ -230,12 +233,12 @@ def skinny_kernel(
     pid_s = tl.program_id(2)
     if USE_PDL:
         # launched while the previous kernel still runs: first ask for this program's first block of
-        # weights, which nothing before us writes, then wait for that kernel's outputs (x, residual), then
-        # let the next kernel launch (its programs wait for all of ours in turn)
+        # weights (which nothing before us writes), then wait for that kernel's outputs (x, residual),
+        # then let the next kernel launch (its programs wait for all of ours in turn)
         if MODE != 0 or NUM_W == 1:  # one weight per program (gate and up side by side in MODE 2)
-            _prefetch_block(w0, pid_n, pid_s * K_PER_SPLIT, N0, K, BLOCK_N, BLOCK_K)
+            _prefetch_first_block(w0, pid_n, pid_s, N0, K, K_PER_SPLIT, BLOCK_N, BLOCK_K)
             if MODE == 2:
-                _prefetch_block(w1, pid_n, pid_s * K_PER_SPLIT, N0, K, BLOCK_N, BLOCK_K)
+                _prefetch_first_block(w1, pid_n, pid_s, N0, K, K_PER_SPLIT, BLOCK_N, BLOCK_K)
         gdc_wait()
         gdc_launch_dependents()
     if NORM != 0:
