@@ -6,6 +6,11 @@ The step runs uncaptured under torch.profiler: a graph replays the same kernels,
 gaps; the captured graph's replay is timed too (ms per step, what PDL or fewer gaps change). Prints one
 line per (way, batch, cache slots); writes JSON to --json.
 
+The ways of one process are not on equal terms: on the H200 (2026-12-01, docs/PERF.md stop 22) the first
+way replayed fastest whatever it was, the next up to ~0.1 ms slower at Qwen2.5-0.5B's batches 8 and 32
+(~0.04 ms at batch 1). Compare ways in both orders (two processes) and read the kernels' sums beside the
+replay times, which moved less.
+
 Run on a GPU: PYTHONPATH=. python3 benchmarks/profile_step.py qwen2.5-0.5b --batches 1,32 --json out.json
 """
 
@@ -53,8 +58,7 @@ class Way:
     pdl_on: bool = pdl.ENABLED  # our kernels with PDL, and inductor's unless `inductor` turns it off
     triton_attention: bool = grouped_attention.TRITON_DECODE  # the default: on (CUGRAPH_ACCEL_TRITON_ATTENTION)
     fold_combine: bool = decode_attention.FOLD_COMBINE  # the attention's combine inside its split kernel
-    splits_by_length: bool = decode_attention.SPLITS_BY_LENGTH  # no empty attention splits
-    direct_slots: int = decode_attention.DIRECT_UP_TO_SLOTS  # up to this many slots: one split, no combine
+    writes_token: bool = layer_program.ATTENTION_WRITES_TOKEN  # rotary and the K/V write inside the attention
     long_cublas: bool = gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
     materialize: bool = gemv_lowering.MATERIALIZE_INPUT  # GEMV inputs stored before the reduction
     inductor: tuple = ()  # (setting, value) pairs added to fused.layers.INDUCTOR_SETTINGS
@@ -198,9 +202,9 @@ def main() -> None:
         # take it off, or leave it on for ours alone
         "fused-no-pdl": Way("fused, no PDL", pdl_on=False),
         "fused-fold-combine": Way("fused, combine folded", fold_combine=True),  # one attention kernel, not two
-        # the attention's splits by the context bucket's length (decode_attention.splits_for_length)
-        "fused-splits-by-length": Way("fused, no empty splits", splits_by_length=True),
-        "fused-direct-1024": Way("fused, no combine to 1024", splits_by_length=True, direct_slots=1024),
+        # the attention rotates q and k and writes K/V itself (layer_program.ATTENTION_WRITES_TOKEN), and not
+        "fused-writes-token": Way("fused, attention writes token", writes_token=True),
+        "fused-rotary-apart": Way("fused, rotary + write apart", writes_token=False),
         "fused-ours-pdl": Way("fused, our kernels with PDL", pdl_on=True, inductor=(("triton.enable_pdl", False),)),
         "fused-skinny-pdl": Way(
             "fused, skinny at 1, our kernels with PDL",
@@ -224,8 +228,7 @@ def main() -> None:
         fused_step.LAYER_PROGRAM = way.program
         grouped_attention.TRITON_DECODE = way.triton_attention
         decode_attention.FOLD_COMBINE = way.fold_combine
-        decode_attention.SPLITS_BY_LENGTH = way.splits_by_length
-        decode_attention.DIRECT_UP_TO_SLOTS = way.direct_slots
+        layer_program.ATTENTION_WRITES_TOKEN = way.writes_token
         gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS = way.long_cublas
         gemv_lowering.MATERIALIZE_INPUT = way.materialize
         layer_program.GATE_UP_APART_AT_BATCH_1 = way.gate_up_apart

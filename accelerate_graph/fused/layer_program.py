@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 
 from accelerate_graph.compat.torch_internals import has_call_hooks
-from accelerate_graph.compat.transformers_internals import static_layer_write
-from accelerate_graph.fused.grouped_attention import grouped_decode_attention
+from accelerate_graph.compat.transformers_internals import static_layer_tensors, static_layer_write
+from accelerate_graph.fused.grouped_attention import decode_attention_writing_token, grouped_decode_attention
 from accelerate_graph.fused.kernels import configs, skinny_matmul
 
 # Decoder layers whose forward is the sequence above with a Llama RMSNorm (x * rsqrt, cast, * w),
@@ -217,6 +217,16 @@ def kernel_ops_for(device: torch.device) -> LayerOps | None:
     return KERNEL_OPS
 
 
+# The step's rotary embedding and K/V cache write inside the Triton decode attention, where it runs
+# (grouped_attention.decode_attention_writing_token): one kernel a layer fewer (inductor's fused rotary +
+# write: 21 us of the 1B's step on the H200, 36 us of Qwen2.5-0.5B's, 45 us of the 8B's). Off: measured on
+# the H200 (2026-12-01, docs/PERF.md stop 22) it breaks even. The split kernel's prologue (rotate, store the
+# slot, score the token) costs what the removed launch saved: the 8B's split kernel 114 -> 170 us at batch
+# 1, the replays within +-15 us over both orders. Its GPU tests and the 8B's verify pass with it on.
+# CUGRAPH_ACCEL_ATTENTION_WRITES_TOKEN=1 turns it on.
+ATTENTION_WRITES_TOKEN = os.environ.get("CUGRAPH_ACCEL_ATTENTION_WRITES_TOKEN", "0") == "1"
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -300,10 +310,15 @@ def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cach
     k = k.view(batch, tokens, -1, head_dim).transpose(1, 2)
     v = v.view(batch, tokens, -1, head_dim).transpose(1, 2)
     cos, sin = position_embeddings
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    q, k = (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
-    k, v = cache.update(k, v, 0) if advance else static_layer_write(cache.layers[0], k, v)
-    out, _ = grouped_decode_attention(attention, q, k, v, attention_mask, scaling=attention.scaling)
+    out = None
+    if not advance and ATTENTION_WRITES_TOKEN:  # a plain static layer: the attention kernel writes the slot
+        kv = static_layer_tensors(cache.layers[0])
+        out = decode_attention_writing_token(attention, q, k, v, cos, sin, kv, attention_mask, attention.scaling)
+    if out is None:
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        q, k = (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+        k, v = cache.update(k, v, 0) if advance else static_layer_write(cache.layers[0], k, v)
+        out, _ = grouped_decode_attention(attention, q, k, v, attention_mask, scaling=attention.scaling)
     h = _output_projection(attention.o_proj, out.reshape(batch * tokens, -1), x, ops)
     second = layer.post_attention_layernorm
     w_gate, w_up = (getattr(mlp, MERGED_GATE_UP), None) if ops.merged else (mlp.gate_proj.weight, mlp.up_proj.weight)

@@ -49,6 +49,7 @@ SKINNY_POINTERS = {
 ATTENTION_POINTERS = {
     "Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16",
     "PartAcc": "*fp32", "PartM": "*fp32", "PartL": "*fp32", "Counters": "*i32",
+    "KNew": "*bf16", "VNew": "*bf16", "Cos": "*bf16", "Sin": "*bf16", "Slot": "*i64",
 }  # fmt: skip
 
 
@@ -70,18 +71,20 @@ def variants():
         flags = dict(NORM=1, OUT_BF16=True, BLOCK_K=block_k)
         yield f"rms_norm_kernel {flags}", skinny_kernels.rms_norm_kernel, flags, SKINNY_POINTERS
     block = lambda n: max(16, triton.next_power_of_2(n))  # noqa: E731
-    for (mask_kind, direct, softcap), (group, head_dim), pdl in itertools.product(
-        [(0, True, False), (1, True, False), (2, False, True), (1, False, False)], [(7, 64), (4, 128)], (False, True)
-    ):
+    # new_token: the kernel rotates q and the step's key and writes K/V into the cache (NewToken)
+    for (mask_kind, direct, softcap), (group, head_dim), pdl, new_token in itertools.product(
+        [(0, True, False), (1, True, False), (2, False, True), (1, False, False)], [(7, 64), (4, 128)], (False, True),
+        (False, True),
+    ):  # fmt: skip
         mask = {0: "*bf16", 1: "*i1", 2: "*bf16"}[mask_kind]
         flags = dict(
             GROUP=group, HEAD_DIM=head_dim, BLOCK_G=block(group), BLOCK_D=block(head_dim), BLOCK_L=64,
             MASK_KIND=mask_kind, MASK_PER_HEAD=False, SOFTCAP=softcap, DIRECT=direct, UPCAST=False, IEEE=False,
-            USE_PDL=pdl, FOLD=False, FENCE=False,
+            USE_PDL=pdl, FOLD=False, FENCE=False, NEW_TOKEN=new_token,
         )  # fmt: skip
         kernel = decode_attention._decode_split_kernel
         yield f"decode split {flags}", kernel, flags, {**ATTENTION_POINTERS, "Mask": mask}
-        if not direct:  # the combine folded in: arrival counter, GPU-wide fences, the last program combines
+        if not direct and not new_token:  # the combine folded in: arrival counter, fences, the last combines
             folded = {**flags, "FOLD": True, "FENCE": True}
             yield f"decode split {folded}", kernel, folded, {**ATTENTION_POINTERS, "Mask": mask}
             flags = dict(HEAD_DIM=head_dim, BLOCK_D=block(head_dim), BLOCK_S=4, USE_PDL=pdl)

@@ -109,25 +109,66 @@ def test_kernel_matches_the_reference_and_the_matmul_path(case_results, spec):
         assert got["vs_current"] <= 4 * ulp, got
 
 
+# The kernel rotating the query and the step's key and writing K/V at the current slot (NewToken): the slot
+# in the last split, in a middle one (tail), in the only one, with more splits than blocks; one position
+# for the whole batch; folded combine; bf16; softcapping, a mask per head, a padded row that attends nothing
+# (the token's score is masked, softcapped and folded into the softmax apart from the loop's).
+NEW_TOKEN_CASES = [
+    case("b3-14/2-d64-L100-bool-split4", 3, "14/2", 64, 100, "bool", 4, 32),
+    case("b3-14/2-d64-L100-bool-split4-middle", 3, "14/2", 64, 100, "bool", 4, 32, tail=60),
+    case("b1-32/8-d128-L1024-bool-direct", 1, "32/8", 128, 1024, "bool", 1, 64, tail=500),
+    case("b3-32/8-d128-L16-more-splits-than-blocks", 3, "32/8", 128, 16, "additive", 3, 16, tail=10),
+    case("b8-8/8-d64-L100-one-position", 8, "8/8", 64, 100, "bool", 2, 64, one_position=True),
+    case("b3-14/2-d64-L100-folded", 3, "14/2", 64, 100, "bool", 4, 32, fold=True, tail=40),
+    case("bf16", 3, "32/8", 128, 256, "additive", 2, 64, dtype="bfloat16", tail=100),
+    case("softcap", 3, "14/2", 64, 100, "bool", 4, 32, softcap=5.0),
+    case("mask-per-head", 3, "14/2", 64, 100, "bool", 2, 32, per_head=True),
+    case("padded-row-masked-everywhere", 3, "14/2", 64, 100, "bool", 4, 32, dead_row=1),
+]
+
+
+@pytest.fixture(scope="module")
+def new_token_results():
+    return interpreted({"new_token": NEW_TOKEN_CASES})
+
+
+@pytest.mark.parametrize("spec", NEW_TOKEN_CASES, ids=[c["id"] for c in NEW_TOKEN_CASES])
+def test_kernel_writing_the_token_matches_rotating_and_writing_in_torch(new_token_results, spec):
+    got = new_token_results[spec["id"]]
+    ulp = LOW_PRECISION.get(spec.get("dtype", "float32"), 0.0)  # float32: the same rounding as torch's
+    assert got["written_key"] <= ulp and got["written_value"] == 0.0, got  # the slot, and nothing else
+    assert got["vs_reference"] < max(2e-5, 4 * ulp), got
+    assert got["dead_rows_max"] == 0.0, got
+
+
 def test_the_op_compiles_once_for_every_larger_batch_and_context():
     got = interpreted({"compile": True})
     assert got["graphs"] == 2, got  # batch 1, and every larger batch with every context length
     assert got["max_error"] < 2e-5, got
 
 
-def test_inductor_passes_the_cache_itself_not_a_copy():
+@pytest.mark.parametrize("job", ["reads", "writes token"])
+def test_inductor_passes_the_cache_itself_not_a_copy(job):
     """Without the op's flexible_layout tag, inductor copied each layer's whole K/V cache into a
-    contiguous buffer before every call (H200, 2026-12-01: 197 us of an 8B step at 1,024 slots)."""
-    calls = interpreted({"cache_reads": True})["calls"]
-    assert calls, "the compiled layer never called the kernel"
-    for args in calls:
-        key, value = [a.strip() for a in args.split(",")][1:3]
-        assert key.startswith("arg") and value.startswith("arg"), args
+    contiguous buffer before every call (H200, 2026-12-01: 197 us of an 8B step at 1,024 slots). The op
+    that writes the step's token mutates the cache: inductor must hand it the cache itself too, and copy
+    nothing back (a functionalised mutation left as it is would clone the cache and copy it back)."""
+    got = interpreted({"cache_reads": job})
+    op = "decode_attention_new_token" if job == "writes token" else "decode_attention"
+    assert [name for name, _ in got["calls"]] == [op], got["calls"]  # one layer class: one compiled call
+    arguments = got["calls"][0][1]
+    key, value = arguments[6:8] if job == "writes token" else arguments[1:3]
+    assert key.startswith("arg") and value.startswith("arg"), arguments
+    copies = [line for line in got["copies"] if "index_copy" not in line]  # HF's own write, when we read
+    assert not copies, copies
 
 
-def test_grouped_attention_runs_the_kernel_when_switched_on():
-    """A tiny GQA model's decode logits, eager and in fused mode's compiled layers, with the kernel on."""
-    got = interpreted({"model": True})
+@pytest.mark.parametrize("writes_token", [False, True], ids=["reads", "writes-token"])
+def test_grouped_attention_runs_the_kernel_when_switched_on(writes_token):
+    """A tiny GQA model's decode logits, eager and in fused mode's compiled layers, with the kernel on;
+    in the compiled layers also writing the step's token (layer_program.ATTENTION_WRITES_TOKEN)."""
+    got = interpreted({"model": True, "writes_token": writes_token})
+    assert got["token_writes"] == (2 * 5 if writes_token else 0), got  # 2 layers x 5 cases, compiled
     assert got["kernel_calls"] >= 2 * 5 * 2, got  # 2 layers x 5 cases, eager and compiled
     assert got["eager_vs_matmul"] < 1e-4 and got["compiled_vs_matmul"] < 1e-4, got
     assert (got["graphs"], got["recompiles"]) == (2, 0), got
@@ -160,26 +201,6 @@ def test_configs_come_from_the_sweeps_file_else_the_heuristic(tmp_path, monkeypa
         kernel._measured_configs.cache_clear()
     assert kernel.heuristic_config(2, batch_one=True).splits == 16
     assert kernel.heuristic_config(8, batch_one=False).splits == 2
-
-
-def test_splits_fitted_to_the_length_where_the_op_runs(monkeypatch):
-    """splits_for_length (off by default): no more splits than blocks of slots, none up to
-    DIRECT_UP_TO_SLOTS; applied to the length the op runs at, never while tracing (the fake)."""
-    config = kernel.DecodeConfig(block_l=64, num_warps=4, splits=16)
-    assert not kernel.SPLITS_BY_LENGTH and kernel.splits_for_length(config, 256) == config
-    monkeypatch.setattr(kernel, "SPLITS_BY_LENGTH", True)
-    fitted = {length: kernel.splits_for_length(config, length).splits for length in (16, 100, 256, 1024, 4096)}
-    assert fitted == {16: 1, 100: 2, 256: 4, 1024: 16, 4096: 16}
-    monkeypatch.setattr(kernel, "DIRECT_UP_TO_SLOTS", 1024)
-    assert [kernel.splits_for_length(config, n).splits for n in (1024, 1025)] == [1, 16]
-    assert kernel.splits_for_length(config, 1025).block_l == 64
-    launched = []
-    monkeypatch.setattr(kernel, "config_for", lambda *a: config)
-    monkeypatch.setattr(kernel, "launch", lambda q, k, v, m, s, c, cfg, run: launched.append((cfg.splits, run)))
-    query, key, value, mask = inputs(dict(b=1, hq=14, hkv=2, d=64, L=100, mask="bool"))
-    kernel._decode_attention(query, key, value, mask, 0.125, 0.0)
-    kernel._decode_attention(query, key, value, mask, 0.125, 0.0, run=False)
-    assert launched == [(1, True), (16, False)]
 
 
 def test_unsupported_inputs_are_refused():
@@ -236,60 +257,84 @@ def layer_like(query, new_k, new_v, cache_k, cache_v, slot, mask, weight):
     return out.flatten(2) @ weight
 
 
+class GpuLayer:
+    """A bf16 static cache [b, 2, 257, 64] (14 query heads over 2 K/V heads, one spare slot) and an output
+    projection on the GPU, with the inputs of one decode step drawn from one generator."""
+
+    heads, kv_heads, head_dim, slots = 14, 2, 64, 256
+
+    def __init__(self, batch: int):
+        self.batch = batch
+        self.gen = torch.Generator(device="cuda").manual_seed(0)
+        self.cache_k, self.cache_v = (self.randn(batch, self.kv_heads, self.slots + 1, self.head_dim) for _ in "kv")
+        self.weight = self.randn(self.heads * self.head_dim, 32)
+
+    def randn(self, *shape):
+        return torch.randn(*shape, device="cuda", generator=self.gen, dtype=torch.bfloat16)
+
+    def token(self):
+        """query [b, Hq, 1, d], the step's key and value [b, Hkv, 1, d]."""
+        b, d = self.batch, self.head_dim
+        return self.randn(b, self.heads, 1, d), self.randn(b, self.kv_heads, 1, d), self.randn(b, self.kv_heads, 1, d)
+
+    def mask(self, length: int, now: int):
+        """HF's boolean mask [b, 1, 1, length] with left padding: row r attends slots r..now."""
+        mask = torch.zeros(self.batch, 1, 1, length, dtype=torch.bool, device="cuda")
+        for row in range(self.batch):
+            mask[row, ..., row : now + 1] = True
+        torch._dynamo.maybe_mark_dynamic(mask, 3)
+        return mask
+
+
+def assert_like_the_matmul_path(got, want):
+    # the projection sums 896 products of bf16-rounded attention outputs: one element of 128 may land
+    # 0.06 away (H200, 2026-12-01); the norm of the difference is what a wrong read moves (1.4x it)
+    assert ((got.float() - want.float()).norm() / want.float().norm()).item() < 1e-2
+    torch.testing.assert_close(got, want, rtol=0.1, atol=0.1)
+
+
+def captured(step):
+    """A CUDA graph of `step()` (warmed up on a side stream first) and the output it replays into."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()  # warm up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    return graph, out
+
+
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.parametrize(
-    ("batch", "early", "fold", "by_length"),
-    [
-        (1, False, False, False),
-        (4, False, False, False),
-        (1, True, False, False),
-        (1, True, True, False),
-        (4, False, True, False),
-        (1, True, False, True),
-        (4, True, False, True),
-    ],
-    ids=["b1", "b4", "b1-pdl", "b1-pdl-folded", "b4-folded", "b1-pdl-by-length", "b4-pdl-by-length"],
+    ("batch", "early", "fold"),
+    [(1, False, False), (4, False, False), (1, True, False), (1, True, True), (4, False, True)],
+    ids=["b1", "b4", "b1-pdl", "b1-pdl-folded", "b4-folded"],
 )
-def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, fold, by_length):
+def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, fold):
     """Inductor compiles the op with the layer's own kernels; one compilation serves every context
     length; a CUDA graph of the compiled step replays it with new inputs like the matmul path; also with
     the kernels launched early (PDL), where a wait in the wrong place would read the query or the slot
     just written before they are there; and with the combine folded into the split kernel, where a
     program that combined before the others' partials were visible would be off (its counters must be
-    back at zero after every launch); and with the splits fitted to each length (no combine up to 128
-    slots: the CUDA graph's length), where the splits must follow the length the op runs at."""
+    back at zero after every launch)."""
     from accelerate_graph.compat.torch_internals import dynamo_graph_count
     from accelerate_graph.fused.kernels import pdl
 
     monkeypatch.setattr(pdl, "ENABLED", early)
     monkeypatch.setattr(kernel, "FOLD_COMBINE", fold)
-    monkeypatch.setattr(kernel, "SPLITS_BY_LENGTH", by_length)
-    monkeypatch.setattr(kernel, "DIRECT_UP_TO_SLOTS", 128 if by_length else 0)
-    launched = []  # (length, splits) of each launch
-    original = kernel.launch
-    monkeypatch.setattr(
-        kernel, "launch", lambda q, k, *a: launched.append((k.shape[2], a[4].splits)) or original(q, k, *a)
-    )
     torch._dynamo.reset()
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    hq, hkv, d, slots = 14, 2, 64, 256
-
-    def randn(*shape):
-        return torch.randn(*shape, device="cuda", generator=gen, dtype=torch.bfloat16)
-
-    cache_k, cache_v = randn(batch, hkv, slots + 1, d), randn(batch, hkv, slots + 1, d)
-    weight = randn(hq * d, 32)
+    layer = GpuLayer(batch)
+    cache_k, cache_v, weight = layer.cache_k, layer.cache_v, layer.weight
     compiled = torch.compile(layer_like, backend="inductor")
 
     def arguments(length, now):
-        query, new_k, new_v = randn(batch, hq, 1, d), randn(batch, hkv, 1, d), randn(batch, hkv, 1, d)
-        mask = torch.zeros(batch, 1, 1, length, dtype=torch.bool, device="cuda")
-        for row in range(batch):
-            mask[row, ..., row : now + 1] = True  # left padding: row r starts at slot r
+        query, new_k, new_v = layer.token()
+        mask = layer.mask(length, now)
         for tensor in (query, new_k, new_v, mask):
             torch._dynamo.maybe_mark_dynamic(tensor, 0)
-        torch._dynamo.maybe_mark_dynamic(mask, 3)
         return query, new_k, new_v, torch.tensor([now], device="cuda"), mask
 
     def check(run, args):
@@ -301,10 +346,7 @@ def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, 
         monkeypatch.setattr(grouped_attention, "TRITON_DECODE", False)
         want = layer_like(*args[:3], cache_k, cache_v, *args[3:], weight)
         monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
-        # the projection sums 896 products of bf16-rounded attention outputs: one element of 128 may land
-        # 0.06 away (H200, 2026-12-01); the norm of the difference is what a wrong read moves (1.4x it)
-        assert ((got.float() - want.float()).norm() / want.float().norm()).item() < 1e-2
-        torch.testing.assert_close(got, want, rtol=0.1, atol=0.1)
+        assert_like_the_matmul_path(got, want)
 
     before = dynamo_graph_count()
     for length, now in [(64, 40), (128, 100), (256, 200)]:
@@ -315,34 +357,103 @@ def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, 
     # a CUDA graph of the compiled step over static buffers, replayed with new contents
     static = arguments(128, 90)
     monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        compiled(*static[:3], cache_k, cache_v, *static[3:], weight)  # warm up outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = compiled(*static[:3], cache_k, cache_v, *static[3:], weight)
+    graph, static_out = captured(lambda: compiled(*static[:3], cache_k, cache_v, *static[3:], weight))
     for now in (95, 110, 127):
         for buffer, value in zip(static, arguments(128, now)):
             buffer.copy_(value)
         check(lambda: (graph.replay(), static_out)[1], static)
     assert not fold or kernel._counters, "the folded kernel never ran"
     assert all(int(c.count_nonzero()) == 0 for c in kernel._counters.values())
-    heuristic = kernel.config_for(hq, hkv, d, batch_one=batch == 1).splits
-    want = {64: 1, 128: 1, 256: min(heuristic, 4)} if by_length else dict.fromkeys((64, 128, 256), heuristic)
-    assert dict(launched) == want, launched
+
+
+def rotated(x, cos, sin):
+    """HF's rotate-half embedding in float32, rounded once (as inductor's fused kernel computes it)."""
+    half = x.shape[-1] // 2
+    partner = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return (x.float() * cos.float() + partner.float() * sin.float()).to(x.dtype)
+
+
+def layer_writing_token(query, new_k, new_v, cos, sin, keys, values, slot, mask, weight):
+    """layer_like with the kernel rotating q and the step's key and writing K/V into the cache views."""
+    out = grouped_attention.decode_attention_writing_token(
+        Attention().eval(), query, new_k, new_v, cos, sin, (keys, values, slot), mask, 0.125
+    )
+    return out.flatten(2) @ weight
 
 
 @pytest.mark.cuda
 @needs_cuda
-def test_gpu_fused_tiny_model_with_the_kernel_verifies(monkeypatch):
-    """The whole path: fused mode's compiled layers calling the kernel, captured, verified against eager."""
+@pytest.mark.parametrize(("batch", "early"), [(1, True), (4, False), (4, True)], ids=["b1-pdl", "b4", "b4-pdl"])
+def test_gpu_kernel_writing_the_token_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early):
+    """The op that rotates and writes the step's token, compiled by inductor over views of the cache as the
+    fused layers pass them (batch and context dynamic), then in a CUDA graph replayed with new contents:
+    its output against rotating in torch, writing with index_copy_ and the matmul path; the cache it
+    leaves against the one index_copy_ leaves (the slot rounded alike, every other slot untouched)."""
+    from accelerate_graph.compat.torch_internals import dynamo_graph_count
+    from accelerate_graph.fused.kernels import pdl
+
+    monkeypatch.setattr(pdl, "ENABLED", early)
+    torch._dynamo.reset()
+    layer = GpuLayer(batch)
+    cache_k, cache_v, weight = layer.cache_k, layer.cache_v, layer.weight
+    compiled = torch.compile(layer_writing_token, backend="inductor")
+
+    def arguments(length, now):
+        query, new_k, new_v = layer.token()
+        angles = torch.rand(batch, 1, layer.head_dim // 2, device="cuda", generator=layer.gen) * 40
+        cos, sin = (f(torch.cat((angles, angles), dim=-1)).to(torch.bfloat16) for f in (torch.cos, torch.sin))
+        mask = layer.mask(length, now)
+        for tensor in (query, new_k, new_v, cos, sin, mask):
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)
+        return query, new_k, new_v, cos, sin, torch.tensor([now], device="cuda"), mask
+
+    def views(length):
+        keys, values = cache_k[:, :, :length], cache_v[:, :, :length]
+        for tensor in (keys, values):
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)
+            torch._dynamo.maybe_mark_dynamic(tensor, 2)
+        return keys, values
+
+    def check(run, args):
+        before = cache_k.clone(), cache_v.clone()
+        got, got_k, got_v = run().clone(), cache_k.clone(), cache_v.clone()
+        cache_k.copy_(before[0]), cache_v.copy_(before[1])
+        query, new_k, new_v, cos, sin, slot, mask = args
+        monkeypatch.setattr(grouped_attention, "TRITON_DECODE", False)
+        c, s = cos[:, None], sin[:, None]
+        want = layer_like(rotated(query, c, s), rotated(new_k, c, s), new_v, cache_k, cache_v, slot, mask, weight)
+        monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
+        assert_like_the_matmul_path(got, want)
+        torch.testing.assert_close(got_k, cache_k, rtol=2**-7, atol=1e-6)  # an FMA may round the slot apart
+        assert torch.equal(got_v, cache_v)
+        assert torch.equal(got_k[:, :, : int(slot)], cache_k[:, :, : int(slot)])
+
+    before = dynamo_graph_count()
+    for length, now in [(64, 40), (128, 100), (256, 200)]:
+        args = arguments(length, now)
+        check(lambda args=args, length=length: compiled(*args[:5], *views(length), *args[5:], weight), args)
+    assert dynamo_graph_count() - before <= 2  # the first length, then one dynamic graph for the others
+
+    static, static_views = arguments(128, 90), views(128)
+    graph, static_out = captured(lambda: compiled(*static[:5], *static_views, *static[5:], weight))
+    for now in (95, 110, 127):
+        for buffer, value in zip(static, arguments(128, now)):
+            buffer.copy_(value)
+        check(lambda: (graph.replay(), static_out)[1], static)
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("writes_token", [False, True], ids=["reads", "writes-token"])
+def test_gpu_fused_tiny_model_with_the_kernel_verifies(monkeypatch, writes_token):
+    """The whole path: fused mode's compiled layers calling the kernel, captured, verified against eager;
+    also with the kernel rotating and writing the step's token (layer_program.ATTENTION_WRITES_TOKEN)."""
     from tiny_models import tiny_decoder
 
     from accelerate_graph.core.backends import backend_for
     from accelerate_graph.core.capture import capture_decode_graphs
     from accelerate_graph.core.decode_session import DecodeSession
+    from accelerate_graph.fused import layer_program
     from accelerate_graph.fused.layers import FusedForward
     from accelerate_graph.verify.against_eager import verify_graphs
 
@@ -350,13 +461,16 @@ def test_gpu_fused_tiny_model_with_the_kernel_verifies(monkeypatch):
     monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
     traced = []
     original = kernel.launch
-    monkeypatch.setattr(kernel, "launch", lambda *a, **k: traced.append(1) or original(*a, **k))
+    # each launch's NewToken (None: the attention reads a cache that inductor's kernel wrote)
+    monkeypatch.setattr(kernel, "launch", lambda *a, **k: traced.append(a[8] if len(a) > 8 else None) or original(*a))
     model = tiny_decoder("llama", num_attention_heads=8, num_key_value_heads=2)
     grouped_attention.use_grouped_attention(model)
     session = DecodeSession(model.to("cuda", torch.bfloat16), 4, 64)
     session.fused = FusedForward(session.model)
+    monkeypatch.setattr(layer_program, "ATTENTION_WRITES_TOKEN", writes_token)
     graphs = capture_decode_graphs(session, backend_for(torch.device("cuda:0")), (1, 2, 4), contexts=(16, 32))
     assert traced, "the compiled layers never reached the kernel"
+    assert any(new is not None for new in traced) == writes_token
     rows = verify_graphs(graphs, steps=8, prompt_len=6)
     assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
     assert (session.fused.graphs, session.fused.recompiles) == (2, 0)
