@@ -18,6 +18,10 @@ Numerics against `grouped_attention.grouped_decode_attention` (the matmul path, 
 - a row whose every slot is masked gives zeros (the matmul path gives NaN); the padded rows of a
   batch bucket are the only such rows, and their outputs are discarded.
 
+`decode_attention_new_token` takes the query and the step's key before their rotary embedding and the
+step's K/V: the split kernel rotates them, the program whose split holds the cache slot writes K/V there,
+and the token is attended from registers (NewToken). It mutates the cache, in place under inductor too.
+
 Configurations (BLOCK_L, num_warps, splits) come from attention_configs.json beside this file, written
 by benchmarks/attention_sweep.py on the GPU, keyed by heads/kv_heads/head_dim and batch class (batch 1,
 or any larger batch: one compiled layer serves every larger batch and every context bucket, so the
