@@ -220,10 +220,11 @@ def kernel_ops_for(device: torch.device) -> LayerOps | None:
 # The step's rotary embedding and K/V cache write inside the Triton decode attention, where it runs
 # (grouped_attention.decode_attention_writing_token): one kernel a layer fewer (inductor's fused rotary +
 # write: 21 us of the 1B's step on the H200, 36 us of Qwen2.5-0.5B's, 45 us of the 8B's). Off: measured on
-# the H200 (2026-12-01, docs/PERF.md stop 22) it breaks even. The split kernel's prologue (rotate, store the
-# slot, score the token) costs what the removed launch saved: the 8B's split kernel 114 -> 170 us at batch
-# 1, the replays within +-15 us over both orders. Its GPU tests and the 8B's verify pass with it on.
-# CUGRAPH_ACCEL_ATTENTION_WRITES_TOKEN=1 turns it on.
+# the H200 (2026-12-01, docs/PERF.md stop 22) it broke even. The split kernel's prologue (rotate, store the
+# slot, score the token) cost what the removed launch saved: the 8B's split kernel 114 -> 170 us at batch
+# 1, the replays within +-15 us over both orders. Its GPU tests and the 8B's verify passed with it on.
+# Since then the slot is stored after the loop (not yet measured). CUGRAPH_ACCEL_ATTENTION_WRITES_TOKEN=1
+# turns it on.
 ATTENTION_WRITES_TOKEN = os.environ.get("CUGRAPH_ACCEL_ATTENTION_WRITES_TOKEN", "0") == "1"
 
 
