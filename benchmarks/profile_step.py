@@ -70,25 +70,29 @@ class Way:
 REPLAYS = 50
 
 
-def timed_ms(call, calls: int = REPLAYS) -> float:
-    """Milliseconds per call of `call`, by CUDA events around `calls` calls (the host clock off CUDA: a
-    smoke run)."""
+def timed_ms(call, calls: int = REPLAYS) -> tuple[float, float]:
+    """Milliseconds per call of `call`: by CUDA events around `calls` calls (the host clock off CUDA: a
+    smoke run), and the host's own time per call to issue them. Where the host's time is close to the
+    events', the GPU waited for launches and the number is the host's, not the step's."""
+    began = time.perf_counter()
     if not torch.cuda.is_available():
-        began = time.perf_counter()
         for _ in range(calls):
             call()
-        return (time.perf_counter() - began) * 1000 / calls
+        host = (time.perf_counter() - began) * 1000 / calls
+        return host, host
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(calls):
         call()
     end.record()
+    host = (time.perf_counter() - began) * 1000 / calls
     torch.cuda.synchronize()
-    return start.elapsed_time(end) / calls
+    return start.elapsed_time(end) / calls, host
 
 
-def replay_ms(graphs, session, batch: int, prompt: int) -> float:
-    """Milliseconds per replay of the captured graph for `batch` at the context holding slot `prompt`.
+def replay_ms(graphs, session, batch: int, prompt: int) -> tuple[float, float]:
+    """Milliseconds per replay of the captured graph for `batch` at the context holding slot `prompt`, and
+    the host's milliseconds to issue one (timed_ms).
     The cache is rewound once, not before each replay: a rewind is a kernel per layer (32 at 8B), which
     would be timed too; the writes walk on from `prompt` by one slot a replay."""
     tokens = torch.randint(session.vocab_size, (batch,), device=session.device)
@@ -101,9 +105,9 @@ def replay_ms(graphs, session, batch: int, prompt: int) -> float:
     for _ in range(5):
         replay()
     session.kv.rewind(prompt)
-    ms = timed_ms(replay)
+    timed = timed_ms(replay)
     session.kv.rewind(prompt)
-    return ms
+    return timed
 
 
 def kernel_class(name: str) -> str:
@@ -257,12 +261,18 @@ def main() -> None:
         rewind = functools.partial(session.kv.rewind, args.prompt)
         context = prepared.graphs.contexts[0] if args.prompt < prepared.graphs.contexts[0] else None
         for batch in batches:
-            replay = replay_ms(prepared.graphs, session, batch, args.prompt)
-            print(f"{args.model} {label:18s} batch {batch:3d}: replay {replay:.3f} ms per step", flush=True)
+            replay, host = replay_ms(prepared.graphs, session, batch, args.prompt)
+            print(
+                f"{args.model} {label:18s} batch {batch:3d}: replay {replay:.3f} ms per step "
+                f"(host {host:.3f} ms to issue one)",
+                flush=True,
+            )
             for slots in sorted({args.cache, context or args.cache}):
                 step = session.capture_step(batch, slots)
                 found = profile_step(step, rewind)
-                results.append({"way": label, "batch": batch, "slots": slots, "replay_ms": replay, **found})
+                results.append(
+                    {"way": label, "batch": batch, "slots": slots, "replay_ms": replay, "host_ms": host, **found}
+                )
                 print(
                     f"{args.model} {label:18s} batch {batch:3d} slots {slots:5d}: {found['kernels']:6.0f} kernels, "
                     f"{found['kernel_us']:8.1f} us of kernels | "

@@ -96,7 +96,7 @@ def rank_body(
     barrier()
     from profile_step import NOTHING_COUNTED, timed_ms
 
-    step_ms = timed_ms(step)
+    step_ms, _host_ms = timed_ms(step)
     barrier()
     found = _kernels(step, 10, is_main_rank() and torch.cuda.is_available())
     barrier()
