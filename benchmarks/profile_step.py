@@ -206,9 +206,8 @@ def main() -> None:
         # take it off, or leave it on for ours alone
         "fused-no-pdl": Way("fused, no PDL", pdl_on=False),
         "fused-fold-combine": Way("fused, combine folded", fold_combine=True),  # one attention kernel, not two
-        # the attention rotates q and k and writes K/V itself (layer_program.ATTENTION_WRITES_TOKEN), and not
+        # the attention rotates q and k and writes K/V itself (layer_program.ATTENTION_WRITES_TOKEN; off)
         "fused-writes-token": Way("fused, attention writes token", writes_token=True),
-        "fused-rotary-apart": Way("fused, rotary + write apart", writes_token=False),
         "fused-ours-pdl": Way("fused, our kernels with PDL", pdl_on=True, inductor=(("triton.enable_pdl", False),)),
         "fused-skinny-pdl": Way(
             "fused, skinny at 1, our kernels with PDL",
