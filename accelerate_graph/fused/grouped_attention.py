@@ -38,9 +38,18 @@ _TRITON = importlib.util.find_spec("triton") is not None
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def _kernel_runs(query: torch.Tensor) -> bool:
+    """Whether the Triton kernel is switched on and runs where `query` lives (CUDA; the CPU interpreted)."""
+    return TRITON_DECODE and _TRITON and (query.is_cuda or _INTERPRETED)
+
+
+def _scale(query: torch.Tensor, scaling: float | None) -> float:
+    return float(scaling if scaling is not None else query.shape[-1] ** -0.5)
+
+
 def _triton_decode(module, query, key, value, attention_mask, dropout, scaling, kwargs):
     """The Triton kernel's output [b, 1, Hq, d], or None where it does not apply."""
-    if not (TRITON_DECODE and _TRITON and (query.is_cuda or _INTERPRETED)):
+    if not _kernel_runs(query):
         return None
     if any(kwargs.get(name) is not None for name in _UNSUPPORTED if name != "softcap") or (module.training and dropout):
         return None
@@ -48,9 +57,10 @@ def _triton_decode(module, query, key, value, attention_mask, dropout, scaling, 
 
     if not kernel.supports(query, key, value, attention_mask):
         return None
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     softcap = kwargs.get("softcap") or 0.0
-    return torch.ops.cugraph_accel.decode_attention(query, key, value, attention_mask, float(scale), float(softcap))
+    return torch.ops.cugraph_accel.decode_attention(
+        query, key, value, attention_mask, _scale(query, scaling), float(softcap)
+    )
 
 
 def decode_attention_writing_token(module, query, key_new, value_new, cos, sin, cache, attention_mask, scaling):
@@ -59,7 +69,7 @@ def decode_attention_writing_token(module, query, key_new, value_new, cos, sin, 
     the work of inductor's rotary and cache-write kernel and of the attention in one launch (plus the
     combine). The output [b, 1, Hq, d], or None where it does not apply: then the caller rotates, writes
     and calls grouped_decode_attention itself."""
-    if not (TRITON_DECODE and _TRITON and (query.is_cuda or _INTERPRETED)) or module.training:
+    if not _kernel_runs(query) or module.training:
         return None
     from accelerate_graph.fused.kernels import decode_attention as kernel  # imports triton: only when asked for
 
@@ -67,9 +77,8 @@ def decode_attention_writing_token(module, query, key_new, value_new, cos, sin, 
     new = kernel.NewToken(key_new, value_new, cos, sin, slot)
     if not kernel.supports_new_token(query, keys, values, attention_mask, new):
         return None
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     return torch.ops.cugraph_accel.decode_attention_new_token(
-        query, key_new, value_new, cos, sin, slot, keys, values, attention_mask, float(scale), 0.0
+        query, key_new, value_new, cos, sin, slot, keys, values, attention_mask, _scale(query, scaling), 0.0
     )
 
 

@@ -271,7 +271,7 @@ class FusedForward:
         self._unadvanced: list[torch.Tensor] = []  # in the current call: positions the layers left to us
         # built here, before any capture: a graph keeps the table's address
         self.rotary = rotary_tables(model, positions) if ROTARY_TABLE and positions else {}
-        # the final RMSNorm as one kernel, where the layer program's norms are its kind (off until measured)
+        # the final RMSNorm as one kernel, where the layer program's norms are its kind (fused/final_norm.py)
         self.final_norm = final_norm_kernel(model, self.layers[0].input_layernorm) if self.programmed else {}
 
     def layer_forward_kind(self) -> str:
