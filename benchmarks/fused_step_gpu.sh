@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fused step as shipped (since 2026-12-01: skinny kernels at batch 1 from a hidden size of 2,048, PDL
+# The fused step as shipped (since 2026-12-01: skinny kernels at batch 1 for the table's shapes, PDL
 # for every kernel on Hopper, one kernel advancing every layer's cache position), ONE device call under a
 # deadline (DEADLINE s, default 570), most wanted first:
 #   8b-bench   bench llama-3.1-8b eager, graph, fused, compile, buckets 1/8/32, cache 1024, prompt 128:

@@ -5,8 +5,9 @@ configs, against cuBLAS (F.linear) doing the same matmuls, and against the devic
 Timing is CUDA-graph replay, as in a decode step: one graph holds a chain of calls, each on its own copy
 of the weights, with enough copies that they outgrow the L2 cache (a step's layers do not share weights),
 so a call reads its weights from HBM. Microseconds per call; GB/s is the bytes a call must move (weights,
-input, outputs, residual) over that time; cuBLAS's column times only the matmuls (bias included, no norm,
-no residual add, no activation). The best config of each shape is checked against the reference.
+input, outputs, residual) over that time; cuBLAS's column times only the matmuls, one GEMM over the merged
+weights as the step runs them (bias included, no norm, no residual add, no activation). The best config
+of each shape is checked against the reference.
 
     python benchmarks/kernel_sweep.py --write-configs accelerate_graph/fused/kernels/skinny_configs.json
 
@@ -71,10 +72,26 @@ def wide_rows_grid(k: int) -> list[SkinnyConfig]:
     return out
 
 
-def grid_for(op: str, m: int, k: int, wide: bool = False) -> list[SkinnyConfig]:
-    """A small grid: multiply-and-sum at few rows, tensor cores from 8 rows, split-K for long K."""
+def swapped_rows_grid() -> list[SkinnyConfig]:
+    """More than one row, the weights on the MMA's long side (`swap`, cuBLAS's 128x8 and 64x8 tiles):
+    blocks of 32-128 outputs (64 and up: Hopper's warpgroup MMA), K blocks of 64-256, deep pipelines
+    (the K walk is all loads), split-K 2 and 4 where blocks of N alone leave multiprocessors idle."""
+    shapes = [(64, 128, 4, 4), (64, 128, 4, 6), (64, 256, 4, 3), (128, 64, 4, 6), (128, 128, 4, 4)]
+    shapes += [(128, 128, 8, 4), (128, 64, 8, 8), (32, 256, 4, 4)]
+    out = [SkinnyConfig(n, bk, w, s, dot=True, swap=True) for n, bk, w, s in shapes]
+    out += [
+        SkinnyConfig(n, bk, 4, 4, split_k=x, dot=True, swap=True) for n, bk in ((64, 128), (128, 128)) for x in (2, 4)
+    ]
+    return out
+
+
+def grid_for(op: str, m: int, k: int, wide: bool = False, swap: bool = False) -> list[SkinnyConfig]:
+    """A small grid: multiply-and-sum at few rows, tensor cores from 8 rows, split-K for long K; `swap`:
+    swapped_rows_grid alone above one row."""
     if wide and m == 1:
         return wide_one_row_grid(k)
+    if swap and m > 1:
+        return swapped_rows_grid()
     out = []
     if m <= 8:
         out += [SkinnyConfig(16, 256, 4, 2), SkinnyConfig(32, 256, 4, 2), SkinnyConfig(32, 128, 4, 3)]
@@ -119,7 +136,8 @@ def graph_us(calls) -> float:
 
 def describe(cfg: SkinnyConfig) -> str:
     return (
-        f"n{cfg.block_n} k{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} x{cfg.split_k} {'dot' if cfg.dot else 'fma'}"
+        f"n{cfg.block_n} k{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} x{cfg.split_k} "
+        f"{('swap' if cfg.swap else 'dot') if cfg.dot else 'fma'}"
     )
 
 
@@ -161,11 +179,12 @@ class Shape:
         return graph_us([lambda ws=ws: self.run(ws, cfg) for ws in self.weights])
 
     def cublas_us(self) -> float:
-        def mm(ws):
-            for w, b in zip(ws, self.biases):
-                F.linear(self.x, w, b)
-
-        return graph_us([lambda ws=ws: mm(ws) for ws in self.weights])
+        """cuBLAS as the fused step calls it without the skinny kernels: q/k/v as one GEMM, gate and up as
+        one (layer_program merges them); timing the weights one GEMM each made cuBLAS look up to 2x slower
+        (stop 23)."""
+        bias = None if self.biases[0] is None else torch.cat(self.biases)
+        merged = [torch.cat(ws) for ws in self.weights]
+        return graph_us([lambda w=w: F.linear(self.x, w, bias) for w in merged])
 
     def matches_reference(self, cfg) -> bool:
         got, want = self.run(self.weights[0], cfg), self.reference(self.weights[0])
@@ -181,6 +200,7 @@ def main() -> int:
     parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated subset of the row counts")
     parser.add_argument("--shapes", default="qkv,o,gate_up,down", help="which projections, in this order")
     parser.add_argument("--wide", action="store_true", help="a wider grid at one row (wide_one_row_grid)")
+    parser.add_argument("--swap", action="store_true", help="above one row, swapped_rows_grid's configs only")
     args = parser.parse_args()
     rows = tuple(int(r) for r in args.rows.split(","))
     start = time.monotonic()
@@ -203,7 +223,7 @@ def main() -> int:
                 # past the budget: the config the table has (else the heuristic's), so nothing gets worse
                 tries = [heuristic, configs.config_for(op, m, key_ns, k, sms)]
                 if time.monotonic() - start < args.budget_s:
-                    tries += grid_for(op, m, k, args.wide)
+                    tries += grid_for(op, m, k, args.wide, args.swap)
                 tries = list(dict.fromkeys(tries))
                 timed = []
                 for cfg in tries:

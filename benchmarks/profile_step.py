@@ -30,7 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from accelerate_graph.fused import final_norm, gemv_lowering, grouped_attention, layer_program
 from accelerate_graph.fused import layers as fused_step
-from accelerate_graph.fused.kernels import decode_attention, pdl
+from accelerate_graph.fused.kernels import decode_attention, pdl, skinny_matmul
 from accelerate_graph.pipeline import CaptureRequest, prepare
 
 CLASSES = (  # first match wins; names as cuBLAS, PyTorch and triton print them
@@ -53,18 +53,18 @@ class Way:
     gemv: bool = True  # fused.layers.GEMV_AT_BATCH_1
     program: str = fused_step.LAYER_PROGRAM  # the default: "merged"
     gate_up_apart: bool = layer_program.GATE_UP_APART_AT_BATCH_1  # merged: gate and up two GEMVs at batch 1
-    skinny_b1: str = layer_program.SKINNY_AT_BATCH_1  # merged, batch 1: skinny kernels "auto" (by size), "1", "0"
+    skinny_b1: str = layer_program.SKINNY_AT_BATCH_1  # merged, batch 1: skinny kernels "auto" (by table), "1", "0"
     skinny_above: bool = layer_program.SKINNY_ABOVE_BATCH_1  # merged, above batch 1: the skinny kernels
     pdl_on: bool = pdl.ENABLED  # our kernels with PDL, and inductor's unless `inductor` turns it off
     triton_attention: bool = grouped_attention.TRITON_DECODE  # the default: on (CUGRAPH_ACCEL_TRITON_ATTENTION)
     fold_combine: bool = decode_attention.FOLD_COMBINE  # the attention's combine inside its split kernel
-    writes_token: bool = layer_program.ATTENTION_WRITES_TOKEN  # rotary and the K/V write inside the attention
     long_cublas: bool = gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
     materialize: bool = gemv_lowering.MATERIALIZE_INPUT  # GEMV inputs stored before the reduction
     inductor: tuple = ()  # (setting, value) pairs added to fused.layers.INDUCTOR_SETTINGS
     tune: str = fused_step.TUNE  # coordinate-descent tuning: "auto" (by hidden size), "1" or "0"
     rotary_table: bool = fused_step.ROTARY_TABLE  # cos/sin gathered from a table (fused/rotary_table.py)
     final_norm_kernel: bool = final_norm.FINAL_NORM_KERNEL  # the final RMSNorm as one kernel (fused/final_norm.py)
+    norm_at_once: bool = skinny_matmul.NORM_LOADS_AT_ONCE  # the skinny kernels' row norms in loads issued at once
 
 
 REPLAYS = 50
@@ -202,12 +202,11 @@ def main() -> None:
         "fused-skinny-batches": Way("fused, skinny kernels above 1", skinny_above=True),
         "fused-no-rotary-table": Way("fused, HF's rotary module", rotary_table=False),  # the default before stop 20
         "fused-no-final-norm": Way("fused, HF's final norm", final_norm_kernel=False),  # the default before stop 21
+        "fused-norm-at-once": Way("fused, norm loads at once", norm_at_once=True),  # prepared in stop 23 (off)
         # PDL: every kernel of the step by default since 2026-12-01 (ours and inductor's); these ways
         # take it off, or leave it on for ours alone
         "fused-no-pdl": Way("fused, no PDL", pdl_on=False),
         "fused-fold-combine": Way("fused, combine folded", fold_combine=True),  # one attention kernel, not two
-        # the attention rotates q and k and writes K/V itself (layer_program.ATTENTION_WRITES_TOKEN; off)
-        "fused-writes-token": Way("fused, attention writes token", writes_token=True),
         "fused-ours-pdl": Way("fused, our kernels with PDL", pdl_on=True, inductor=(("triton.enable_pdl", False),)),
         "fused-skinny-pdl": Way(
             "fused, skinny at 1, our kernels with PDL",
@@ -231,7 +230,6 @@ def main() -> None:
         fused_step.LAYER_PROGRAM = way.program
         grouped_attention.TRITON_DECODE = way.triton_attention
         decode_attention.FOLD_COMBINE = way.fold_combine
-        layer_program.ATTENTION_WRITES_TOKEN = way.writes_token
         gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS = way.long_cublas
         gemv_lowering.MATERIALIZE_INPUT = way.materialize
         layer_program.GATE_UP_APART_AT_BATCH_1 = way.gate_up_apart
@@ -241,6 +239,7 @@ def main() -> None:
         fused_step.TUNE = way.tune
         fused_step.ROTARY_TABLE = way.rotary_table
         final_norm.FINAL_NORM_KERNEL = way.final_norm_kernel
+        skinny_matmul.NORM_LOADS_AT_ONCE = way.norm_at_once
         fused_step.INDUCTOR_SETTINGS = {**shipped_settings, **dict(way.inductor)}
         request = CaptureRequest(
             model=args.model,

@@ -14,8 +14,12 @@
 # the rotary table (on); stop 21: the final RMSNorm as one kernel (-14 us at the 1B's batch 1: on) and
 # inductor's Triton GEMM templates above batch 1 (the 1B's batch 8 1.195 -> 1.553 ms: removed); stop 22: the
 # attention's splits fitted to the context bucket (no empty splits: the 1B 0.856 -> 0.860 ms, Qwen 0.670 ->
-# 0.716 at batch 1; no combine up to 1,024 slots: 0.901, 0.789): removed. The defaults now: the shipped step
-# of the 1B and Qwen at batches 1, 8 and 32, and the attention's GPU tests. No step sweep by default
+# 0.716 at batch 1; no combine up to 1,024 slots: 0.901, 0.789): removed; stop 23: the tensor-core kernels
+# with the weights on the MMA's long side above batch 1 (ROW_SWEEP; the 1B's batch 8 1.263 against 1.183 ms:
+# off) and Qwen's batch-1 configs swept in a step (0.634 / 0.655 against 0.663 / 0.715: on); prepared: the
+# row norms' loads at once (CUGRAPH_ACCEL_NORM_LOADS_AT_ONCE). The defaults now: the norm loads at
+# once against the shipped step (the 8B, the 1B, Qwen) at batches 1, 8 and 32, and the skinny kernels'
+# and the fused step's GPU tests. No step sweep by default
 # (STEP_SWEEPS="llama-3.2-1b:60:8" runs the 1B's 8-row chain).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
 set -uo pipefail
@@ -28,6 +32,11 @@ sweep() {  # NAME LIMIT MODELS BUDGET
   grep -E "^(llama|qwen)" "$LOGS/$1.log" | cut -c1-130 | head -n 12
 }
 [ "${SWEEP:-0}" = 1 ] && sweep sweep-8b 200 llama-3.1-8b 130 && sweep sweep-small 150 llama-3.2-1b,qwen2.5-0.5b "${SMALL_BUDGET:-90}"
+if [ -n "${ROW_SWEEP-}" ]; then  # models: the swapped tensor-core configs above one row, each op against cuBLAS
+  run row-sweep 60 $((${ROW_BUDGET:-200} + 90)) python3 benchmarks/kernel_sweep.py --models "$ROW_SWEEP" \
+    --rows "${ROWS:-8,32,16}" --swap --budget-s "${ROW_BUDGET:-200}" --write-configs "$TABLE"
+  grep -E "^(llama|qwen)" "$LOGS/row-sweep.log" | cut -c1-130
+fi
 for entry in ${STEP_SWEEPS-}; do
   IFS=: read -r model budget rows <<< "$entry"
   rows=${rows:-1}
@@ -35,7 +44,9 @@ for entry in ${STEP_SWEEPS-}; do
     --budget-s "$budget" --write-configs "$TABLE" --log "$LOGS/step-trials-$model-$rows.tsv"
 done
 cp "$TABLE" "$FINAL/skinny_configs.json"
-PROFILES=${PROFILES:-"llama-3.2-1b:fused qwen2.5-0.5b:fused"}
+# default: the row norms' loads at once (skinny_matmul.NORM_LOADS_AT_ONCE, prepared in stop 23) against the
+# shipped step; PROFILES="llama-3.1-8b:fused,fused-norm-at-once ..." runs the other order
+PROFILES=${PROFILES:-"llama-3.1-8b:fused-norm-at-once,fused llama-3.2-1b:fused-norm-at-once,fused qwen2.5-0.5b:fused-norm-at-once,fused"}
 n=0
 for entry in $PROFILES; do
   IFS=: read -r model ways <<< "$entry"
@@ -45,7 +56,7 @@ for entry in $PROFILES; do
     --log-tuning "$LOGS/tuning-$n.log" --json "$LOGS/$name.json"
   grep -E "^ +[0-9]" "$LOGS/$name.log" | head -n 8
 done
-TESTS=${TESTS-"tests/fused/kernels/test_decode_attention.py tests/fused/test_gpu_fused.py"}
+TESTS=${TESTS-"tests/fused/kernels/test_skinny_matmul.py tests/fused/test_gpu_fused.py"}
 # shellcheck disable=SC2086 # TESTS is a list of pytest arguments
 [ -n "$TESTS" ] && run gpu-tests 40 200 python3 -m pytest -m cuda -q -p no:cacheprovider -rf $TESTS
 tar czf "$FINAL/batch1-logs.tgz" -C "$LOGS" --exclude inductor-cache . 2>/dev/null

@@ -63,25 +63,6 @@ def _triton_decode(module, query, key, value, attention_mask, dropout, scaling, 
     )
 
 
-def decode_attention_writing_token(module, query, key_new, value_new, cos, sin, cache, attention_mask, scaling):
-    """The Triton kernel for a query and a new K before their rotary embedding (rotate-half: cos/sin [b, 1,
-    d]): it writes the step's K (rotated) and V into `cache` = (keys, values, slot) and attends over it,
-    the work of inductor's rotary and cache-write kernel and of the attention in one launch (plus the
-    combine). The output [b, 1, Hq, d], or None where it does not apply: then the caller rotates, writes
-    and calls grouped_decode_attention itself."""
-    if not _kernel_runs(query) or module.training:
-        return None
-    from accelerate_graph.fused.kernels import decode_attention as kernel  # imports triton: only when asked for
-
-    keys, values, slot = cache
-    new = kernel.NewToken(key_new, value_new, cos, sin, slot)
-    if not kernel.supports_new_token(query, keys, values, attention_mask, new):
-        return None
-    return torch.ops.cugraph_accel.decode_attention_new_token(
-        query, key_new, value_new, cos, sin, slot, keys, values, attention_mask, _scale(query, scaling), 0.0
-    )
-
-
 def grouped_decode_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """query [b, Hq, q, d], key/value [b, Hkv, L, d], mask [b, 1, q, L] (bool: attend) or additive.
     Returns [b, q, Hq, d] like HF's attention functions, and no weights."""

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 
 from accelerate_graph.compat.torch_internals import has_call_hooks
-from accelerate_graph.compat.transformers_internals import static_layer_tensors, static_layer_write
-from accelerate_graph.fused.grouped_attention import decode_attention_writing_token, grouped_decode_attention
+from accelerate_graph.compat.transformers_internals import static_layer_write
+from accelerate_graph.fused.grouped_attention import grouped_decode_attention
 from accelerate_graph.fused.kernels import configs, skinny_matmul
 
 # Decoder layers whose forward is the sequence above with a Llama RMSNorm (x * rsqrt, cast, * w),
@@ -81,20 +81,20 @@ MERGED_QKV, MERGED_QKV_BIAS, MERGED_GATE_UP = "cugraph_qkv_weight", "cugraph_qkv
 # - inductor's GEMV reductions (gemv_lowering), whose configs coordinate descent picks anew in each process.
 # H200, 2026-12-01 (profile_step.py, replay per step): Llama-3.1-8B 4.313 ms (inductor's: 4.273-4.495 in
 # five processes), Llama-3.2-1B 0.962 (1.040); but Qwen2.5-0.5B 0.836 (0.798): with short rows the norm each
-# program recomputes costs more than the norm kernel it saves. So the skinny kernels from a hidden size of
-# SKINNY_FROM_HIDDEN_SIZE, and only for shapes the table has a swept config for (a shape without one, a
-# --tp shard say, would run the heuristic's config, never measured in a step). CUGRAPH_ACCEL_SKINNY_B1=1
+# program recomputes costs more than the norm kernel it saves, with heuristic configs. Stop 23 swept Qwen's
+# configs inside a step (step_sweep.py): 0.634 / 0.655 ms against inductor's 0.663 / 0.715 (both orders in
+# one process). So the skinny kernels for every shape the table has a step-swept config for (a shape without
+# one, a --tp shard say, would run the heuristic's config, never measured in a step). CUGRAPH_ACCEL_SKINNY_B1=1
 # runs them for every shape, 0 for none (it reaches every --tp rank).
 SKINNY_AT_BATCH_1 = os.environ.get("CUGRAPH_ACCEL_SKINNY_B1", "auto")
-SKINNY_FROM_HIDDEN_SIZE = 2048
 
 
-def skinny_at_batch_1(op: str, ns: tuple[int, ...], k: int, hidden: int) -> bool:
-    """Whether a batch-1 call of `op` (output sizes `ns`, reduction `k`) in a model of this hidden size runs
-    the skinny kernels, where the device runs them: the switch, the size, the table (SKINNY_AT_BATCH_1)."""
+def skinny_at_batch_1(op: str, ns: tuple[int, ...], k: int) -> bool:
+    """Whether a batch-1 call of `op` (output sizes `ns`, reduction `k`) runs the skinny kernels, where the
+    device runs them: the switch, then the table (SKINNY_AT_BATCH_1)."""
     if SKINNY_AT_BATCH_1 in ("0", "1"):
         return SKINNY_AT_BATCH_1 == "1"
-    return hidden >= SKINNY_FROM_HIDDEN_SIZE and configs.in_table(op, 1, ns, k)
+    return configs.in_table(op, 1, ns, k)
 
 
 def layer_at_batch_1_is_skinny(layer: torch.nn.Module) -> bool:
@@ -108,51 +108,52 @@ def layer_at_batch_1_is_skinny(layer: torch.nn.Module) -> bool:
         ("gate_up", (mlp.gate_proj.out_features,), hidden),
         ("residual", (mlp.down_proj.out_features,), mlp.down_proj.in_features),
     ]
-    return all(skinny_at_batch_1(op, ns, k, hidden) for op, ns, k in calls)
+    return all(skinny_at_batch_1(op, ns, k) for op, ns, k in calls)
 
 
 # Above batch 1 the same kernels can run on tensor cores (rows padded to 16) instead of inductor's kernels
 # and cuBLAS. Measured in a step (H200, 2026-12-01, profile_step.py --ways fused-skinny-batches): the 1B's
-# batch 8 1.225 -> 1.687 ms, its GEMMs 663 -> 1,341 us, half cuBLAS's speed; so off.
+# batch 8 1.225 -> 1.687 ms, its GEMMs 663 -> 1,341 us, half cuBLAS's speed; with the weights on the MMA's
+# long side (configs.SkinnyConfig.swap, stop 23) 926 us, the step 1.263 against 1.183 ms: still off.
 # CUGRAPH_ACCEL_SKINNY_BATCHES=1 runs them at every batch above 1 (the table's configs by row bucket, else
 # the heuristic's; one config for every batch of a dynamic graph).
 SKINNY_ABOVE_BATCH_1 = os.environ.get("CUGRAPH_ACCEL_SKINNY_BATCHES", "0") == "1"
 
 
-def _skinny(x: torch.Tensor, hidden: int, op: str, ns: tuple[int, ...]) -> bool:
+def _skinny(x: torch.Tensor, op: str, ns: tuple[int, ...]) -> bool:
     """Whether this call runs the skinny kernels: a device that runs them (a CUDA device; a CPU tensor
     only under the Triton interpreter, the tests), and at one row skinny_at_batch_1, above it
     SKINNY_ABOVE_BATCH_1."""
     if not skinny_matmul.runs_triton(x):
         return False
     if x.shape[0] == 1:
-        return skinny_at_batch_1(op, ns, int(x.shape[-1]), hidden)
+        return skinny_at_batch_1(op, ns, int(x.shape[-1]))
     return SKINNY_ABOVE_BATCH_1
 
 
 def _merged_projections(x, norm_weight, eps, weights, biases):
-    if _skinny(x, x.shape[-1], "proj", tuple(int(w.shape[0]) for w in weights)):
+    if _skinny(x, "proj", tuple(int(w.shape[0]) for w in weights)):
         return skinny_matmul.norm_projections(x, norm_weight, eps, "llama", weights, biases)
     xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
     return tuple(torch.nn.functional.linear(xn, w, b) for w, b in zip(weights, biases))
 
 
 def _merged_linear_residual(x, weight, bias, residual):
-    if _skinny(x, residual.shape[-1], "residual", (int(weight.shape[0]),)):  # x: attention's / MLP's width
+    if _skinny(x, "residual", (int(weight.shape[0]),)):
         return skinny_matmul.linear_residual(x, weight, bias, residual)
     return residual + torch.nn.functional.linear(x, weight, bias)
 
 
-# At batch 1 the projections are inductor's GEMVs (gemv_lowering), not cuBLAS calls. Gate and up as two
-# GEMVs over the halves of the one weight become one kernel with silu(gate) * up in its epilogue; the
-# split output of one GEMV needs a pointwise kernel after it. H200, 2026-12-01 (profile_step.py, replay
+# At batch 1, where the skinny kernels do not run, the projections are inductor's GEMVs (gemv_lowering).
+# Gate and up as two GEMVs over the halves of the one weight become one kernel with silu(gate) * up in its
+# epilogue; the split output of one GEMV needs a pointwise kernel after it. H200, 2026-12-01 (profile_step.py, replay
 # per step at batch 1): Qwen2.5-0.5B 1.001 -> 0.948 ms, Llama-3.1-8B 5.008 -> 4.782 ms.
 GATE_UP_APART_AT_BATCH_1 = True
 
 
 def _merged_gate_up(x, norm_weight, eps, w_gate_up, w_up):
     gate_half, up_half = w_gate_up.chunk(2)  # w_up is None: both halves are in w_gate_up
-    if _skinny(x, x.shape[-1], "gate_up", (int(gate_half.shape[0]),)):
+    if _skinny(x, "gate_up", (int(gate_half.shape[0]),)):
         return skinny_matmul.norm_gate_up(x, norm_weight, eps, "llama", gate_half, up_half, "silu")
     xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
     if GATE_UP_APART_AT_BATCH_1 and xn.shape[0] == 1:
@@ -215,17 +216,6 @@ def kernel_ops_for(device: torch.device) -> LayerOps | None:
     if device.type != "cuda" or skinny_matmul.skinny_kernels is None:
         return None
     return KERNEL_OPS
-
-
-# The step's rotary embedding and K/V cache write inside the Triton decode attention, where it runs
-# (grouped_attention.decode_attention_writing_token): one kernel a layer fewer (inductor's fused rotary +
-# write: 21 us of the 1B's step on the H200, 36 us of Qwen2.5-0.5B's, 45 us of the 8B's). Off: measured on
-# the H200 (2026-12-01, docs/PERF.md stop 22) it broke even. The split kernel's prologue (rotate, store the
-# slot, score the token) cost what the removed launch saved: the 8B's split kernel 114 -> 170 us at batch
-# 1, the replays within +-15 us over both orders. Its GPU tests and the 8B's verify passed with it on.
-# Since then the slot is stored after the loop (not yet measured). CUGRAPH_ACCEL_ATTENTION_WRITES_TOKEN=1
-# turns it on.
-ATTENTION_WRITES_TOKEN = os.environ.get("CUGRAPH_ACCEL_ATTENTION_WRITES_TOKEN", "0") == "1"
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -311,15 +301,10 @@ def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cach
     k = k.view(batch, tokens, -1, head_dim).transpose(1, 2)
     v = v.view(batch, tokens, -1, head_dim).transpose(1, 2)
     cos, sin = position_embeddings
-    out = None
-    if not advance and ATTENTION_WRITES_TOKEN:  # a plain static layer: the attention kernel writes the slot
-        kv = static_layer_tensors(cache.layers[0])
-        out = decode_attention_writing_token(attention, q, k, v, cos, sin, kv, attention_mask, attention.scaling)
-    if out is None:
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        q, k = (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
-        k, v = cache.update(k, v, 0) if advance else static_layer_write(cache.layers[0], k, v)
-        out, _ = grouped_decode_attention(attention, q, k, v, attention_mask, scaling=attention.scaling)
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    q, k = (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+    k, v = cache.update(k, v, 0) if advance else static_layer_write(cache.layers[0], k, v)
+    out, _ = grouped_decode_attention(attention, q, k, v, attention_mask, scaling=attention.scaling)
     h = _output_projection(attention.o_proj, out.reshape(batch * tokens, -1), x, ops)
     second = layer.post_attention_layernorm
     w_gate, w_up = (getattr(mlp, MERGED_GATE_UP), None) if ops.merged else (mlp.gate_proj.weight, mlp.up_proj.weight)

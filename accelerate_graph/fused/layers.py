@@ -284,8 +284,6 @@ class FusedForward:
             kind += ", skinny GEMV kernels at batch 1"
         if skinny and layer_program.SKINNY_ABOVE_BATCH_1:
             kind += ", skinny kernels above batch 1"
-        if self.programmed and on_gpu and layer_program.ATTENTION_WRITES_TOKEN:
-            kind += ", attention writes K/V"
         kind += ", rotary table" if self.rotary else ""
         kind += ", final norm kernel" if self.final_norm else ""
         return kind + (", kernels tuned" if self.tuned else "") + (", PDL" if self.pdl else "")

@@ -402,19 +402,6 @@ def test_static_layer_write_is_update_without_the_advance():
     expect(same and torch.equal(ours.keys, theirs.keys), symbol, HF, "update writes another slot than the position")
 
 
-def test_static_layer_tensors_are_what_update_writes_at_its_position():
-    symbol = "transformers.cache_utils.StaticLayer.keys / .values / .cumulative_length"
-    with upstream(symbol, HF):
-        layer = _allocated_layer()
-        keys, values, slot = hf.static_layer_tensors(layer)
-        at = int(slot)
-        new_keys, new_values = torch.randn(3, 2, 1, 16), torch.randn(3, 2, 1, 16)
-        layer.update(new_keys, new_values)  # writes at the position, then advances it
-    expect(keys is layer.keys and values is layer.values, symbol, HF, "the layer's K/V are other tensors")
-    written = torch.equal(keys[:, :, at], new_keys[:, :, 0]) and torch.equal(values[:, :, at], new_values[:, :, 0])
-    expect(written and int(slot) == at + 1, symbol, HF, "update writes another slot than cumulative_length")
-
-
 def test_cache_indices_and_setting_them_to_zero():
     symbol = "transformers.models.llama.modeling_llama.LlamaAttention.layer_idx"
     model = tiny_decoder("llama")

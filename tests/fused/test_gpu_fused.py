@@ -75,7 +75,7 @@ def test_the_layer_program_with_its_kernels_verifies(model_type, monkeypatch):
 def test_merged_projections_verify_on_gpu(model_type, skinny, monkeypatch):
     """LAYER_PROGRAM "merged" (q/k/v and gate/up one projection each): inductor compiles it, the graphs
     replay it, and verify judges it like any other fused step; at batch 1 with inductor's GEMVs or the
-    skinny kernels (the default from a hidden size of 2,048; this model's is 64), and with the skinny
+    skinny kernels (the default for the shapes of their table; this model's are not there), and with the skinny
     kernels at batches 2 and 4 too (SKINNY_ABOVE_BATCH_1, one dynamic graph for both)."""
     from accelerate_graph.fused import layer_program, layers
     from accelerate_graph.fused.layer_program import MERGED_QKV

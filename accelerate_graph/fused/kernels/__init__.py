@@ -14,9 +14,7 @@ a heuristic for missing shapes). Fused mode runs them at batch 1 for the shapes 
 K/V tile, online softmax, split over the context when it is long (`grouped_attention.TRITON_DECODE`, on
 by default on CUDA). An opaque custom op with a flexible layout: inductor calls it at run time, with the
 strides its inputs really have (the cache's own, not a copy). Its splits are combined by a second kernel,
-or (FOLD_COMBINE, off: slower at batch 1 on the H200) by the last split program to finish. Its twin
-`decode_attention_new_token` also rotates the query and the step's key and writes K/V into the cache (one
-launch a layer fewer; off: its prologue costs what the launch saved on the H200, layer_program.py).
+or (FOLD_COMBINE, off: slower at batch 1 on the H200) by the last split program to finish.
 
 `pdl`: programmatic dependent launch for both (and for inductor's kernels, through fused.layers), on by
 default on Hopper GPUs (CUGRAPH_ACCEL_PDL=0 turns it off); the skinny ops then run as opaque twins

@@ -21,6 +21,7 @@ class SkinnyConfig:
     num_stages: int = 3
     split_k: int = 1  # > 1: K cut in that many slices, float32 partials, a finishing pass
     dot: bool = False  # tensor cores (rows padded to 16) rather than float32 multiply-and-sum
+    swap: bool = False  # with dot: W @ x^T, the weights on the MMA's long side (cuBLAS's skinny tiles)
 
     def block_m(self, m) -> int:
         """Rows per program: the next power of two of the rows (at most 32), at least 16 for tl.dot. A
@@ -71,8 +72,9 @@ def config_for(op: str, m, ns: tuple[int, ...], k: int, sms: int = DEFAULT_SMS) 
 
 
 def heuristic(op: str, m, ns: tuple[int, ...], k: int, sms: int = DEFAULT_SMS) -> SkinnyConfig:
-    """Tensor cores from 4 rows up (fp32 FMA at 8+ rows nears the memory time of an 8B layer); blocks of
-    N small enough that every multiprocessor gets a program; no split-K (its second pass costs a launch)."""
+    """Tensor cores from 4 rows up (fp32 FMA at 8+ rows nears the memory time of an 8B layer), the
+    weights on the MMA's long side (swap); blocks of N small enough that every multiprocessor gets a
+    program; no split-K (its second pass costs a launch)."""
     dot = not isinstance(m, int) or m > 2
     block_k = 128 if dot else (256 if m == 1 else 128)
     rows = SkinnyConfig(16, block_k, dot=dot).block_m(m)
@@ -84,7 +86,7 @@ def heuristic(op: str, m, ns: tuple[int, ...], k: int, sms: int = DEFAULT_SMS) -
         if sum(-(-n // candidate) for n in ns) * m_blocks >= sms:
             block_n = candidate
             break
-    return SkinnyConfig(block_n, block_k, num_warps=4, num_stages=3 if dot else 2, dot=dot)
+    return SkinnyConfig(block_n, block_k, num_warps=4, num_stages=4 if dot else 2, dot=dot, swap=dot)
 
 
 def write_table(

@@ -18,10 +18,6 @@ Numerics against `grouped_attention.grouped_decode_attention` (the matmul path, 
 - a row whose every slot is masked gives zeros (the matmul path gives NaN); the padded rows of a
   batch bucket are the only such rows, and their outputs are discarded.
 
-`decode_attention_new_token` takes the query and the step's key before their rotary embedding and the
-step's K/V: the split kernel rotates them, the program whose split holds the cache slot writes K/V there,
-and the token is attended from registers (NewToken). It mutates the cache, in place under inductor too.
-
 Configurations (BLOCK_L, num_warps, splits) come from attention_configs.json beside this file, written
 by benchmarks/attention_sweep.py on the GPU, keyed by heads/kv_heads/head_dim and batch class (batch 1,
 or any larger batch: one compiled layer serves every larger batch and every context bucket, so the
@@ -34,7 +30,7 @@ import os
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import torch
 import triton
@@ -115,27 +111,23 @@ def config_table(configs: dict[str, DecodeConfig], device: str) -> str:
 
 @triton.jit
 def _decode_split_kernel(
-    Q, K, V, Mask, Out, PartAcc, PartM, PartL, Counters, KNew, VNew, Cos, Sin, Slot,
+    Q, K, V, Mask, Out, PartAcc, PartM, PartL, Counters,
     kv_heads, length, splits, scale, softcap,
     stride_qb, stride_qh, stride_qd,
     stride_kb, stride_kh, stride_kl, stride_kd,
     stride_vb, stride_vh, stride_vl, stride_vd,
     stride_mb, stride_mh, stride_ml,
     stride_ob, stride_oh, stride_od,
-    stride_nkb, stride_nkh, stride_nkd, stride_nvb, stride_nvh, stride_nvd,
-    stride_cb, stride_cd, stride_sb, stride_sd,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
     MASK_KIND: tl.constexpr, MASK_PER_HEAD: tl.constexpr, SOFTCAP: tl.constexpr,
     DIRECT: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr, USE_PDL: tl.constexpr,
-    FOLD: tl.constexpr = False, FENCE: tl.constexpr = False, NEW_TOKEN: tl.constexpr = False,
+    FOLD: tl.constexpr = False, FENCE: tl.constexpr = False,
 ):  # fmt: skip
     """One (row of the batch, K/V head, split of the context): its GROUP query heads against the
     split's slots; the normalised output (DIRECT) or the split's partial (acc, max, sum). FOLD: the last
     split program of the row and head to finish then combines the partials (FENCE: GPU-wide fences around
-    its arrival; off only under the interpreter, which runs programs one by one). NEW_TOKEN: Q and
-    KNew are before their rotary embedding (rotate-half, Cos/Sin [b, d]); the program whose split holds
-    slot *Slot writes the rotated KNew and VNew there, and attends to them from registers."""
+    its arrival; off only under the interpreter, which runs programs one by one)."""
     if USE_PDL:  # launched early (fused/kernels/pdl.py): the query and this step's K/V slot come from before
         gdc_wait()
         gdc_launch_dependents()
@@ -160,6 +152,8 @@ def _decode_split_kernel(
         mask=row_ok[:, None] & d_ok[None, :],
         other=0.0,
     )
+    if UPCAST:
+        q = q.to(tl.float32)
     K = K + batch * stride_kb + kv_head * stride_kh
     V = V + batch * stride_vb + kv_head * stride_vh
     Mask = Mask + batch * stride_mb
@@ -167,47 +161,6 @@ def _decode_split_kernel(
     blocks_per_split = tl.cdiv(tl.cdiv(length, BLOCK_L), splits)
     lo = split * blocks_per_split * BLOCK_L
     hi = tl.minimum(lo + blocks_per_split * BLOCK_L, length)
-    if NEW_TOKEN:  # rotary on q and the new k, in fp32 and rounded once (as inductor's fused kernel did)
-        cos = tl.load(Cos + batch * stride_cb + dims * stride_cd, mask=d_ok, other=0.0).to(tl.float32)
-        sin = tl.load(Sin + batch * stride_sb + dims * stride_sd, mask=d_ok, other=0.0).to(tl.float32)
-        first_half = dims < HEAD_DIM // 2
-        partner = tl.where(first_half, dims + HEAD_DIM // 2, dims - HEAD_DIM // 2)  # rotate_half's source
-        signed_sin = tl.where(first_half, -sin, sin)
-        q_partner = tl.load(
-            Q + batch * stride_qb + heads[:, None] * stride_qh + partner[None, :] * stride_qd,
-            mask=row_ok[:, None] & d_ok[None, :],
-            other=0.0,
-        )
-        q = q.to(tl.float32) * cos[None, :] + q_partner.to(tl.float32) * signed_sin[None, :]
-        q = q.to(Q.dtype.element_ty)
-        new_k = KNew + batch * stride_nkb + kv_head * stride_nkh
-        k_new = tl.load(new_k + dims * stride_nkd, mask=d_ok, other=0.0).to(tl.float32) * cos
-        k_new += tl.load(new_k + partner * stride_nkd, mask=d_ok, other=0.0).to(tl.float32) * signed_sin
-        k_new = k_new.to(K.dtype.element_ty)
-        v_new = tl.load(VNew + batch * stride_nvb + kv_head * stride_nvh + dims * stride_nvd, mask=d_ok, other=0.0)
-        v_new = v_new.to(V.dtype.element_ty)
-        slot = tl.load(Slot)
-        # The token's scores from registers, in the program whose split holds the slot; the loop skips the
-        # slot (it may read what the cache held there before this step) and the token is folded in after.
-        # (Taking it from registers inside the loop, with a select on each K and V tile, cost the 8B's
-        # attention up to 1.6x its time on the H200: the tiles went through registers on their way to the dots.)
-        at_row = rows * 0 + slot
-        new_live = row_ok & (at_row >= lo) & (at_row < hi)
-        s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32)[None, :], axis=1) * scale  # products exact in fp32
-        if SOFTCAP:
-            s_new = _softcapped(s_new, softcap)
-        if MASK_KIND != 0:
-            if MASK_PER_HEAD:
-                given_new = tl.load(Mask + heads * stride_mh + slot * stride_ml, mask=new_live, other=0)
-            else:
-                given_new = tl.load(Mask + at_row * stride_ml, mask=new_live, other=0)
-            if MASK_KIND == 1:
-                new_live = new_live & (given_new != 0)
-            if MASK_KIND == 2:
-                s_new = s_new + given_new.to(tl.float32)
-        s_new = tl.where(new_live, s_new, float("-inf"))
-    if UPCAST:
-        q = q.to(tl.float32)
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
@@ -237,11 +190,10 @@ def _decode_split_kernel(
         else:
             s = tl.dot(q, k)
         s = s * scale
-        if SOFTCAP:
-            s = _softcapped(s, softcap)
+        if SOFTCAP:  # softcap * tanh(s / softcap), tanh from exp(-2|x|) in (0, 1]: no overflow
+            t = tl.exp(-2.0 * tl.abs(s / softcap))
+            s = tl.where(s < 0, -softcap, softcap) * (1.0 - t) / (1.0 + t)
         live = row_ok[:, None] & read[None, :]
-        if NEW_TOKEN:
-            live = live & (slots[None, :] != slot)
         if MASK_KIND == 1:
             live = live & (given != 0)
         if MASK_KIND == 2:
@@ -261,22 +213,6 @@ def _decode_split_kernel(
         else:
             pv = tl.dot(p_cast, v)
         acc = acc * alpha[:, None] + pv
-        m_i = m_new
-    if NEW_TOKEN:  # the step's own token, last: only the order of the fp32 sums differs from reading it
-        # Its K/V into the cache after the loop, which never reads the slot. Stored before it (the form
-        # measured on the H200, stop 22: the 8B's split kernel 114 -> 170 us at batch 1), the writes may
-        # hold the loop's first loads back, which may alias them: the suspected cost, not yet measured.
-        at = dims * 0 + slot  # the slot along d, so the store's mask is a block like its pointers
-        mine = d_ok & (at >= lo) & (at < hi)  # one split writes the slot: no two programs store to it
-        tl.store(K + slot * stride_kl + dims * stride_kd, k_new, mask=mine)
-        tl.store(V + slot * stride_vl + dims * stride_vd, v_new, mask=mine)
-        m_new = tl.maximum(m_i, s_new)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p_new = tl.exp(s_new - m_safe)  # 0 in every other program
-        alpha = tl.exp(m_i - m_safe)
-        l_i = l_i * alpha + p_new
-        p_cast = p_new.to(V.dtype.element_ty).to(tl.float32)
-        acc = acc * alpha[:, None] + p_cast[:, None] * v_new.to(tl.float32)[None, :]
         m_i = m_new
 
     if DIRECT:
@@ -303,13 +239,6 @@ def _decode_split_kernel(
                     Out, PartAcc, PartM, PartL, first_part, splits, batch, heads, row_ok, dims, d_ok,
                     stride_ob, stride_oh, stride_od, HEAD_DIM, BLOCK_G, BLOCK_D,
                 )  # fmt: skip
-
-
-@triton.jit
-def _softcapped(s, softcap):
-    """softcap * tanh(s / softcap), tanh from exp(-2|x|) in (0, 1]: no overflow."""
-    t = tl.exp(-2.0 * tl.abs(s / softcap))
-    return tl.where(s < 0, -softcap, softcap) * (1.0 - t) / (1.0 + t)
 
 
 @triton.jit
@@ -393,28 +322,6 @@ def _block(n: int) -> int:
     return max(16, triton.next_power_of_2(n))
 
 
-class NewToken(NamedTuple):
-    """The step's own token for the split kernel to write into the cache: key/value [b, Hkv, 1, d] (the
-    key before its rotary embedding), cos/sin [b|1, ..., d] (rotate-half, the row's position), slot a
-    one-element int64 tensor (the cache slot every row writes)."""
-
-    key: torch.Tensor
-    value: torch.Tensor
-    cos: torch.Tensor
-    sin: torch.Tensor
-    slot: torch.Tensor
-
-    def strides(self) -> tuple[int, ...]:
-        """key's and value's (batch, head, dim) strides, then cos's and sin's (batch, dim): 0 where one row
-        serves the batch."""
-        rows = [t.stride(0) if t.shape[0] != 1 else 0 for t in (self.cos, self.sin)]
-        key, value = self.key, self.value
-        return (
-            key.stride(0), key.stride(1), key.stride(-1), value.stride(0), value.stride(1), value.stride(-1),
-            rows[0], self.cos.stride(-1), rows[1], self.sin.stride(-1),
-        )  # fmt: skip
-
-
 def supports(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None) -> bool:
     """Whether the kernel covers these inputs (one query token; shapes and dtypes it was written for)."""
     batch, heads, q_len, head_dim = query.shape
@@ -432,27 +339,6 @@ def supports(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: 
     )
 
 
-def supports_new_token(query, key, value, mask, new: NewToken) -> bool:
-    """`supports`, and a step's token the split kernel can rotate and write (`NewToken`): one position per
-    row, rotate-half over the whole (even) head dimension, the cache's dtype."""
-    batch, _, _, head_dim = query.shape
-    token = (batch, key.shape[1], 1, head_dim)
-    return (
-        supports(query, key, value, mask)
-        and head_dim % 2 == 0
-        and tuple(new.key.shape) == token == tuple(new.value.shape)
-        and new.key.dtype == new.value.dtype == key.dtype
-        and all(
-            t.shape[-1] == head_dim and t.shape[0] in (1, batch) and t.numel() == t.shape[0] * head_dim
-            for t in (new.cos, new.sin)
-        )
-        and new.cos.dtype.is_floating_point
-        and new.sin.dtype.is_floating_point
-        and new.slot.numel() == 1
-        and new.slot.dtype in (torch.int32, torch.int64)
-    )
-
-
 def launch(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -462,12 +348,9 @@ def launch(
     softcap: float,
     config: DecodeConfig,
     run: bool = True,
-    new_token: NewToken | None = None,
 ) -> torch.Tensor:
     """The kernels for one configuration; returns [b, 1, Hq, d] in the query's dtype. `run=False`: all
-    but the kernels (the fake implementation under the interpreter, which cannot take fake tensors).
-    `new_token`: the query is before its rotary embedding, and the step's K/V are written into the cache
-    here (NewToken)."""
+    but the kernels (the fake implementation under the interpreter, which cannot take fake tensors)."""
     batch, heads, _, head_dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
     group = heads // kv_heads
@@ -494,18 +377,15 @@ def launch(
     early = pdl.launch_options(query.device)
     fold = FOLD_COMBINE and not direct and batch * kv_heads <= COUNTERS
     counters = arrival_counters(query.device) if fold else part_m
-    new = new_token or NewToken(query, query, mask_rows, mask_rows, part_m)  # unread without NEW_TOKEN
     _decode_split_kernel[(batch * kv_heads, splits)](
         query, key, value, mask_rows, out, part_acc, part_m, part_l, counters,
-        new.key, new.value, new.cos, new.sin, new.slot,
         kv_heads, length, splits, scale, softcap,
         query.stride(0), query.stride(1), query.stride(3),
         *key.stride(), *value.stride(), *mask_strides,
         out.stride(0), out.stride(2), out.stride(3),
-        *new.strides(),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_G=_block(group), BLOCK_D=_block(head_dim), BLOCK_L=block_l,
         MASK_KIND=mask_kind, MASK_PER_HEAD=mask_strides[1] != 0, SOFTCAP=softcap > 0, DIRECT=direct, UPCAST=upcast, IEEE=upcast,
-        USE_PDL=bool(early), FOLD=fold, FENCE=fold and not INTERPRETED, NEW_TOKEN=new_token is not None,
+        USE_PDL=bool(early), FOLD=fold, FENCE=fold and not INTERPRETED,
         num_warps=config.num_warps, num_stages=stages, **early,
     )  # fmt: skip
     if not direct and not fold:
@@ -526,12 +406,11 @@ def _decode_attention(
     scale: float,
     softcap: float,
     run: bool = True,
-    new_token: NewToken | None = None,
 ) -> torch.Tensor:
     batch, heads, _, head_dim = query.shape
     batch_one = isinstance(batch, int) and batch == 1  # a dynamic batch is never 1 (and adds no guard)
     config = config_for(heads, key.shape[1], head_dim, batch_one)
-    return launch(query, key, value, mask, scale, softcap, config, run, new_token)
+    return launch(query, key, value, mask, scale, softcap, config, run)
 
 
 def _op(
@@ -563,40 +442,3 @@ decode_attention = torch.library.custom_op(OP_NAME, _op, mutates_args=(), tags=(
 @decode_attention.register_fake
 def _(query, key, value, mask, scale, softcap):
     return _decode_attention(query, key, value, mask, scale, softcap, run=False)
-
-
-NEW_TOKEN_OP_NAME = "cugraph_accel::decode_attention_new_token"
-
-
-def _new_token_op(
-    query: torch.Tensor,
-    key_new: torch.Tensor,
-    value_new: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    slot: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    mask: Optional[torch.Tensor],  # noqa: UP045 (the schema is inferred from it)
-    scale: float,
-    softcap: float,
-) -> torch.Tensor:
-    """decode_attention for a query before its rotary embedding, the step's K/V (key_new before its
-    rotary embedding) written into the cache key/value at `slot` by the same kernel: what inductor's
-    rotary and cache-write kernel did before it, one launch a layer fewer."""
-    new = NewToken(key_new, value_new, cos, sin, slot)
-    return _decode_attention(query, key, value, mask, scale, softcap, new_token=new)
-
-
-# Opaque and flexible like decode_attention; it mutates the cache in place (the functionalised graph
-# writes the cache tensors themselves back, which inductor turns into the op's own write: a CPU test reads
-# the generated code for a copy of the cache).
-decode_attention_new_token = torch.library.custom_op(
-    NEW_TOKEN_OP_NAME, _new_token_op, mutates_args=("key", "value"), tags=(torch.Tag.flexible_layout,)
-)
-
-
-@decode_attention_new_token.register_fake
-def _(query, key_new, value_new, cos, sin, slot, key, value, mask, scale, softcap):
-    new = NewToken(key_new, value_new, cos, sin, slot)
-    return _decode_attention(query, key, value, mask, scale, softcap, run=False, new_token=new)

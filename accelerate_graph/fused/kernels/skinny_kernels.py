@@ -50,14 +50,25 @@ def _prefetch_first_block(w_ptr, pid_n, pid_s, N, K, K_PER_SPLIT, BLOCK_N: tl.co
 
 
 @triton.jit
-def _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """rsqrt(mean(x^2) + eps) of each row, in float32 (x rows are short: every program recomputes it)."""
-    squares = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
-        xv = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
-        squares += xv * xv
+def _squares(x_ptr, offs_m, offs_k, M, K):
+    mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
+    xv = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+    return xv * xv
+
+
+@triton.jit
+def _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr):
+    """rsqrt(mean(x^2) + eps) of each row, in float32 (x rows are short: every program recomputes it).
+    CHUNKS > 0: the rows in CHUNKS loads of CHUNK columns (CHUNK * CHUNKS >= K), unrolled, every load issued
+    before the first sum waits for one; 0: a loop over K in blocks of CHUNK, one L2 round trip after
+    another (1B: 8 at gate/up, 8B: 32) before the program's first weight load (skinny_matmul.NORM_LOADS_AT_ONCE)."""
+    squares = tl.zeros([BLOCK_M, CHUNK], tl.float32)
+    if CHUNKS > 0:
+        for c in tl.static_range(CHUNKS):
+            squares += _squares(x_ptr, offs_m, c * CHUNK + tl.arange(0, CHUNK), M, K)
+    else:
+        for k0 in range(0, K, CHUNK):
+            squares += _squares(x_ptr, offs_m, k0 + tl.arange(0, CHUNK), M, K)
     # the cast: inductor's generated launches pass Python floats as fp64, which would make the rows fp64
     return tl.rsqrt(tl.sum(squares, axis=1) / K + tl.cast(eps, tl.float32))
 
@@ -79,10 +90,17 @@ def _normed(xv, rstd, nw_ptr, offs_k, K, NORM: tl.constexpr, OUT_BF16: tl.conste
 
 
 @triton.jit
-def _mac(acc, xv, w, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr):
-    """acc += x @ w^T: tensor cores (BLOCK_M >= 16) or float32 multiply-and-sum (BLOCK_M < 16)."""
+def _mac(acc, xv, w, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr):
+    """acc += x @ w^T: tensor cores (BLOCK_M >= 16) or float32 multiply-and-sum (BLOCK_M < 16). SWAP: acc
+    is [BLOCK_N, BLOCK_M] and gets w @ x^T, the weights on the MMA's long side (64 rows an instruction on
+    Hopper, as cuBLAS's skinny kernels do), the batch on its short side."""
     if USE_DOT:
-        if IEEE_DOT:  # float32 inputs (CPU tests): no TF32
+        if SWAP:
+            if IEEE_DOT:
+                acc = tl.dot(w.to(tl.float32), tl.trans(xv), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(w, tl.trans(xv.to(w.dtype)), acc)
+        elif IEEE_DOT:  # float32 inputs (CPU tests): no TF32
             acc = tl.dot(xv, tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
         else:  # xv holds values of w's dtype: the cast is exact
             acc = tl.dot(xv.to(w.dtype), tl.trans(w), acc)
@@ -94,26 +112,34 @@ def _mac(acc, xv, w, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr):
 @triton.jit
 def _accumulate(
     x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, M, N, K, k_lo, k_hi, out_ptr,
-    NORM: tl.constexpr, TWO: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr,
+    NORM: tl.constexpr, TWO: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr,
     EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """x[offs_m, k_lo:k_hi] @ W[offs_n, k_lo:k_hi]^T (and the same with W2 when TWO), float32."""
+    """x[offs_m, k_lo:k_hi] @ W[offs_n, k_lo:k_hi]^T (and the same with W2 when TWO), float32 [BLOCK_M,
+    BLOCK_N]."""
     if not USE_DOT and BLOCK_M == 1:
         return _accumulate_one_row(
             x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, M, N, K, k_lo, k_hi, out_ptr,
             NORM, TWO, EVEN_K, OUT_BF16, BLOCK_N, BLOCK_K,
         )  # fmt: skip
-    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    if SWAP:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+        acc2 = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         xv, w, w2 = _tiles(
             x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, k0 + tl.arange(0, BLOCK_K), M, N, K, out_ptr,
             NORM, TWO, EVEN_K, OUT_BF16,
         )  # fmt: skip
-        acc = _mac(acc, xv, w, USE_DOT, IEEE_DOT)
+        acc = _mac(acc, xv, w, USE_DOT, IEEE_DOT, SWAP)
         if TWO:
-            acc2 = _mac(acc2, xv, w2, USE_DOT, IEEE_DOT)
+            acc2 = _mac(acc2, xv, w2, USE_DOT, IEEE_DOT, SWAP)
+    if SWAP:  # one return: the compiler types every return statement, even behind a constexpr
+        acc = tl.trans(acc)
+        acc2 = tl.trans(acc2)
     return acc, acc2
 
 
@@ -197,7 +223,7 @@ def _tile(
     x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, b_ptr, b2_ptr, out_ptr, res_ptr, ws_ptr,
     offs_m, local_pid, pid_s, M, N, K, K_PER_SPLIT, col0, NT,
     HAS_B: tl.constexpr, HAS_B2: tl.constexpr, NORM: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr,
-    SPLIT: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, EVEN_K: tl.constexpr,
+    SPLIT: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
     OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """One program's output block of one weight (of gate and up when MODE 2)."""
@@ -206,7 +232,7 @@ def _tile(
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
     acc, acc2 = _accumulate(
         x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, M, N, K, k_lo, k_hi, out_ptr,
-        NORM, MODE == 2, USE_DOT, IEEE_DOT, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+        NORM, MODE == 2, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
     )  # fmt: skip
     if SPLIT == 1:
         _epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, b2_ptr, res_ptr, HAS_B, HAS_B2, MODE, ACT, OUT_BF16)
@@ -224,8 +250,9 @@ def skinny_kernel(
     w0, w1, w2, b0, b1, b2, o0, o1, o2, N0, N1, N2, NB0, NB1, res_ptr, ws_ptr, NT,
     NUM_W: tl.constexpr, HAS_B0: tl.constexpr, HAS_B1: tl.constexpr, HAS_B2: tl.constexpr,
     NORM: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr,
-    USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
+    USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
     USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    RSTD_CHUNK: tl.constexpr, RSTD_CHUNKS: tl.constexpr,
 ):  # fmt: skip
     """Grid (blocks of N0 [+ N1 [+ N2]] for MODE 0, of N0 otherwise; blocks of M; SPLIT)."""
     pid_n = tl.program_id(0)
@@ -242,47 +269,48 @@ def skinny_kernel(
         gdc_wait()
         gdc_launch_dependents()
     if NORM != 0:
-        rstd = _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M, BLOCK_K)
+        rstd = _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
     else:
         rstd = tl.zeros([BLOCK_M], tl.float32)
     # constexprs spelled out at every call: triton 3.6 drops constexpr-ness through a tuple's *unpacking
     if MODE != 0:  # one weight (MODE 1), or gate and up side by side (MODE 2)
         _tile(
             x_ptr, nw_ptr, rstd, w0, w1, b0, b1, o0, res_ptr, ws_ptr, offs_m, pid_n, pid_s, M, N0, K, K_PER_SPLIT,
-            0, NT, HAS_B0, HAS_B1, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+            0, NT, HAS_B0, HAS_B1, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
         )  # fmt: skip
     elif pid_n < NB0:
         _tile(
             x_ptr, nw_ptr, rstd, w0, w0, b0, b0, o0, res_ptr, ws_ptr, offs_m, pid_n, pid_s, M, N0, K, K_PER_SPLIT,
-            0, NT, HAS_B0, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+            0, NT, HAS_B0, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
         )  # fmt: skip
     else:
         if NUM_W == 2:
             _tile(
                 x_ptr, nw_ptr, rstd, w1, w1, b1, b1, o1, res_ptr, ws_ptr, offs_m, pid_n - NB0, pid_s, M, N1, K,
-                K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+                K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
             )  # fmt: skip
         elif NUM_W == 3:
             if pid_n < NB0 + NB1:
                 _tile(
                     x_ptr, nw_ptr, rstd, w1, w1, b1, b1, o1, res_ptr, ws_ptr, offs_m, pid_n - NB0, pid_s, M, N1, K,
-                    K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+                    K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
                 )  # fmt: skip
             else:
                 _tile(
                     x_ptr, nw_ptr, rstd, w2, w2, b2, b2, o2, res_ptr, ws_ptr, offs_m, pid_n - NB0 - NB1, pid_s, M,
-                    N2, K, K_PER_SPLIT, N0 + N1, NT, HAS_B2, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+                    N2, K, K_PER_SPLIT, N0 + N1, NT, HAS_B2, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
                 )  # fmt: skip
 
 
 @triton.jit
 def rms_norm_kernel(
-    x_ptr, nw_ptr, out_ptr, eps, M, K, NORM: tl.constexpr, OUT_BF16: tl.constexpr, BLOCK_K: tl.constexpr
-):
+    x_ptr, nw_ptr, out_ptr, eps, M, K, NORM: tl.constexpr, OUT_BF16: tl.constexpr, BLOCK_K: tl.constexpr,
+    RSTD_CHUNKS: tl.constexpr,
+):  # fmt: skip
     """HF's RMSNorm of one row of x[M, K] per program (the step's final norm: one launch, not ~7 eager
     kernels), with the projections' own rstd and roundings."""
     offs_m = tl.program_id(0) + tl.arange(0, 1)
-    rstd = _row_rstd(x_ptr, offs_m, M, K, eps, 1, BLOCK_K)
+    rstd = _row_rstd(x_ptr, offs_m, M, K, eps, 1, BLOCK_K, RSTD_CHUNKS)
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         at = offs_m[:, None] * K + offs_k[None, :]

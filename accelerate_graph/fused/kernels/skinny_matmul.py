@@ -14,6 +14,7 @@ interpreter was on at import: the tests).
 """
 
 # no `from __future__ import annotations`: torch.library infers the op schemas from the annotations
+import os
 from typing import Optional
 
 import torch
@@ -31,6 +32,14 @@ except ImportError:  # no triton: the references run everywhere
 # for the kernel before it. Inductor's launches of a triton_op's kernels do not pass `launch_pdl`, so
 # under PDL the public functions below call the opaque twins of the ops (`*_pdl`): inductor calls those,
 # and they launch the kernels themselves, at run time (inside our graph capture).
+
+# Each program of a projection with the norm folded in computes its rows' rstd before its first weight
+# load. With the switch the rows are read in one load (a few unrolled ones above 4,096 values), not one
+# L2 round trip per K block in a loop: the 8B's gate/up walks 32 blocks of 128 before its K loop starts.
+# Prepared in stop 23 after the device time was spent: interpreter and sm_90 compile only, so off
+# (CUGRAPH_ACCEL_NORM_LOADS_AT_ONCE=1; profile way fused-norm-at-once). Prediction at batch 1: the 8B
+# -100 to -200 us, the 1B -20 to -40, Qwen ~-10.
+NORM_LOADS_AT_ONCE = os.environ.get("CUGRAPH_ACCEL_NORM_LOADS_AT_ONCE", "0") == "1"
 
 NORM_KINDS = {"llama": 1, "gemma": 2}
 ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
@@ -115,6 +124,16 @@ def _cdiv(a, b):
     return (a + b - 1) // b
 
 
+def rstd_chunks(k: int, block_m: int, block_k: int) -> tuple[int, int]:
+    """(columns a load, loads) for the projections' row norms. NORM_LOADS_AT_ONCE: the rows in one load up
+    to 4,096 values a program (a float32 register tile of at most 32 values a thread at 4 warps), in a few
+    unrolled loads otherwise; else a loop over K in blocks of block_k (loads 0)."""
+    if not NORM_LOADS_AT_ONCE:
+        return block_k, 0
+    chunk = min(1 << max(0, (k - 1).bit_length()), max(64, 4096 // block_m))
+    return chunk, _cdiv(k, chunk)
+
+
 def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, activation="silu", cfg=None):
     """The ops' body on the Triton path: runs skinny_kernel (and finish_kernel under split-K) for `op`
     ("proj", "residual", "gate_up") with `cfg` (default: the table's or the heuristic's, see configs);
@@ -130,6 +149,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     cfg = cfg or configs.config_for(op, m, ns[:1] if gate_up else ns, k, _sms(x.device))
     outs = [torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device) for n in out_ns]
     block_m = cfg.block_m(m)
+    rstd_chunk, rstd_loads = rstd_chunks(k, block_m, cfg.block_k)
     n_blocks = [_cdiv(n, cfg.block_n) for n in out_ns]
     m_blocks = _cdiv(m, block_m)
     k_per_split = _cdiv(_cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k  # whole K blocks per slice
@@ -163,8 +183,9 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
         x2, norm_weight if norm_weight is not None else x2, eps, m, k, k_per_split,
         *w_args, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, ws, nt,
         NORM=NORM_KINDS[norm_kind] if norm_weight is not None else 0,
-        USE_DOT=cfg.dot, IEEE_DOT=x.dtype == torch.float32, EVEN_K=k % cfg.block_k == 0,
-        USE_PDL=bool(extra), BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **extra,
+        USE_DOT=cfg.dot, IEEE_DOT=x.dtype == torch.float32, SWAP=cfg.dot and cfg.swap, EVEN_K=k % cfg.block_k == 0,
+        USE_PDL=bool(extra), BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **extra,
     )  # fmt: skip
     if split > 1:
         wrap(skinny_kernels.finish_kernel)[(sum(n_blocks), m_blocks, 1)](
@@ -182,7 +203,8 @@ def _rms_norm_body(x: Tensor, norm_weight: Tensor, eps: float, norm_kind: str) -
     block_k = min(1 << max(0, (k - 1).bit_length()), 4096)  # the row in one block up to 4,096
     torch.library.wrap_triton(skinny_kernels.rms_norm_kernel)[(x2.shape[0],)](
         x2, norm_weight, out, float(eps), x2.shape[0], k,
-        NORM=NORM_KINDS[norm_kind], OUT_BF16=x.dtype == torch.bfloat16, BLOCK_K=block_k, num_warps=4,
+        NORM=NORM_KINDS[norm_kind], OUT_BF16=x.dtype == torch.bfloat16, BLOCK_K=block_k,
+        RSTD_CHUNKS=_cdiv(k, block_k) if NORM_LOADS_AT_ONCE else 0, num_warps=4,
     )  # fmt: skip
     return out.reshape(x.shape)
 

@@ -49,42 +49,44 @@ SKINNY_POINTERS = {
 ATTENTION_POINTERS = {
     "Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16",
     "PartAcc": "*fp32", "PartM": "*fp32", "PartL": "*fp32", "Counters": "*i32",
-    "KNew": "*bf16", "VNew": "*bf16", "Cos": "*bf16", "Sin": "*bf16", "Slot": "*i64",
 }  # fmt: skip
 
 
 def variants():
     """(description, kernel, constexprs, pointers) for each variant the launches can ask for."""
     # PDL with tensor cores too (the kernels above batch 1, SKINNY_ABOVE_BATCH_1)
-    for mode, dot, split, weights, pdl in itertools.product((0, 1, 2), (False, True), (1, 2), (1, 3), (False, True)):
+    # swap: the weights on the MMA's long side, 64 rows (Hopper's warpgroup MMA)
+    for mode, kind, split, weights, pdl in itertools.product(
+        (0, 1, 2), ("fma", "dot", "swap"), (1, 2), (1, 3), (False, True)
+    ):  # fmt: skip
         if mode and weights != 1:
             continue
+        dot = kind != "fma"
         flags = dict(
             NORM=0 if mode == 1 else 1, NUM_W=weights, HAS_B0=True, HAS_B1=True, HAS_B2=False, MODE=mode,
-            ACT=int(mode == 2), SPLIT=split, USE_DOT=dot, IEEE_DOT=False, EVEN_K=not dot, OUT_BF16=True,
-            USE_PDL=pdl, BLOCK_M=16 if dot else 1, BLOCK_N=32, BLOCK_K=128,
+            ACT=int(mode == 2), SPLIT=split, USE_DOT=dot, IEEE_DOT=False, SWAP=kind == "swap", EVEN_K=not dot,
+            OUT_BF16=True, USE_PDL=pdl, BLOCK_M=16 if dot else 1, BLOCK_N=64 if kind == "swap" else 32, BLOCK_K=128,
+            RSTD_CHUNK=256 if dot else 2048, RSTD_CHUNKS=(8 if dot else 2) if pdl else 0,  # 0: the loop
         )  # fmt: skip
         kernels = [skinny_kernels.skinny_kernel] + ([skinny_kernels.finish_kernel] if split > 1 else [])
         for kernel in kernels:
             yield f"{kernel.fn.__name__} {_only(kernel, flags)}", kernel, _only(kernel, flags), SKINNY_POINTERS
     for block_k in (1024, 4096):  # the final norm (skinny_matmul.rms_norm): one block, or a loop of blocks
-        flags = dict(NORM=1, OUT_BF16=True, BLOCK_K=block_k)
+        flags = dict(NORM=1, OUT_BF16=True, BLOCK_K=block_k, RSTD_CHUNKS=1 if block_k == 4096 else 0)
         yield f"rms_norm_kernel {flags}", skinny_kernels.rms_norm_kernel, flags, SKINNY_POINTERS
     block = lambda n: max(16, triton.next_power_of_2(n))  # noqa: E731
-    # new_token: the kernel rotates q and the step's key and writes K/V into the cache (NewToken)
-    for (mask_kind, direct, softcap), (group, head_dim), pdl, new_token in itertools.product(
-        [(0, True, False), (1, True, False), (2, False, True), (1, False, False)], [(7, 64), (4, 128)], (False, True),
-        (False, True),
-    ):  # fmt: skip
+    for (mask_kind, direct, softcap), (group, head_dim), pdl in itertools.product(
+        [(0, True, False), (1, True, False), (2, False, True), (1, False, False)], [(7, 64), (4, 128)], (False, True)
+    ):
         mask = {0: "*bf16", 1: "*i1", 2: "*bf16"}[mask_kind]
         flags = dict(
             GROUP=group, HEAD_DIM=head_dim, BLOCK_G=block(group), BLOCK_D=block(head_dim), BLOCK_L=64,
             MASK_KIND=mask_kind, MASK_PER_HEAD=False, SOFTCAP=softcap, DIRECT=direct, UPCAST=False, IEEE=False,
-            USE_PDL=pdl, FOLD=False, FENCE=False, NEW_TOKEN=new_token,
+            USE_PDL=pdl, FOLD=False, FENCE=False,
         )  # fmt: skip
         kernel = decode_attention._decode_split_kernel
         yield f"decode split {flags}", kernel, flags, {**ATTENTION_POINTERS, "Mask": mask}
-        if not direct and not new_token:  # the combine folded in: arrival counter, fences, the last combines
+        if not direct:  # the combine folded in: arrival counter, GPU-wide fences, the last program combines
             folded = {**flags, "FOLD": True, "FENCE": True}
             yield f"decode split {folded}", kernel, folded, {**ATTENTION_POINTERS, "Mask": mask}
             flags = dict(HEAD_DIM=head_dim, BLOCK_D=block(head_dim), BLOCK_S=4, USE_PDL=pdl)

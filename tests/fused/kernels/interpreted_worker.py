@@ -2,11 +2,9 @@
 must be set before triton is imported, and the test process may have imported triton for real already
 (inductor, GPU runs). Reads a job as JSON on stdin, writes its results as JSON on stdout.
 
-Jobs: {"cases": [...]} -> {case id: errors}; {"new_token": [...]}: the same with the kernel writing the
-step's token; {"compile": true} -> graph counts of the op under dynamo;
+Jobs: {"cases": [...]} -> {case id: errors}; {"compile": true} -> graph counts of the op under dynamo;
 {"model": true} -> a tiny model's decode logits with the kernel against the matmul path;
-{"cache_reads": "writes token" | "reads"} -> the ops inductor's generated code calls, their arguments,
-and its copies.
+{"cache_reads": true} -> the ops inductor's generated code calls, their arguments, and its copies.
 """
 
 import json
@@ -50,50 +48,6 @@ def run_case(case: dict) -> dict:
     return result
 
 
-def rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """HF's rotate-half embedding in float32, rounded once to x's dtype (as inductor's fused kernel did)."""
-    half = x.shape[-1] // 2
-    partner = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return (x.float() * cos.float() + partner.float() * sin.float()).to(x.dtype)
-
-
-def run_new_token_case(case: dict) -> dict:
-    """The kernel writing the step's token (NewToken): the query and new key rotated, K/V written at the
-    slot, against rotating and writing in torch, then the float32 reference over the written cache."""
-    query, key, value, mask = inputs(case)
-    b, hkv, d = query.shape[0], key.shape[1], query.shape[-1]
-    gen = torch.Generator().manual_seed(7)
-    key_new = torch.randn(b, hkv, 1, d, generator=gen).to(key.dtype)
-    value_new = torch.randn(b, hkv, 1, d, generator=gen).to(value.dtype)
-    rows = 1 if case.get("one_position") else b
-    angles = torch.rand(rows, 1, d // 2, generator=gen) * 40  # a position per row, HF's duplicated halves
-    cos, sin = (f(torch.cat((angles, angles), dim=-1)).to(query.dtype) for f in (torch.cos, torch.sin))
-    slot = key.shape[2] - case.get("tail", 3)  # the mask's current slot (attention_cases.inputs)
-    want_key, want_value = key.clone(), value.clone()
-    want_key[:, :, slot] = rotated(key_new, cos[:, None], sin[:, None])[:, :, 0]
-    want_value[:, :, slot] = value_new[:, :, 0]
-    scale, softcap = d**-0.5, case.get("softcap", 0.0)
-    expected = reference(rotated(query, cos[:, None], sin[:, None]), want_key, want_value, mask, scale, softcap)
-    config = kernel.DecodeConfig(block_l=case["block_l"], num_warps=4, splits=case["splits"])
-    new = kernel.NewToken(key_new, value_new, cos, sin, torch.tensor([slot]))
-    assert kernel.supports_new_token(query, key, value, mask, new)
-    kernel.FOLD_COMBINE = bool(case.get("fold"))
-    try:
-        out = kernel.launch(query, key, value, mask, scale, softcap, config, True, new)
-    finally:
-        kernel.FOLD_COMBINE = False
-    live = torch.ones(b, dtype=torch.bool)
-    if case.get("dead_row") is not None:
-        live[case["dead_row"]] = False  # the matmul path's NaN there; the kernel's zeros
-    return {
-        "vs_reference": (out.float() - expected)[live].abs().max().item(),
-        "dead_rows_max": out[~live].float().abs().max().item() if (~live).any() else 0.0,
-        # the slot and every other, relative (the interpreter's own rounding to bf16 may differ by an ulp)
-        "written_key": ((key.float() - want_key.float()).abs() / want_key.float().abs().clamp_min(1e-3)).max().item(),
-        "written_value": (value.float() - want_value.float()).abs().max().item(),
-    }
-
-
 def compile_counts() -> dict:
     """The op inside torch.compile as fused mode compiles its layers: K/V views of one static cache with
     batch and context dynamic. One graph for every batch > 1 and every context length, one for batch 1."""
@@ -122,32 +76,28 @@ def compile_counts() -> dict:
     return {"graphs": len(graphs), "max_error": max(errors)}
 
 
-def model_logits(writes_token: bool) -> dict:
+def model_logits() -> dict:
     """A tiny GQA model through grouped attention, the kernel switched on and off: decode logits of each
     batch/context case from one cache state, eager and under fused mode's compiled layers (aot_eager)."""
     from tiny_models import tiny_decoder
 
     from accelerate_graph.core.decode_session import DecodeSession
-    from accelerate_graph.fused import layer_program
     from accelerate_graph.fused.layers import FusedForward
 
     model = tiny_decoder("qwen2")
     grouped_attention.use_grouped_attention(model)
     session = DecodeSession(model, 4, 64)
-    layer_program.ATTENTION_WRITES_TOKEN = writes_token
     cases = [(4, 32), (2, 16), (4, 64), (1, 16), (3, 32)]
     prompt = torch.randint(0, 256, (4, 6), generator=torch.Generator().manual_seed(1))
     grouped_attention.TRITON_DECODE = False
     matmul = session.first_steps(prompt, cases)
     grouped_attention.TRITON_DECODE = True
-    calls, token_writes = [], []
+    calls = []
     original = kernel.launch
 
     def counted(*args, **kwargs):
         if args[7] if len(args) > 7 else kwargs.get("run", True):  # not the shape-only calls while tracing
             calls.append(args[0].shape[0])
-            if len(args) > 8 and args[8] is not None:
-                token_writes.append(args[0].shape[0])
         return original(*args, **kwargs)
 
     kernel.launch = counted
@@ -156,7 +106,6 @@ def model_logits(writes_token: bool) -> dict:
     compiled = session.first_steps(prompt, cases, fused)
     return {
         "kernel_calls": len(calls),
-        "token_writes": len(token_writes),
         "eager_vs_matmul": max((a - b).abs().max().item() for a, b in zip(eager, matmul)),
         "compiled_vs_matmul": max((a - b).abs().max().item() for a, b in zip(compiled, matmul)),
         "graphs": fused.graphs,
@@ -164,17 +113,16 @@ def model_logits(writes_token: bool) -> dict:
     }
 
 
-def cache_reads(writes_token: bool) -> dict:
-    """Inductor (CPU) compiles a tiny model's decode layer with the kernel on (writing the step's token or
-    not): the ops its generated code calls and their arguments, and every line that copies. K and V should
-    be the cache itself (graph inputs, `argN_1`), not copies (`bufN`)."""
+def cache_reads() -> dict:
+    """Inductor (CPU) compiles a tiny model's decode layer with the kernel on: the ops its generated code
+    calls and their arguments, and every line that copies. K and V should be the cache itself (graph
+    inputs, `argN_1`), not copies (`bufN`)."""
     import re
 
     from tiny_models import tiny_decoder
 
     from accelerate_graph.compat.torch_internals import inductor_config_patched, inductor_generated_code
     from accelerate_graph.core.decode_session import DecodeSession
-    from accelerate_graph.fused import layer_program
     from accelerate_graph.fused.layers import FusedForward
 
     model = tiny_decoder("qwen2")
@@ -182,7 +130,6 @@ def cache_reads(writes_token: bool) -> dict:
     session = DecodeSession(model, 2, 64)
     prompt = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(1))
     grouped_attention.TRITON_DECODE = True
-    layer_program.ATTENTION_WRITES_TOKEN = writes_token
     fused = FusedForward(model, backend="inductor")
     with inductor_config_patched({"force_disable_caches": True}):  # its FX graph cache does not key on op tags
         _, code = inductor_generated_code(session.first_steps, prompt, [(2, 32)], fused)
@@ -211,16 +158,14 @@ def top_level_arguments(source: str, start: int) -> list[str]:
 
 def main() -> None:
     job = json.load(sys.stdin)
-    if "new_token" in job:
-        result = {case["id"]: run_new_token_case(case) for case in job["new_token"]}
-    elif "cases" in job:
+    if "cases" in job:
         result = {case["id"]: run_case(case) for case in job["cases"]}
     elif job.get("compile"):
         result = compile_counts()
-    elif "cache_reads" in job:
-        result = cache_reads(job["cache_reads"] == "writes token")
+    elif job.get("cache_reads"):
+        result = cache_reads()
     else:
-        result = model_logits(bool(job.get("writes_token")))
+        result = model_logits()
     json.dump(result, sys.stdout)
 
 

@@ -109,66 +109,27 @@ def test_kernel_matches_the_reference_and_the_matmul_path(case_results, spec):
         assert got["vs_current"] <= 4 * ulp, got
 
 
-# The kernel rotating the query and the step's key and writing K/V at the current slot (NewToken): the slot
-# in the last split, in a middle one (tail), in the only one, with more splits than blocks; one position
-# for the whole batch; folded combine; bf16; softcapping, a mask per head, a padded row that attends nothing
-# (the token's score is masked, softcapped and folded into the softmax apart from the loop's).
-NEW_TOKEN_CASES = [
-    case("b3-14/2-d64-L100-bool-split4", 3, "14/2", 64, 100, "bool", 4, 32),
-    case("b3-14/2-d64-L100-bool-split4-middle", 3, "14/2", 64, 100, "bool", 4, 32, tail=60),
-    case("b1-32/8-d128-L1024-bool-direct", 1, "32/8", 128, 1024, "bool", 1, 64, tail=500),
-    case("b3-32/8-d128-L16-more-splits-than-blocks", 3, "32/8", 128, 16, "additive", 3, 16, tail=10),
-    case("b8-8/8-d64-L100-one-position", 8, "8/8", 64, 100, "bool", 2, 64, one_position=True),
-    case("b3-14/2-d64-L100-folded", 3, "14/2", 64, 100, "bool", 4, 32, fold=True, tail=40),
-    case("bf16", 3, "32/8", 128, 256, "additive", 2, 64, dtype="bfloat16", tail=100),
-    case("softcap", 3, "14/2", 64, 100, "bool", 4, 32, softcap=5.0),
-    case("mask-per-head", 3, "14/2", 64, 100, "bool", 2, 32, per_head=True),
-    case("padded-row-masked-everywhere", 3, "14/2", 64, 100, "bool", 4, 32, dead_row=1),
-]
-
-
-@pytest.fixture(scope="module")
-def new_token_results():
-    return interpreted({"new_token": NEW_TOKEN_CASES})
-
-
-@pytest.mark.parametrize("spec", NEW_TOKEN_CASES, ids=[c["id"] for c in NEW_TOKEN_CASES])
-def test_kernel_writing_the_token_matches_rotating_and_writing_in_torch(new_token_results, spec):
-    got = new_token_results[spec["id"]]
-    ulp = LOW_PRECISION.get(spec.get("dtype", "float32"), 0.0)  # float32: the same rounding as torch's
-    assert got["written_key"] <= ulp and got["written_value"] == 0.0, got  # the slot, and nothing else
-    assert got["vs_reference"] < max(2e-5, 4 * ulp), got
-    assert got["dead_rows_max"] == 0.0, got
-
-
 def test_the_op_compiles_once_for_every_larger_batch_and_context():
     got = interpreted({"compile": True})
     assert got["graphs"] == 2, got  # batch 1, and every larger batch with every context length
     assert got["max_error"] < 2e-5, got
 
 
-@pytest.mark.parametrize("job", ["reads", "writes token"])
-def test_inductor_passes_the_cache_itself_not_a_copy(job):
+def test_inductor_passes_the_cache_itself_not_a_copy():
     """Without the op's flexible_layout tag, inductor copied each layer's whole K/V cache into a
-    contiguous buffer before every call (H200, 2026-12-01: 197 us of an 8B step at 1,024 slots). The op
-    that writes the step's token mutates the cache: inductor must hand it the cache itself too, and copy
-    nothing back (a functionalised mutation left as it is would clone the cache and copy it back)."""
-    got = interpreted({"cache_reads": job})
-    op = "decode_attention_new_token" if job == "writes token" else "decode_attention"
-    assert [name for name, _ in got["calls"]] == [op], got["calls"]  # one layer class: one compiled call
+    contiguous buffer before every call (H200, 2026-12-01: 197 us of an 8B step at 1,024 slots)."""
+    got = interpreted({"cache_reads": True})
+    assert [name for name, _ in got["calls"]] == ["decode_attention"], got["calls"]  # one layer class: one call
     arguments = got["calls"][0][1]
-    key, value = arguments[6:8] if job == "writes token" else arguments[1:3]
+    key, value = arguments[1:3]
     assert key.startswith("arg") and value.startswith("arg"), arguments
-    copies = [line for line in got["copies"] if "index_copy" not in line]  # HF's own write, when we read
+    copies = [line for line in got["copies"] if "index_copy" not in line]  # HF's own cache write
     assert not copies, copies
 
 
-@pytest.mark.parametrize("writes_token", [False, True], ids=["reads", "writes-token"])
-def test_grouped_attention_runs_the_kernel_when_switched_on(writes_token):
-    """A tiny GQA model's decode logits, eager and in fused mode's compiled layers, with the kernel on;
-    in the compiled layers also writing the step's token (layer_program.ATTENTION_WRITES_TOKEN)."""
-    got = interpreted({"model": True, "writes_token": writes_token})
-    assert got["token_writes"] == (2 * 5 if writes_token else 0), got  # 2 layers x 5 cases, compiled
+def test_grouped_attention_runs_the_kernel_when_switched_on():
+    """A tiny GQA model's decode logits, eager and in fused mode's compiled layers, with the kernel on."""
+    got = interpreted({"model": True})
     assert got["kernel_calls"] >= 2 * 5 * 2, got  # 2 layers x 5 cases, eager and compiled
     assert got["eager_vs_matmul"] < 1e-4 and got["compiled_vs_matmul"] < 1e-4, got
     assert (got["graphs"], got["recompiles"]) == (2, 0), got
@@ -366,94 +327,15 @@ def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, 
     assert all(int(c.count_nonzero()) == 0 for c in kernel._counters.values())
 
 
-def rotated(x, cos, sin):
-    """HF's rotate-half embedding in float32, rounded once (as inductor's fused kernel computes it)."""
-    half = x.shape[-1] // 2
-    partner = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return (x.float() * cos.float() + partner.float() * sin.float()).to(x.dtype)
-
-
-def layer_writing_token(query, new_k, new_v, cos, sin, keys, values, slot, mask, weight):
-    """layer_like with the kernel rotating q and the step's key and writing K/V into the cache views."""
-    out = grouped_attention.decode_attention_writing_token(
-        Attention().eval(), query, new_k, new_v, cos, sin, (keys, values, slot), mask, 0.125
-    )
-    return out.flatten(2) @ weight
-
-
 @pytest.mark.cuda
 @needs_cuda
-@pytest.mark.parametrize(("batch", "early"), [(1, True), (4, False), (4, True)], ids=["b1-pdl", "b4", "b4-pdl"])
-def test_gpu_kernel_writing_the_token_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early):
-    """The op that rotates and writes the step's token, compiled by inductor over views of the cache as the
-    fused layers pass them (batch and context dynamic), then in a CUDA graph replayed with new contents:
-    its output against rotating in torch, writing with index_copy_ and the matmul path; the cache it
-    leaves against the one index_copy_ leaves (the slot rounded alike, every other slot untouched)."""
-    from accelerate_graph.compat.torch_internals import dynamo_graph_count
-    from accelerate_graph.fused.kernels import pdl
-
-    monkeypatch.setattr(pdl, "ENABLED", early)
-    torch._dynamo.reset()
-    layer = GpuLayer(batch)
-    cache_k, cache_v, weight = layer.cache_k, layer.cache_v, layer.weight
-    compiled = torch.compile(layer_writing_token, backend="inductor")
-
-    def arguments(length, now):
-        query, new_k, new_v = layer.token()
-        angles = torch.rand(batch, 1, layer.head_dim // 2, device="cuda", generator=layer.gen) * 40
-        cos, sin = (f(torch.cat((angles, angles), dim=-1)).to(torch.bfloat16) for f in (torch.cos, torch.sin))
-        mask = layer.mask(length, now)
-        for tensor in (query, new_k, new_v, cos, sin, mask):
-            torch._dynamo.maybe_mark_dynamic(tensor, 0)
-        return query, new_k, new_v, cos, sin, torch.tensor([now], device="cuda"), mask
-
-    def views(length):
-        keys, values = cache_k[:, :, :length], cache_v[:, :, :length]
-        for tensor in (keys, values):
-            torch._dynamo.maybe_mark_dynamic(tensor, 0)
-            torch._dynamo.maybe_mark_dynamic(tensor, 2)
-        return keys, values
-
-    def check(run, args):
-        before = cache_k.clone(), cache_v.clone()
-        got, got_k, got_v = run().clone(), cache_k.clone(), cache_v.clone()
-        cache_k.copy_(before[0]), cache_v.copy_(before[1])
-        query, new_k, new_v, cos, sin, slot, mask = args
-        monkeypatch.setattr(grouped_attention, "TRITON_DECODE", False)
-        c, s = cos[:, None], sin[:, None]
-        want = layer_like(rotated(query, c, s), rotated(new_k, c, s), new_v, cache_k, cache_v, slot, mask, weight)
-        monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
-        assert_like_the_matmul_path(got, want)
-        torch.testing.assert_close(got_k, cache_k, rtol=2**-7, atol=1e-6)  # an FMA may round the slot apart
-        assert torch.equal(got_v, cache_v)
-        assert torch.equal(got_k[:, :, : int(slot)], cache_k[:, :, : int(slot)])
-
-    before = dynamo_graph_count()
-    for length, now in [(64, 40), (128, 100), (256, 200)]:
-        args = arguments(length, now)
-        check(lambda args=args, length=length: compiled(*args[:5], *views(length), *args[5:], weight), args)
-    assert dynamo_graph_count() - before <= 2  # the first length, then one dynamic graph for the others
-
-    static, static_views = arguments(128, 90), views(128)
-    graph, static_out = captured(lambda: compiled(*static[:5], *static_views, *static[5:], weight))
-    for now in (95, 110, 127):
-        for buffer, value in zip(static, arguments(128, now)):
-            buffer.copy_(value)
-        check(lambda: (graph.replay(), static_out)[1], static)
-
-
-@pytest.mark.cuda
-@needs_cuda
-@pytest.mark.parametrize("writes_token", [False, True], ids=["reads", "writes-token"])
-def test_gpu_fused_tiny_model_with_the_kernel_verifies(monkeypatch, writes_token):
-    """The whole path: fused mode's compiled layers calling the kernel, captured, verified against eager;
-    also with the kernel rotating and writing the step's token (layer_program.ATTENTION_WRITES_TOKEN)."""
+def test_gpu_fused_tiny_model_with_the_kernel_verifies(monkeypatch):
+    """The whole path: fused mode's compiled layers calling the kernel, captured, verified against eager."""
     from tiny_models import tiny_decoder
 
     from accelerate_graph.core.backends import backend_for
     from accelerate_graph.core.capture import capture_decode_graphs
     from accelerate_graph.core.decode_session import DecodeSession
-    from accelerate_graph.fused import layer_program
     from accelerate_graph.fused.layers import FusedForward
     from accelerate_graph.verify.against_eager import verify_graphs
 
@@ -461,16 +343,13 @@ def test_gpu_fused_tiny_model_with_the_kernel_verifies(monkeypatch, writes_token
     monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
     traced = []
     original = kernel.launch
-    # each launch's NewToken (None: the attention reads a cache that inductor's kernel wrote)
-    monkeypatch.setattr(kernel, "launch", lambda *a, **k: traced.append(a[8] if len(a) > 8 else None) or original(*a))
+    monkeypatch.setattr(kernel, "launch", lambda *a, **k: traced.append(1) or original(*a, **k))
     model = tiny_decoder("llama", num_attention_heads=8, num_key_value_heads=2)
     grouped_attention.use_grouped_attention(model)
     session = DecodeSession(model.to("cuda", torch.bfloat16), 4, 64)
     session.fused = FusedForward(session.model)
-    monkeypatch.setattr(layer_program, "ATTENTION_WRITES_TOKEN", writes_token)
     graphs = capture_decode_graphs(session, backend_for(torch.device("cuda:0")), (1, 2, 4), contexts=(16, 32))
     assert traced, "the compiled layers never reached the kernel"
-    assert any(new is not None for new in traced) == writes_token
     rows = verify_graphs(graphs, steps=8, prompt_len=6)
     assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
     assert (session.fused.graphs, session.fused.recompiles) == (2, 0)

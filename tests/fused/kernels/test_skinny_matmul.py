@@ -34,8 +34,13 @@ interpreted = pytest.mark.skipif(
 )
 K, NS = 72, (40, 24, 24)  # K not a multiple of any BLOCK_K, N not a multiple of any BLOCK_N
 # The interpreter computes garbage in bf16 and for tl.dot on bf16: the multiply-and-sum path runs in bf16,
-# tl.dot in float32 (the GPU tests run tl.dot in bf16).
-PATHS = {"fma-bf16": (torch.bfloat16, False), "dot-fp32": (torch.float32, True)}
+# tl.dot in float32 (the GPU tests run tl.dot in bf16). "swap": tl.dot of W @ x^T, the weights on the
+# MMA's long side.
+PATHS = {
+    "fma-bf16": (torch.bfloat16, {}),
+    "dot-fp32": (torch.float32, {"dot": True}),
+    "swap-fp32": (torch.float32, {"dot": True, "swap": True}),
+}
 
 
 def assert_rounding_close(got, ref, ulps: int = 2):
@@ -94,9 +99,9 @@ def test_reference_mlp_and_residual_are_eager_up_to_summation_order(activation):
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("bias_and_norm", [(True, True), (False, False), (True, False)])
 def test_norm_projections(m, path, bias_and_norm, force):
-    dtype, dot = PATHS[path]
+    dtype, kind = PATHS[path]
     with_bias, with_norm = bias_and_norm
-    force(SkinnyConfig(16, 32, dot=dot))
+    force(SkinnyConfig(16, 32, **kind))
     x, nw, ws, bs = make(m, dtype, seed=m)
     biases = [bs[0], None, bs[2]] if with_bias else None
     nw = nw if with_norm else None
@@ -108,11 +113,32 @@ def test_norm_projections(m, path, bias_and_norm, force):
 
 
 @interpreted
+@pytest.mark.parametrize("m", [1, 32])
+@pytest.mark.parametrize("at_once", [True, False], ids=["loads-at-once", "loop"])
+def test_the_row_norm_in_unrolled_loads_or_a_loop(m, at_once, force, monkeypatch):
+    """Each program's rstd reads x's rows in rstd_chunks' loads (NORM_LOADS_AT_ONCE): one up to 4,096 values
+    a program, several above (32 rows of 300: three loads of 128 columns, the last masked); or in a loop
+    over K blocks."""
+    k = 300
+    monkeypatch.setattr(sm, "NORM_LOADS_AT_ONCE", at_once)
+    if at_once:
+        assert sm.rstd_chunks(k, 32, 64) == (128, 3) and sm.rstd_chunks(k, 1, 64) == (512, 1)
+    else:
+        assert sm.rstd_chunks(k, 32, 64) == (64, 0)
+    force(SkinnyConfig(16, 64))
+    x, nw, ws, bs = make(m, torch.bfloat16, k=k, ns=(40, 40, 24), seed=3)
+    got = sm.norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[1], "silu")
+    assert_rounding_close(got, sm.reference_norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[1], "silu"))
+
+
+@interpreted
 @pytest.mark.parametrize("k", [K, 5000])  # 5,000: two blocks of 4,096, the second masked
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "float32"])
-def test_rms_norm_kernel_rounds_like_the_reference(k, dtype):
+@pytest.mark.parametrize("at_once", [True, False], ids=["loads-at-once", "loop"])
+def test_rms_norm_kernel_rounds_like_the_reference(k, dtype, at_once, monkeypatch):
     """The step's final norm in one launch: HF's RMSNorm up to the float32 sum's order (which can move
     rstd by an ulp and, rarely, a rounding), rows in any leading shape."""
+    monkeypatch.setattr(sm, "NORM_LOADS_AT_ONCE", at_once)
     x, nw, _, _ = make(6, dtype, k=k, ns=(8,))
     x = x.reshape(2, 3, k)
     got = sm.rms_norm(x, nw, 1e-5)
@@ -150,8 +176,8 @@ def test_norm_projections_with_fewer_weights_and_batched_rows(n_weights, force):
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_linear_residual(m, path, with_bias, force):
-    dtype, dot = PATHS[path]
-    force(SkinnyConfig(16, 32, dot=dot))
+    dtype, kind = PATHS[path]
+    force(SkinnyConfig(16, 32, **kind))
     x, _, ws, bs = make(m, dtype, seed=m)
     residual = make(m, dtype, k=NS[0], seed=m + 100)[0]
     bias = bs[0] if with_bias else None
@@ -164,8 +190,8 @@ def test_linear_residual(m, path, with_bias, force):
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("norm", [None, "llama", "gemma"])
 def test_norm_gate_up(m, path, norm, force):
-    dtype, dot = PATHS[path]
-    force(SkinnyConfig(16, 32, dot=dot))
+    dtype, kind = PATHS[path]
+    force(SkinnyConfig(16, 32, **kind))
     x, nw, ws, _ = make(m, dtype, ns=(40, 40), seed=m)
     nw = None if norm is None else nw
     activation = "gelu_tanh" if norm == "gemma" else "silu"
@@ -176,14 +202,16 @@ def test_norm_gate_up(m, path, norm, force):
 @interpreted
 @pytest.mark.parametrize("op", ["proj", "residual", "gate_up"])
 @pytest.mark.parametrize("k", [72, 128])  # ragged and even K slices
-def test_split_k_matches_one_pass(op, k, force):
-    force(SkinnyConfig(16, 32, split_k=3))
-    x, nw, ws, bs = make(5, torch.bfloat16, k=k, ns=(40, 40, 24))
+@pytest.mark.parametrize("path", ["fma-bf16", "swap-fp32"])
+def test_split_k_matches_one_pass(op, k, path, force):
+    dtype, kind = PATHS[path]
+    force(SkinnyConfig(16, 32, split_k=3, **kind))
+    x, nw, ws, bs = make(5, dtype, k=k, ns=(40, 40, 24))
     if op == "proj":
         got = sm.norm_projections(x, nw, 1e-6, "gemma", ws, bs)
         want = sm.reference_norm_projections(x, nw, 1e-6, "gemma", ws, bs)
     elif op == "residual":
-        residual = make(5, torch.bfloat16, k=40, seed=9)[0]
+        residual = make(5, dtype, k=40, seed=9)[0]
         got = (sm.linear_residual(x, ws[0], bs[0], residual),)
         want = (sm.reference_linear_residual(x, ws[0], bs[0], residual),)
     else:
@@ -218,8 +246,7 @@ def test_misuse_is_refused_with_the_argument_named():
 @interpreted
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
 def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model_type, monkeypatch, tmp_path):
-    """layer_program's merged ops at batch 1: the skinny kernels from SKINNY_FROM_HIDDEN_SIZE for the
-    shapes their table has (the four folded ops of every layer, one row each, decoding like HF's forward),
+    """layer_program's merged ops at batch 1: the skinny kernels for the shapes their table has (the four folded ops of every layer, one row each, decoding like HF's forward),
     every shape when forced, inductor's way otherwise; above batch 1 only with SKINNY_ABOVE_BATCH_1 (then
     at every shape, whatever the batch-1 rule says), decoding like HF's forward too."""
     from tiny_models import grouped_decode_cases
@@ -244,20 +271,19 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
     assert [batch for batch, _ in cases] == [2, 1]
     all_four = [("proj", 1), ("residual", 1), ("gate_up", 1), ("residual", 1)] * layers
     at_two = [("proj", 2), ("residual", 2), ("gate_up", 2), ("residual", 2)] * layers
-    regimes = [  # (SKINNY_AT_BATCH_1, SKINNY_ABOVE_BATCH_1, from hidden size, table, launches)
-        ("auto", False, hidden + 1, table, []),
-        ("auto", False, hidden, tmp_path / "missing.json", []),
-        ("auto", False, hidden, table, all_four),
-        ("1", False, hidden + 1, tmp_path / "missing.json", all_four),
-        ("0", False, hidden, table, []),
-        ("0", True, hidden, table, at_two),
-        ("1", True, hidden + 1, tmp_path / "missing.json", at_two + all_four),
+    missing = tmp_path / "missing.json"
+    regimes = [  # (SKINNY_AT_BATCH_1, SKINNY_ABOVE_BATCH_1, table, launches)
+        ("auto", False, missing, []),
+        ("auto", False, table, all_four),
+        ("1", False, missing, all_four),
+        ("0", False, table, []),
+        ("0", True, table, at_two),
+        ("1", True, missing, at_two + all_four),
     ]
-    for mode, above, from_size, table_path, want in regimes:
+    for mode, above, table_path, want in regimes:
         launches.clear()
         monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", mode)
         monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", above)
-        monkeypatch.setattr(layer_program, "SKINNY_FROM_HIDDEN_SIZE", from_size)
         monkeypatch.setattr(configs, "TABLE_PATH", table_path)
         torch._dynamo.reset()
         fused = FusedForward(model, backend="eager", ops=layer_program.MERGED_OPS)
@@ -265,7 +291,7 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
             got = session.first_steps(prompt, cases, fused)
         for a, b in zip(got, expected):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
-        assert launches == want, (mode, above, from_size, table_path.name)
+        assert launches == want, (mode, above, table_path.name)
         at_one = any(rows == 1 for _, rows in want)
         assert layer_program.layer_at_batch_1_is_skinny(model.model.layers[0]) == at_one  # what notes say
 
@@ -347,11 +373,14 @@ GPU_CONFIGS = {
     "dot": SkinnyConfig(64, 64, dot=True),
     "split": SkinnyConfig(16, 256, split_k=4, dot=True),
     "gemv": SkinnyConfig(2, 1024, num_warps=8, num_stages=1),  # the narrow kind step_sweep.py picks at batch 1
+    "swap": SkinnyConfig(64, 128, num_stages=4, dot=True, swap=True),  # warpgroup MMA, the weights its long side
+    "swap-split": SkinnyConfig(128, 64, num_stages=6, split_k=2, dot=True, swap=True),
 }
-# Batch 1 (what fused mode runs, from a hidden size of 2,048) with every kind of config; more rows (the
+# Batch 1 (what fused mode runs for the shapes of the table) with every kind of config; more rows (the
 # opt-in "kernels" program) with the heuristic's. Every case compiles its own kernels: H200, 2026-12-01,
 # the full 40-case cross product took over 3 minutes, some cases ~20 s each (fma tiles at 17-32 rows).
 GPU_CASES = [(1, name) for name in GPU_CONFIGS] + [(m, "heuristic") for m in (3, 8, 17, 32)]
+GPU_CASES += [(m, "swap") for m in (3, 8, 17, 32)] + [(8, "swap-split")]
 
 
 @pytest.mark.cuda
@@ -372,6 +401,23 @@ def test_gpu_bf16_against_the_reference(m, cfg_name, shape, monkeypatch):
     assert_rounding_close(act, sm.reference_norm_gate_up(x, nw, 1e-6, "gemma", wg, wu, "gelu_tanh"))
     _, _, (wd,), _ = make(m, torch.bfloat16, "cuda", k=inter, ns=(hidden,), seed=m + 2)
     assert_rounding_close(sm.linear_residual(act, wd, None, x), sm.reference_linear_residual(act, wd, None, x))
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize(("m", "k"), [(1, 2048), (1, 8192), (8, 2048), (32, 896)])
+def test_gpu_norm_loads_at_once_against_the_reference(m, k, monkeypatch):
+    """NORM_LOADS_AT_ONCE (off until measured): the table's or the heuristic's configs with each program's
+    rows read in rstd_chunks' unrolled loads (one at 1 row up to 4,096 values, two at 8,192; 8 at 8 rows)."""
+    monkeypatch.setattr(sm, "NORM_LOADS_AT_ONCE", True)
+    x, nw, ws, bs = make(m, torch.bfloat16, "cuda", k=k, ns=(k, 256, 256), seed=m)
+    for g, r in zip(
+        sm.norm_projections(x, nw, 1e-6, "llama", ws, bs), sm.reference_norm_projections(x, nw, 1e-6, "llama", ws, bs)
+    ):
+        assert_rounding_close(g, r)
+    got = sm.norm_gate_up(x, nw, 1e-6, "llama", ws[1], ws[2], "silu")
+    assert_rounding_close(got, sm.reference_norm_gate_up(x, nw, 1e-6, "llama", ws[1], ws[2], "silu"))
+    assert_rounding_close(sm.rms_norm(x, nw, 1e-6), sm.reference_rms_norm(x, nw, 1e-6, "llama"))
 
 
 @pytest.mark.cuda
@@ -492,7 +538,7 @@ def test_the_kernel_choices_trace_inside_a_compiled_layer_without_a_break(monkey
     gpu = torch.device("cuda", 0)
 
     def choices(x):
-        skinny = layer_program.skinny_at_batch_1("proj", (6144,), 4096, 4096)
+        skinny = layer_program.skinny_at_batch_1("proj", (6144,), 4096)
         return x + int(skinny) + 2 * int(pdl.active(gpu))
 
     torch._dynamo.reset()
