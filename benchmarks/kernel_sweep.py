@@ -107,11 +107,13 @@ def grid_for(op: str, m: int, k: int, wide: bool = False, swap: bool = False) ->
     return out
 
 
-def shapes(model: str):
-    """(label, op, ns, k, bias) of one decoder layer's projections."""
+def shapes(model: str, merged: bool = False):
+    """(label, op, ns, k, bias) of one decoder layer's projections; `merged`: q/k/v as one weight, as the
+    fused step's merged program calls them (its table key; the separate weights are the "kernels" program's)."""
     hidden, inter, heads, kv, hd, bias = MODELS[model]
+    qkv = ((heads + 2 * kv) * hd,) if merged else (heads * hd, kv * hd, kv * hd)
     return [
-        ("qkv", "proj", (heads * hd, kv * hd, kv * hd), hidden, bias),
+        ("qkv", "proj", qkv, hidden, bias),
         ("o", "residual", (hidden,), heads * hd, False),
         ("gate_up", "gate_up", (inter, inter), hidden, False),
         ("down", "residual", (hidden,), inter, False),
@@ -201,6 +203,7 @@ def main() -> int:
     parser.add_argument("--shapes", default="qkv,o,gate_up,down", help="which projections, in this order")
     parser.add_argument("--wide", action="store_true", help="a wider grid at one row (wide_one_row_grid)")
     parser.add_argument("--swap", action="store_true", help="above one row, swapped_rows_grid's configs only")
+    parser.add_argument("--merged", action="store_true", help="q/k/v as one weight (the fused step's program)")
     args = parser.parse_args()
     rows = tuple(int(r) for r in args.rows.split(","))
     start = time.monotonic()
@@ -214,7 +217,7 @@ def main() -> int:
     best: dict[str, SkinnyConfig] = {}
     pct_8b = []
     for model in args.models.split(","):
-        by_label = {shape[0]: shape for shape in shapes(model)}
+        by_label = {shape[0]: shape for shape in shapes(model, args.merged)}
         for label, op, ns, k, bias in (by_label[name] for name in args.shapes.split(",")):
             for m in rows:
                 shape = Shape(op, ns, k, m, bias)

@@ -34,7 +34,7 @@ sweep() {  # NAME LIMIT MODELS BUDGET
 [ "${SWEEP:-0}" = 1 ] && sweep sweep-8b 200 llama-3.1-8b 130 && sweep sweep-small 150 llama-3.2-1b,qwen2.5-0.5b "${SMALL_BUDGET:-90}"
 if [ -n "${ROW_SWEEP-}" ]; then  # models: the swapped tensor-core configs above one row, each op against cuBLAS
   run row-sweep 60 $((${ROW_BUDGET:-200} + 90)) python3 benchmarks/kernel_sweep.py --models "$ROW_SWEEP" \
-    --rows "${ROWS:-8,32,16}" --swap --budget-s "${ROW_BUDGET:-200}" --write-configs "$TABLE"
+    --rows "${ROWS:-8,32,16}" --swap --merged --budget-s "${ROW_BUDGET:-200}" --write-configs "$TABLE"
   grep -E "^(llama|qwen)" "$LOGS/row-sweep.log" | cut -c1-130
 fi
 for entry in ${STEP_SWEEPS-}; do
