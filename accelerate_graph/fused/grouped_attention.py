@@ -38,18 +38,9 @@ _TRITON = importlib.util.find_spec("triton") is not None
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _kernel_runs(query: torch.Tensor) -> bool:
-    """Whether the Triton kernel is switched on and runs where `query` lives (CUDA; the CPU interpreted)."""
-    return TRITON_DECODE and _TRITON and (query.is_cuda or _INTERPRETED)
-
-
-def _scale(query: torch.Tensor, scaling: float | None) -> float:
-    return float(scaling if scaling is not None else query.shape[-1] ** -0.5)
-
-
 def _triton_decode(module, query, key, value, attention_mask, dropout, scaling, kwargs):
     """The Triton kernel's output [b, 1, Hq, d], or None where it does not apply."""
-    if not _kernel_runs(query):
+    if not (TRITON_DECODE and _TRITON and (query.is_cuda or _INTERPRETED)):
         return None
     if any(kwargs.get(name) is not None for name in _UNSUPPORTED if name != "softcap") or (module.training and dropout):
         return None
@@ -57,10 +48,9 @@ def _triton_decode(module, query, key, value, attention_mask, dropout, scaling, 
 
     if not kernel.supports(query, key, value, attention_mask):
         return None
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     softcap = kwargs.get("softcap") or 0.0
-    return torch.ops.cugraph_accel.decode_attention(
-        query, key, value, attention_mask, _scale(query, scaling), float(softcap)
-    )
+    return torch.ops.cugraph_accel.decode_attention(query, key, value, attention_mask, float(scale), float(softcap))
 
 
 def grouped_decode_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):

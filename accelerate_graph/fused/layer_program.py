@@ -146,8 +146,9 @@ def _merged_linear_residual(x, weight, bias, residual):
 
 # At batch 1, where the skinny kernels do not run, the projections are inductor's GEMVs (gemv_lowering).
 # Gate and up as two GEMVs over the halves of the one weight become one kernel with silu(gate) * up in its
-# epilogue; the split output of one GEMV needs a pointwise kernel after it. H200, 2026-12-01 (profile_step.py, replay
-# per step at batch 1): Qwen2.5-0.5B 1.001 -> 0.948 ms, Llama-3.1-8B 5.008 -> 4.782 ms.
+# epilogue; the split output of one GEMV needs a pointwise kernel after it. H200, 2026-12-01
+# (profile_step.py, replay per step at batch 1): Qwen2.5-0.5B 1.001 -> 0.948 ms, Llama-3.1-8B 5.008 ->
+# 4.782 ms.
 GATE_UP_APART_AT_BATCH_1 = True
 
 

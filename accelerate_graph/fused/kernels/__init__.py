@@ -19,7 +19,7 @@ or (FOLD_COMBINE, off: slower at batch 1 on the H200) by the last split program 
 `pdl`: programmatic dependent launch for both (and for inductor's kernels, through fused.layers), on by
 default on Hopper GPUs (CUGRAPH_ACCEL_PDL=0 turns it off); the skinny ops then run as opaque twins
 (`*_pdl`), since inductor does not pass `launch_pdl` to a triton_op's kernels. Launched early, the skinny
-matmuls first ask L2 (`skinny_kernels._prefetch_first_block`) for their first block of weights, which the kernel before them
-does not write (asking for all of them, or the attention for its first K/V block, gained nothing on the
-H200: docs/PERF.md, stop 20).
+matmuls first ask L2 (`skinny_kernels._prefetch_first_block`) for their first block of weights, which the
+kernel before them does not write (asking for all of them, or the attention for its first K/V block,
+gained nothing on the H200: docs/PERF.md, stop 20).
 """

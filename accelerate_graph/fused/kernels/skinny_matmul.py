@@ -149,7 +149,8 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     cfg = cfg or configs.config_for(op, m, ns[:1] if gate_up else ns, k, _sms(x.device))
     outs = [torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device) for n in out_ns]
     block_m = cfg.block_m(m)
-    rstd_chunk, rstd_loads = rstd_chunks(k, block_m, cfg.block_k)
+    # the row norm's constexprs only with a norm: else they would compile variants that differ in nothing
+    rstd_chunk, rstd_loads = rstd_chunks(k, block_m, cfg.block_k) if norm_weight is not None else (cfg.block_k, 0)
     n_blocks = [_cdiv(n, cfg.block_n) for n in out_ns]
     m_blocks = _cdiv(m, block_m)
     k_per_split = _cdiv(_cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k  # whole K blocks per slice

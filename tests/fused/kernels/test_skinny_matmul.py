@@ -246,8 +246,8 @@ def test_misuse_is_refused_with_the_argument_named():
 @interpreted
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
 def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model_type, monkeypatch, tmp_path):
-    """layer_program's merged ops at batch 1: the skinny kernels for the shapes their table has (the four folded ops of every layer, one row each, decoding like HF's forward),
-    every shape when forced, inductor's way otherwise; above batch 1 only with SKINNY_ABOVE_BATCH_1 (then
+    """layer_program's merged ops at batch 1: the skinny kernels for the shapes their table has (the four
+    folded ops of every layer, one row each, decoding like HF's forward), every shape when forced, inductor's way otherwise; above batch 1 only with SKINNY_ABOVE_BATCH_1 (then
     at every shape, whatever the batch-1 rule says), decoding like HF's forward too."""
     from tiny_models import grouped_decode_cases
 
