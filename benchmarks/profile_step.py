@@ -202,7 +202,7 @@ def main() -> None:
         "fused-skinny-batches": Way("fused, skinny kernels above 1", skinny_above=True),
         "fused-no-rotary-table": Way("fused, HF's rotary module", rotary_table=False),  # the default before stop 20
         "fused-no-final-norm": Way("fused, HF's final norm", final_norm_kernel=False),  # the default before stop 21
-        "fused-norm-at-once": Way("fused, norm loads at once", norm_at_once=True),  # prepared in stop 23 (off)
+        "fused-norm-loop": Way("fused, norm in a loop", norm_at_once=False),  # the row norms before stop 24
         # PDL: every kernel of the step by default since 2026-12-01 (ours and inductor's); these ways
         # take it off, or leave it on for ours alone
         "fused-no-pdl": Way("fused, no PDL", pdl_on=False),

@@ -16,10 +16,10 @@
 # attention's splits fitted to the context bucket (no empty splits: the 1B 0.856 -> 0.860 ms, Qwen 0.670 ->
 # 0.716 at batch 1; no combine up to 1,024 slots: 0.901, 0.789): removed; stop 23: the tensor-core kernels
 # with the weights on the MMA's long side above batch 1 (ROW_SWEEP; the 1B's batch 8 1.263 against 1.183 ms:
-# off) and Qwen's batch-1 configs swept in a step (0.634 / 0.655 against 0.663 / 0.715: on); prepared: the
-# row norms' loads at once (CUGRAPH_ACCEL_NORM_LOADS_AT_ONCE). The defaults now: the norm loads at
-# once against the shipped step (the 8B, the 1B, Qwen) at batches 1, 8 and 32, and the skinny kernels'
-# and the fused step's GPU tests. No step sweep by default
+# off) and Qwen's batch-1 configs swept in a step (0.634 / 0.655 against 0.663 / 0.715: on); stop 24: the
+# row norms' loads at once (skinny kernels at batch 1: the 8B -55 us, the 1B -7, Qwen -3: on). The defaults
+# now: the shipped step (the 8B, the 1B, Qwen) at batches 1, 8 and 32, and the skinny kernels' and the
+# fused step's GPU tests. No step sweep by default
 # (STEP_SWEEPS="llama-3.2-1b:60:8" runs the 1B's 8-row chain).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
 set -uo pipefail
@@ -44,9 +44,8 @@ for entry in ${STEP_SWEEPS-}; do
     --budget-s "$budget" --write-configs "$TABLE" --log "$LOGS/step-trials-$model-$rows.tsv"
 done
 cp "$TABLE" "$FINAL/skinny_configs.json"
-# default: the row norms' loads at once (skinny_matmul.NORM_LOADS_AT_ONCE, prepared in stop 23) against the
-# shipped step; PROFILES="llama-3.1-8b:fused,fused-norm-at-once ..." runs the other order
-PROFILES=${PROFILES:-"llama-3.1-8b:fused-norm-at-once,fused llama-3.2-1b:fused-norm-at-once,fused qwen2.5-0.5b:fused-norm-at-once,fused"}
+# default: the shipped step at 1, 8 and 32 rows; PROFILES="llama-3.2-1b:fused,fused-norm-loop" compares ways
+PROFILES=${PROFILES:-"llama-3.1-8b:fused llama-3.2-1b:fused qwen2.5-0.5b:fused"}
 n=0
 for entry in $PROFILES; do
   IFS=: read -r model ways <<< "$entry"

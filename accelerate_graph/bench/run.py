@@ -64,6 +64,16 @@ def context_request(request: CaptureRequest, context: int | None) -> CaptureRequ
     return replace(request, max_cache_len=context, prompt_len=prompt)
 
 
+def fused_alone(request: CaptureRequest, settings: BenchSettings) -> CaptureRequest:
+    """With fused the only contender, the plan is what `capture --fuse` makes: no plain graphs captured
+    first. On the H200 a graph captured after others in the same process replays slower, the same kernels
+    overlapping less under PDL (Qwen2.5-0.5B's fused step 0.643 -> 0.663 ms at batch 1, 0.912 -> 1.025 at
+    batch 8, freeing the earlier graphs or not; docs/PERF.md, stop 24)."""
+    if [c.name for c in settings.contenders] == ["fused"]:
+        return replace(request, fuse=True)
+    return request
+
+
 def _time_step(
     contender: Contender, graphs: DecodeGraphs, batch: int, tokens: torch.Tensor, run: ContextRun
 ) -> tuple[BenchRow, list[str]]:
@@ -184,7 +194,10 @@ def _memory(prepared: Prepared, rows: list[BenchRow], generate: bool) -> dict:
     """The peak so far beside the bound: one session, one cache, every contender on it; the fused graphs
     and compile's cudagraph trees as measured, and HF generate's own static cache when it ran."""
     session = prepared.session
-    fused = sum(r.memory_bytes or 0 for r in rows if r.kind == STEP and r.contender == "fused")
+    # fused graphs captured apart from the plan's; a plan prepared with --fuse counts its own
+    fused = (
+        0 if prepared.plan.fuse else sum(r.memory_bytes or 0 for r in rows if r.kind == STEP and r.contender == "fused")
+    )
     extra = {"compile's graphs": sum(r.memory_bytes or 0 for r in rows if r.kind == STEP and r.contender == "compile")}
     geometry = Geometry.of(session.model.config)
     if generate and geometry is not None:  # generate(cache_implementation="static") builds a cache of its own
@@ -199,7 +212,7 @@ def _one_context(
     request: CaptureRequest, context: int | None, settings: BenchSettings, bandwidth: Bandwidth, hooks: BenchHooks
 ) -> tuple[ContextInfo, list[BenchRow], dict]:
     """Prepare, bench, and let everything of this context go when it returns."""
-    prepared = prepare(context_request(request, context), Hooks(stage=hooks.stage))
+    prepared = prepare(fused_alone(context_request(request, context), settings), Hooks(stage=hooks.stage))
     hooks.prepared(prepared)
     info, rows = bench_context(prepared, settings, bandwidth, hooks, request)
     plan = prepared.plan

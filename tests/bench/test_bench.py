@@ -238,3 +238,25 @@ def test_generate_contender_on_tiny():
     ]
     assert all(r.median_ms > 0 and r.setup_seconds > 0 and r.samples == 5 for r in rows)
     assert int(prepared.session.kv.positions()[0]) == 0  # the cache is left reset
+
+
+def test_fused_alone_prepares_what_capture_fuse_makes_and_times_those_graphs(monkeypatch):
+    """`--compare fused` alone: the plan is prepared with --fuse (no plain graphs captured before the fused
+    ones, which made the H200 replay them slower, docs/PERF.md stop 24) and the fused rows replay the plan's
+    own graphs instead of capturing again; with another contender the plan is the plain one."""
+    import accelerate_graph.pipeline as pipeline
+    from accelerate_graph.bench.run import BenchSettings, fused_alone, run_bench
+
+    request = CaptureRequest(model="tiny", device="cpu", buckets=(1, 2), max_cache_len=32)
+    assert fused_alone(request, BenchSettings(compare=("fused",))).fuse
+    assert not fused_alone(request, BenchSettings(compare=("graph", "fused"))).fuse
+
+    def no_second_capture(*_):
+        raise AssertionError("the fused contender captured again over a plan prepared with --fuse")
+
+    monkeypatch.setattr(pipeline, "capture_fused", no_second_capture)
+    report = run_bench(request, BenchSettings(compare=("fused",), steps=5, warmup=1))
+    rows = [(r.contender, r.batch) for r in report.rows]
+    assert rows == [("fused", 1), ("fused", 2)]
+    assert report.settings["attn"] == "grouped"  # the fused plan's attention, as capture --fuse writes it
+    assert any("inductor compiled the decoder layers" in note for note in report.contexts[0].notes)

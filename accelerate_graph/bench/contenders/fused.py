@@ -12,14 +12,16 @@ from accelerate_graph.bench.contenders.graph import replay_step
 
 @contextmanager
 def captured_fused(run: ContextRun) -> Iterator:
-    """Capture the inductor-compiled step on the same session; a failure costs only the fused rows."""
+    """Capture the inductor-compiled step on the same session; a failure costs only the fused rows. A plan
+    prepared with --fuse (bench.run.fused_alone, or a fused plan file) has those graphs already."""
     from accelerate_graph.common.errors import CaptureError, VerificationError, is_out_of_memory
     from accelerate_graph.pipeline import capture_fused
 
     plan, info = run.prepared.plan, run.info
-    run.hooks.stage(f"cache {plan.max_cache_len}: compiling the step with inductor, capturing it (fused)")
+    if not plan.fuse:
+        run.hooks.stage(f"cache {plan.max_cache_len}: compiling the step with inductor, capturing it (fused)")
     try:
-        fused = capture_fused(run.prepared, run.request)
+        fused = run.graphs if plan.fuse else capture_fused(run.prepared, run.request)
     except (CaptureError, VerificationError) as err:
         info.notes.append(f"no fused row: {err.message}")
         fused = None

@@ -36,10 +36,10 @@ except ImportError:  # no triton: the references run everywhere
 # Each program of a projection with the norm folded in computes its rows' rstd before its first weight
 # load. With the switch the rows are read in one load (a few unrolled ones above 4,096 values), not one
 # L2 round trip per K block in a loop: the 8B's gate/up walks 32 blocks of 128 before its K loop starts.
-# Prepared in stop 23 after the device time was spent: interpreter and sm_90 compile only, so off
-# (CUGRAPH_ACCEL_NORM_LOADS_AT_ONCE=1; profile way fused-norm-at-once). Prediction at batch 1: the 8B
-# -100 to -200 us, the 1B -20 to -40, Qwen ~-10.
-NORM_LOADS_AT_ONCE = os.environ.get("CUGRAPH_ACCEL_NORM_LOADS_AT_ONCE", "0") == "1"
+# Measured in stop 24 (docs/PERF.md), skinny kernels a step at batch 1: the 8B -55 us, the 1B -7, Qwen -3
+# (predicted -100..-200, -20..-40, ~-10): on. CUGRAPH_ACCEL_NORM_LOADS_AT_ONCE=0 runs the loop (profile way
+# fused-norm-loop).
+NORM_LOADS_AT_ONCE = os.environ.get("CUGRAPH_ACCEL_NORM_LOADS_AT_ONCE", "1") == "1"
 
 NORM_KINDS = {"llama": 1, "gemma": 2}
 ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}

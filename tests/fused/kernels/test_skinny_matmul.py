@@ -406,10 +406,12 @@ def test_gpu_bf16_against_the_reference(m, cfg_name, shape, monkeypatch):
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.parametrize(("m", "k"), [(1, 2048), (1, 8192), (8, 2048), (32, 896)])
-def test_gpu_norm_loads_at_once_against_the_reference(m, k, monkeypatch):
-    """NORM_LOADS_AT_ONCE (off until measured): the table's or the heuristic's configs with each program's
-    rows read in rstd_chunks' unrolled loads (one at 1 row up to 4,096 values, two at 8,192; 8 at 8 rows)."""
-    monkeypatch.setattr(sm, "NORM_LOADS_AT_ONCE", True)
+@pytest.mark.parametrize("at_once", [True, False], ids=["loads-at-once", "loop"])
+def test_gpu_row_norm_in_loads_at_once_or_a_loop_against_the_reference(m, k, at_once, monkeypatch):
+    """NORM_LOADS_AT_ONCE (on since stop 24; off is the loop over K blocks): the table's or the heuristic's
+    configs with each program's rows read in rstd_chunks' unrolled loads (one at 1 row up to 4,096 values,
+    two at 8,192; 8 at 8 rows)."""
+    monkeypatch.setattr(sm, "NORM_LOADS_AT_ONCE", at_once)
     x, nw, ws, bs = make(m, torch.bfloat16, "cuda", k=k, ns=(k, 256, 256), seed=m)
     for g, r in zip(
         sm.norm_projections(x, nw, 1e-6, "llama", ws, bs), sm.reference_norm_projections(x, nw, 1e-6, "llama", ws, bs)

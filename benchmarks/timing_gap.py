@@ -1,0 +1,106 @@
+"""Why `bench` and `profile_step.py` disagree at batch 1: one captured fused step timed four ways in one
+process (docs/PERF.md, stop 24: Qwen2.5-0.5B 0.665 ms in bench against 0.640 in the profile).
+
+  back-to-back   profile_step's replay_ms: 50 replays between two events, the cache rewound once
+  bench          bench's own time_calls: events around each step, the cache rewound before each
+  no rewind      time_calls without the rewind (the write slot walks on, as in a decode loop)
+  idle start     each step from an idle GPU (synchronized before it): adds the host's launch latency
+
+--before: what the process captured before the timed fused graphs (one process per value)
+  nothing        prepare(--fuse): the fused graphs alone (what `capture --fuse` does)
+  plain          bench's path: the plan's plain graphs, then capture_fused on the same session
+  plain-freed    the plain graphs captured, then released, then capture_fused
+
+Run on a GPU: PYTHONPATH=. python3 benchmarks/timing_gap.py qwen2.5-0.5b llama-3.2-1b:16384 --before plain
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from accelerate_graph.bench.timing import time_calls
+from accelerate_graph.pipeline import CaptureRequest, capture_fused, prepare
+from benchmarks.profile_step import profile_step, replay_ms
+
+STEPS, WARMUP = 30, 5
+
+
+def fused_graphs(model: str, cache: int, batches: list[int], prompt: int, before: str):
+    """The session and its fused graphs, after capturing what `before` names first."""
+    request = CaptureRequest(model=model, buckets=batches, max_cache_len=cache, prompt_len=prompt)
+    if before == "nothing":
+        prepared = prepare(replace(request, fuse=True))
+        return prepared.session, prepared.graphs
+    prepared = prepare(request)
+    if before == "plain-freed":
+        prepared.graphs = None
+        gc.collect()
+        torch.cuda.empty_cache()
+    return prepared.session, capture_fused(prepared, replace(request, fuse=True))
+
+
+def measure(model: str, cache: int, batches: list[int], prompt: int, before: str, trace: Path | None) -> None:
+    session, graphs = fused_graphs(model, cache, batches, prompt, before)
+    device = session.device
+    for batch in batches:
+        tokens = torch.randint(session.vocab_size, (STEPS + WARMUP, batch), device=device)
+        positions = torch.full((batch,), prompt, device=device)
+
+        def step(i: int, tokens=tokens, positions=positions) -> None:
+            graphs.run(tokens[i], positions, copy=False)
+
+        def rewind(_: int) -> None:
+            session.kv.rewind(prompt)
+
+        rows = {"back-to-back": replay_ms(graphs, session, batch, prompt)[0]}
+        rows["bench"] = time_calls(step, rewind, STEPS, WARMUP, device).latency.median_ms
+        session.kv.rewind(prompt)
+        rows["no rewind"] = time_calls(step, lambda i: None, STEPS, WARMUP, device).latency.median_ms
+        samples = []
+        for i in range(STEPS):
+            session.kv.rewind(prompt)
+            torch.cuda.synchronize(device)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step(i)
+            end.record()
+            torch.cuda.synchronize(device)
+            samples.append(start.elapsed_time(end))
+        rows["idle start"] = statistics.median(samples)
+        session.kv.rewind(prompt)
+        if trace:  # the replayed graph's kernels (CUPTI sees inside graphs), to diff one process against another
+            found = profile_step(lambda: step(0), lambda: session.kv.rewind(prompt))
+            trace.mkdir(parents=True, exist_ok=True)
+            (trace / f"{model}-{before}-{batch}.json").write_text(json.dumps(found, indent=1))
+        print(
+            f"{model} cache {cache} batch {batch}, before: {before}: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in rows.items())
+            + " ms"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+", help="model[:cache], cache 1024 by default")
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--prompt", type=int, default=128)
+    parser.add_argument("--trace", type=Path, help="a folder: write each replay's kernels there (profile_step's tally)")
+    parser.add_argument("--before", default="nothing", choices=("nothing", "plain", "plain-freed"))
+    args = parser.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    for entry in args.models:
+        model, _, cache = entry.partition(":")
+        measure(model, int(cache or 1024), batches, args.prompt, args.before, args.trace)
+        torch.compiler.reset()
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
