@@ -74,6 +74,14 @@ def static_layer_position(layer: StaticLayer) -> torch.Tensor:
     return layer.cumulative_length
 
 
+def static_layer_tensors(layer: StaticLayer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(keys, values, next write slot) of an allocated static layer: `StaticLayer.keys`, `.values` [b, H,
+    slots, d] and `.cumulative_length`, which `lazy_initialization` sets, for a kernel that writes the
+    step's K/V itself (the q/k/v projection's epilogue, skinny_matmul.norm_qkv_rope_write): the tensors
+    `static_layer_write` writes and returns. Checked: transformers 5.17, 5.24."""
+    return layer.keys, layer.values, static_layer_position(layer)
+
+
 def static_layer_write(layer: StaticLayer, keys: torch.Tensor, values: torch.Tensor):
     """`transformers.cache_utils.StaticLayer.update` for one new token per row, without its
     `cumulative_length.add_(1)`: K/V written at slot `cumulative_length`, (keys, values) returned. The

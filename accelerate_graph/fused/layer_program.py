@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from accelerate_graph.compat.torch_internals import has_call_hooks
-from accelerate_graph.compat.transformers_internals import static_layer_write
+from accelerate_graph.compat.transformers_internals import static_layer_tensors, static_layer_write
 from accelerate_graph.fused.grouped_attention import grouped_decode_attention
 from accelerate_graph.fused.kernels import configs, skinny_matmul
 
@@ -138,6 +138,37 @@ def _merged_projections(x, norm_weight, eps, weights, biases):
     return tuple(torch.nn.functional.linear(xn, w, b) for w, b in zip(weights, biases))
 
 
+# At batch 1 the skinny q/k/v kernel was followed by an inductor kernel (~1.3 us on the H200) that rotates
+# q and k and writes k and v into the static cache. With the switch, the q/k/v kernel does both in its
+# epilogue (skinny_matmul.norm_qkv_rope_write), one launch a layer fewer. Prepared, not yet measured on a
+# GPU: off. Prediction at batch 1: ~-1 us a layer, Llama-3.2-1B -16..-25 us a step, Qwen2.5-0.5B -24..-36.
+# CUGRAPH_ACCEL_QKV_WRITES_CACHE=1 turns it on (profile way fused-qkv-writes-cache).
+QKV_WRITES_CACHE = os.environ.get("CUGRAPH_ACCEL_QKV_WRITES_CACHE", "0") == "1"
+
+
+def _qkv_writing_cache(layer, x, cos, sin, cache, ops: LayerOps, advance: bool):
+    """(q [1, Hq, 1, d], the cache's keys, values) with the step's k and v written into them by the merged
+    q/k/v kernel itself (QKV_WRITES_CACHE), where it applies: one row, a plain static layer written here
+    (advance=False), the merged ops on the skinny kernels, a one-pass config (the kernel has no split-K),
+    an even head_dim. None otherwise: the caller projects, rotates and writes as before."""
+    if not (QKV_WRITES_CACHE and ops.merged and not advance) or x.shape[0] != 1:
+        return None
+    attention, norm = layer.self_attn, layer.input_layernorm
+    weight, bias = getattr(attention, MERGED_QKV), getattr(attention, MERGED_QKV_BIAS)
+    n, k, head_dim = int(weight.shape[0]), int(x.shape[-1]), attention.head_dim
+    if head_dim % 2 or cos.numel() != head_dim or sin.numel() != head_dim or not _skinny(x, "proj", (n,)):
+        return None
+    if skinny_matmul.rope_write_config(1, n, k).split_k != 1:
+        return None
+    keys, values, slot = static_layer_tensors(cache.layers[0])
+    q_size, kv_size = attention.q_proj.out_features, attention.k_proj.out_features
+    q = skinny_matmul.norm_qkv_rope_write(
+        x, norm.weight, norm.variance_epsilon, "llama", weight, bias,
+        cos.reshape(1, head_dim), sin.reshape(1, head_dim), keys, values, slot, q_size, kv_size, head_dim,
+    )  # fmt: skip
+    return q.view(1, 1, -1, head_dim).transpose(1, 2), keys, values
+
+
 def _merged_linear_residual(x, weight, bias, residual):
     if _skinny(x, "residual", (int(weight.shape[0]),)):
         return skinny_matmul.linear_residual(x, weight, bias, residual)
@@ -219,11 +250,6 @@ def kernel_ops_for(device: torch.device) -> LayerOps | None:
     return KERNEL_OPS
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 def _is_linear(module, bias_allowed: bool) -> bool:
     """A plain nn.Linear over floating-point weights: this forward calls F.linear on the weight itself, so
     a subclass with its own forward (a quantized one: bitsandbytes' Linear4bit packs its weight) is not."""
@@ -279,14 +305,10 @@ def _output_projection(module, x, residual, ops: LayerOps):
     return ops.linear_residual(x, module.weight, module.bias, residual)
 
 
-def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cache, ops: LayerOps, advance=True):
-    """One decoder layer for one new token per row, over its one-layer cache (the layer is layer 0).
-    advance=False (a plain static layer only): K/V written at the cache's position, which the caller
-    advances after the step (fused.layers: every layer's in one kernel, not one small kernel per layer)."""
-    attention, mlp = layer.self_attn, layer.mlp
-    batch, tokens, hidden = hidden_states.shape
-    x = hidden_states.reshape(batch * tokens, hidden)
-    first = layer.input_layernorm
+def _projected_rotated_written(layer, x, batch, tokens, cos, sin, cache, ops: LayerOps, advance: bool):
+    """q [b, Hq, t, d] after its rotary embedding, and the cache's keys and values with the step's k (after
+    its rotary embedding) and v written in: norm, q/k/v projections, rotary and cache write as HF's layer."""
+    attention, first = layer.self_attn, layer.input_layernorm
     if ops.merged:  # one projection over the concatenated weights, split after
         weights, biases = (getattr(attention, MERGED_QKV),), (getattr(attention, MERGED_QKV_BIAS),)
     else:
@@ -301,10 +323,26 @@ def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cach
     q = q.view(batch, tokens, -1, head_dim).transpose(1, 2)
     k = k.view(batch, tokens, -1, head_dim).transpose(1, 2)
     v = v.view(batch, tokens, -1, head_dim).transpose(1, 2)
-    cos, sin = position_embeddings
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    rotate_half = skinny_matmul.rotate_half
     q, k = (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
     k, v = cache.update(k, v, 0) if advance else static_layer_write(cache.layers[0], k, v)
+    return q, k, v
+
+
+def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cache, ops: LayerOps, advance=True):
+    """One decoder layer for one new token per row, over its one-layer cache (the layer is layer 0).
+    advance=False (a plain static layer only): K/V written at the cache's position, which the caller
+    advances after the step (fused.layers: every layer's in one kernel, not one small kernel per layer)."""
+    attention, mlp = layer.self_attn, layer.mlp
+    batch, tokens, hidden = hidden_states.shape
+    x = hidden_states.reshape(batch * tokens, hidden)
+    cos, sin = position_embeddings
+    written = _qkv_writing_cache(layer, x, cos, sin, cache, ops, advance)
+    if written is not None:  # projected, rotated and written into the cache by one kernel
+        q, k, v = written
+    else:
+        q, k, v = _projected_rotated_written(layer, x, batch, tokens, cos, sin, cache, ops, advance)
     out, _ = grouped_decode_attention(attention, q, k, v, attention_mask, scaling=attention.scaling)
     h = _output_projection(attention.o_proj, out.reshape(batch * tokens, -1), x, ops)
     second = layer.post_attention_layernorm

@@ -282,6 +282,7 @@ class FusedForward:
         skinny = self.programmed and self.ops.merged and on_gpu
         if skinny and layer_at_batch_1_is_skinny(self.layers[0]):
             kind += ", skinny GEMV kernels at batch 1"
+            kind += " (q/k/v writing the cache)" if layer_program.QKV_WRITES_CACHE else ""
         if skinny and layer_program.SKINNY_ABOVE_BATCH_1:
             kind += ", skinny kernels above batch 1"
         kind += ", rotary table" if self.rotary else ""

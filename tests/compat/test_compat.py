@@ -402,6 +402,19 @@ def test_static_layer_write_is_update_without_the_advance():
     expect(same and torch.equal(ours.keys, theirs.keys), symbol, HF, "update writes another slot than the position")
 
 
+def test_static_layer_tensors_are_what_update_writes_and_returns():
+    symbol = "transformers.cache_utils.StaticLayer.keys / .values / .cumulative_length"
+    with upstream(symbol, HF):
+        layer = _allocated_layer()
+        keys, values, slot = hf.static_layer_tensors(layer)
+        at = int(slot)
+        new_keys, new_values = torch.randn(3, 2, 1, 16), torch.randn(3, 2, 1, 16)
+        returned = layer.update(new_keys, new_values)
+    expect(returned[0] is keys and returned[1] is values, symbol, HF, "update returns other tensors than the layer's")
+    written = torch.equal(keys[:, :, at : at + 1], new_keys) and torch.equal(values[:, :, at : at + 1], new_values)
+    expect(written, symbol, HF, "update writes another slot than cumulative_length")
+
+
 def test_cache_indices_and_setting_them_to_zero():
     symbol = "transformers.models.llama.modeling_llama.LlamaAttention.layer_idx"
     model = tiny_decoder("llama")

@@ -89,6 +89,26 @@ def test_merged_projections_verify_on_gpu(model_type, skinny, monkeypatch):
     assert session.fused.programmed and getattr(model.model.layers[0].self_attn, MERGED_QKV) is not None
 
 
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_the_qkv_kernel_writing_the_cache_verifies(model_type, monkeypatch):
+    """QKV_WRITES_CACHE (prepared, off by default): at batch 1 the merged q/k/v kernel rotates q and k and
+    writes k and v into the cache itself (skinny_matmul.norm_qkv_rope_write, an opaque op mutating the
+    cache); the graphs replay it and verify judges it like any other fused step."""
+    from accelerate_graph.fused import layer_program, layers
+    from accelerate_graph.fused.kernels import skinny_matmul
+
+    launches = []
+    launch = skinny_matmul.launch_qkv_rope_write
+    monkeypatch.setattr(skinny_matmul, "launch_qkv_rope_write", lambda *a, **k: launches.append(1) or launch(*a, **k))
+    monkeypatch.setattr(layers, "LAYER_PROGRAM", "merged")
+    monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", "1")
+    monkeypatch.setattr(layer_program, "QKV_WRITES_CACHE", True)
+    model = tiny_decoder(model_type)
+    use_grouped_attention(model)
+    session, _ = capture_and_verify(model, fused=True)
+    assert session.fused.programmed and launches, "the kernel writing the cache never ran"
+
+
 def test_compile_contender_after_a_fused_capture_compiles_whole():
     """bench times torch.compile after `fused` on the same session: the fused compilation's dynamic-size
     marks must not reach the tensors compile sees (they cost it graph breaks and 20 ms steps once)."""

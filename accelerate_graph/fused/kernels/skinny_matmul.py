@@ -5,6 +5,9 @@ bucket, each weight read once per call, float32 accumulation, and the neighbours
   (q, k, v) in one launch, no concatenated copy of the weights.
 - `linear_residual(x, weight, bias, residual)`: residual + x @ W^T (o_proj, down_proj).
 - `norm_gate_up(x, norm_weight, eps, norm_kind, w_gate, w_up, activation)`: act(xn @ Wg^T) * (xn @ Wu^T).
+- `norm_qkv_rope_write(x, norm_weight, eps, norm_kind, w_qkv, b_qkv, cos, sin, keys, values, slot, ...)`: the
+  merged q/k/v projection, q and k rotated, k and v written into the static cache at `slot`; returns q. An
+  opaque op mutating the cache (no triton_op twin), prepared behind layer_program.QKV_WRITES_CACHE.
 
 Each rounds like eager HF in the input dtype (see the `reference_*` functions, which are the definition).
 They are `torch.ops.cugraph_accel.*` (torch.library.triton_op): inductor sees through them and a CUDA
@@ -14,6 +17,7 @@ interpreter was on at import: the tests).
 """
 
 # no `from __future__ import annotations`: torch.library infers the op schemas from the annotations
+import dataclasses
 import os
 from typing import Optional
 
@@ -311,3 +315,153 @@ def norm_gate_up(
         raise ValueError(f"gate {tuple(w_gate.shape)} and up {tuple(w_up.shape)} differ")
     _check(x, [w_gate, w_up], norm_weight, norm_kind)
     return _op("norm_gate_up", x)(x, norm_weight, eps, norm_kind, w_gate, w_up, activation)
+
+
+# ---------------------------------------------------------------- q/k/v writing the cache
+# At batch 1 the fused step ran, per layer, the q/k/v GEMV, then an inductor kernel (~1.3 us on the H200)
+# that rotates q and k and writes k and v into the static cache. `norm_qkv_rope_write` does both in the
+# GEMV's epilogue (skinny_kernels.qkv_rope_write_kernel): layer_program.QKV_WRITES_CACHE, off by default.
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """HF's rotate_half: (-x2, x1) of the last dimension's halves."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def reference_norm_qkv_rope_write(
+    x, norm_weight, eps, norm_kind, w_qkv, b_qkv, cos, sin, keys, values, slot, q_size, kv_size, head_dim
+) -> Tensor:
+    """HF's sequence in x's dtype: the merged projection (reference_norm_projections), split into q, k, v,
+    `q * cos + rotate_half(q) * sin` (each product rounded, then the sum, as eager), k and v written into
+    keys/values [rows, kv_heads, slots, head_dim] at `slot` (index_copy_, as StaticLayer.update). Returns
+    the rotated q, [rows, q_size]."""
+    rows = x.shape[0]
+    (qkv,) = reference_norm_projections(x, norm_weight, eps, norm_kind, [w_qkv], [b_qkv])
+    q, k, v = qkv.split((q_size, kv_size, kv_size), dim=-1)
+    heads = lambda t: t.reshape(rows, 1, -1, head_dim).transpose(1, 2)  # noqa: E731 - [rows, H, 1, d]
+    cos, sin = cos.reshape(rows, 1, 1, head_dim), sin.reshape(rows, 1, 1, head_dim)
+    q, k, v = heads(q), heads(k), heads(v)
+    q = (q * cos) + (rotate_half(q) * sin)
+    k = (k * cos) + (rotate_half(k) * sin)
+    keys.index_copy_(2, slot.reshape(1), k)
+    values.index_copy_(2, slot.reshape(1), v)
+    return q.transpose(1, 2).reshape(rows, q_size)
+
+
+def rope_pairs(block_n: int, head_dim: int) -> int:
+    """Rotary pairs a program of qkv_rope_write_kernel owns: half the config's rows (each pair is two rows,
+    so a program reads as many rows, and the grid has as many programs, as the config swept for the merged
+    projection), rounded down to a power of two that divides head_dim / 2 (a program's rows lie in one
+    head)."""
+    half, pairs = head_dim // 2, 1
+    while pairs * 2 <= block_n // 2 and half % (pairs * 2) == 0:
+        pairs *= 2
+    return pairs
+
+
+def rope_write_config(m, n: int, k: int, sms: int = configs.DEFAULT_SMS) -> configs.SkinnyConfig:
+    """The merged projection's config (the table's or the heuristic's). Its rows run on float32
+    multiply-and-sum whatever the config says (the op serves the batch-1 GEMV; tl.dot would need 16 pairs
+    a program). The kernel has no split-K: a caller keeps the separate ops where split_k > 1."""
+    return configs.config_for("proj", m, (n,), k, sms)
+
+
+def launch_qkv_rope_write(
+    x, norm_weight, eps, norm_kind, w_qkv, b_qkv, cos, sin, keys, values, slot, q_size, kv_size, head_dim, cfg=None
+) -> Tensor:
+    """norm_qkv_rope_write's body on the Triton path: one launch of qkv_rope_write_kernel, one pass over K
+    (a split_k in `cfg` is not applied)."""
+    m, k = x.shape
+    cfg = cfg or rope_write_config(m, int(w_qkv.shape[0]), k, _sms(x.device))
+    block_m = dataclasses.replace(cfg, dot=False).block_m(m)
+    pairs = rope_pairs(cfg.block_n, head_dim)
+    q = torch.empty((m, q_size), dtype=x.dtype, device=x.device)
+    x = x.contiguous()
+    cos, sin = cos.reshape(m, head_dim).contiguous(), sin.reshape(m, head_dim).contiguous()
+    rstd_chunk, rstd_loads = rstd_chunks(k, block_m, cfg.block_k) if norm_weight is not None else (cfg.block_k, 0)
+    q_heads, kv_heads = q_size // head_dim, kv_size // head_dim
+    grid = ((q_heads + 2 * kv_heads) * (head_dim // 2 // pairs), _cdiv(m, block_m))
+    extra = pdl.launch_options(x.device)
+    skinny_kernels.qkv_rope_write_kernel[grid](
+        x, norm_weight if norm_weight is not None else x, eps, m, k, w_qkv, b_qkv if b_qkv is not None else x,
+        cos, sin, q, keys, values, slot, q_heads, kv_heads,
+        keys.stride(0), keys.stride(1), keys.stride(2), values.stride(0), values.stride(1), values.stride(2),
+        HAS_B=b_qkv is not None, NORM=NORM_KINDS[norm_kind] if norm_weight is not None else 0,
+        EVEN_K=k % cfg.block_k == 0, OUT_BF16=x.dtype == torch.bfloat16, USE_PDL=bool(extra), HEAD_DIM=head_dim,
+        BLOCK_M=block_m, BLOCK_N=pairs, BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
+    )  # fmt: skip
+    return q
+
+
+def _norm_qkv_rope_write_body(
+    x: Tensor,
+    norm_weight: Optional[Tensor],
+    eps: float,
+    norm_kind: str,
+    w_qkv: Tensor,
+    b_qkv: Optional[Tensor],
+    cos: Tensor,
+    sin: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    slot: Tensor,
+    q_size: int,
+    kv_size: int,
+    head_dim: int,
+) -> Tensor:
+    args = (x, norm_weight, eps, norm_kind, w_qkv, b_qkv, cos, sin, keys, values, slot, q_size, kv_size, head_dim)
+    if not runs_triton(x):
+        return reference_norm_qkv_rope_write(*args)
+    return launch_qkv_rope_write(*args)
+
+
+# Opaque, launched at run time (so with PDL where it is on, like the `*_pdl` twins; and the interpreter,
+# which inductor cannot trace, runs in the CPU tests), mutating the cache in place: the functionalised graph
+# writes keys/values back into the graph inputs, which inductor turns into the op's own write (no copy of
+# the cache: tests/fused/kernels/test_qkv_writes_cache.py reads the generated code). flexible_layout: any strides,
+# so inductor does not copy the cache (a view of a larger one, see fused.layers) into a contiguous buffer.
+torch.library.custom_op(
+    "cugraph_accel::norm_qkv_rope_write",
+    _norm_qkv_rope_write_body,
+    mutates_args=("keys", "values"),
+    tags=(torch.Tag.flexible_layout,),
+).register_fake(lambda x, nw, eps, kind, w, b, cos, sin, keys, values, slot, q_size, kv, d: _rows_by(x, q_size))
+
+
+def norm_qkv_rope_write(
+    x: Tensor,
+    norm_weight: Optional[Tensor],
+    eps: float,
+    norm_kind: str,
+    w_qkv: Tensor,
+    b_qkv: Optional[Tensor],
+    cos: Tensor,
+    sin: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    slot: Tensor,
+    q_size: int,
+    kv_size: int,
+    head_dim: int,
+) -> Tensor:
+    """RMSNorm of x's rows [rows, K], the merged q/k/v projection (w_qkv [q_size + 2 kv_size, K], b_qkv),
+    the rotary embedding of q and k (rotate-half, cos/sin [rows, head_dim] in x's dtype), and k and v
+    written into keys/values [rows, kv_heads, slots, head_dim] at `slot` (a one-element int tensor: the
+    static cache's position). Returns q [rows, q_size]; rounds like reference_norm_qkv_rope_write."""
+    _check(x, [w_qkv], norm_weight, norm_kind)
+    rows = x.shape[0]
+    heads_fit = head_dim % 2 == 0 and q_size % head_dim == 0 and kv_size % head_dim == 0
+    if x.dim() != 2 or not heads_fit or w_qkv.shape[0] != q_size + 2 * kv_size:
+        raise ValueError(f"x {tuple(x.shape)}, w_qkv {tuple(w_qkv.shape)} do not fit q {q_size}, k/v {kv_size}")
+    for cache in (keys, values):
+        if cache.shape[0] != rows or cache.shape[1] * head_dim != kv_size or cache.shape[3] != head_dim:
+            raise ValueError(f"a cache of shape {tuple(cache.shape)} does not fit {rows} rows of k/v {kv_size}")
+        if cache.dtype != x.dtype or cache.stride(3) != 1:
+            raise ValueError(f"the cache must be {x.dtype} with adjacent head_dim values")
+    if cos.numel() != rows * head_dim or sin.numel() != rows * head_dim or slot.numel() != 1:
+        raise ValueError(f"cos/sin must hold [{rows}, {head_dim}] values and slot one, got {tuple(cos.shape)}")
+    return torch.ops.cugraph_accel.norm_qkv_rope_write(
+        x, norm_weight, eps, norm_kind, w_qkv, b_qkv, cos, sin, keys, values, slot, q_size, kv_size, head_dim
+    )

@@ -46,6 +46,11 @@ SKINNY_POINTERS = {
     "out_ptr": "*bf16",
     "ws_ptr": "*fp32",
 }
+QKV_ROPE_WRITE_POINTERS = {
+    **{n: "*bf16" for n in ("x_ptr", "nw_ptr", "w_ptr", "b_ptr", "cos_ptr", "sin_ptr", "q_ptr")},
+    **{n: "*bf16" for n in ("keys_ptr", "values_ptr")},
+    "slot_ptr": "*i64",  # StaticLayer.cumulative_length
+}
 ATTENTION_POINTERS = {
     "Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16",
     "PartAcc": "*fp32", "PartM": "*fp32", "PartL": "*fp32", "Counters": "*i32",
@@ -74,6 +79,15 @@ def variants():
     for block_k in (1024, 4096):  # the final norm (skinny_matmul.rms_norm): one block, or a loop of blocks
         flags = dict(NORM=1, OUT_BF16=True, BLOCK_K=block_k, RSTD_CHUNKS=1 if block_k == 4096 else 0)
         yield f"rms_norm_kernel {flags}", skinny_kernels.rms_norm_kernel, flags, SKINNY_POINTERS
+    # q/k/v with the rotary embedding and the cache write (skinny_matmul.norm_qkv_rope_write): BLOCK_N pairs
+    blocks = ((4, 1), (16, 4))  # (pairs, rows): the batch-1 GEMV, and a few rows
+    for head_dim, bias, pdl, (pairs, block_m) in itertools.product((64, 128), (False, True), (False, True), blocks):
+        flags = dict(
+            HAS_B=bias, NORM=1, EVEN_K=True, OUT_BF16=True, USE_PDL=pdl, HEAD_DIM=head_dim, BLOCK_M=block_m,
+            BLOCK_N=pairs, BLOCK_K=1024 if block_m == 1 else 128, RSTD_CHUNK=2048 if block_m == 1 else 512,
+            RSTD_CHUNKS=1 if pdl else 0,
+        )  # fmt: skip
+        yield f"qkv_rope_write_kernel {flags}", skinny_kernels.qkv_rope_write_kernel, flags, QKV_ROPE_WRITE_POINTERS
     block = lambda n: max(16, triton.next_power_of_2(n))  # noqa: E731
     for (mask_kind, direct, softcap), (group, head_dim), pdl in itertools.product(
         [(0, True, False), (1, True, False), (2, False, True), (1, False, False)], [(7, 64), (4, 128)], (False, True)

@@ -119,6 +119,7 @@ def cache_reads() -> dict:
     inputs, `argN_1`), not copies (`bufN`)."""
     import re
 
+    from generated_code import top_level_arguments
     from tiny_models import tiny_decoder
 
     from accelerate_graph.compat.torch_internals import inductor_config_patched, inductor_generated_code
@@ -139,21 +140,6 @@ def cache_reads() -> dict:
             calls.append([found.group(1), top_level_arguments(source, found.end())])
     copies = [line.strip() for source in code for line in source.splitlines() if re.search(r"copy_|clone", line)]
     return {"calls": calls, "copies": copies}
-
-
-def top_level_arguments(source: str, start: int) -> list[str]:
-    """The comma-separated arguments of the call whose opening parenthesis ends at `start`."""
-    depth, arguments, current = 0, [], ""
-    for char in source[start:]:
-        if char == ")" and depth == 0:
-            return [*arguments, current.strip()]
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            arguments.append(current.strip())
-            current = ""
-        else:
-            current += char
-    raise ValueError("unclosed call")
 
 
 def main() -> None:

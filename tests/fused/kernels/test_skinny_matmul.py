@@ -320,19 +320,23 @@ def test_the_opaque_pdl_twins_are_the_ops_under_another_registration(name, monke
         assert torch.equal(a, b)
 
 
-@pytest.mark.skipif(not FRESH_PROCESS, reason="the interpreter tests run in this process (or on a GPU)")
-def test_interpreter_tests_in_a_fresh_process():
-    """Triton was imported before conftest.py could switch the interpreter on (the whole suite): run this
-    file's interpreter tests in a child whose environment has the switch from the start."""
+def run_interpreted_in_a_fresh_process(test_file: str) -> None:
+    """Triton was imported before conftest.py could switch the interpreter on (the whole suite): run
+    `test_file`'s interpreter tests in a child whose environment has the switch from the start."""
     root = Path(__file__).resolve().parents[3]
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
     child = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "not fresh_process"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file, "-k", "not fresh_process"],
         cwd=root, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     tail = child.stdout[-3000:]
     assert child.returncode == 0, tail
     assert " passed" in tail and "needs triton imported under" not in child.stdout, tail  # the -ra summary
+
+
+@pytest.mark.skipif(not FRESH_PROCESS, reason="the interpreter tests run in this process (or on a GPU)")
+def test_interpreter_tests_in_a_fresh_process():
+    run_interpreted_in_a_fresh_process(__file__)
 
 
 # ---------------------------------------------------------------- configs
