@@ -10,6 +10,10 @@ process (docs/PERF.md, stop 24: Qwen2.5-0.5B 0.665 ms in bench against 0.640 in 
   nothing        prepare(--fuse): the fused graphs alone (what `capture --fuse` does)
   plain          bench's path: the plan's plain graphs, then capture_fused on the same session
   plain-freed    the plain graphs captured, then released, then capture_fused
+  fused-freed    the fused graphs captured, released, and captured again (is it any earlier capture?)
+  eager-first    HF's eager steps on another session of the model first, no graph (is it any CUDA work?)
+Measured in stop 24 (H200, Qwen2.5-0.5B, batch 1 / 8, ms back-to-back): nothing 0.643 / 0.912, plain
+0.663 / 1.025, plain-freed 0.662 / 1.026. The last two are the next call's (the cause is not found yet).
 
 Run on a GPU: PYTHONPATH=. python3 benchmarks/timing_gap.py qwen2.5-0.5b llama-3.2-1b:16384 --before plain
 """
@@ -35,15 +39,42 @@ STEPS, WARMUP = 30, 5
 def fused_graphs(model: str, cache: int, batches: list[int], prompt: int, before: str):
     """The session and its fused graphs, after capturing what `before` names first."""
     request = CaptureRequest(model=model, buckets=batches, max_cache_len=cache, prompt_len=prompt)
-    if before == "nothing":
-        prepared = prepare(replace(request, fuse=True))
+    fused = replace(request, fuse=True)
+    if before == "eager-first":  # HF's own decode steps (sdpa, cuBLAS) on a session that captures nothing
+        eager = prepare(replace(request, mode="eager"))
+        prompt_ids = torch.randint(eager.session.vocab_size, (max(batches), prompt), device=eager.session.device)
+        eager.session.first_steps(prompt_ids, [(b, None) for b in batches])
+        del eager
+        release()
+    if before in ("nothing", "eager-first"):
+        prepared = prepare(fused)
         return prepared.session, prepared.graphs
-    prepared = prepare(request)
-    if before == "plain-freed":
+    prepared = prepare(fused if before == "fused-freed" else request)
+    if before in ("plain-freed", "fused-freed"):
         prepared.graphs = None
-        gc.collect()
+        release()
+    return prepared.session, capture_fused(prepared, fused)
+
+
+def release() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return prepared.session, capture_fused(prepared, replace(request, fuse=True))
+
+
+def idle_start_ms(step, rewind, device: torch.device) -> float:
+    """Median ms of a step timed by CUDA events from an idle GPU (synchronized before each)."""
+    samples = []
+    for i in range(STEPS):
+        rewind(i)
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step(i)
+        end.record()
+        torch.cuda.synchronize(device)
+        samples.append(start.elapsed_time(end))
+    return statistics.median(samples)
 
 
 def measure(model: str, cache: int, batches: list[int], prompt: int, before: str, trace: Path | None) -> None:
@@ -63,17 +94,8 @@ def measure(model: str, cache: int, batches: list[int], prompt: int, before: str
         rows["bench"] = time_calls(step, rewind, STEPS, WARMUP, device).latency.median_ms
         session.kv.rewind(prompt)
         rows["no rewind"] = time_calls(step, lambda i: None, STEPS, WARMUP, device).latency.median_ms
-        samples = []
-        for i in range(STEPS):
-            session.kv.rewind(prompt)
-            torch.cuda.synchronize(device)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step(i)
-            end.record()
-            torch.cuda.synchronize(device)
-            samples.append(start.elapsed_time(end))
-        rows["idle start"] = statistics.median(samples)
+        if device.type == "cuda":
+            rows["idle start"] = idle_start_ms(step, rewind, device)
         session.kv.rewind(prompt)
         if trace:  # the replayed graph's kernels (CUPTI sees inside graphs), to diff one process against another
             found = profile_step(lambda: step(0), lambda: session.kv.rewind(prompt))
@@ -92,7 +114,9 @@ def main() -> None:
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--trace", type=Path, help="a folder: write each replay's kernels there (profile_step's tally)")
-    parser.add_argument("--before", default="nothing", choices=("nothing", "plain", "plain-freed"))
+    parser.add_argument(
+        "--before", default="nothing", choices=("nothing", "plain", "plain-freed", "fused-freed", "eager-first")
+    )
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     for entry in args.models:
