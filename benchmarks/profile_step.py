@@ -66,6 +66,7 @@ class Way:
     final_norm_kernel: bool = final_norm.FINAL_NORM_KERNEL  # the final RMSNorm as one kernel (fused/final_norm.py)
     norm_at_once: bool = skinny_matmul.NORM_LOADS_AT_ONCE  # the skinny kernels' row norms in loads issued at once
     qkv_writes_cache: bool = layer_program.QKV_WRITES_CACHE  # batch 1: q/k/v's kernel rotates and writes the cache
+    mask_kernel: bool = fused_step.MASK_KERNEL  # the decode step's attention mask as one kernel (fused/causal_mask.py)
 
 
 REPLAYS = 50
@@ -205,6 +206,7 @@ def main() -> None:
         "fused-no-final-norm": Way("fused, HF's final norm", final_norm_kernel=False),  # the default before stop 21
         "fused-norm-loop": Way("fused, norm in a loop", norm_at_once=False),  # the row norms before stop 24
         "fused-qkv-writes-cache": Way("fused, q/k/v writes the cache", qkv_writes_cache=True),  # prepared (off)
+        "fused-mask-kernel": Way("fused, mask kernel", mask_kernel=True),  # prepared (off): HF's ~11 mask kernels -> 1
         # PDL: every kernel of the step by default since 2026-12-01 (ours and inductor's); these ways
         # take it off, or leave it on for ours alone
         "fused-no-pdl": Way("fused, no PDL", pdl_on=False),
@@ -243,6 +245,7 @@ def main() -> None:
         final_norm.FINAL_NORM_KERNEL = way.final_norm_kernel
         skinny_matmul.NORM_LOADS_AT_ONCE = way.norm_at_once
         layer_program.QKV_WRITES_CACHE = way.qkv_writes_cache
+        fused_step.MASK_KERNEL = way.mask_kernel
         fused_step.INDUCTOR_SETTINGS = {**shipped_settings, **dict(way.inductor)}
         request = CaptureRequest(
             model=args.model,

@@ -18,9 +18,10 @@
 # with the weights on the MMA's long side above batch 1 (ROW_SWEEP; the 1B's batch 8 1.263 against 1.183 ms:
 # off) and Qwen's batch-1 configs swept in a step (0.634 / 0.655 against 0.663 / 0.715: on); stop 24: the
 # row norms' loads at once (skinny kernels at batch 1: the 8B -55 us, the 1B -7, Qwen -3: on); prepared: the
-# q/k/v kernel writing the cache (CUGRAPH_ACCEL_QKV_WRITES_CACHE). The defaults now: that lever against the
-# shipped step (the 1B, Qwen) at batches 1, 8 and 32, and its GPU tests first, then the skinny kernels'.
-# No step sweep by default
+# q/k/v kernel writing the cache (CUGRAPH_ACCEL_QKV_WRITES_CACHE) and the one-kernel decode mask
+# (CUGRAPH_ACCEL_MASK_KERNEL). The defaults now: each of them and the shipped step, one process each (a way
+# after another in one process replays slower: PERF.md stop 24), the 1B and Qwen at batches 1, 8 and 32;
+# then their GPU tests and the skinny kernels'. No step sweep by default
 # (STEP_SWEEPS="llama-3.2-1b:60:8" runs the 1B's 8-row chain).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
 set -uo pipefail
@@ -45,9 +46,9 @@ for entry in ${STEP_SWEEPS-}; do
     --budget-s "$budget" --write-configs "$TABLE" --log "$LOGS/step-trials-$model-$rows.tsv"
 done
 cp "$TABLE" "$FINAL/skinny_configs.json"
-# default: the q/k/v kernel writing the cache (prepared in stop 24) against the shipped step;
-# PROFILES="llama-3.2-1b:fused,fused-qkv-writes-cache qwen2.5-0.5b:fused,fused-qkv-writes-cache" is the other order
-PROFILES=${PROFILES:-"llama-3.2-1b:fused-qkv-writes-cache,fused qwen2.5-0.5b:fused-qkv-writes-cache,fused"}
+# default: the two levers prepared in stop 24 and the shipped step, each the first way of its own process
+PROFILES=${PROFILES:-"llama-3.2-1b:fused-qkv-writes-cache llama-3.2-1b:fused-mask-kernel llama-3.2-1b:fused
+  qwen2.5-0.5b:fused-qkv-writes-cache qwen2.5-0.5b:fused-mask-kernel qwen2.5-0.5b:fused"}
 n=0
 for entry in $PROFILES; do
   IFS=: read -r model ways <<< "$entry"
@@ -57,7 +58,8 @@ for entry in $PROFILES; do
     --log-tuning "$LOGS/tuning-$n.log" --json "$LOGS/$name.json"
   grep -E "^ +[0-9]" "$LOGS/$name.log" | head -n 8
 done
-TESTS=${TESTS-"tests/fused/kernels/test_qkv_writes_cache.py tests/fused/test_gpu_fused.py::test_the_qkv_kernel_writing_the_cache_verifies tests/fused/kernels/test_skinny_matmul.py tests/fused/test_gpu_fused.py"}
+TESTS=${TESTS-"tests/fused/kernels/test_qkv_writes_cache.py tests/fused/kernels/test_decode_mask.py
+  tests/fused/test_gpu_fused.py tests/fused/kernels/test_skinny_matmul.py"}
 # shellcheck disable=SC2086 # TESTS is a list of pytest arguments
 [ -n "$TESTS" ] && run gpu-tests 40 200 python3 -m pytest -m cuda -q -p no:cacheprovider -rf $TESTS
 tar czf "$FINAL/batch1-logs.tgz" -C "$LOGS" --exclude inductor-cache . 2>/dev/null

@@ -178,3 +178,88 @@ def final_norm_module(model: torch.nn.Module) -> torch.nn.Module | None:
     decoder = get_decoder() if callable(get_decoder) else None
     norm = getattr(decoder, "norm", None)
     return norm if isinstance(norm, torch.nn.Module) else None
+
+
+def causal_mask_modules(model: torch.nn.Module) -> list:
+    """The modeling modules of the model's classes (e.g. `transformers.models.llama.modeling_llama`) whose
+    module-level name `create_causal_mask` is `transformers.masking_utils.create_causal_mask` itself: the
+    modeling files import it by name and call it through that global at every forward, so a stand-in goes
+    there. A modeling-file convention, not an API (no public hook builds the mask).
+    Checked: transformers 5.24 (5.17, the GPU machine's: not yet)."""
+    import sys
+
+    names = {type(module).__module__ for module in model.modules()}
+    found = [sys.modules.get(name) for name in sorted(names)]
+    return [m for m in found if getattr(m, "create_causal_mask", None) is hf_create_causal_mask()]
+
+
+def hf_create_causal_mask():
+    """`transformers.masking_utils.create_causal_mask`, HF's own (what a stand-in falls back to).
+    Checked: transformers 5.24 (5.17: not yet)."""
+    from transformers import masking_utils
+
+    return masking_utils.create_causal_mask
+
+
+@contextlib.contextmanager
+def causal_mask_replaced(model: torch.nn.Module, stand_in) -> Iterator[None]:
+    """Every modeling module of `causal_mask_modules(model)` calls `stand_in` as `create_causal_mask` while
+    the context is open, HF's function again after. Checked: transformers 5.24 (5.17: not yet)."""
+    modules = causal_mask_modules(model)
+    originals = [m.create_causal_mask for m in modules]
+    for module in modules:
+        module.create_causal_mask = stand_in
+    try:
+        yield
+    finally:
+        for module, original in zip(modules, originals):
+            module.create_causal_mask = original
+
+
+# `transformers.masking_utils.create_causal_mask`'s arguments as the modeling files pass them (the cache
+# named `cache` in 5.24, which still takes the older `past_key_values`), and its optional ones at the
+# values that leave the plain causal mask. Any other argument (5.17 may pass `cache_position`) sends the
+# call to HF's own function. Checked: transformers 5.24 (5.17, the GPU machine's: not yet).
+CAUSAL_MASK_ARGUMENTS = frozenset(
+    {"config", "inputs_embeds", "attention_mask", "cache", "past_key_values", "position_ids"}
+)
+CAUSAL_MASK_PLAIN_DEFAULTS = {
+    "or_mask_function": None,
+    "and_mask_function": None,
+    "block_sequence_ids": None,
+    "layer_idx": None,
+    "allow_is_causal_skip": True,
+}
+
+
+def sdpa_mask_builder(implementation: str | None) -> bool:
+    """Whether `create_causal_mask` builds the mask of attention `implementation` with
+    `transformers.masking_utils.sdpa_mask` (sdpa, or a name registered with it, like our grouped
+    attention): its entry in `transformers.masking_utils.ALL_MASK_ATTENTION_FUNCTIONS`, which HF reads by
+    the config's `_attn_implementation`. Checked: transformers 5.24 (5.17: not yet)."""
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    return implementation in ALL_MASK_ATTENTION_FUNCTIONS and ALL_MASK_ATTENTION_FUNCTIONS[implementation] is sdpa_mask
+
+
+def static_decode_mask_sizes(cache) -> tuple[torch.Tensor, int] | None:
+    """(query position, kv_length) as `create_causal_mask` sizes the mask of one new token over a cache
+    whose layers are all static (so its first full-attention layer is layer 0): the query offset from
+    `Cache.get_query_offset(0)` (5.24) -> the layer's
+    `cumulative_length` tensor, and `Cache.get_mask_sizes(1, 0)` -> (kv_length, kv_offset 0), as
+    `transformers.masking_utils._preprocess_mask_arguments` reads them. None where anything differs:
+    another cache or layer kind, a subclass that offsets the query (MTP caches), an int position (not
+    allocated), a kv offset. Checked: transformers 5.24 (5.17: not yet)."""
+    from transformers.cache_utils import Cache
+
+    if (
+        type(cache) is not Cache
+        or not cache.layers
+        or not all(isinstance(layer, StaticLayer) for layer in cache.layers)
+    ):
+        return None
+    position = cache.get_seq_length(0)
+    kv_length, kv_offset = cache.get_mask_sizes(1, 0)
+    if not isinstance(position, torch.Tensor) or position.numel() != 1 or kv_offset != 0:
+        return None
+    return position, int(kv_length)

@@ -31,11 +31,14 @@ from accelerate_graph.compat import torch_internals
 from accelerate_graph.compat.transformers_internals import (
     cache_indices,
     cache_indices_set_to_zero,
+    causal_mask_replaced,
+    hf_create_causal_mask,
     static_layer_position,
     static_layer_view,
     writes_like_static_layer,
 )
 from accelerate_graph.fused import layer_program
+from accelerate_graph.fused.causal_mask import CausalMaskStandIn
 from accelerate_graph.fused.final_norm import final_norm_kernel
 from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
 from accelerate_graph.fused.kernels import pdl
@@ -78,6 +81,9 @@ TUNE = os.environ.get("CUGRAPH_ACCEL_TUNE", "auto")
 # The rotary module's cos/sin gathered from a table it filled once (rotary_table.py): one kernel a step
 # instead of ~9. CUGRAPH_ACCEL_ROTARY_TABLE=0 keeps HF's module.
 ROTARY_TABLE = os.environ.get("CUGRAPH_ACCEL_ROTARY_TABLE", "1") == "1"
+# The decode step's attention mask as one kernel instead of HF's ~11 (fused/causal_mask.py). Off until
+# measured on a GPU; CUGRAPH_ACCEL_MASK_KERNEL=1 turns it on.
+MASK_KERNEL = os.environ.get("CUGRAPH_ACCEL_MASK_KERNEL", "0") == "1"
 
 
 def tunes_at(hidden_size: int) -> bool:
@@ -273,6 +279,8 @@ class FusedForward:
         self.rotary = rotary_tables(model, positions) if ROTARY_TABLE and positions else {}
         # the final RMSNorm as one kernel, where the layer program's norms are its kind (fused/final_norm.py)
         self.final_norm = final_norm_kernel(model, self.layers[0].input_layernorm) if self.programmed else {}
+        # HF's create_causal_mask, or the one-kernel mask where it is exact (fused/causal_mask.py)
+        self.causal_mask = CausalMaskStandIn(hf_create_causal_mask()) if MASK_KERNEL else None
 
     def layer_forward_kind(self) -> str:
         """What the fused step runs (what inductor compiles for each layer, the rotary table, the final norm
@@ -287,6 +295,7 @@ class FusedForward:
             kind += ", skinny kernels above batch 1"
         kind += ", rotary table" if self.rotary else ""
         kind += ", final norm kernel" if self.final_norm else ""
+        kind += ", mask kernel" if self.causal_mask is not None else ""
         return kind + (", kernels tuned" if self.tuned else "") + (", PDL" if self.pdl else "")
 
     def _compiled_forward(self, layer: torch.nn.Module):
@@ -333,6 +342,11 @@ class FusedForward:
         stack.enter_context(gemv_at_batch_1(GEMV_AT_BATCH_1 and batch == 1))
         return stack
 
+    def _mask_replaced(self):
+        if self.causal_mask is None:
+            return contextlib.nullcontext()
+        return causal_mask_replaced(self.model, self.causal_mask)
+
     def __call__(self, *, input_ids, **kwargs):
         batch = input_ids.shape[0]
         # for this call only: eager runs stay eager
@@ -340,7 +354,7 @@ class FusedForward:
         before = torch_internals.dynamo_graph_count()
         start = time.perf_counter()
         self._layer_calls, self._unadvanced = 0, []
-        with torch_internals.forwards_replaced({**compiled, **self.rotary, **self.final_norm}):
+        with torch_internals.forwards_replaced({**compiled, **self.rotary, **self.final_norm}), self._mask_replaced():
             with torch_internals.recompile_limit_at_least(64), torch.no_grad(), self._settings(batch):
                 out = self.model(input_ids=input_ids, **kwargs)
             if self._unadvanced:  # one kernel for every layer's position (each layer's own add: ~1 us each)

@@ -559,3 +559,77 @@ def test_final_norm_module_is_the_decoders_norm():
     with upstream(symbol, HF):
         found, none = hf.final_norm_module(llama), hf.final_norm_module(gpt2)
     expect(found is llama.model.norm and none is None, symbol, HF, f"llama {type(found)}, gpt2 {type(none)}")
+
+
+def test_causal_mask_modules_are_the_modeling_files_whose_forward_calls_it():
+    symbol = "transformers.models.llama.modeling_llama.create_causal_mask (the global LlamaModel.forward calls)"
+    from transformers import masking_utils
+
+    llama = tiny_decoder("llama")
+    calls = []
+
+    def stand_in(*args, **kwargs):
+        calls.append(kwargs)
+        return masking_utils.create_causal_mask(*args, **kwargs)
+
+    with upstream(symbol, HF):
+        modules = hf.causal_mask_modules(llama)
+        with hf.causal_mask_replaced(llama, stand_in), torch.no_grad():
+            llama(input_ids=torch.ones(1, 3, dtype=torch.long))
+        restored = [m.create_causal_mask for m in modules]
+    names = [m.__name__ for m in modules]
+    expect(names == ["transformers.models.llama.modeling_llama"], symbol, HF, f"found {names}")
+    expect(len(calls) == 1, symbol, HF, f"the forward called the module's create_causal_mask {len(calls)} times")
+    expect(restored == [masking_utils.create_causal_mask], symbol, HF, "not restored")
+
+
+def test_sdpa_mask_builder_reads_the_mask_interface():
+    symbol = "transformers.masking_utils.ALL_MASK_ATTENTION_FUNCTIONS / sdpa_mask"
+    from accelerate_graph.fused.grouped_attention import GROUPED, register
+
+    with upstream(symbol, HF):
+        register()
+        found = {name: hf.sdpa_mask_builder(name) for name in ("sdpa", GROUPED, "eager", "not_registered", None)}
+    expected = {"sdpa": True, GROUPED: True, "eager": False, "not_registered": False, None: False}
+    expect(found == expected, symbol, HF, f"found {found}")
+
+
+def test_static_decode_mask_sizes_are_what_create_causal_mask_reads():
+    symbol = "transformers.cache_utils.Cache.get_query_offset / get_mask_sizes (StaticLayer), create_causal_mask"
+    from transformers import masking_utils
+    from transformers.cache_utils import Cache, DynamicCache
+
+    llama = tiny_decoder("llama")
+    with upstream(symbol, HF):
+        layer = _allocated_layer()  # 2 tokens written into 16 slots
+        cache = Cache(layers=[layer])
+        position, kv_length = hf.static_decode_mask_sizes(cache)
+        name = (
+            "cache" if "cache" in inspect.signature(masking_utils.create_causal_mask).parameters else "past_key_values"
+        )
+        mask = masking_utils.create_causal_mask(
+            config=llama.config, inputs_embeds=torch.zeros(3, 1, 64), attention_mask=torch.ones(3, 16), **{name: cache}
+        )
+        refused = hf.static_decode_mask_sizes(DynamicCache())
+    expect(position is layer.cumulative_length and kv_length == 16, symbol, HF, f"read {position}, {kv_length}")
+    # never skipped for one token over a static cache (compileable), and the query sees slots 0..position
+    expect(mask is not None and mask.shape == (3, 1, 1, 16), symbol, HF, f"the mask is {mask}")
+    allowed = mask[0, 0, 0].nonzero().flatten().tolist()
+    expect(allowed == [0, 1, 2], symbol, HF, f"at position 2 the query attends slots {allowed}")
+    expect(refused is None, symbol, HF, "a dynamic cache was taken for a static one")
+
+
+def test_create_causal_mask_takes_the_arguments_the_stand_in_knows():
+    symbol = "transformers.masking_utils.create_causal_mask (parameters and defaults)"
+    from transformers import masking_utils
+
+    with upstream(symbol, HF):
+        parameters = inspect.signature(masking_utils.create_causal_mask).parameters
+    unknown = set(parameters) - hf.CAUSAL_MASK_ARGUMENTS - set(hf.CAUSAL_MASK_PLAIN_DEFAULTS)
+    expect(not unknown, symbol, HF, f"new parameters {sorted(unknown)}: the stand-in must learn them")
+    changed = {
+        name: parameters[name].default
+        for name, plain in hf.CAUSAL_MASK_PLAIN_DEFAULTS.items()
+        if name in parameters and parameters[name].default is not plain
+    }
+    expect(not changed, symbol, HF, f"defaults changed: {changed}")

@@ -54,6 +54,19 @@ def test_the_final_norm_kernel_replays_and_verifies(monkeypatch):
     assert session.fused.final_norm
 
 
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_the_mask_kernel_replays_and_verifies(model_type, monkeypatch):
+    """The one-kernel decode mask (fused/causal_mask.py, CUGRAPH_ACCEL_MASK_KERNEL=1): its Triton launch
+    recorded in the graph, every decode step's mask built by it."""
+    from accelerate_graph.fused import layers
+
+    monkeypatch.setattr(layers, "MASK_KERNEL", True)
+    model = tiny_decoder(model_type)
+    use_grouped_attention(model)
+    session, _ = capture_and_verify(model, fused=True)
+    assert session.fused.causal_mask.built > 0 and session.fused.causal_mask.fell_back == 0
+
+
 @pytest.mark.parametrize("model_type", ["qwen2", "mistral"])
 def test_the_layer_program_with_its_kernels_verifies(model_type, monkeypatch):
     """Qwen2's q/k/v biases ride in the projection kernel; Mistral without a window takes the program.

@@ -10,7 +10,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from accelerate_graph.fused.kernels import decode_attention, skinny_kernels
+from accelerate_graph.fused.kernels import decode_attention, decode_mask, skinny_kernels
 
 HOPPER = GPUTarget("cuda", 90, 32)
 
@@ -105,6 +105,11 @@ def variants():
             yield f"decode split {folded}", kernel, folded, {**ATTENTION_POINTERS, "Mask": mask}
             flags = dict(HEAD_DIM=head_dim, BLOCK_D=block(head_dim), BLOCK_S=4, USE_PDL=pdl)
             yield f"decode combine {flags}", decode_attention._decode_combine_kernel, flags, ATTENTION_POINTERS
+    # the decode step's attention mask (decode_mask.py): the session's int64 padding mask, or a bool one
+    for padding in ("*i64", "*i1", "*fp32"):
+        pointers = {"padding_ptr": padding, "position_ptr": "*i64", "out_ptr": "*i1"}
+        flags = {"BLOCK": decode_mask.BLOCK}
+        yield f"decode mask {padding} {flags}", decode_mask._decode_mask_kernel, flags, pointers
 
 
 def main() -> int:
