@@ -324,8 +324,7 @@ def _projected_rotated_written(layer, x, batch, tokens, cos, sin, cache, ops: La
     k = k.view(batch, tokens, -1, head_dim).transpose(1, 2)
     v = v.view(batch, tokens, -1, head_dim).transpose(1, 2)
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    rotate_half = skinny_matmul.rotate_half
-    q, k = (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+    q, k = skinny_matmul.apply_rotary(q, cos, sin), skinny_matmul.apply_rotary(k, cos, sin)
     k, v = cache.update(k, v, 0) if advance else static_layer_write(cache.layers[0], k, v)
     return q, k, v
 

@@ -76,6 +76,18 @@ def _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M: tl.constexpr, CHUNK: tl.constex
 
 
 @triton.jit
+def _rows_rstd(
+    x_ptr, offs_m, M, K, eps, NORM: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr
+):  # fmt: skip
+    """_row_rstd where the program folds a norm in (NORM != 0), zeros (unused) where it does not."""
+    if NORM != 0:
+        rstd = _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M, CHUNK, CHUNKS)
+    else:
+        rstd = tl.zeros([BLOCK_M], tl.float32)
+    return rstd
+
+
+@triton.jit
 def _normed(xv, rstd, nw_ptr, offs_k, K, NORM: tl.constexpr, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
     """x block after HF's RMSNorm. 1 (Llama, Qwen2): round(x * rstd) then round(* w) in the input dtype;
     2 (Gemma): round(x * rstd * (1 + w)) in float32."""
@@ -270,10 +282,7 @@ def skinny_kernel(
                 _prefetch_first_block(w1, pid_n, pid_s, N0, K, K_PER_SPLIT, BLOCK_N, BLOCK_K)
         gdc_wait()
         gdc_launch_dependents()
-    if NORM != 0:
-        rstd = _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
-    else:
-        rstd = tl.zeros([BLOCK_M], tl.float32)
+    rstd = _rows_rstd(x_ptr, offs_m, M, K, eps, NORM, BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
     # constexprs spelled out at every call: triton 3.6 drops constexpr-ness through a tuple's *unpacking
     if MODE != 0:  # one weight (MODE 1), or gate and up side by side (MODE 2)
         _tile(
@@ -475,21 +484,18 @@ def qkv_rope_write_kernel(
     BLOCKS_PER_HEAD: tl.constexpr = HALF // BLOCK_N
     pid = tl.program_id(0)
     head = pid // BLOCKS_PER_HEAD
-    j = (pid % BLOCKS_PER_HEAD) * BLOCK_N + tl.arange(0, BLOCK_N)  # first-half columns of the head
+    j0 = (pid % BLOCKS_PER_HEAD) * BLOCK_N
+    j = j0 + tl.arange(0, BLOCK_N)  # first-half columns of the head
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     row0 = head * HEAD_DIM  # the head's first row in the merged weight (and bias)
     first = w_ptr + row0 * K
     second = first + HALF * K
     if USE_PDL:  # as skinny_kernel: the weights first, then wait for x
-        j0 = (pid % BLOCKS_PER_HEAD) * BLOCK_N
         _prefetch_first_block(first + j0 * K, 0, 0, BLOCK_N, K, K, BLOCK_N, BLOCK_K)
         _prefetch_first_block(second + j0 * K, 0, 0, BLOCK_N, K, K, BLOCK_N, BLOCK_K)
         gdc_wait()
         gdc_launch_dependents()
-    if NORM != 0:
-        rstd = _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
-    else:
-        rstd = tl.zeros([BLOCK_M], tl.float32)
+    rstd = _rows_rstd(x_ptr, offs_m, M, K, eps, NORM, BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
     acc1, acc2 = _accumulate(
         x_ptr, nw_ptr, rstd, first, second, offs_m, j, M, HALF, K, 0, K, q_ptr,
         NORM, True, False, False, False, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,

@@ -209,7 +209,7 @@ def _rms_norm_body(x: Tensor, norm_weight: Tensor, eps: float, norm_kind: str) -
     torch.library.wrap_triton(skinny_kernels.rms_norm_kernel)[(x2.shape[0],)](
         x2, norm_weight, out, float(eps), x2.shape[0], k,
         NORM=NORM_KINDS[norm_kind], OUT_BF16=x.dtype == torch.bfloat16, BLOCK_K=block_k,
-        RSTD_CHUNKS=_cdiv(k, block_k) if NORM_LOADS_AT_ONCE else 0, num_warps=4,
+        RSTD_CHUNKS=rstd_chunks(k, 1, block_k)[1], num_warps=4,
     )  # fmt: skip
     return out.reshape(x.shape)
 
@@ -329,6 +329,11 @@ def rotate_half(x: Tensor) -> Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """HF's rotate-half rotary embedding of x, in x's dtype: each product rounded, then the sum."""
+    return (x * cos) + (rotate_half(x) * sin)
+
+
 def reference_norm_qkv_rope_write(
     x, norm_weight, eps, norm_kind, w_qkv, b_qkv, cos, sin, keys, values, slot, q_size, kv_size, head_dim
 ) -> Tensor:
@@ -342,8 +347,7 @@ def reference_norm_qkv_rope_write(
     heads = lambda t: t.reshape(rows, 1, -1, head_dim).transpose(1, 2)  # noqa: E731 - [rows, H, 1, d]
     cos, sin = cos.reshape(rows, 1, 1, head_dim), sin.reshape(rows, 1, 1, head_dim)
     q, k, v = heads(q), heads(k), heads(v)
-    q = (q * cos) + (rotate_half(q) * sin)
-    k = (k * cos) + (rotate_half(k) * sin)
+    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     keys.index_copy_(2, slot.reshape(1), k)
     values.index_copy_(2, slot.reshape(1), v)
     return q.transpose(1, 2).reshape(rows, q_size)
