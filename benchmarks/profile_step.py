@@ -205,8 +205,8 @@ def main() -> None:
         "fused-no-rotary-table": Way("fused, HF's rotary module", rotary_table=False),  # the default before stop 20
         "fused-no-final-norm": Way("fused, HF's final norm", final_norm_kernel=False),  # the default before stop 21
         "fused-norm-loop": Way("fused, norm in a loop", norm_at_once=False),  # the row norms before stop 24
-        "fused-qkv-writes-cache": Way("fused, q/k/v writes the cache", qkv_writes_cache=True),  # prepared (off)
-        "fused-mask-kernel": Way("fused, mask kernel", mask_kernel=True),  # prepared (off): HF's ~11 mask kernels -> 1
+        "fused-qkv-writes-cache": Way("fused, q/k/v writes the cache", qkv_writes_cache=True),  # off: slower (stop 25)
+        "fused-hf-mask": Way("fused, HF's mask", mask_kernel=False),  # the mask kernel is on since stop 25
         # PDL: every kernel of the step by default since 2026-12-01 (ours and inductor's); these ways
         # take it off, or leave it on for ours alone
         "fused-no-pdl": Way("fused, no PDL", pdl_on=False),

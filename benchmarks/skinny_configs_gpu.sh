@@ -17,11 +17,12 @@
 # 0.716 at batch 1; no combine up to 1,024 slots: 0.901, 0.789): removed; stop 23: the tensor-core kernels
 # with the weights on the MMA's long side above batch 1 (ROW_SWEEP; the 1B's batch 8 1.263 against 1.183 ms:
 # off) and Qwen's batch-1 configs swept in a step (0.634 / 0.655 against 0.663 / 0.715: on); stop 24: the
-# row norms' loads at once (skinny kernels at batch 1: the 8B -55 us, the 1B -7, Qwen -3: on); prepared: the
-# q/k/v kernel writing the cache (CUGRAPH_ACCEL_QKV_WRITES_CACHE) and the one-kernel decode mask
-# (CUGRAPH_ACCEL_MASK_KERNEL). The defaults now: each of them and the shipped step, one process each (a way
-# after another in one process replays slower: PERF.md stop 24), the 1B and Qwen at batches 1, 8 and 32;
-# then their GPU tests and the skinny kernels'. No step sweep by default
+# row norms' loads at once (skinny kernels at batch 1: the 8B -55 us, the 1B -7, Qwen -3: on); stop 25: the
+# one-kernel decode mask (-15 / -16 us at the 1B's / Qwen's batch 1: on), the q/k/v kernel writing the cache
+# (the 1B +34 us: off), the 1B's batch-1 chain re-swept (STEP_SWEEPS="llama-3.2-1b:150": o's config, -7 us).
+# The defaults now: the shipped step, one process a model (a way after another in one process replays
+# slower: PERF.md stop 24), the 1B and Qwen at batches 1, 8 and 32; then the GPU tests of the fused step, the
+# mask, the q/k/v epilogue and the skinny kernels (~260 s alone). No step sweep by default
 # (STEP_SWEEPS="llama-3.2-1b:60:8" runs the 1B's 8-row chain).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
 set -uo pipefail
@@ -46,9 +47,8 @@ for entry in ${STEP_SWEEPS-}; do
     --budget-s "$budget" --write-configs "$TABLE" --log "$LOGS/step-trials-$model-$rows.tsv"
 done
 cp "$TABLE" "$FINAL/skinny_configs.json"
-# default: the two levers prepared in stop 24 and the shipped step, each the first way of its own process
-PROFILES=${PROFILES:-"llama-3.2-1b:fused-qkv-writes-cache llama-3.2-1b:fused-mask-kernel llama-3.2-1b:fused
-  qwen2.5-0.5b:fused-qkv-writes-cache qwen2.5-0.5b:fused-mask-kernel qwen2.5-0.5b:fused"}
+# default: the shipped step, the first way of its own process (add a lever's way as an entry of its own)
+PROFILES=${PROFILES:-"llama-3.2-1b:fused qwen2.5-0.5b:fused"}
 n=0
 for entry in $PROFILES; do
   IFS=: read -r model ways <<< "$entry"
@@ -61,5 +61,5 @@ done
 TESTS=${TESTS-"tests/fused/kernels/test_qkv_writes_cache.py tests/fused/kernels/test_decode_mask.py
   tests/fused/test_gpu_fused.py tests/fused/kernels/test_skinny_matmul.py"}
 # shellcheck disable=SC2086 # TESTS is a list of pytest arguments
-[ -n "$TESTS" ] && run gpu-tests 40 200 python3 -m pytest -m cuda -q -p no:cacheprovider -rf $TESTS
+[ -n "$TESTS" ] && run gpu-tests 40 300 python3 -m pytest -m cuda -q -p no:cacheprovider -rf $TESTS
 tar czf "$FINAL/batch1-logs.tgz" -C "$LOGS" --exclude inductor-cache . 2>/dev/null

@@ -140,9 +140,10 @@ def _merged_projections(x, norm_weight, eps, weights, biases):
 
 # At batch 1 the skinny q/k/v kernel was followed by an inductor kernel (~1.3 us on the H200) that rotates
 # q and k and writes k and v into the static cache. With the switch, the q/k/v kernel does both in its
-# epilogue (skinny_matmul.norm_qkv_rope_write), one launch a layer fewer. Prepared, not yet measured on a
-# GPU: off. Prediction at batch 1: ~-1 us a layer, Llama-3.2-1B -16..-25 us a step, Qwen2.5-0.5B -24..-36.
-# CUGRAPH_ACCEL_QKV_WRITES_CACHE=1 turns it on (profile way fused-qkv-writes-cache).
+# epilogue (skinny_matmul.norm_qkv_rope_write), one launch a layer fewer. Off: measured slower (H200,
+# 2026-12-02, replay per step at batch 1: Llama-3.2-1B 0.837 -> 0.871 ms, Qwen2.5-0.5B 0.641 -> 0.634; the
+# kernel itself 119 against ~93 us of plain q/k/v GEMVs at the 1B, with the plain GEMV's config, never
+# swept for the epilogue). CUGRAPH_ACCEL_QKV_WRITES_CACHE=1 turns it on (profile way fused-qkv-writes-cache).
 QKV_WRITES_CACHE = os.environ.get("CUGRAPH_ACCEL_QKV_WRITES_CACHE", "0") == "1"
 
 

@@ -72,7 +72,11 @@ INDUCTOR_SETTINGS = {"triton.cudagraphs": False, "shape_padding": False, "combo_
 # 1.077; but Qwen2.5-0.5B (hidden 896) 0.883 -> 1.041. So it runs from a hidden size of
 # TUNE_FROM_HIDDEN_SIZE, for ~15 s more compiling. Its results are not read back from inductor's cache
 # (`autotune_local_cache`): torch 2.11 restored tuned configs as slower ones (docs/PERF.md), so every new
-# process tunes again. CUGRAPH_ACCEL_TUNE=1 / 0 forces it on / off (it reaches every --tp rank).
+# process tunes again. Where the skinny kernels run batch 1's GEMVs, inductor compiles only small norm,
+# SiLU and rotary kernels: tuning them bought nothing (H200, 2026-12-02, untuned against tuned: the 8B
+# 4.128 / 4.545 against 4.127 / 4.570 ms at batch 1 / 8, the 1B 0.812 / 1.077 against 0.815 / 1.068) and a
+# noisy pick cost 37 us of the 1B's batch 8 (docs/PERF.md, stop 25): no tuning there. CUGRAPH_ACCEL_TUNE=1 / 0 forces it on /
+# off (it reaches every --tp rank).
 TUNE_SETTINGS = {"coordinate_descent_tuning": True, "autotune_local_cache": False}
 # inductor's kernels launched with PDL, like ours, where fused/kernels/pdl.py says the GPU takes it
 PDL_SETTINGS = {"triton.enable_pdl": True}
@@ -81,9 +85,10 @@ TUNE = os.environ.get("CUGRAPH_ACCEL_TUNE", "auto")
 # The rotary module's cos/sin gathered from a table it filled once (rotary_table.py): one kernel a step
 # instead of ~9. CUGRAPH_ACCEL_ROTARY_TABLE=0 keeps HF's module.
 ROTARY_TABLE = os.environ.get("CUGRAPH_ACCEL_ROTARY_TABLE", "1") == "1"
-# The decode step's attention mask as one kernel instead of HF's ~11 (fused/causal_mask.py). Off until
-# measured on a GPU; CUGRAPH_ACCEL_MASK_KERNEL=1 turns it on.
-MASK_KERNEL = os.environ.get("CUGRAPH_ACCEL_MASK_KERNEL", "0") == "1"
+# The decode step's attention mask as one kernel instead of HF's ~11 (fused/causal_mask.py). H200,
+# 2026-12-02, replay per step, one process each way: the 1B 0.837 -> 0.822 ms at batch 1, Qwen 0.641 ->
+# 0.625 (batch 8 0.918 -> 0.894). CUGRAPH_ACCEL_MASK_KERNEL=0 keeps HF's create_causal_mask.
+MASK_KERNEL = os.environ.get("CUGRAPH_ACCEL_MASK_KERNEL", "1") == "1"
 
 
 def tunes_at(hidden_size: int) -> bool:
@@ -93,9 +98,11 @@ def tunes_at(hidden_size: int) -> bool:
     return hidden_size >= TUNE_FROM_HIDDEN_SIZE
 
 
-def tune_pays(model: torch.nn.Module) -> bool:
-    """Whether the fused layers of `model` compile with coordinate-descent tuning (TUNE, above)."""
-    return tunes_at(int(getattr(model.config.get_text_config(), "hidden_size", 0) or 0))
+def tune_pays(model: torch.nn.Module, batch_1_skinny: bool = False) -> bool:
+    """Whether the fused layers of `model` compile with coordinate-descent tuning (TUNE, above): from the
+    hidden size where it pays, unless the skinny kernels run batch 1's GEMVs (`batch_1_skinny`)."""
+    hidden = int(getattr(model.config.get_text_config(), "hidden_size", 0) or 0)
+    return tunes_at(hidden) and (TUNE == "1" or not batch_1_skinny)
 
 
 def inductor_settings(pdl_on: bool, tuned: bool) -> dict:
@@ -260,8 +267,8 @@ class FusedForward:
         # layer_program.py's forward, for the layers it covers; None keeps HF's forward for every layer
         self.ops = ops if ops is not None else default_ops(model)
         self.programmed = self.ops is not None and all(program_for(layer) for layer in self.layers)
-        self.tuned = tune_pays(model)
         self.device = next(model.parameters()).device
+        self.tuned = tune_pays(model, self._batch_1_is_skinny())
         self.pdl = pdl.active(self.device)
         self.settings = inductor_settings(self.pdl, self.tuned)
         if self.programmed and self.ops.merged:
@@ -282,13 +289,20 @@ class FusedForward:
         # HF's create_causal_mask, or the one-kernel mask where it is exact (fused/causal_mask.py)
         self.causal_mask = CausalMaskStandIn(hf_create_causal_mask()) if MASK_KERNEL else None
 
+    def _on_skinny_path(self) -> bool:
+        """The merged layer program on a CUDA device: where the skinny kernels may run."""
+        return self.programmed and self.ops.merged and self.device.type == "cuda"
+
+    def _batch_1_is_skinny(self) -> bool:
+        """Whether every GEMV of batch 1 runs the skinny kernels (their table has the layer's shapes)."""
+        return self._on_skinny_path() and layer_at_batch_1_is_skinny(self.layers[0])
+
     def layer_forward_kind(self) -> str:
         """What the fused step runs (what inductor compiles for each layer, the rotary table, the final norm
         kernel), for the notes a user reads."""
         kind = f"the layer program, {self.ops.name}" if self.programmed else "HF's layer forward"
-        on_gpu = self.device.type == "cuda"
-        skinny = self.programmed and self.ops.merged and on_gpu
-        if skinny and layer_at_batch_1_is_skinny(self.layers[0]):
+        skinny = self._on_skinny_path()
+        if self._batch_1_is_skinny():
             kind += ", skinny GEMV kernels at batch 1"
             kind += " (q/k/v writing the cache)" if layer_program.QKV_WRITES_CACHE else ""
         if skinny and layer_program.SKINNY_ABOVE_BATCH_1:

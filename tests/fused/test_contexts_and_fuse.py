@@ -422,8 +422,9 @@ def test_one_row_gemv_lowering_computes_the_product(monkeypatch, materialize):
 
 def test_kernel_tuning_follows_the_hidden_size_unless_the_environment_says():
     """Coordinate-descent tuning runs for a hidden size of TUNE_FROM_HIDDEN_SIZE or more (where the GEMVs
-    are long enough to pay for it), never reading tuned configs back from inductor's cache;
-    CUGRAPH_ACCEL_TUNE=1 / 0 (every --tp rank inherits it) forces it on / off."""
+    are long enough to pay for it) unless the skinny kernels run batch 1's GEMVs, never reading tuned
+    configs back from inductor's cache; CUGRAPH_ACCEL_TUNE=1 / 0 (every --tp rank inherits it) forces it on
+    / off."""
     import os
     import subprocess
     import sys
@@ -432,7 +433,8 @@ def test_kernel_tuning_follows_the_hidden_size_unless_the_environment_says():
         "from types import SimpleNamespace as N\n"
         "from accelerate_graph.fused import layers\n"
         "def model(hidden): return N(config=N(get_text_config=lambda: N(hidden_size=hidden)))\n"
-        "print(layers.tune_pays(model(layers.TUNE_FROM_HIDDEN_SIZE - 1)), layers.tune_pays(model(4096)))"
+        "print(layers.tune_pays(model(layers.TUNE_FROM_HIDDEN_SIZE - 1)), layers.tune_pays(model(4096)),\n"
+        "      layers.tune_pays(model(4096), batch_1_skinny=True))"
     )
     seen = {}
     for value in ("auto", "0", "1"):
@@ -440,7 +442,23 @@ def test_kernel_tuning_follows_the_hidden_size_unless_the_environment_says():
         done = subprocess.run([sys.executable, "-c", show], env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         seen[value] = done.stdout.strip()
-    assert seen == {"auto": "False True", "0": "False False", "1": "True True"}
+    assert seen == {"auto": "False True False", "0": "False False False", "1": "True True True"}
     from accelerate_graph.fused import layers
 
     assert layers.TUNE_SETTINGS == {"coordinate_descent_tuning": True, "autotune_local_cache": False}
+
+
+@pytest.mark.parametrize("batch_1_skinny", [False, True])
+def test_the_fused_step_tunes_only_where_inductor_runs_batch_1s_gemvs(batch_1_skinny, monkeypatch):
+    """Where the skinny kernels run every GEMV of batch 1, inductor compiles only small kernels, and the
+    step compiles untuned (no gain measured there, and a noisy pick cost the 1B's batch 8 37 us)."""
+    from accelerate_graph.fused import layers
+
+    monkeypatch.setattr(layers, "TUNE", "auto")
+    monkeypatch.setattr(layers, "TUNE_FROM_HIDDEN_SIZE", 1)  # the tiny model's hidden size tunes
+    monkeypatch.setattr(layers.FusedForward, "_on_skinny_path", lambda self: True)  # as on a GPU
+    monkeypatch.setattr(layers, "layer_at_batch_1_is_skinny", lambda layer: batch_1_skinny)
+    fused = FusedForward(tiny_decoder("llama"), backend="aot_eager")
+    assert fused.tuned is not batch_1_skinny
+    assert ("kernels tuned" in fused.layer_forward_kind()) is not batch_1_skinny
+    assert ("skinny GEMV kernels at batch 1" in fused.layer_forward_kind()) is batch_1_skinny
