@@ -90,7 +90,9 @@ def test_fused_capture_at_tp2_runs_the_layer_program_with_the_ranks_summed(tmp_p
         "--prompt-len", "8", "--context-buckets", "full", *common,
     )  # fmt: skip
     assert captured.code == 0, captured.stdout[-3000:]
-    assert "(the layer program, merged, rotary table, final norm kernel;" in captured.stdout, captured.stdout[-3000:]
+    assert "(the layer program, merged, rotary table, final norm kernel, mask kernel;" in captured.stdout, (
+        captured.stdout[-3000:]
+    )
     verified = cli("verify", *common)
     assert verified.code == 0, verified.stdout[-3000:]
     flat = " ".join(verified.stdout.split())
