@@ -12,8 +12,13 @@ process (docs/PERF.md, stop 24: Qwen2.5-0.5B 0.665 ms in bench against 0.640 in 
   plain-freed    the plain graphs captured, then released, then capture_fused
   fused-freed    the fused graphs captured, released, and captured again (is it any earlier capture?)
   eager-first    HF's eager steps on another session of the model first, no graph (is it any CUDA work?)
-Measured in stop 24 (H200, Qwen2.5-0.5B, batch 1 / 8, ms back-to-back): nothing 0.643 / 0.912, plain
-0.663 / 1.025, plain-freed 0.662 / 1.026. The last two are the next call's (the cause is not found yet).
+  tiny-mm        a CUDA graph of one cuBLAS matmul captured, replayed and freed first (any capture of cuBLAS?)
+  tiny-add       the same with one elementwise add, no cuBLAS (any capture at all?)
+Measured (H200, Qwen2.5-0.5B, batch 1 / 8, ms back-to-back): stop 24: nothing 0.643 / 0.912, plain 0.663 /
+1.025, plain-freed 0.662 / 1.026; stop 25 (mask kernel on): nothing 0.625 / 0.883, eager-first 0.622 /
+0.889, fused-freed 0.641 / 1.005, and with CUBLAS_WORKSPACE_CONFIG=:0:0 nothing 0.624 / 0.946, fused-freed
+0.643 / 1.061. So an earlier capture does it, not earlier CUDA work, nor cuBLAS's workspace. tiny-mm and
+tiny-add are the next call's: they split "an earlier capture" from "compiling the layers a second time".
 
 Run on a GPU: PYTHONPATH=. python3 benchmarks/timing_gap.py qwen2.5-0.5b llama-3.2-1b:16384 --before plain
 """
@@ -46,7 +51,10 @@ def fused_graphs(model: str, cache: int, batches: list[int], prompt: int, before
         eager.session.first_steps(prompt_ids, [(b, None) for b in batches])
         del eager
         release()
-    if before in ("nothing", "eager-first"):
+    if before in ("tiny-mm", "tiny-add"):
+        capture_a_tiny_graph(before)
+        release()
+    if before in ("nothing", "eager-first", "tiny-mm", "tiny-add"):
         prepared = prepare(fused)
         return prepared.session, prepared.graphs
     prepared = prepare(fused if before == "fused-freed" else request)
@@ -54,6 +62,24 @@ def fused_graphs(model: str, cache: int, batches: list[int], prompt: int, before
         prepared.graphs = None
         release()
     return prepared.session, capture_fused(prepared, fused)
+
+
+def capture_a_tiny_graph(kind: str) -> None:
+    """Capture one small kernel in a CUDA graph (torch.mm: cuBLAS; else an add), replay it, free it."""
+    x = torch.randn(8, 896, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(896, 896, device="cuda", dtype=torch.bfloat16)
+    op = (lambda: torch.mm(x, w)) if kind == "tiny-mm" else (lambda: x + 1)  # noqa: E731
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        op()  # warm-up outside the capture (cuBLAS's handle and workspace, as torch.cuda.graph asks)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        op()
+    graph.replay()
+    torch.cuda.synchronize()
+    del graph
 
 
 def release() -> None:
@@ -115,7 +141,9 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--trace", type=Path, help="a folder: write each replay's kernels there (profile_step's tally)")
     parser.add_argument(
-        "--before", default="nothing", choices=("nothing", "plain", "plain-freed", "fused-freed", "eager-first")
+        "--before",
+        default="nothing",
+        choices=("nothing", "plain", "plain-freed", "fused-freed", "eager-first", "tiny-mm", "tiny-add"),
     )
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
