@@ -75,8 +75,8 @@ INDUCTOR_SETTINGS = {"triton.cudagraphs": False, "shape_padding": False, "combo_
 # process tunes again. Where the skinny kernels run batch 1's GEMVs, inductor compiles only small norm,
 # SiLU and rotary kernels: tuning them bought nothing (H200, 2026-12-02, untuned against tuned: the 8B
 # 4.128 / 4.545 against 4.127 / 4.570 ms at batch 1 / 8, the 1B 0.812 / 1.077 against 0.815 / 1.068) and a
-# noisy pick cost 37 us of the 1B's batch 8 (docs/PERF.md, stop 25): no tuning there. CUGRAPH_ACCEL_TUNE=1 / 0 forces it on /
-# off (it reaches every --tp rank).
+# noisy pick cost 37 us of the 1B's batch 8 (docs/PERF.md, stop 25): no tuning there.
+# CUGRAPH_ACCEL_TUNE=1 / 0 forces it on / off (it reaches every --tp rank).
 TUNE_SETTINGS = {"coordinate_descent_tuning": True, "autotune_local_cache": False}
 # inductor's kernels launched with PDL, like ours, where fused/kernels/pdl.py says the GPU takes it
 PDL_SETTINGS = {"triton.enable_pdl": True}
