@@ -185,7 +185,7 @@ def causal_mask_modules(model: torch.nn.Module) -> list:
     module-level name `create_causal_mask` is `transformers.masking_utils.create_causal_mask` itself: the
     modeling files import it by name and call it through that global at every forward, so a stand-in goes
     there. A modeling-file convention, not an API (no public hook builds the mask).
-    Checked: transformers 5.24 (5.17, the GPU machine's: not yet)."""
+    Checked: transformers 5.24 and 5.17 (the H200's, 2026-12-02: the stand-in built every decode step's mask)."""
     import sys
 
     names = {type(module).__module__ for module in model.modules()}
@@ -195,7 +195,7 @@ def causal_mask_modules(model: torch.nn.Module) -> list:
 
 def hf_create_causal_mask():
     """`transformers.masking_utils.create_causal_mask`, HF's own (what a stand-in falls back to).
-    Checked: transformers 5.24 (5.17: not yet)."""
+    Checked: transformers 5.24 and 5.17 (the H200's, 2026-12-02: the stand-in built every decode step's mask)."""
     from transformers import masking_utils
 
     return masking_utils.create_causal_mask
@@ -204,7 +204,8 @@ def hf_create_causal_mask():
 @contextlib.contextmanager
 def causal_mask_replaced(model: torch.nn.Module, stand_in) -> Iterator[None]:
     """Every modeling module of `causal_mask_modules(model)` calls `stand_in` as `create_causal_mask` while
-    the context is open, HF's function again after. Checked: transformers 5.24 (5.17: not yet)."""
+    the context is open, HF's function again after.
+    Checked: transformers 5.24 and 5.17 (the H200's, 2026-12-02: the stand-in built every decode step's mask)."""
     modules = causal_mask_modules(model)
     originals = [m.create_causal_mask for m in modules]
     for module in modules:
@@ -218,8 +219,8 @@ def causal_mask_replaced(model: torch.nn.Module, stand_in) -> Iterator[None]:
 
 # `transformers.masking_utils.create_causal_mask`'s arguments as the modeling files pass them (the cache
 # named `cache` in 5.24, which still takes the older `past_key_values`), and its optional ones at the
-# values that leave the plain causal mask. Any other argument (5.17 may pass `cache_position`) sends the
-# call to HF's own function. Checked: transformers 5.24 (5.17, the GPU machine's: not yet).
+# values that leave the plain causal mask. Any other argument sends the call to HF's own function.
+# Checked: transformers 5.24 and 5.17 (the H200's, 2026-12-02: the stand-in built every decode step's mask).
 CAUSAL_MASK_ARGUMENTS = frozenset(
     {"config", "inputs_embeds", "attention_mask", "cache", "past_key_values", "position_ids"}
 )
@@ -236,7 +237,8 @@ def sdpa_mask_builder(implementation: str | None) -> bool:
     """Whether `create_causal_mask` builds the mask of attention `implementation` with
     `transformers.masking_utils.sdpa_mask` (sdpa, or a name registered with it, like our grouped
     attention): its entry in `transformers.masking_utils.ALL_MASK_ATTENTION_FUNCTIONS`, which HF reads by
-    the config's `_attn_implementation`. Checked: transformers 5.24 (5.17: not yet)."""
+    the config's `_attn_implementation`.
+    Checked: transformers 5.24 and 5.17 (the H200's, 2026-12-02: the stand-in built every decode step's mask)."""
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
     return implementation in ALL_MASK_ATTENTION_FUNCTIONS and ALL_MASK_ATTENTION_FUNCTIONS[implementation] is sdpa_mask
@@ -249,7 +251,8 @@ def static_decode_mask_sizes(cache) -> tuple[torch.Tensor, int] | None:
     `cumulative_length` tensor, and `Cache.get_mask_sizes(1, 0)` -> (kv_length, kv_offset 0), as
     `transformers.masking_utils._preprocess_mask_arguments` reads them. None where anything differs:
     another cache or layer kind, a subclass that offsets the query (MTP caches), an int position (not
-    allocated), a kv offset. Checked: transformers 5.24 (5.17: not yet)."""
+    allocated), a kv offset.
+    Checked: transformers 5.24 and 5.17 (the H200's, 2026-12-02: the stand-in built every decode step's mask)."""
     from transformers.cache_utils import Cache
 
     if (
