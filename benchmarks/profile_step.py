@@ -67,7 +67,6 @@ class Way:
     norm_at_once: bool = skinny_matmul.NORM_LOADS_AT_ONCE  # the skinny kernels' row norms in loads issued at once
     qkv_writes_cache: bool = layer_program.QKV_WRITES_CACHE  # batch 1: q/k/v's kernel rotates and writes the cache
     mask_kernel: bool = fused_step.MASK_KERNEL  # the decode step's attention mask as one kernel (fused/causal_mask.py)
-    early_loads: bool = skinny_matmul.EARLY_EPILOGUE_LOADS  # the skinny kernels' bias/residual before the K walk
 
 
 REPLAYS = 50
@@ -208,7 +207,6 @@ def main() -> None:
         "fused-norm-loop": Way("fused, norm in a loop", norm_at_once=False),  # the row norms before stop 24
         "fused-qkv-writes-cache": Way("fused, q/k/v writes the cache", qkv_writes_cache=True),  # off: slower (stop 25)
         "fused-hf-mask": Way("fused, HF's mask", mask_kernel=False),  # the mask kernel is on since stop 25
-        "fused-early-loads": Way("fused, early epilogue loads", early_loads=True),  # prepared (off)
         # PDL: every kernel of the step by default since 2026-12-01 (ours and inductor's); these ways
         # take it off, or leave it on for ours alone
         "fused-no-pdl": Way("fused, no PDL", pdl_on=False),
@@ -248,7 +246,6 @@ def main() -> None:
         skinny_matmul.NORM_LOADS_AT_ONCE = way.norm_at_once
         layer_program.QKV_WRITES_CACHE = way.qkv_writes_cache
         fused_step.MASK_KERNEL = way.mask_kernel
-        skinny_matmul.EARLY_EPILOGUE_LOADS = way.early_loads
         fused_step.INDUCTOR_SETTINGS = {**shipped_settings, **dict(way.inductor)}
         request = CaptureRequest(
             model=args.model,

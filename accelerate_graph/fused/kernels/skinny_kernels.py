@@ -202,48 +202,25 @@ def _accumulate_one_row(
 
 
 @triton.jit
-def _epilogue_inputs(
-    offs_m, offs_n, M, N, b_ptr, b2_ptr, res_ptr,
-    HAS_B: tl.constexpr, HAS_B2: tl.constexpr, MODE: tl.constexpr, EARLY: tl.constexpr,
-):  # fmt: skip
-    """The epilogue's loads in float32: the bias, up's bias (MODE 2), the residual (MODE 1); 0.0 where the op
-    has none. EARLY: issued before the walk over K so that their latency hides behind it, where after it
-    they end the kernel with a dependent load (volatile: else the compiler sinks them back to their use)."""
-    n_mask = offs_n < N
-    mask = (offs_m[:, None] < M) & n_mask[None, :]
-    bias = 0.0
-    bias2 = 0.0
-    res = 0.0
-    if HAS_B:
-        bias = tl.load(b_ptr + offs_n, mask=n_mask, other=0.0, volatile=EARLY).to(tl.float32)[None, :]
-    if MODE == 1:
-        res = tl.load(res_ptr + offs_m[:, None] * N + offs_n[None, :], mask=mask, other=0.0, volatile=EARLY)
-        res = res.to(tl.float32)
-    if MODE == 2:
-        if HAS_B2:
-            bias2 = tl.load(b2_ptr + offs_n, mask=n_mask, other=0.0, volatile=EARLY).to(tl.float32)[None, :]
-    return bias, bias2, res
-
-
-@triton.jit
 def _epilogue(
-    acc, acc2, bias, bias2, res, offs_m, offs_n, M, N, out_ptr,
+    acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, b2_ptr, res_ptr,
     HAS_B: tl.constexpr, HAS_B2: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr, OUT_BF16: tl.constexpr,
 ):  # fmt: skip
     """Bias in float32, then eager's roundings: MODE 0 round(acc); 1 round(round(acc) + residual);
-    2 round(round(act(round(gate))) * round(up)). bias, bias2, res: _epilogue_inputs'."""
+    2 round(round(act(round(gate))) * round(up))."""
     out_dtype = out_ptr.dtype.element_ty
     n_mask = offs_n < N
     mask = (offs_m[:, None] < M) & n_mask[None, :]
     if HAS_B:
-        acc += bias
+        acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     if MODE == 0:
         val = _round(acc, OUT_BF16, out_dtype)
     elif MODE == 1:
+        res = tl.load(res_ptr + offs_m[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
         val = _round(_round(acc, OUT_BF16, out_dtype) + res, OUT_BF16, out_dtype)
     else:
         if HAS_B2:
-            acc2 += bias2
+            acc2 += tl.load(b2_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
         gate = _round(acc, OUT_BF16, out_dtype)
         up = _round(acc2, OUT_BF16, out_dtype)
         if ACT == 0:  # silu, as torch computes it: x / (1 + exp(-x))
@@ -262,26 +239,17 @@ def _tile(
     HAS_B: tl.constexpr, HAS_B2: tl.constexpr, NORM: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr,
     SPLIT: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
     OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EARLY: tl.constexpr,
 ):  # fmt: skip
-    """One program's output block of one weight (of gate and up when MODE 2). EARLY: the epilogue's loads
-    before the walk over K (_epilogue_inputs)."""
+    """One program's output block of one weight (of gate and up when MODE 2)."""
     offs_n = local_pid * BLOCK_N + tl.arange(0, BLOCK_N)
     k_lo = pid_s * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
-    if SPLIT == 1:
-        if EARLY:
-            bias, bias2, res = _epilogue_inputs(offs_m, offs_n, M, N, b_ptr, b2_ptr, res_ptr, HAS_B, HAS_B2, MODE, True)
     acc, acc2 = _accumulate(
         x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, M, N, K, k_lo, k_hi, out_ptr,
         NORM, MODE == 2, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
     )  # fmt: skip
     if SPLIT == 1:
-        if not EARLY:
-            bias, bias2, res = _epilogue_inputs(
-                offs_m, offs_n, M, N, b_ptr, b2_ptr, res_ptr, HAS_B, HAS_B2, MODE, False
-            )
-        _epilogue(acc, acc2, bias, bias2, res, offs_m, offs_n, M, N, out_ptr, HAS_B, HAS_B2, MODE, ACT, OUT_BF16)
+        _epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, b2_ptr, res_ptr, HAS_B, HAS_B2, MODE, ACT, OUT_BF16)
     else:  # partial sums: workspace [SPLIT, M, NT], this weight's columns from col0 (up's from col0 + N)
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
         base = ws_ptr + (pid_s * M + offs_m[:, None]) * NT + col0 + offs_n[None, :]
@@ -298,10 +266,9 @@ def skinny_kernel(
     NORM: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr,
     USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
     USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    RSTD_CHUNK: tl.constexpr, RSTD_CHUNKS: tl.constexpr, EARLY: tl.constexpr,
+    RSTD_CHUNK: tl.constexpr, RSTD_CHUNKS: tl.constexpr,
 ):  # fmt: skip
-    """Grid (blocks of N0 [+ N1 [+ N2]] for MODE 0, of N0 otherwise; blocks of M; SPLIT). EARLY: the
-    epilogue's loads (bias, residual) before the walk over K."""
+    """Grid (blocks of N0 [+ N1 [+ N2]] for MODE 0, of N0 otherwise; blocks of M; SPLIT)."""
     pid_n = tl.program_id(0)
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     pid_s = tl.program_id(2)
@@ -321,33 +288,28 @@ def skinny_kernel(
         _tile(
             x_ptr, nw_ptr, rstd, w0, w1, b0, b1, o0, res_ptr, ws_ptr, offs_m, pid_n, pid_s, M, N0, K, K_PER_SPLIT,
             0, NT, HAS_B0, HAS_B1, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
-            EARLY,
         )  # fmt: skip
     elif pid_n < NB0:
         _tile(
             x_ptr, nw_ptr, rstd, w0, w0, b0, b0, o0, res_ptr, ws_ptr, offs_m, pid_n, pid_s, M, N0, K, K_PER_SPLIT,
             0, NT, HAS_B0, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
-            EARLY,
         )  # fmt: skip
     else:
         if NUM_W == 2:
             _tile(
                 x_ptr, nw_ptr, rstd, w1, w1, b1, b1, o1, res_ptr, ws_ptr, offs_m, pid_n - NB0, pid_s, M, N1, K,
                 K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
-                EARLY,
             )  # fmt: skip
         elif NUM_W == 3:
             if pid_n < NB0 + NB1:
                 _tile(
                     x_ptr, nw_ptr, rstd, w1, w1, b1, b1, o1, res_ptr, ws_ptr, offs_m, pid_n - NB0, pid_s, M, N1, K,
                     K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
-                    EARLY,
                 )  # fmt: skip
             else:
                 _tile(
                     x_ptr, nw_ptr, rstd, w2, w2, b2, b2, o2, res_ptr, ws_ptr, offs_m, pid_n - NB0 - NB1, pid_s, M,
                     N2, K, K_PER_SPLIT, N0 + N1, NT, HAS_B2, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
-                    EARLY,
                 )  # fmt: skip
 
 
@@ -384,8 +346,7 @@ def _finish_block(
         acc += tl.load(base, mask=mask, other=0.0)
         if MODE == 2:
             acc2 += tl.load(base + N, mask=mask, other=0.0)
-    bias, bias2, res = _epilogue_inputs(offs_m, offs_n, M, N, b_ptr, b2_ptr, res_ptr, HAS_B, HAS_B2, MODE, False)
-    _epilogue(acc, acc2, bias, bias2, res, offs_m, offs_n, M, N, out_ptr, HAS_B, HAS_B2, MODE, ACT, OUT_BF16)
+    _epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, b2_ptr, res_ptr, HAS_B, HAS_B2, MODE, ACT, OUT_BF16)
 
 
 @triton.jit
@@ -534,19 +495,6 @@ def qkv_rope_write_kernel(
         _prefetch_first_block(second + j0 * K, 0, 0, BLOCK_N, K, K, BLOCK_N, BLOCK_K)
         gdc_wait()
         gdc_launch_dependents()
-    # The epilogue's own inputs (cos/sin, the slot, the bias) are loaded before the walk over K, so their
-    # latency hides behind it: loaded after it, two dependent loads (cos/sin, then the slot) ended the kernel.
-    # (volatile: else the compiler sinks them back below the loop, next to their use)
-    mask = (offs_m[:, None] < M) & (j[None, :] < HALF)
-    at = offs_m[:, None] * HEAD_DIM + j[None, :]
-    cos1 = tl.load(cos_ptr + at, mask=mask, other=0.0, volatile=True)
-    sin1 = tl.load(sin_ptr + at, mask=mask, other=0.0, volatile=True)
-    cos2 = tl.load(cos_ptr + at + HALF, mask=mask, other=0.0, volatile=True)
-    sin2 = tl.load(sin_ptr + at + HALF, mask=mask, other=0.0, volatile=True)
-    slot = tl.load(slot_ptr, volatile=True).to(tl.int64)
-    if HAS_B:
-        bias1 = tl.load(b_ptr + row0 + j, volatile=True)
-        bias2 = tl.load(b_ptr + row0 + HALF + j, volatile=True)
     rstd = _rows_rstd(x_ptr, offs_m, M, K, eps, NORM, BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
     acc1, acc2 = _accumulate(
         x_ptr, nw_ptr, rstd, first, second, offs_m, j, M, HALF, K, 0, K, q_ptr,
@@ -554,20 +502,30 @@ def qkv_rope_write_kernel(
     )  # fmt: skip
     out_dtype = q_ptr.dtype.element_ty
     if HAS_B:
-        acc1 += bias1.to(tl.float32)[None, :]
-        acc2 += bias2.to(tl.float32)[None, :]
+        acc1 += tl.load(b_ptr + row0 + j).to(tl.float32)[None, :]
+        acc2 += tl.load(b_ptr + row0 + HALF + j).to(tl.float32)[None, :]
     x1 = _round(acc1, OUT_BF16, out_dtype)  # the projection's output, as eager rounds it
     x2 = _round(acc2, OUT_BF16, out_dtype)
+    mask = (offs_m[:, None] < M) & (j[None, :] < HALF)
     if head < Q_HEADS + KV_HEADS:  # q or k: q * cos + rotate_half(q) * sin, rotate_half(q) = (-q2, q1)
-        c1, s1, c2, s2 = cos1.to(tl.float32), sin1.to(tl.float32), cos2.to(tl.float32), sin2.to(tl.float32)
-        out1 = _round(_round(x1 * c1, OUT_BF16, out_dtype) - _round(x2 * s1, OUT_BF16, out_dtype), OUT_BF16, out_dtype)
-        out2 = _round(_round(x2 * c2, OUT_BF16, out_dtype) + _round(x1 * s2, OUT_BF16, out_dtype), OUT_BF16, out_dtype)
+        at = offs_m[:, None] * HEAD_DIM + j[None, :]
+        cos1 = tl.load(cos_ptr + at, mask=mask, other=0.0).to(tl.float32)
+        sin1 = tl.load(sin_ptr + at, mask=mask, other=0.0).to(tl.float32)
+        cos2 = tl.load(cos_ptr + at + HALF, mask=mask, other=0.0).to(tl.float32)
+        sin2 = tl.load(sin_ptr + at + HALF, mask=mask, other=0.0).to(tl.float32)
+        out1 = _round(
+            _round(x1 * cos1, OUT_BF16, out_dtype) - _round(x2 * sin1, OUT_BF16, out_dtype), OUT_BF16, out_dtype
+        )
+        out2 = _round(
+            _round(x2 * cos2, OUT_BF16, out_dtype) + _round(x1 * sin2, OUT_BF16, out_dtype), OUT_BF16, out_dtype
+        )
     else:
         out1 = x1
         out2 = x2
     if head < Q_HEADS:
         _store_pair(q_ptr + row0, offs_m, Q_HEADS * HEAD_DIM, j, HALF, mask, out1, out2)
     else:
+        slot = tl.load(slot_ptr).to(tl.int64)
         if head < Q_HEADS + KV_HEADS:
             at_slot = keys_ptr + (head - Q_HEADS).to(tl.int64) * k_head + slot * k_slot
             _store_pair(at_slot, offs_m, k_row, j, HALF, mask, out1, out2)

@@ -45,14 +45,6 @@ except ImportError:  # no triton: the references run everywhere
 # fused-norm-loop).
 NORM_LOADS_AT_ONCE = os.environ.get("CUGRAPH_ACCEL_NORM_LOADS_AT_ONCE", "1") == "1"
 
-# A program's epilogue loads its bias and (o, down) the residual. Loaded after the walk over K, they add a
-# dependent L2 round trip to the end of every kernel, which under PDL the next kernel waits for. With the
-# switch they are issued before the walk (skinny_kernels._epilogue_inputs), same values. Prepared, not
-# yet measured on a GPU: off. Prediction at batch 1 (~0.3-0.5 us off each kernel with a residual or a
-# bias): the 1B -8..-16 us a step, Qwen -10..-25, the 8B -15..-30. CUGRAPH_ACCEL_EARLY_LOADS=1 turns it on
-# (profile way fused-early-loads).
-EARLY_EPILOGUE_LOADS = os.environ.get("CUGRAPH_ACCEL_EARLY_LOADS", "0") == "1"
-
 NORM_KINDS = {"llama": 1, "gemma": 2}
 ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
 _MODES = {"proj": 0, "residual": 1, "gate_up": 2}
@@ -198,7 +190,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
         NORM=NORM_KINDS[norm_kind] if norm_weight is not None else 0,
         USE_DOT=cfg.dot, IEEE_DOT=x.dtype == torch.float32, SWAP=cfg.dot and cfg.swap, EVEN_K=k % cfg.block_k == 0,
         USE_PDL=bool(extra), BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads,
-        EARLY=EARLY_EPILOGUE_LOADS, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **extra,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **extra,
     )  # fmt: skip
     if split > 1:
         wrap(skinny_kernels.finish_kernel)[(sum(n_blocks), m_blocks, 1)](

@@ -61,11 +61,10 @@ def variants():
     """(description, kernel, constexprs, pointers) for each variant the launches can ask for."""
     # PDL with tensor cores too (the kernels above batch 1, SKINNY_ABOVE_BATCH_1)
     # swap: the weights on the MMA's long side, 64 rows (Hopper's warpgroup MMA)
-    # early: the epilogue's loads before the K walk (EARLY_EPILOGUE_LOADS), asked for under PDL without split-K
-    for mode, kind, split, weights, pdl, early in itertools.product(
-        (0, 1, 2), ("fma", "dot", "swap"), (1, 2), (1, 3), (False, True), (False, True)
+    for mode, kind, split, weights, pdl in itertools.product(
+        (0, 1, 2), ("fma", "dot", "swap"), (1, 2), (1, 3), (False, True)
     ):  # fmt: skip
-        if mode and weights != 1 or early and (split != 1 or not pdl):
+        if mode and weights != 1:
             continue
         dot = kind != "fma"
         flags = dict(
@@ -73,11 +72,7 @@ def variants():
             ACT=int(mode == 2), SPLIT=split, USE_DOT=dot, IEEE_DOT=False, SWAP=kind == "swap", EVEN_K=not dot,
             OUT_BF16=True, USE_PDL=pdl, BLOCK_M=16 if dot else 1, BLOCK_N=64 if kind == "swap" else 32, BLOCK_K=128,
             RSTD_CHUNK=256 if dot else 2048, RSTD_CHUNKS=(8 if dot else 2) if pdl else 0,  # 0: the loop
-            EARLY=early,
         )  # fmt: skip
-        if early:  # finish_kernel has no such flag: its variants are the ones without
-            yield f"skinny_kernel {flags}", skinny_kernels.skinny_kernel, flags, SKINNY_POINTERS
-            continue
         kernels = [skinny_kernels.skinny_kernel] + ([skinny_kernels.finish_kernel] if split > 1 else [])
         for kernel in kernels:
             yield f"{kernel.fn.__name__} {_only(kernel, flags)}", kernel, _only(kernel, flags), SKINNY_POINTERS

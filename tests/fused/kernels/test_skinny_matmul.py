@@ -146,42 +146,6 @@ def test_rms_norm_kernel_rounds_like_the_reference(k, dtype, at_once, monkeypatc
     assert_rounding_close(got, sm.reference_rms_norm(x, nw, 1e-5, "llama"))
 
 
-def _each_op_with_epilogue_loads(x, nw, ws, bs, residual) -> list:
-    """Every op whose epilogue loads something: biases (q/k/v), the residual (o, down; with a bias too),
-    and gate/up (no bias: its epilogue loads nothing, so it must not change either)."""
-    return [
-        *sm.norm_projections(x, nw, 1e-6, "llama", ws, bs),
-        sm.linear_residual(x, ws[0], bs[0], residual),
-        sm.linear_residual(x, ws[0], None, residual),
-        sm.norm_gate_up(x, nw, 1e-6, "llama", ws[1], ws[2], "silu"),
-    ]
-
-
-@interpreted
-@pytest.mark.parametrize("m", [1, 8])
-@pytest.mark.parametrize("path", ["fma-bf16", "dot-fp32"])
-def test_the_epilogue_loads_early_or_late_compute_the_same(m, path, force, monkeypatch):
-    """EARLY_EPILOGUE_LOADS: the bias and residual loaded before the walk over K give what loading them in
-    the epilogue gives, bit for bit, and both match the references."""
-    dtype, kind = PATHS[path]
-    force(SkinnyConfig(16, 32, **kind))
-    x, nw, ws, bs = make(m, dtype, ns=(NS[0], 40, 40), seed=m)
-    residual = make(m, dtype, k=NS[0], seed=m + 100)[0]
-    outs = {}
-    for early in (False, True):
-        monkeypatch.setattr(sm, "EARLY_EPILOGUE_LOADS", early)
-        outs[early] = _each_op_with_epilogue_loads(x, nw, ws, bs, residual)
-    assert all(torch.equal(late, early) for late, early in zip(outs[False], outs[True]))
-    want = [
-        *sm.reference_norm_projections(x, nw, 1e-6, "llama", ws, bs),
-        sm.reference_linear_residual(x, ws[0], bs[0], residual),
-        sm.reference_linear_residual(x, ws[0], None, residual),
-        sm.reference_norm_gate_up(x, nw, 1e-6, "llama", ws[1], ws[2], "silu"),
-    ]
-    for got, ref in zip(outs[True], want):
-        assert_rounding_close(got, ref)
-
-
 @interpreted
 def test_rms_norm_kernel_is_recorded_by_the_cpu_emulation_of_graphs():
     """A kernel launched beside the dispatcher would be invisible to the emulation (it records aten and
@@ -552,38 +516,6 @@ def test_gpu_pdl_launches_replay_what_plain_launches_compute(monkeypatch):
             results[early] = [o.clone() for o in outs]
         for plain, launched_early in zip(results[False], results[True]):
             assert torch.equal(plain, launched_early)
-
-
-@pytest.mark.cuda
-@needs_cuda
-@pytest.mark.parametrize(("m", "k", "n"), [(1, 2048, 2048), (1, 8192, 2048), (1, 896, 1152), (1, 4096, 4096)])
-def test_gpu_the_epilogue_loads_early_compute_what_late_loads_do(m, k, n, monkeypatch):
-    """EARLY_EPILOGUE_LOADS on the 1B's o and down, Qwen's q/k/v (with biases) and the 8B's o shapes, with
-    the table's configs and PDL where the GPU has it, replayed from CUDA graphs over several inputs: bit
-    for bit what the epilogue's own loads give (a load issued before the wait would read a half-written
-    residual)."""
-    x, nw, ws, bs = make(m, torch.bfloat16, "cuda", k=k, ns=(n, 256, 256), seed=m)
-    residual = make(m, torch.bfloat16, "cuda", k=n, seed=m + 100)[0]
-    graphs = {}
-    for early in (False, True):
-        monkeypatch.setattr(sm, "EARLY_EPILOGUE_LOADS", early)
-        _each_op_with_epilogue_loads(x, nw, ws, bs, residual)  # compiles outside the capture
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outs = _each_op_with_epilogue_loads(x, nw, ws, bs, residual)
-        graphs[early] = (graph, outs)
-    for seed in range(3):
-        gen = torch.Generator().manual_seed(seed)
-        x.copy_(torch.randn(x.shape, generator=gen).to(x) * 3)
-        residual.copy_(torch.randn(residual.shape, generator=gen).to(residual))
-        results = {}
-        for early, (graph, outs) in graphs.items():
-            graph.replay()
-            torch.cuda.synchronize()
-            results[early] = [o.clone() for o in outs]
-        assert all(torch.equal(late, early) for late, early in zip(results[False], results[True]))
-        assert_rounding_close(results[True][3], sm.reference_linear_residual(x, ws[0], bs[0], residual))
 
 
 def test_pdl_is_active_on_hopper_gpus_only_and_can_be_turned_off(monkeypatch):
