@@ -14,11 +14,17 @@ process (docs/PERF.md, stop 24: Qwen2.5-0.5B 0.665 ms in bench against 0.640 in 
   eager-first    HF's eager steps on another session of the model first, no graph (is it any CUDA work?)
   tiny-mm        a CUDA graph of one cuBLAS matmul captured, replayed and freed first (any capture of cuBLAS?)
   tiny-add       the same with one elementwise add, no cuBLAS (any capture at all?)
+  side-stream    one stream more taken from torch's stream pool and used, no capture (the capture's stream?)
 Measured (H200, Qwen2.5-0.5B, batch 1 / 8, ms back-to-back): stop 24: nothing 0.643 / 0.912, plain 0.663 /
 1.025, plain-freed 0.662 / 1.026; stop 25 (mask kernel on): nothing 0.625 / 0.883, eager-first 0.622 /
 0.889, fused-freed 0.641 / 1.005, and with CUBLAS_WORKSPACE_CONFIG=:0:0 nothing 0.624 / 0.946, fused-freed
-0.643 / 1.061. So an earlier capture does it, not earlier CUDA work, nor cuBLAS's workspace. tiny-mm and
-tiny-add are the next call's: they split "an earlier capture" from "compiling the layers a second time".
+0.643 / 1.061. Stop 26: tiny-mm 0.641 / 1.005, tiny-add 0.640 / 1.011, side-stream 0.641 / 1.004: any work
+on another side stream first does it, no capture needed. The kernels' own times (--trace) do not change;
+with CUGRAPH_ACCEL_PDL=0 nothing and tiny-add are equal (0.700 / 1.030, 0.701 / 1.034): the graph's
+kernels overlap less under PDL. Neither replaying on the capture stream, a high-priority capture stream,
+nor CUDA_DEVICE_MAX_CONNECTIONS=1 or 32 helped; one capture stream per device for the whole process
+(core/backends/cuda.py) did: fused-freed 0.624 / 0.886, plain 0.622 / 0.888. Still slower: a process that
+ran work on a stream of its own before its first capture (side-stream, tiny-*).
 
 Run on a GPU: PYTHONPATH=. python3 benchmarks/timing_gap.py qwen2.5-0.5b llama-3.2-1b:16384 --before plain
 """
@@ -54,7 +60,12 @@ def fused_graphs(model: str, cache: int, batches: list[int], prompt: int, before
     if before in ("tiny-mm", "tiny-add"):
         capture_a_tiny_graph(before)
         release()
-    if before in ("nothing", "eager-first", "tiny-mm", "tiny-add"):
+    if before == "side-stream":  # one more stream taken from torch's pool, an add on it, no capture
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            torch.ones(8, device="cuda").add_(1)
+        torch.cuda.synchronize()
+    if before in ("nothing", "eager-first", "tiny-mm", "tiny-add", "side-stream"):
         prepared = prepare(fused)
         return prepared.session, prepared.graphs
     prepared = prepare(fused if before == "fused-freed" else request)
@@ -143,7 +154,7 @@ def main() -> None:
     parser.add_argument(
         "--before",
         default="nothing",
-        choices=("nothing", "plain", "plain-freed", "fused-freed", "eager-first", "tiny-mm", "tiny-add"),
+        choices=("nothing", "plain", "plain-freed", "fused-freed", "eager-first", "tiny-mm", "tiny-add", "side-stream"),
     )
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]

@@ -66,9 +66,9 @@ def context_request(request: CaptureRequest, context: int | None) -> CaptureRequ
 
 def fused_alone(request: CaptureRequest, settings: BenchSettings) -> CaptureRequest:
     """With fused the only contender, the plan is what `capture --fuse` makes: no plain graphs captured
-    first. On the H200 a graph captured after others in the same process replays slower, the same kernels
-    overlapping less under PDL (Qwen2.5-0.5B's fused step 0.643 -> 0.663 ms at batch 1, 0.912 -> 1.025 at
-    batch 8, freeing the earlier graphs or not; docs/PERF.md, stop 24)."""
+    first (less time and memory). Timing no longer depends on it: every capture of a process shares one
+    stream since stop 26 (core/backends/cuda.py; before, the fused step captured after the plan's graphs
+    replayed 20-120 us slower on the H200)."""
     if [c.name for c in settings.contenders] == ["fused"]:
         return replace(request, fuse=True)
     return request

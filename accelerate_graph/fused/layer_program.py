@@ -143,7 +143,8 @@ def _merged_projections(x, norm_weight, eps, weights, biases):
 # epilogue (skinny_matmul.norm_qkv_rope_write), one launch a layer fewer. Off: measured slower (H200,
 # 2026-12-02, replay per step at batch 1: Llama-3.2-1B 0.837 -> 0.871 ms, Qwen2.5-0.5B 0.641 -> 0.634; the
 # kernel itself 119 against ~93 us of plain q/k/v GEMVs at the 1B, with the plain GEMV's config, never
-# swept for the epilogue). CUGRAPH_ACCEL_QKV_WRITES_CACHE=1 turns it on (profile way fused-qkv-writes-cache).
+# swept for the epilogue; its cos/sin/slot loads moved before the K walk made it 168 us, reverted: stop 26).
+# CUGRAPH_ACCEL_QKV_WRITES_CACHE=1 turns it on (profile way fused-qkv-writes-cache).
 QKV_WRITES_CACHE = os.environ.get("CUGRAPH_ACCEL_QKV_WRITES_CACHE", "0") == "1"
 
 

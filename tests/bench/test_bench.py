@@ -242,8 +242,8 @@ def test_generate_contender_on_tiny():
 
 def test_fused_alone_prepares_what_capture_fuse_makes_and_times_those_graphs(monkeypatch):
     """`--compare fused` alone: the plan is prepared with --fuse (no plain graphs captured before the fused
-    ones, which made the H200 replay them slower, docs/PERF.md stop 24) and the fused rows replay the plan's
-    own graphs instead of capturing again; with another contender the plan is the plain one."""
+    ones: less time and memory) and the fused rows replay the plan's own graphs instead of capturing again;
+    with another contender the plan is the plain one."""
     import accelerate_graph.pipeline as pipeline
     from accelerate_graph.bench.run import BenchSettings, fused_alone, run_bench
 

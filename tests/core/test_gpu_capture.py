@@ -64,3 +64,16 @@ def test_cli_capture_verify_on_gpu(tmp_path):
     result = runner.invoke(app, ["verify", "--plan", str(plan)])
     assert result.exit_code == 0, result.output
     assert "verified" in result.output
+
+
+def test_every_backend_of_a_device_captures_on_one_stream(tiny_model_dir):
+    """A graph captured on another stream than the process's first side stream replays slower under PDL
+    (docs/PERF.md, stop 26): every backend of a device, and "cuda" and "cuda:0", take the same stream, and
+    a second capture on it still replays what eager computes."""
+    first, second = backend_for(GPU), backend_for(torch.device("cuda"))
+    assert first.stream is second.stream
+    loaded = load_model(tiny_model_dir("llama"), GPU, torch.bfloat16)
+    session = DecodeSession(loaded.model, 2, 64)
+    capture_decode_graphs(session, first, (2,))
+    rows = verify_graphs(capture_decode_graphs(session, second, (1, 2)), steps=4, prompt_len=5)
+    assert rows and all(r.passed for r in rows), [r.detail for r in rows if not r.passed]

@@ -30,12 +30,6 @@ def captured_fused(run: ContextRun) -> Iterator:
             raise
         info.notes.append(f"no fused row: inductor failed: {' '.join(str(err).split())[:300]}")
         fused = None
-    if fused is not None and not plan.fuse and run.session.device.type == "cuda":
-        info.notes.append(
-            "fused: captured after the plan's graphs in this process, which on the H200 replays with less "
-            "overlap between kernels (Qwen2.5-0.5B: +20 us at batch 1, +113 us at batch 8; docs/PERF.md, stop "
-            "24); --compare fused alone times it as capture --fuse makes it"
-        )
     if fused is not None:
         compiled = run.session.fused
         info.notes.append(

@@ -69,6 +69,22 @@ class _SegmentRecorder:
             self._open = None
 
 
+# One capture stream per device for the whole process. On the H200 a graph captured on any stream but the
+# first side stream that ran work in the process replays slower under PDL: same kernels, less overlap
+# (Qwen2.5-0.5B's fused step 0.625 -> 0.641 ms at batch 1, 0.886 -> 1.005 at batch 8; no difference with
+# PDL off). So bench's fused graphs, captured after the plan's by a second backend, ran slower than
+# `capture --fuse`'s; sharing the stream removed it (0.622 / 0.888; docs/PERF.md, stop 26).
+_CAPTURE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def capture_stream(device: torch.device) -> torch.cuda.Stream:
+    """The process's capture (and warm-up) stream on `device`, made on first use."""
+    key = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
+    if key not in _CAPTURE_STREAMS:
+        _CAPTURE_STREAMS[key] = torch.cuda.Stream(key)
+    return _CAPTURE_STREAMS[key]
+
+
 class CudaGraphBackend:
     """One pool for every graph: capture largest bucket first so smaller ones reuse its blocks."""
 
@@ -77,24 +93,24 @@ class CudaGraphBackend:
     def __init__(self, device: torch.device):
         self.device = device
         self.pool = torch.cuda.graph_pool_handle()
-        self._side_stream = torch.cuda.Stream(device)
+        self.stream = capture_stream(device)
 
     def capture(self, step: Step, warmups: int = 2, islands: Sequence[torch.nn.Module] = ()) -> CudaGraph:
         start = time.perf_counter()
         # Warm-ups on a side stream initialise lazy state (cuBLAS handles, autotuned kernels)
         # outside the capture, as torch.cuda.graph's own docs recommend.
-        self._side_stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(self._side_stream), torch.no_grad():
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream), torch.no_grad():
             for _ in range(warmups):
                 step()
-        torch.cuda.current_stream(self.device).wait_stream(self._side_stream)
+        torch.cuda.current_stream(self.device).wait_stream(self.stream)
         torch.cuda.synchronize(self.device)
         # Capture frees the allocator's cache first, so the difference below is the pool's growth alone.
         torch.cuda.empty_cache()
         reserved_before = torch.cuda.memory_reserved(self.device)
         recorder = _SegmentRecorder(self.pool)
         try:
-            with torch.cuda.stream(self._side_stream), torch.no_grad():
+            with torch.cuda.stream(self.stream), torch.no_grad():
                 with island_hooks(islands, recorder.enter_island, recorder.exit_island):
                     recorder.begin()
                     output = step()
@@ -107,7 +123,7 @@ class CudaGraphBackend:
                 f"CUDA graph capture failed: {first_line(err)}",
                 "Run `cugraph-accel capture --mode piecewise` or `--mode eager`.",
             ) from err
-        torch.cuda.current_stream(self.device).wait_stream(self._side_stream)
+        torch.cuda.current_stream(self.device).wait_stream(self.stream)
         torch.cuda.synchronize(self.device)
         held = torch.cuda.memory_reserved(self.device) - reserved_before
         stats = CaptureStats(seconds=time.perf_counter() - start, memory_bytes=max(held, 0))
