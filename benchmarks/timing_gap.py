@@ -45,6 +45,7 @@ from accelerate_graph.pipeline import CaptureRequest, capture_fused, prepare
 from benchmarks.profile_step import profile_step, replay_ms
 
 STEPS, WARMUP = 30, 5
+BEFORE = ("nothing", "plain", "plain-freed", "fused-freed", "eager-first", "tiny-mm", "tiny-add", "side-stream")
 
 
 def fused_graphs(model: str, cache: int, batches: list[int], prompt: int, before: str):
@@ -154,7 +155,7 @@ def main() -> None:
     parser.add_argument(
         "--before",
         default="nothing",
-        choices=("nothing", "plain", "plain-freed", "fused-freed", "eager-first", "tiny-mm", "tiny-add", "side-stream"),
+        choices=BEFORE,
     )
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
