@@ -15,6 +15,7 @@ process (docs/PERF.md, stop 24: Qwen2.5-0.5B 0.665 ms in bench against 0.640 in 
   tiny-mm        a CUDA graph of one cuBLAS matmul captured, replayed and freed first (any capture of cuBLAS?)
   tiny-add       the same with one elementwise add, no cuBLAS (any capture at all?)
   side-stream    one stream more taken from torch's stream pool and used, no capture (the capture's stream?)
+  claimed-side-stream  the same after claim_capture_stream (what a --tp rank does before NCCL runs)
 Measured (H200, Qwen2.5-0.5B, batch 1 / 8, ms back-to-back): stop 24: nothing 0.643 / 0.912, plain 0.663 /
 1.025, plain-freed 0.662 / 1.026; stop 25 (mask kernel on): nothing 0.625 / 0.883, eager-first 0.622 /
 0.889, fused-freed 0.641 / 1.005, and with CUBLAS_WORKSPACE_CONFIG=:0:0 nothing 0.624 / 0.946, fused-freed
@@ -41,11 +42,13 @@ from pathlib import Path
 import torch
 
 from accelerate_graph.bench.timing import time_calls
+from accelerate_graph.core.backends.cuda import claim_capture_stream
 from accelerate_graph.pipeline import CaptureRequest, capture_fused, prepare
 from benchmarks.profile_step import profile_step, replay_ms
 
 STEPS, WARMUP = 30, 5
 BEFORE = ("nothing", "plain", "plain-freed", "fused-freed", "eager-first", "tiny-mm", "tiny-add", "side-stream")
+BEFORE += ("claimed-side-stream",)
 
 
 def fused_graphs(model: str, cache: int, batches: list[int], prompt: int, before: str):
@@ -61,12 +64,14 @@ def fused_graphs(model: str, cache: int, batches: list[int], prompt: int, before
     if before in ("tiny-mm", "tiny-add"):
         capture_a_tiny_graph(before)
         release()
-    if before == "side-stream":  # one more stream taken from torch's pool, an add on it, no capture
+    if before == "claimed-side-stream":  # the capture stream claimed first (as a --tp rank does), then the same
+        claim_capture_stream(torch.device("cuda", torch.cuda.current_device()))
+    if before in ("side-stream", "claimed-side-stream"):  # one more stream from torch's pool, an add on it
         side = torch.cuda.Stream()
         with torch.cuda.stream(side):
             torch.ones(8, device="cuda").add_(1)
         torch.cuda.synchronize()
-    if before in ("nothing", "eager-first", "tiny-mm", "tiny-add", "side-stream"):
+    if before in ("nothing", "eager-first", "tiny-mm", "tiny-add", "side-stream", "claimed-side-stream"):
         prepared = prepare(fused)
         return prepared.session, prepared.graphs
     prepared = prepare(fused if before == "fused-freed" else request)

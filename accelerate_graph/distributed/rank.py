@@ -102,6 +102,9 @@ def join(world_size: int, device: torch.device) -> RankInfo:
     if device.type == "cuda":
         device = torch.device("cuda", local)
         torch.cuda.set_device(device)
+        from accelerate_graph.core.backends.cuda import claim_capture_stream  # CUDA only
+
+        claim_capture_stream(device)  # before NCCL's streams run work (the order bias, docs/PERF.md stop 26)
     backend = "nccl" if device.type == "cuda" else "gloo"
     timeout = timeout_seconds()
     try:

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from accelerate_graph.core.backends import backend_for
+from accelerate_graph.core.backends.cuda import capture_stream, claim_capture_stream
 from accelerate_graph.core.capture import capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.models.loading import load_model
@@ -70,8 +71,10 @@ def test_every_backend_of_a_device_captures_on_one_stream(tiny_model_dir):
     """A graph captured on another stream than the process's first side stream replays slower under PDL
     (docs/PERF.md, stop 26): every backend of a device, and "cuda" and "cuda:0", take the same stream, and
     a second capture on it still replays what eager computes."""
+    claim_capture_stream(GPU)  # what a --tp rank does first: a kernel on it, and idle after
+    assert capture_stream(GPU).query()
     first, second = backend_for(GPU), backend_for(torch.device("cuda"))
-    assert first.stream is second.stream
+    assert first.stream is second.stream is capture_stream(GPU)
     loaded = load_model(tiny_model_dir("llama"), GPU, torch.bfloat16)
     session = DecodeSession(loaded.model, 2, 64)
     capture_decode_graphs(session, first, (2,))

@@ -85,6 +85,17 @@ def capture_stream(device: torch.device) -> torch.cuda.Stream:
     return _CAPTURE_STREAMS[key]
 
 
+def claim_capture_stream(device: torch.device) -> None:
+    """Run a kernel on the capture stream now, so that it is the process's first side stream to run work
+    (which stop 26's cases say is what replays fast). For processes where another stream would otherwise
+    come first: a tensor-parallel rank, before NCCL's communicators run on their own streams. Prepared
+    with stop 26's evidence from one GPU; not yet measured under --tp."""
+    stream = capture_stream(device)
+    with torch.cuda.stream(stream):
+        torch.zeros(1, device=device)
+    stream.synchronize()
+
+
 class CudaGraphBackend:
     """One pool for every graph: capture largest bucket first so smaller ones reuse its blocks."""
 
