@@ -22,8 +22,11 @@
 # (the 1B +34 us: off), the 1B's batch-1 chain re-swept (STEP_SWEEPS="llama-3.2-1b:150": o's config, -7 us);
 # stop 26: the epilogue's loads before the K walk (the 1B +27 us, Qwen -7: removed), the q/k/v epilogue with
 # its loads hoisted (its kernel 119 -> 168 us a step at the 1B: hoisting reverted, the lever stays off).
-# The defaults now: the shipped step of the 1B and Qwen, one process each (a way after another in one
-# process replays slower: PERF.md stop 24), at batches 1, 8 and 32; then the GPU tests of the fused step,
+# Prepared in stop 26: o and down on the skinny kernels above batch 1, q/k/v and gate/up on cuBLAS
+# (CUGRAPH_ACCEL_SKINNY_BATCHES=residual, way fused-skinny-residual: PDL around two of a layer's five cuBLAS
+# kernels; prediction at the 1B's batch 8 -0..-30 us). The defaults now: that way and the shipped step for
+# the 1B and Qwen, one process each (since stop 26 one capture stream keeps ways in one process comparable,
+# but one process each stays the rule), at batches 1, 8 and 32; then the GPU tests of the fused step,
 # the mask, the q/k/v epilogue and the skinny kernels (~260 s alone). No step sweep by default
 # (STEP_SWEEPS="llama-3.2-1b:60:8" runs the 1B's 8-row chain).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
@@ -49,8 +52,9 @@ for entry in ${STEP_SWEEPS-}; do
     --budget-s "$budget" --write-configs "$TABLE" --log "$LOGS/step-trials-$model-$rows.tsv"
 done
 cp "$TABLE" "$FINAL/skinny_configs.json"
-# default: the shipped step, each model the first way of its own process
-PROFILES=${PROFILES:-"llama-3.2-1b:fused qwen2.5-0.5b:fused"}
+# default: the prepared way and the shipped step, each the first way of its own process
+PROFILES=${PROFILES:-"llama-3.2-1b:fused-skinny-residual llama-3.2-1b:fused qwen2.5-0.5b:fused-skinny-residual
+  qwen2.5-0.5b:fused"}
 n=0
 for entry in $PROFILES; do
   IFS=: read -r model ways <<< "$entry"

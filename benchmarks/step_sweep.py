@@ -123,7 +123,7 @@ class Chain:
 
         settings = fused_layers.inductor_settings(pdl.active(self.x.device), fused_layers.tunes_at(self.hidden))
         was = layer_program.SKINNY_ABOVE_BATCH_1, layer_program.SKINNY_AT_BATCH_1
-        layer_program.SKINNY_ABOVE_BATCH_1, layer_program.SKINNY_AT_BATCH_1 = False, "0"
+        layer_program.SKINNY_ABOVE_BATCH_1, layer_program.SKINNY_AT_BATCH_1 = frozenset(), "0"
         try:
             with torch_internals.inductor_config_patched(settings):
                 compiled = torch.compile(chain, fullgraph=True, dynamic=False)

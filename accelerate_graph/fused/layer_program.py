@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from accelerate_graph.common.errors import BadOptionError
 from accelerate_graph.compat.torch_internals import has_call_hooks
 from accelerate_graph.compat.transformers_internals import static_layer_tensors, static_layer_write
 from accelerate_graph.fused.grouped_attention import grouped_decode_attention
@@ -115,20 +116,42 @@ def layer_at_batch_1_is_skinny(layer: torch.nn.Module) -> bool:
 # and cuBLAS. Measured in a step (H200, 2026-12-01, profile_step.py --ways fused-skinny-batches): the 1B's
 # batch 8 1.225 -> 1.687 ms, its GEMMs 663 -> 1,341 us, half cuBLAS's speed; with the weights on the MMA's
 # long side (configs.SkinnyConfig.swap, stop 23) 926 us, the step 1.263 against 1.183 ms: still off.
-# CUGRAPH_ACCEL_SKINNY_BATCHES=1 runs them at every batch above 1 (the table's configs by row bucket, else
-# the heuristic's; one config for every batch of a dynamic graph).
-SKINNY_ABOVE_BATCH_1 = os.environ.get("CUGRAPH_ACCEL_SKINNY_BATCHES", "0") == "1"
+# CUGRAPH_ACCEL_SKINNY_BATCHES=1 runs them for every op at every batch above 1 (the table's configs by row
+# bucket, else the heuristic's; one config for every batch of a dynamic graph), or a comma list of ops
+# (proj, residual, gate_up) for those alone. "residual" (o and down) is stop 26's prepared way: at the
+# 1B's batch 8 those two ran at 0.9-0.95x the merged cuBLAS (stop 23), and cuBLAS's kernels take no part
+# in PDL, which hides 64 us of the batch-1 step (profile way fused-skinny-residual, not yet measured).
+SKINNY_OPS = ("proj", "residual", "gate_up")
+
+
+def ops_above_batch_1(text: str) -> frozenset[str]:
+    """CUGRAPH_ACCEL_SKINNY_BATCHES as the ops it names: "0" none, "1" all, else a comma list of SKINNY_OPS."""
+    if text.strip() in ("", "0"):
+        return frozenset()
+    if text.strip() == "1":
+        return frozenset(SKINNY_OPS)
+    named = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = sorted(named - set(SKINNY_OPS))
+    if unknown:
+        raise BadOptionError(
+            f"CUGRAPH_ACCEL_SKINNY_BATCHES={text!r} names {', '.join(unknown)}, not an op of the skinny kernels.",
+            f"Set it to 0, 1 or a comma list of {', '.join(SKINNY_OPS)}.",
+        )
+    return frozenset(named)
+
+
+SKINNY_ABOVE_BATCH_1 = ops_above_batch_1(os.environ.get("CUGRAPH_ACCEL_SKINNY_BATCHES", "0"))
 
 
 def _skinny(x: torch.Tensor, op: str, ns: tuple[int, ...]) -> bool:
     """Whether this call runs the skinny kernels: a device that runs them (a CUDA device; a CPU tensor
-    only under the Triton interpreter, the tests), and at one row skinny_at_batch_1, above it
-    SKINNY_ABOVE_BATCH_1."""
+    only under the Triton interpreter, the tests), and at one row skinny_at_batch_1, above it whether
+    SKINNY_ABOVE_BATCH_1 names the op."""
     if not skinny_matmul.runs_triton(x):
         return False
     if x.shape[0] == 1:
         return skinny_at_batch_1(op, ns, int(x.shape[-1]))
-    return SKINNY_ABOVE_BATCH_1
+    return op in SKINNY_ABOVE_BATCH_1
 
 
 def _merged_projections(x, norm_weight, eps, weights, biases):

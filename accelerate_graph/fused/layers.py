@@ -305,8 +305,10 @@ class FusedForward:
         if self._batch_1_is_skinny():
             kind += ", skinny GEMV kernels at batch 1"
             kind += " (q/k/v writing the cache)" if layer_program.QKV_WRITES_CACHE else ""
-        if skinny and layer_program.SKINNY_ABOVE_BATCH_1:
-            kind += ", skinny kernels above batch 1"
+        above = layer_program.SKINNY_ABOVE_BATCH_1
+        if skinny and above:
+            every = above == frozenset(layer_program.SKINNY_OPS)
+            kind += ", skinny kernels above batch 1" + ("" if every else f" ({', '.join(sorted(above))})")
         kind += ", rotary table" if self.rotary else ""
         kind += ", final norm kernel" if self.final_norm else ""
         kind += ", mask kernel" if self.causal_mask is not None else ""

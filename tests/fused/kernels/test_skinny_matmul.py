@@ -243,12 +243,25 @@ def test_misuse_is_refused_with_the_argument_named():
         sm.norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[0], "relu")
 
 
+def test_the_ops_above_batch_1_are_read_from_their_switch():
+    from accelerate_graph.common.errors import BadOptionError
+    from accelerate_graph.fused import layer_program
+
+    assert layer_program.ops_above_batch_1("0") == frozenset()
+    assert layer_program.ops_above_batch_1("1") == frozenset(layer_program.SKINNY_OPS)
+    assert layer_program.ops_above_batch_1(" residual, gate_up ") == {"residual", "gate_up"}
+    with pytest.raises(BadOptionError, match="names down, not an op") as raised:
+        layer_program.ops_above_batch_1("residual,down")
+    assert "proj, residual, gate_up" in raised.value.hint
+
+
 @interpreted
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
 def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model_type, monkeypatch, tmp_path):
     """layer_program's merged ops at batch 1: the skinny kernels for the shapes their table has (the four
-    folded ops of every layer, one row each, decoding like HF's forward), every shape when forced, inductor's way otherwise; above batch 1 only with SKINNY_ABOVE_BATCH_1 (then
-    at every shape, whatever the batch-1 rule says), decoding like HF's forward too."""
+    folded ops of every layer, one row each, decoding like HF's forward), every shape when forced, inductor's
+    way otherwise; above batch 1 only the ops SKINNY_ABOVE_BATCH_1 names (then at every shape, whatever the
+    batch-1 rule says), decoding like HF's forward too."""
     from tiny_models import grouped_decode_cases
 
     from accelerate_graph.fused import layer_program
@@ -272,13 +285,15 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
     all_four = [("proj", 1), ("residual", 1), ("gate_up", 1), ("residual", 1)] * layers
     at_two = [("proj", 2), ("residual", 2), ("gate_up", 2), ("residual", 2)] * layers
     missing = tmp_path / "missing.json"
+    NONE, EVERY = frozenset(), frozenset(layer_program.SKINNY_OPS)
     regimes = [  # (SKINNY_AT_BATCH_1, SKINNY_ABOVE_BATCH_1, table, launches)
-        ("auto", False, missing, []),
-        ("auto", False, table, all_four),
-        ("1", False, missing, all_four),
-        ("0", False, table, []),
-        ("0", True, table, at_two),
-        ("1", True, missing, at_two + all_four),
+        ("auto", NONE, missing, []),
+        ("auto", NONE, table, all_four),
+        ("1", NONE, missing, all_four),
+        ("0", NONE, table, []),
+        ("0", EVERY, table, at_two),
+        ("1", EVERY, missing, at_two + all_four),
+        ("0", frozenset({"residual"}), table, [("residual", 2), ("residual", 2)] * layers),
     ]
     for mode, above, table_path, want in regimes:
         launches.clear()
