@@ -55,6 +55,7 @@ class Way:
     gate_up_apart: bool = layer_program.GATE_UP_APART_AT_BATCH_1  # merged: gate and up two GEMVs at batch 1
     skinny_b1: str = layer_program.SKINNY_AT_BATCH_1  # merged, batch 1: skinny kernels "auto" (by table), "1", "0"
     skinny_above: frozenset = layer_program.SKINNY_ABOVE_BATCH_1  # merged, above batch 1: ops on the skinny kernels
+    down_takes_silu: bool = layer_program.DOWN_TAKES_SILU  # above batch 1: down computes silu(gate) * up
     pdl_on: bool = pdl.ENABLED  # our kernels with PDL, and inductor's unless `inductor` turns it off
     triton_attention: bool = grouped_attention.TRITON_DECODE  # the default: on (CUGRAPH_ACCEL_TRITON_ATTENTION)
     fold_combine: bool = decode_attention.FOLD_COMBINE  # the attention's combine inside its split kernel
@@ -204,6 +205,9 @@ def main() -> None:
         "fused-skinny-batches": Way("fused, skinny kernels above 1", skinny_above=frozenset(layer_program.SKINNY_OPS)),
         # o and down on the skinny kernels above batch 1, q/k/v and gate/up on cuBLAS: prepared (stop 26)
         "fused-skinny-residual": Way("fused, skinny o/down above 1", skinny_above=frozenset({"residual"})),
+        "fused-down-takes-silu": Way(
+            "fused, skinny o/down above 1, down takes silu", skinny_above=frozenset({"residual"}), down_takes_silu=True
+        ),  # prepared (stop 26)
         "fused-no-rotary-table": Way("fused, HF's rotary module", rotary_table=False),  # the default before stop 20
         "fused-no-final-norm": Way("fused, HF's final norm", final_norm_kernel=False),  # the default before stop 21
         "fused-norm-loop": Way("fused, norm in a loop", norm_at_once=False),  # the row norms before stop 24
@@ -241,6 +245,7 @@ def main() -> None:
         layer_program.GATE_UP_APART_AT_BATCH_1 = way.gate_up_apart
         layer_program.SKINNY_AT_BATCH_1 = way.skinny_b1
         layer_program.SKINNY_ABOVE_BATCH_1 = way.skinny_above
+        layer_program.DOWN_TAKES_SILU = way.down_takes_silu
         pdl.ENABLED = way.pdl_on
         fused_step.TUNE = way.tune
         fused_step.ROTARY_TABLE = way.rotary_table
