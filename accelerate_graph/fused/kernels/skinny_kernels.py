@@ -1,12 +1,12 @@
 """Triton code of the skinny matmuls; skinny_matmul launches it (read that module first).
 
 One kernel serves the three ops (MODE): 0 projections (1-3 weights, program id picks the weight), 1 one
-projection plus the residual (its input optionally act(gate) * up, computed per K block: NORM), 2 gate
-and up read side by side then act(gate) * up. A program owns BLOCK_N
-output columns of BLOCK_M rows and walks K (its share of K when split-K is on: then it writes float32
-partial sums and `finish_kernel` adds them and runs the epilogue). `qkv_rope_write_kernel` is the merged
-q/k/v projection with the rotary embedding and the cache write in its epilogue, its own entry point over the
-same helpers (so skinny_kernel's variants stay as they were).
+projection plus the residual (its input optionally act(gate) * up, computed per K block: NORM), 2 gate and
+up read side by side then act(gate) * up. A program owns BLOCK_N output columns of BLOCK_M rows and walks K
+(its share of K when split-K is on: then it writes float32 partial sums and `finish_kernel` adds them and
+runs the epilogue). `qkv_rope_write_kernel` is the merged q/k/v projection with the rotary embedding and the
+cache write in its epilogue, its own entry point over the same helpers (so skinny_kernel's variants stay as
+they were).
 
 Arithmetic is done in float32 on values loaded `.to(tl.float32)`, and roundings to the output dtype go
 through `_round`, bit arithmetic that rounds to nearest even like the GPU: the Triton interpreter (CPU
