@@ -305,6 +305,19 @@ def test_the_ops_above_batch_1_are_read_from_their_switch():
     assert "proj, residual, gate_up" in raised.value.hint
 
 
+def decodes_like_hf(model, session, prompt, cases, expected) -> None:
+    """The merged layer program's steps (inductor off: dynamo cannot trace the interpreter's launches)
+    give HF's forward's logits."""
+    from accelerate_graph.fused.layers import FusedForward
+
+    torch._dynamo.reset()
+    fused = FusedForward(model, backend="eager", ops=layer_program.MERGED_OPS)
+    with torch.compiler.set_stance("force_eager"):
+        got = session.first_steps(prompt, cases, fused)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
 @interpreted
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
 def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model_type, monkeypatch, tmp_path):
@@ -315,7 +328,6 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
     from tiny_models import grouped_decode_cases
 
     from accelerate_graph.fused import layer_program
-    from accelerate_graph.fused.layers import FusedForward
 
     launches = []
     launch = sm.launch
@@ -350,12 +362,7 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
         monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", mode)
         monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", above)
         monkeypatch.setattr(configs, "TABLE_PATH", table_path)
-        torch._dynamo.reset()
-        fused = FusedForward(model, backend="eager", ops=layer_program.MERGED_OPS)
-        with torch.compiler.set_stance("force_eager"):  # dynamo cannot trace the interpreter's launches
-            got = session.first_steps(prompt, cases, fused)
-        for a, b in zip(got, expected):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+        decodes_like_hf(model, session, prompt, cases, expected)
         assert launches == want, (mode, above, table_path.name)
         at_one = any(rows == 1 for _, rows in want)
         assert layer_program.layer_at_batch_1_is_skinny(model.model.layers[0]) == at_one  # what notes say
@@ -369,8 +376,6 @@ def test_down_taking_silu_above_batch_1_decodes_like_hf(model_type, hooked, monk
     HF's forward does. A hooked down_proj (--tp sums the ranks' parts in a hook) keeps the plain MLP."""
     from tiny_models import grouped_decode_cases
 
-    from accelerate_graph.fused.layers import FusedForward
-
     rows = []
     gated = sm.gated_linear_residual
     monkeypatch.setattr(sm, "gated_linear_residual", lambda h, *args: rows.append(h.shape[0]) or gated(h, *args))
@@ -381,12 +386,7 @@ def test_down_taking_silu_above_batch_1_decodes_like_hf(model_type, hooked, monk
     if hooked:
         for layer in model.model.layers:
             layer.mlp.down_proj.register_forward_hook(lambda module, args, out: out)
-    torch._dynamo.reset()
-    fused = FusedForward(model, backend="eager", ops=layer_program.MERGED_OPS)
-    with torch.compiler.set_stance("force_eager"):  # dynamo cannot trace the interpreter's launches
-        got = session.first_steps(prompt, cases, fused)
-    for a, b in zip(got, expected):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    decodes_like_hf(model, session, prompt, cases, expected)
     assert [batch for batch, _ in cases] == [2, 1]
     assert rows == ([] if hooked else [2] * model.config.num_hidden_layers)
 
