@@ -47,8 +47,11 @@ from accelerate_graph.pipeline import CaptureRequest, capture_fused, prepare
 from benchmarks.profile_step import profile_step, replay_ms
 
 STEPS, WARMUP = 30, 5
-BEFORE = ("nothing", "plain", "plain-freed", "fused-freed", "eager-first", "tiny-mm", "tiny-add", "side-stream")
-BEFORE += ("claimed-side-stream",)
+BEFORE = (
+    *("nothing", "plain", "plain-freed", "fused-freed", "eager-first"),
+    *("tiny-mm", "tiny-add", "side-stream", "claimed-side-stream"),
+)
+RECAPTURED = ("plain", "plain-freed", "fused-freed")  # the fused graphs come from a second capture
 
 
 def fused_graphs(model: str, cache: int, batches: list[int], prompt: int, before: str):
@@ -71,7 +74,7 @@ def fused_graphs(model: str, cache: int, batches: list[int], prompt: int, before
         with torch.cuda.stream(side):
             torch.ones(8, device="cuda").add_(1)
         torch.cuda.synchronize()
-    if before in ("nothing", "eager-first", "tiny-mm", "tiny-add", "side-stream", "claimed-side-stream"):
+    if before not in RECAPTURED:
         prepared = prepare(fused)
         return prepared.session, prepared.graphs
     prepared = prepare(fused if before == "fused-freed" else request)
@@ -157,11 +160,7 @@ def main() -> None:
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--trace", type=Path, help="a folder: write each replay's kernels there (profile_step's tally)")
-    parser.add_argument(
-        "--before",
-        default="nothing",
-        choices=BEFORE,
-    )
+    parser.add_argument("--before", default="nothing", choices=BEFORE)
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     for entry in args.models:
