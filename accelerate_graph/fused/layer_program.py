@@ -98,18 +98,22 @@ def skinny_at_batch_1(op: str, ns: tuple[int, ...], k: int) -> bool:
     return configs.in_table(op, 1, ns, k)
 
 
-def layer_at_batch_1_is_skinny(layer: torch.nn.Module) -> bool:
-    """Whether all four folded calls of `layer` (merged) run the skinny kernels at batch 1, device aside."""
+def _folded_calls(layer: torch.nn.Module) -> list[tuple[str, tuple[int, ...], int]]:
+    """(op, output sizes, reduction) of the four folded calls of `layer` (merged)."""
     attention, mlp = layer.self_attn, layer.mlp
     hidden = attention.q_proj.in_features
     qkv = sum(p.out_features for p in (attention.q_proj, attention.k_proj, attention.v_proj))
-    calls = [
+    return [
         ("proj", (qkv,), hidden),
         ("residual", (attention.o_proj.out_features,), attention.o_proj.in_features),
         ("gate_up", (mlp.gate_proj.out_features,), hidden),
         ("residual", (mlp.down_proj.out_features,), mlp.down_proj.in_features),
     ]
-    return all(skinny_at_batch_1(op, ns, k) for op, ns, k in calls)
+
+
+def layer_at_batch_1_is_skinny(layer: torch.nn.Module) -> bool:
+    """Whether all four folded calls of `layer` (merged) run the skinny kernels at batch 1, device aside."""
+    return all(skinny_at_batch_1(op, ns, k) for op, ns, k in _folded_calls(layer))
 
 
 # Above batch 1 the same kernels can run on tensor cores (rows padded to 16) instead of inductor's kernels
@@ -118,14 +122,23 @@ def layer_at_batch_1_is_skinny(layer: torch.nn.Module) -> bool:
 # long side (configs.SkinnyConfig.swap, stop 23) 926 us, the step 1.263 against 1.183 ms: still off.
 # CUGRAPH_ACCEL_SKINNY_BATCHES=1 runs them for every op at every batch above 1 (the table's configs by row
 # bucket, else the heuristic's; one config for every batch of a dynamic graph), or a comma list of ops
-# (proj, residual, gate_up) for those alone. "residual" (o and down) is stop 26's prepared way: at the
-# 1B's batch 8 those two ran at 0.9-0.95x the merged cuBLAS (stop 23), and cuBLAS's kernels take no part
-# in PDL, which hides 64 us of the batch-1 step (profile way fused-skinny-residual, not yet measured).
+# (proj, residual, gate_up) for those alone, at every shape; 0 for none. The default, "auto": o and down
+# ("residual") alone, q/k/v and gate/up on cuBLAS, and only at the shapes of RESIDUAL_WINS_ABOVE_BATCH_1.
+SKINNY_OPS = ("proj", "residual", "gate_up")
+# (out, in) of the o and down projections whose step ran faster with them on the skinny kernels above batch
+# 1: cuBLAS's kernels take no part in PDL, and down's split-K reduce goes. H200, 2026-12-02 (stop 27,
+# profile_step.py --ways fused-skinny-residual against fused, one process each, batch 8 / 32, ms):
+# Llama-3.2-1B 1.073 / 1.158 -> 1.011 / 1.125; but Qwen2.5-0.5B 0.892 / 0.966 -> 0.931 / 1.119 and
+# Llama-3.1-8B 4.602 / 4.987 -> 5.468 / 5.706 (the skinny tensor-core kernels' speed per op decides).
+RESIDUAL_WINS_ABOVE_BATCH_1 = frozenset({(2048, 2048), (2048, 8192)})  # the 1B's o and down
 SKINNY_OPS = ("proj", "residual", "gate_up")
 
 
-def ops_above_batch_1(text: str) -> frozenset[str]:
-    """CUGRAPH_ACCEL_SKINNY_BATCHES as the ops it names: "0" none, "1" all, else a comma list of SKINNY_OPS."""
+def ops_above_batch_1(text: str) -> frozenset[str] | None:
+    """CUGRAPH_ACCEL_SKINNY_BATCHES as the ops it names: "0" none, "1" all, a comma list of SKINNY_OPS;
+    None for "auto" (o and down where RESIDUAL_WINS_ABOVE_BATCH_1 has their shape)."""
+    if text.strip() == "auto":
+        return None
     if text.strip() in ("", "0"):
         return frozenset()
     if text.strip() == "1":
@@ -135,23 +148,37 @@ def ops_above_batch_1(text: str) -> frozenset[str]:
     if unknown:
         raise BadOptionError(
             f"CUGRAPH_ACCEL_SKINNY_BATCHES={text!r} names {', '.join(unknown)}, not an op of the skinny kernels.",
-            f"Set it to 0, 1 or a comma list of {', '.join(SKINNY_OPS)}.",
+            f"Set it to auto, 0, 1 or a comma list of {', '.join(SKINNY_OPS)}.",
         )
     return frozenset(named)
 
 
-SKINNY_ABOVE_BATCH_1 = ops_above_batch_1(os.environ.get("CUGRAPH_ACCEL_SKINNY_BATCHES", "0"))
+SKINNY_ABOVE_BATCH_1 = ops_above_batch_1(os.environ.get("CUGRAPH_ACCEL_SKINNY_BATCHES", "auto"))
+
+
+def skinny_above_batch_1(op: str, ns: tuple[int, ...], k: int) -> bool:
+    """Whether a call of `op` (output sizes `ns`, reduction `k`) with more than one row runs the skinny
+    kernels, where the device runs them: the ops SKINNY_ABOVE_BATCH_1 names, or by default o and down at the
+    shapes where a step measured them faster."""
+    if SKINNY_ABOVE_BATCH_1 is None:
+        return op == "residual" and (ns[0], k) in RESIDUAL_WINS_ABOVE_BATCH_1
+    return op in SKINNY_ABOVE_BATCH_1
+
+
+def layer_ops_above_batch_1(layer: torch.nn.Module) -> frozenset[str]:
+    """The ops of `layer` (merged) that run the skinny kernels above batch 1, device aside (for notes)."""
+    return frozenset(op for op, ns, k in _folded_calls(layer) if skinny_above_batch_1(op, ns, k))
 
 
 def _skinny(x: torch.Tensor, op: str, ns: tuple[int, ...]) -> bool:
     """Whether this call runs the skinny kernels: a device that runs them (a CUDA device; a CPU tensor
-    only under the Triton interpreter, the tests), and at one row skinny_at_batch_1, above it whether
-    SKINNY_ABOVE_BATCH_1 names the op."""
+    only under the Triton interpreter, the tests), at one row skinny_at_batch_1, above it
+    skinny_above_batch_1."""
     if not skinny_matmul.runs_triton(x):
         return False
     if x.shape[0] == 1:
         return skinny_at_batch_1(op, ns, int(x.shape[-1]))
-    return op in SKINNY_ABOVE_BATCH_1
+    return skinny_above_batch_1(op, ns, int(x.shape[-1]))
 
 
 def _merged_projections(x, norm_weight, eps, weights, biases):
@@ -220,11 +247,12 @@ def _merged_gate_up(x, norm_weight, eps, w_gate_up, w_up):
     return torch.nn.functional.silu(gate) * up
 
 
-# Above batch 1 with gate/up on cuBLAS and down on the skinny kernels ("residual" in SKINNY_ABOVE_BATCH_1),
-# a pointwise kernel computed silu(gate) * up between the two. With the switch down reads gate/up's raw
-# output and computes it per K block itself (skinny_matmul.gated_linear_residual): one launch a layer fewer,
-# the same numbers. Prepared in stop 26, not yet measured (profile way fused-down-takes-silu): prediction
-# at the 1B's batch 8 -15..-35 us on top of the residual way. CUGRAPH_ACCEL_DOWN_TAKES_SILU=1 turns it on.
+# Above batch 1 with gate/up on cuBLAS and down on the skinny kernels, a pointwise kernel computes
+# silu(gate) * up between the two. With the switch down reads gate/up's raw output and computes it per K
+# block itself (skinny_matmul.gated_linear_residual): one launch a layer fewer, the same numbers. Off:
+# slower (H200, 2026-12-02, stop 27, profile way fused-down-takes-silu against fused-skinny-residual, batch
+# 8 / 32, ms): Llama-3.2-1B 1.175 / 1.509 against 1.011 / 1.125, Qwen2.5-0.5B 2.205 / 2.455 against
+# 0.931 / 1.119 (predicted -15..-35 us). CUGRAPH_ACCEL_DOWN_TAKES_SILU=1 turns it on.
 DOWN_TAKES_SILU = os.environ.get("CUGRAPH_ACCEL_DOWN_TAKES_SILU", "0") == "1"
 
 

@@ -305,8 +305,8 @@ class FusedForward:
         if self._batch_1_is_skinny():
             kind += ", skinny GEMV kernels at batch 1"
             kind += " (q/k/v writing the cache)" if layer_program.QKV_WRITES_CACHE else ""
-        above = layer_program.SKINNY_ABOVE_BATCH_1
-        if skinny and above:
+        above = layer_program.layer_ops_above_batch_1(self.layers[0]) if skinny else frozenset()
+        if above:
             every = above == frozenset(layer_program.SKINNY_OPS)
             kind += ", skinny kernels above batch 1" + ("" if every else f" ({', '.join(sorted(above))})")
             kind += ", down takes SiLU" if layer_program.DOWN_TAKES_SILU and "residual" in above else ""

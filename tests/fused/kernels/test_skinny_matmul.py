@@ -297,6 +297,7 @@ def test_the_ops_above_batch_1_are_read_from_their_switch():
     from accelerate_graph.common.errors import BadOptionError
     from accelerate_graph.fused import layer_program
 
+    assert layer_program.ops_above_batch_1("auto") is None  # the default: o and down at the measured shapes
     assert layer_program.ops_above_batch_1("0") == frozenset()
     assert layer_program.ops_above_batch_1("1") == frozenset(layer_program.SKINNY_OPS)
     assert layer_program.ops_above_batch_1(" residual, gate_up ") == {"residual", "gate_up"}
@@ -324,7 +325,7 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
     """layer_program's merged ops at batch 1: the skinny kernels for the shapes their table has (the four
     folded ops of every layer, one row each, decoding like HF's forward), every shape when forced, inductor's
     way otherwise; above batch 1 only the ops SKINNY_ABOVE_BATCH_1 names (then at every shape, whatever the
-    batch-1 rule says), decoding like HF's forward too."""
+    batch-1 rule says), by default o and down at the shapes that won in a step; decoding like HF's forward."""
     from tiny_models import grouped_decode_cases
 
     from accelerate_graph.fused import layer_program
@@ -356,6 +357,7 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
         ("0", EVERY, table, at_two),
         ("1", EVERY, missing, at_two + all_four),
         ("0", frozenset({"residual"}), table, [("residual", 2), ("residual", 2)] * layers),
+        ("0", None, table, []),  # the default: this model's o and down are not among the shapes that won
     ]
     for mode, above, table_path, want in regimes:
         launches.clear()
@@ -364,8 +366,15 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
         monkeypatch.setattr(configs, "TABLE_PATH", table_path)
         decodes_like_hf(model, session, prompt, cases, expected)
         assert launches == want, (mode, above, table_path.name)
+        assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == (above or set())
         at_one = any(rows == 1 for _, rows in want)
         assert layer_program.layer_at_batch_1_is_skinny(model.model.layers[0]) == at_one  # what notes say
+    # the default at shapes that won in a step: o and down above batch 1, nothing else
+    launches.clear()
+    monkeypatch.setattr(layer_program, "RESIDUAL_WINS_ABOVE_BATCH_1", {(hidden, hidden), (hidden, inter)})
+    decodes_like_hf(model, session, prompt, cases, expected)
+    assert launches == [("residual", 2), ("residual", 2)] * layers
+    assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == {"residual"}
 
 
 @interpreted
