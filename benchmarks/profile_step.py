@@ -55,7 +55,6 @@ class Way:
     gate_up_apart: bool = layer_program.GATE_UP_APART_AT_BATCH_1  # merged: gate and up two GEMVs at batch 1
     skinny_b1: str = layer_program.SKINNY_AT_BATCH_1  # merged, batch 1: skinny kernels "auto" (by table), "1", "0"
     skinny_above: frozenset | None = layer_program.SKINNY_ABOVE_BATCH_1  # merged, above 1: skinny ops (None: auto)
-    down_takes_silu: bool = layer_program.DOWN_TAKES_SILU  # above batch 1: down computes silu(gate) * up
     pdl_on: bool = pdl.ENABLED  # our kernels with PDL, and inductor's unless `inductor` turns it off
     triton_attention: bool = grouped_attention.TRITON_DECODE  # the default: on (CUGRAPH_ACCEL_TRITON_ATTENTION)
     fold_combine: bool = decode_attention.FOLD_COMBINE  # the attention's combine inside its split kernel
@@ -207,9 +206,6 @@ def main() -> None:
         # by default since stop 27 at the shapes where it won); and cuBLAS for every op above batch 1
         "fused-skinny-residual": Way("fused, skinny o/down above 1", skinny_above=frozenset({"residual"})),
         "fused-cublas-above-1": Way("fused, cuBLAS above 1", skinny_above=frozenset()),
-        "fused-down-takes-silu": Way(
-            "fused, skinny o/down above 1, down takes silu", skinny_above=frozenset({"residual"}), down_takes_silu=True
-        ),  # off: slower everywhere (stop 27)
         "fused-no-rotary-table": Way("fused, HF's rotary module", rotary_table=False),  # the default before stop 20
         "fused-no-final-norm": Way("fused, HF's final norm", final_norm_kernel=False),  # the default before stop 21
         "fused-norm-loop": Way("fused, norm in a loop", norm_at_once=False),  # the row norms before stop 24
@@ -247,7 +243,6 @@ def main() -> None:
         layer_program.GATE_UP_APART_AT_BATCH_1 = way.gate_up_apart
         layer_program.SKINNY_AT_BATCH_1 = way.skinny_b1
         layer_program.SKINNY_ABOVE_BATCH_1 = way.skinny_above
-        layer_program.DOWN_TAKES_SILU = way.down_takes_silu
         pdl.ENABLED = way.pdl_on
         fused_step.TUNE = way.tune
         fused_step.ROTARY_TABLE = way.rotary_table

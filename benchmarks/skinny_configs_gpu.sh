@@ -22,14 +22,13 @@
 # (the 1B +34 us: off), the 1B's batch-1 chain re-swept (STEP_SWEEPS="llama-3.2-1b:150": o's config, -7 us);
 # stop 26: the epilogue's loads before the K walk (the 1B +27 us, Qwen -7: removed), the q/k/v epilogue with
 # its loads hoisted (its kernel 119 -> 168 us a step at the 1B: hoisting reverted, the lever stays off).
-# Prepared in stop 26: o and down on the skinny kernels above batch 1, q/k/v and gate/up on cuBLAS
-# (CUGRAPH_ACCEL_SKINNY_BATCHES=residual, way fused-skinny-residual: PDL around two of a layer's five cuBLAS
-# kernels; prediction at the 1B's batch 8 -0..-30 us), and with it down computing silu(gate) * up itself
-# (CUGRAPH_ACCEL_DOWN_TAKES_SILU=1, way fused-down-takes-silu: one launch a layer fewer; -15..-35 us more).
-# The defaults now: those ways and the shipped step for the 1B, the last and the shipped step for Qwen, one
-# process each (since stop 26 one capture stream keeps ways in one process comparable, but one process
-# each stays the rule), at batches 1, 8 and 32; then the GPU tests of the fused step, the mask, the q/k/v
-# epilogue and the skinny kernels (~300 s alone). No step sweep by default
+# stop 27: o and down on the skinny kernels above batch 1, q/k/v and gate/up on cuBLAS (the 1B's batch 8
+# 1.073 -> 1.011 ms: on at its shapes; Qwen +39 us and the 8B +866 at batch 8: cuBLAS there), and with it
+# down computing silu(gate) * up itself (the 1B +164 us, Qwen +1,274: removed).
+# The defaults now: the shipped step and cuBLAS for every op above batch 1 (fused-cublas-above-1) for the
+# 1B, the shipped step for Qwen, one process each (since stop 26 one capture stream keeps ways in one
+# process comparable, but one process each stays the rule), at batches 1, 8 and 32; then the GPU tests of
+# the fused step, the mask, the q/k/v epilogue and the skinny kernels (~260 s alone). No step sweep by default
 # (STEP_SWEEPS="llama-3.2-1b:60:8" runs the 1B's 8-row chain).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
 set -uo pipefail
@@ -54,9 +53,8 @@ for entry in ${STEP_SWEEPS-}; do
     --budget-s "$budget" --write-configs "$TABLE" --log "$LOGS/step-trials-$model-$rows.tsv"
 done
 cp "$TABLE" "$FINAL/skinny_configs.json"
-# default: the prepared way and the shipped step, each the first way of its own process
-PROFILES=${PROFILES:-"llama-3.2-1b:fused-down-takes-silu llama-3.2-1b:fused-skinny-residual llama-3.2-1b:fused
-  qwen2.5-0.5b:fused-down-takes-silu qwen2.5-0.5b:fused"}
+# default: the shipped step and the one before it, each the first way of its own process
+PROFILES=${PROFILES:-"llama-3.2-1b:fused llama-3.2-1b:fused-cublas-above-1 qwen2.5-0.5b:fused"}
 n=0
 for entry in $PROFILES; do
   IFS=: read -r model ways <<< "$entry"
@@ -69,5 +67,5 @@ done
 TESTS=${TESTS-"tests/fused/kernels/test_qkv_writes_cache.py tests/fused/kernels/test_decode_mask.py
   tests/fused/test_gpu_fused.py tests/fused/kernels/test_skinny_matmul.py"}
 # shellcheck disable=SC2086 # TESTS is a list of pytest arguments
-[ -n "$TESTS" ] && run gpu-tests 40 330 python3 -m pytest -m cuda -q -p no:cacheprovider -rf $TESTS
+[ -n "$TESTS" ] && run gpu-tests 40 300 python3 -m pytest -m cuda -q -p no:cacheprovider -rf $TESTS
 tar czf "$FINAL/batch1-logs.tgz" -C "$LOGS" --exclude inductor-cache . 2>/dev/null

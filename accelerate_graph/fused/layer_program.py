@@ -247,29 +247,6 @@ def _merged_gate_up(x, norm_weight, eps, w_gate_up, w_up):
     return torch.nn.functional.silu(gate) * up
 
 
-# Above batch 1 with gate/up on cuBLAS and down on the skinny kernels, a pointwise kernel computes
-# silu(gate) * up between the two. With the switch down reads gate/up's raw output and computes it per K
-# block itself (skinny_matmul.gated_linear_residual): one launch a layer fewer, the same numbers. Off:
-# slower (H200, 2026-12-02, stop 27, profile way fused-down-takes-silu against fused-skinny-residual, batch
-# 8 / 32, ms): Llama-3.2-1B 1.175 / 1.509 against 1.011 / 1.125, Qwen2.5-0.5B 2.205 / 2.455 against
-# 0.931 / 1.119 (predicted -15..-35 us). CUGRAPH_ACCEL_DOWN_TAKES_SILU=1 turns it on.
-DOWN_TAKES_SILU = os.environ.get("CUGRAPH_ACCEL_DOWN_TAKES_SILU", "0") == "1"
-
-
-def _mlp_with_silu_in_down(mlp, h, norm) -> torch.Tensor | None:
-    """h + down(silu(gate) * up) with the activation in down's kernel (DOWN_TAKES_SILU), where it applies:
-    above one row, gate/up on cuBLAS, down on the skinny kernels, down not hooked (under --tp a hook sums
-    the ranks' parts: _output_projection). None otherwise (the caller runs the MLP as before)."""
-    if not DOWN_TAKES_SILU or h.shape[0] == 1 or has_call_hooks(mlp.down_proj):
-        return None
-    w_gate_up, down = getattr(mlp, MERGED_GATE_UP), mlp.down_proj
-    if _skinny(h, "gate_up", (int(w_gate_up.shape[0]) // 2,)) or not _skinny(h, "residual", (down.out_features,)):
-        return None
-    xn = skinny_matmul.reference_rms_norm(h, norm.weight, norm.variance_epsilon, "llama")
-    gate_up = torch.nn.functional.linear(xn, w_gate_up)  # [rows, 2 x intermediate]: gate, then up
-    return skinny_matmul.gated_linear_residual(gate_up, down.weight, down.bias, h, "silu")
-
-
 MERGED_OPS = LayerOps("merged", _merged_projections, _merged_linear_residual, _merged_gate_up, merged=True)
 
 
@@ -420,11 +397,7 @@ def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cach
     out, _ = grouped_decode_attention(attention, q, k, v, attention_mask, scaling=attention.scaling)
     h = _output_projection(attention.o_proj, out.reshape(batch * tokens, -1), x, ops)
     second = layer.post_attention_layernorm
-    out = _mlp_with_silu_in_down(mlp, h, second) if ops.merged else None
-    if out is None:
-        w_gate, w_up = (
-            (getattr(mlp, MERGED_GATE_UP), None) if ops.merged else (mlp.gate_proj.weight, mlp.up_proj.weight)
-        )
-        gated = ops.norm_gate_up(h, second.weight, second.variance_epsilon, w_gate, w_up)
-        out = _output_projection(mlp.down_proj, gated, h, ops)
+    w_gate, w_up = (getattr(mlp, MERGED_GATE_UP), None) if ops.merged else (mlp.gate_proj.weight, mlp.up_proj.weight)
+    gated = ops.norm_gate_up(h, second.weight, second.variance_epsilon, w_gate, w_up)
+    out = _output_projection(mlp.down_proj, gated, h, ops)
     return out.view(batch, tokens, hidden)

@@ -309,7 +309,6 @@ class FusedForward:
         if above:
             every = above == frozenset(layer_program.SKINNY_OPS)
             kind += ", skinny kernels above batch 1" + ("" if every else f" ({', '.join(sorted(above))})")
-            kind += ", down takes SiLU" if layer_program.DOWN_TAKES_SILU and "residual" in above else ""
         kind += ", rotary table" if self.rotary else ""
         kind += ", final norm kernel" if self.final_norm else ""
         kind += ", mask kernel" if self.causal_mask is not None else ""

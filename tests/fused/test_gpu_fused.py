@@ -83,23 +83,20 @@ def test_the_layer_program_with_its_kernels_verifies(model_type, monkeypatch):
     assert session.fused.programmed
 
 
-@pytest.mark.parametrize("skinny", ["none", "batch-1", "every-batch", "residual-above-1", "down-takes-silu"])
+@pytest.mark.parametrize("skinny", ["none", "batch-1", "every-batch", "residual-above-1"])
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
 def test_merged_projections_verify_on_gpu(model_type, skinny, monkeypatch):
     """LAYER_PROGRAM "merged" (q/k/v and gate/up one projection each): inductor compiles it, the graphs
     replay it, and verify judges it like any other fused step; at batch 1 with inductor's GEMVs or the
     skinny kernels (the default for the shapes of their table; this model's are not there), and with the skinny
     kernels at batches 2 and 4 too (SKINNY_ABOVE_BATCH_1, one dynamic graph for both), or only o and down
-    there (q/k/v and gate/up on cuBLAS), down computing silu(gate) * up itself or not (DOWN_TAKES_SILU)."""
+    there (q/k/v and gate/up on cuBLAS)."""
     from accelerate_graph.fused import layer_program, layers
     from accelerate_graph.fused.layer_program import MERGED_QKV
 
     monkeypatch.setattr(layers, "LAYER_PROGRAM", "merged")
     monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", "0" if skinny == "none" else "1")
     above = {"every-batch": layer_program.SKINNY_OPS, "residual-above-1": ("residual",)}.get(skinny, ())
-    if skinny == "down-takes-silu":  # o and down above batch 1, down computing silu(gate) * up itself
-        above = ("residual",)
-        monkeypatch.setattr(layer_program, "DOWN_TAKES_SILU", True)
     monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", frozenset(above))
     model = tiny_decoder(model_type)
     use_grouped_attention(model)

@@ -1,12 +1,11 @@
 """Triton code of the skinny matmuls; skinny_matmul launches it (read that module first).
 
 One kernel serves the three ops (MODE): 0 projections (1-3 weights, program id picks the weight), 1 one
-projection plus the residual (its input optionally act(gate) * up, computed per K block: NORM), 2 gate and
-up read side by side then act(gate) * up. A program owns BLOCK_N output columns of BLOCK_M rows and walks K
-(its share of K when split-K is on: then it writes float32 partial sums and `finish_kernel` adds them and
-runs the epilogue). `qkv_rope_write_kernel` is the merged q/k/v projection with the rotary embedding and the
-cache write in its epilogue, its own entry point over the same helpers (so skinny_kernel's variants stay as
-they were).
+projection plus the residual, 2 gate and up read side by side then act(gate) * up. A program owns BLOCK_N
+output columns of BLOCK_M rows and walks K (its share of K when split-K is on: then it writes float32
+partial sums and `finish_kernel` adds them and runs the epilogue). `qkv_rope_write_kernel` is the merged
+q/k/v projection with the rotary embedding and the cache write in its epilogue, its own entry point over the
+same helpers (so skinny_kernel's variants stay as they were).
 
 Arithmetic is done in float32 on values loaded `.to(tl.float32)`, and roundings to the output dtype go
 through `_round`, bit arithmetic that rounds to nearest even like the GPU: the Triton interpreter (CPU
@@ -22,10 +21,6 @@ from accelerate_graph.fused.kernels.pdl import gdc_launch_dependents, gdc_wait
 
 # @triton.jit picks the interpreter at decoration, i.e. when this module is imported.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
-# NORM: 0 none, 1 Llama/Qwen2's RMSNorm, 2 Gemma's; GATED_INPUT + ACT: x holds [gate | up] rows of 2K and
-# each x block is act(gate) * up (down reading the merged gate/up projection's raw output, skinny_matmul's
-# gated_linear_residual).
-GATED_INPUT = tl.constexpr(3)
 
 
 @triton.jit
@@ -84,8 +79,8 @@ def _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M: tl.constexpr, CHUNK: tl.constex
 def _rows_rstd(
     x_ptr, offs_m, M, K, eps, NORM: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr
 ):  # fmt: skip
-    """_row_rstd where the program folds a norm in (NORM 1 or 2), zeros (unused) where it does not."""
-    if NORM == 1 or NORM == 2:
+    """_row_rstd where the program folds a norm in (NORM != 0), zeros (unused) where it does not."""
+    if NORM != 0:
         rstd = _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M, CHUNK, CHUNKS)
     else:
         rstd = tl.zeros([BLOCK_M], tl.float32)
@@ -167,8 +162,7 @@ def _tiles(
     x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, offs_k, M, N, K, out_ptr,
     NORM: tl.constexpr, TWO: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
 ):  # fmt: skip
-    """One K block: x's rows (normed, float32; NORM >= GATED_INPUT: act(gate) * up of x's [gate | up] rows),
-    W's rows and, when TWO, W2's (else W again, unread)."""
+    """One K block: x's rows (normed, float32), W's rows and, when TWO, W2's (else W again, unread)."""
     m_mask = offs_m < M
     n_mask = offs_n < N
     if EVEN_K:
@@ -177,14 +171,8 @@ def _tiles(
     else:
         x_mask = m_mask[:, None] & (offs_k[None, :] < K)
         w_mask = n_mask[:, None] & (offs_k[None, :] < K)
-    if NORM >= GATED_INPUT:  # rows of 2K: gate then up, as the merged gate/up projection writes them
-        at = x_ptr + offs_m[:, None] * (2 * K) + offs_k[None, :]
-        gate = tl.load(at, mask=x_mask, other=0.0).to(tl.float32)
-        up = tl.load(at + K, mask=x_mask, other=0.0).to(tl.float32)
-        xv = _gated(gate, up, NORM - GATED_INPUT, OUT_BF16, out_ptr.dtype.element_ty)
-    else:
-        xv = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=x_mask, other=0.0).to(tl.float32)
-        xv = _normed(xv, rstd, nw_ptr, offs_k, K, NORM, OUT_BF16, out_ptr.dtype.element_ty)
+    xv = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=x_mask, other=0.0).to(tl.float32)
+    xv = _normed(xv, rstd, nw_ptr, offs_k, K, NORM, OUT_BF16, out_ptr.dtype.element_ty)
     w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=w_mask, other=0.0)
     w2 = w
     if TWO:
@@ -214,19 +202,6 @@ def _accumulate_one_row(
 
 
 @triton.jit
-def _gated(gate, up, ACT: tl.constexpr, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
-    """round(round(act(gate)) * up) in float32, gate and up already in the output dtype's values: eager's
-    act_fn(gate_proj(x)) * up_proj(x). ACT 0: silu as torch computes it, x / (1 + exp(-x)); 1: gelu tanh,
-    0.5 x (1 + tanh(u)) == x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)."""
-    if ACT == 0:
-        act = gate / (1.0 + tl.exp(-gate))
-    else:
-        inner = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate)
-        act = gate / (1.0 + tl.exp(-2.0 * inner))
-    return _round(_round(act, OUT_BF16, out_dtype) * up, OUT_BF16, out_dtype)
-
-
-@triton.jit
 def _epilogue(
     acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, b2_ptr, res_ptr,
     HAS_B: tl.constexpr, HAS_B2: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr, OUT_BF16: tl.constexpr,
@@ -246,7 +221,14 @@ def _epilogue(
     else:
         if HAS_B2:
             acc2 += tl.load(b2_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-        val = _gated(_round(acc, OUT_BF16, out_dtype), _round(acc2, OUT_BF16, out_dtype), ACT, OUT_BF16, out_dtype)
+        gate = _round(acc, OUT_BF16, out_dtype)
+        up = _round(acc2, OUT_BF16, out_dtype)
+        if ACT == 0:  # silu, as torch computes it: x / (1 + exp(-x))
+            act = gate / (1.0 + tl.exp(-gate))
+        else:  # gelu tanh: 0.5 x (1 + tanh(u)) == x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
+            inner = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate)
+            act = gate / (1.0 + tl.exp(-2.0 * inner))
+        val = _round(_round(act, OUT_BF16, out_dtype) * up, OUT_BF16, out_dtype)
     tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], val.to(out_dtype), mask=mask)
 
 

@@ -4,8 +4,6 @@ bucket, each weight read once per call, float32 accumulation, and the neighbours
 - `norm_projections(x, norm_weight, eps, norm_kind, weights, biases)`: RMSNorm then 1-3 projections
   (q, k, v) in one launch, no concatenated copy of the weights.
 - `linear_residual(x, weight, bias, residual)`: residual + x @ W^T (o_proj, down_proj).
-- `gated_linear_residual(h, weight, bias, residual, activation)`: the same over act(gate) * up of
-  h = [gate | up], computed per K block (down_proj after a merged gate/up projection on cuBLAS).
 - `norm_gate_up(x, norm_weight, eps, norm_kind, w_gate, w_up, activation)`: act(xn @ Wg^T) * (xn @ Wu^T).
 - `norm_qkv_rope_write(x, norm_weight, eps, norm_kind, w_qkv, b_qkv, cos, sin, keys, values, slot, ...)`: the
   merged q/k/v projection, q and k rotated, k and v written into the static cache at `slot`; returns q. An
@@ -50,7 +48,6 @@ NORM_LOADS_AT_ONCE = os.environ.get("CUGRAPH_ACCEL_NORM_LOADS_AT_ONCE", "1") == 
 NORM_KINDS = {"llama": 1, "gemma": 2}
 ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
 _MODES = {"proj": 0, "residual": 1, "gate_up": 2}
-GATED_INPUT = 3  # skinny_kernels.GATED_INPUT (that module needs triton)
 
 
 # ---------------------------------------------------------------- references (the rounding contract)
@@ -82,14 +79,6 @@ def reference_norm_projections(x, norm_weight, eps, norm_kind, weights, biases) 
 
 def reference_linear_residual(x, weight, bias, residual) -> Tensor:
     return (_matmul32(x, weight, bias).to(x.dtype).float() + residual.float()).to(x.dtype)
-
-
-def reference_gated_linear_residual(h, weight, bias, residual, activation) -> Tensor:
-    """h holds [gate | up] (the merged gate/up projection's output): residual + (act(gate) * up) @ W^T, each
-    step rounded to h's dtype as eager's MLP and down_proj do."""
-    gate, up = h.chunk(2, dim=-1)
-    gated = (_activation32(gate.float(), activation).to(h.dtype).float() * up.float()).to(h.dtype)
-    return reference_linear_residual(gated, weight, bias, residual)
 
 
 def _activation32(gate32: Tensor, activation: str) -> Tensor:
@@ -149,17 +138,14 @@ def rstd_chunks(k: int, block_m: int, block_k: int) -> tuple[int, int]:
     return chunk, _cdiv(k, chunk)
 
 
-def launch(
-    op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, activation="silu", cfg=None, gated=False
-):
+def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, activation="silu", cfg=None):
     """The ops' body on the Triton path: runs skinny_kernel (and finish_kernel under split-K) for `op`
     ("proj", "residual", "gate_up") with `cfg` (default: the table's or the heuristic's, see configs);
     returns the outputs, shaped like x with each weight's N last (one for "residual" and "gate_up").
-    gated ("residual" only): x holds [gate | up] rows, the input is act(gate) * up (`activation`).
     benchmarks/kernel_sweep.py calls it with the configs it times."""
     wrap = torch.library.wrap_triton
-    k = x.shape[-1] // 2 if gated else x.shape[-1]
-    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k).contiguous()
     m = x2.shape[0]
     ns = tuple(int(w.shape[0]) for w in weights)
     gate_up = op == "gate_up"
@@ -201,7 +187,7 @@ def launch(
     wrap(skinny_kernels.skinny_kernel)[grid](
         x2, norm_weight if norm_weight is not None else x2, eps, m, k, k_per_split,
         *w_args, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, ws, nt,
-        NORM=_norm_code(norm_weight, norm_kind, activation if gated else None),
+        NORM=NORM_KINDS[norm_kind] if norm_weight is not None else 0,
         USE_DOT=cfg.dot, IEEE_DOT=x.dtype == torch.float32, SWAP=cfg.dot and cfg.swap, EVEN_K=k % cfg.block_k == 0,
         USE_PDL=bool(extra), BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **extra,
@@ -211,14 +197,6 @@ def launch(
             ws, m, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, nt, num_warps=4, **flags
         )
     return outs
-
-
-def _norm_code(norm_weight, norm_kind: str, gated_by: Optional[str]) -> int:
-    """The kernel's NORM: 0 none, NORM_KINDS' for a folded norm, GATED_INPUT + the activation for a gated
-    input (skinny_kernels.GATED_INPUT)."""
-    if gated_by is not None:
-        return GATED_INPUT + ACTIVATIONS[gated_by]
-    return NORM_KINDS[norm_kind] if norm_weight is not None else 0
 
 
 def _rms_norm_body(x: Tensor, norm_weight: Tensor, eps: float, norm_kind: str) -> Tensor:
@@ -258,14 +236,6 @@ def _linear_residual_body(x: Tensor, weight: Tensor, bias: Optional[Tensor], res
     return launch("residual", x, None, 0.0, "llama", [weight], [bias], residual=residual)[0]
 
 
-def _gated_linear_residual_body(
-    h: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Tensor, activation: str
-) -> Tensor:
-    if not runs_triton(h):
-        return reference_gated_linear_residual(h, weight, bias, residual, activation)
-    return launch("residual", h, None, 0.0, "llama", [weight], [bias], residual, activation, gated=True)[0]
-
-
 def _norm_gate_up_body(
     x: Tensor,
     norm_weight: Optional[Tensor],
@@ -290,7 +260,6 @@ _BODIES = {  # name: (body, what its outputs look like, for an opaque op's fake)
         lambda x, nw, eps, kind, ws, bs: [_rows_by(x, w.shape[0]) for w in ws],
     ),
     "linear_residual": (_linear_residual_body, lambda x, w, b, residual: _rows_by(x, w.shape[0])),
-    "gated_linear_residual": (_gated_linear_residual_body, lambda h, w, b, res, act: _rows_by(h, w.shape[0])),
     "norm_gate_up": (_norm_gate_up_body, lambda x, nw, eps, kind, wg, wu, act: _rows_by(x, wg.shape[0])),
     "rms_norm": (_rms_norm_body, lambda x, nw, eps, kind: torch.empty_like(x)),
 }
@@ -326,21 +295,6 @@ def linear_residual(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual:
     if residual.shape != (*x.shape[:-1], weight.shape[0]) or residual.dtype != x.dtype:
         raise ValueError(f"residual {tuple(residual.shape)} / {residual.dtype} does not fit the output")
     return _op("linear_residual", x)(x, weight, bias, residual)
-
-
-def gated_linear_residual(
-    h: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Tensor, activation: str = "silu"
-) -> Tensor:
-    """residual + (act(gate) * up) @ W^T + bias, h = [gate | up] (the merged gate/up projection's output):
-    the MLP's activation inside down's kernel, each x block computed as eager rounds it."""
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-    if h.shape[-1] != 2 * weight.shape[1]:
-        raise ValueError(f"h {tuple(h.shape)} is not [gate | up] for a weight of shape {tuple(weight.shape)}")
-    _check(h[..., : weight.shape[1]], [weight], None, "llama")
-    if residual.shape != (*h.shape[:-1], weight.shape[0]) or residual.dtype != h.dtype:
-        raise ValueError(f"residual {tuple(residual.shape)} / {residual.dtype} does not fit the output")
-    return _op("gated_linear_residual", h)(h, weight, bias, residual, activation)
 
 
 def rms_norm(x: Tensor, norm_weight: Tensor, eps: float, norm_kind: str = "llama") -> Tensor:

@@ -76,17 +76,6 @@ def variants():
         kernels = [skinny_kernels.skinny_kernel] + ([skinny_kernels.finish_kernel] if split > 1 else [])
         for kernel in kernels:
             yield f"{kernel.fn.__name__} {_only(kernel, flags)}", kernel, _only(kernel, flags), SKINNY_POINTERS
-    # down over act(gate) * up computed per K block (skinny_matmul.gated_linear_residual; NORM 3 + ACT)
-    for kind, split, act in itertools.product(("fma", "swap"), (1, 4), (0, 1)):
-        dot = kind != "fma"
-        flags = dict(
-            NORM=3 + act, NUM_W=1, HAS_B0=False, HAS_B1=False, HAS_B2=False, MODE=1, ACT=act, SPLIT=split,
-            USE_DOT=dot, IEEE_DOT=False, SWAP=dot, EVEN_K=True, OUT_BF16=True, USE_PDL=True, BLOCK_M=16 if dot else 1,
-            BLOCK_N=64 if dot else 1, BLOCK_K=128 if dot else 1024, RSTD_CHUNK=128, RSTD_CHUNKS=0,
-        )  # fmt: skip
-        kernels = [skinny_kernels.skinny_kernel] + ([skinny_kernels.finish_kernel] if split > 1 else [])
-        for kernel in kernels:
-            yield f"gated {kernel.fn.__name__} {_only(kernel, flags)}", kernel, _only(kernel, flags), SKINNY_POINTERS
     for block_k in (1024, 4096):  # the final norm (skinny_matmul.rms_norm): one block, or a loop of blocks
         flags = dict(NORM=1, OUT_BF16=True, BLOCK_K=block_k, RSTD_CHUNKS=1 if block_k == 4096 else 0)
         yield f"rms_norm_kernel {flags}", skinny_kernels.rms_norm_kernel, flags, SKINNY_POINTERS

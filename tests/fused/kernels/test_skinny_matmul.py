@@ -185,54 +185,6 @@ def test_linear_residual(m, path, with_bias, force):
     assert_rounding_close(got, sm.reference_linear_residual(x, ws[0], bias, residual))
 
 
-def gate_up_rows(m, dtype, inter=K, device="cpu", seed=0):
-    """A merged gate/up projection's output [m, 2 x inter] at its scale (gate, then up), as down reads it."""
-    x, _, (wg, wu), _ = make(m, dtype, device, ns=(inter, inter), seed=seed)
-    return torch.cat([F.linear(x, wg), F.linear(x, wu)], dim=-1)
-
-
-def test_reference_gated_residual_is_eager_mlp_then_down():
-    h = gate_up_rows(4, torch.bfloat16)
-    _, _, (wd,), _ = make(4, torch.bfloat16, k=K, ns=(40,), seed=3)
-    residual = torch.randn(4, 40).to(torch.bfloat16)
-    gate, up = h.chunk(2, dim=-1)
-    eager = residual + F.linear(F.silu(gate) * up, wd)
-    assert torch.equal(sm.reference_gated_linear_residual(h, wd, None, residual, "silu"), eager)
-
-
-@interpreted
-@pytest.mark.parametrize("m", [1, 3, 8, 17])
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("split_k", [1, 3])
-@pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
-def test_gated_linear_residual(m, path, split_k, activation, force):
-    """down over act(gate) * up computed per K block (stop 26, DOWN_TAKES_SILU): as the reference, and as
-    the plain op over the gated rows eager makes (the same walk over K; the activation's last bit may differ)."""
-    dtype, kind = PATHS[path]
-    force(SkinnyConfig(16, 32, split_k=split_k, **kind))
-    h = gate_up_rows(m, dtype, seed=m)
-    _, _, (wd,), (bd,) = make(m, dtype, k=K, ns=(40,), seed=m + 7)
-    residual = make(m, dtype, k=40, seed=m + 100)[0]
-    got = sm.gated_linear_residual(h, wd, bd, residual, activation)
-    assert_rounding_close(got, sm.reference_gated_linear_residual(h, wd, bd, residual, activation))
-    gate, up = h.chunk(2, dim=-1)
-    act = F.silu(gate.float()) if activation == "silu" else F.gelu(gate.float(), approximate="tanh")
-    eager_input = (act.to(dtype).float() * up.float()).to(dtype)
-    assert_rounding_close(got, sm.linear_residual(eager_input, wd, bd, residual))
-
-
-@interpreted
-def test_gated_linear_residual_reads_gate_then_up():
-    """The halves swapped (up as the gate) give another result: the kernel reads h's first half as the gate."""
-    h = gate_up_rows(3, torch.float32, seed=5)
-    _, _, (wd,), _ = make(3, torch.float32, k=K, ns=(40,), seed=6)
-    residual = torch.zeros(3, 40)
-    got = sm.gated_linear_residual(h, wd, None, residual)
-    swapped = torch.cat(h.chunk(2, dim=-1)[::-1], dim=-1)
-    assert_rounding_close(got, sm.reference_gated_linear_residual(h, wd, None, residual, "silu"))
-    assert not torch.allclose(got, sm.reference_gated_linear_residual(swapped, wd, None, residual, "silu"))
-
-
 @interpreted
 @pytest.mark.parametrize("m", [1, 3, 8, 17, 32])
 @pytest.mark.parametrize("path", PATHS)
@@ -289,8 +241,6 @@ def test_misuse_is_refused_with_the_argument_named():
         sm.linear_residual(x, ws[0][:, :8], None, x)
     with pytest.raises(ValueError, match="activation"):
         sm.norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[0], "relu")
-    with pytest.raises(ValueError, match=r"is not \[gate \| up\]"):
-        sm.gated_linear_residual(x, ws[0], None, x[:, :40])
 
 
 def test_the_ops_above_batch_1_are_read_from_their_switch():
@@ -377,30 +327,7 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
     assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == {"residual"}
 
 
-@interpreted
-@pytest.mark.parametrize(("model_type", "hooked"), [("llama", False), ("qwen2", False), ("llama", True)])
-def test_down_taking_silu_above_batch_1_decodes_like_hf(model_type, hooked, monkeypatch):
-    """DOWN_TAKES_SILU with o and down on the skinny kernels above batch 1 (gate/up on cuBLAS's path):
-    down reads gate/up's raw output once a layer at batch 2, never at batch 1, and the steps decode as
-    HF's forward does. A hooked down_proj (--tp sums the ranks' parts in a hook) keeps the plain MLP."""
-    from tiny_models import grouped_decode_cases
-
-    rows = []
-    gated = sm.gated_linear_residual
-    monkeypatch.setattr(sm, "gated_linear_residual", lambda h, *args: rows.append(h.shape[0]) or gated(h, *args))
-    monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", "0")
-    monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", frozenset({"residual"}))
-    monkeypatch.setattr(layer_program, "DOWN_TAKES_SILU", True)
-    model, session, prompt, cases, expected = grouped_decode_cases(model_type)
-    if hooked:
-        for layer in model.model.layers:
-            layer.mlp.down_proj.register_forward_hook(lambda module, args, out: out)
-    decodes_like_hf(model, session, prompt, cases, expected)
-    assert [batch for batch, _ in cases] == [2, 1]
-    assert rows == ([] if hooked else [2] * model.config.num_hidden_layers)
-
-
-@pytest.mark.parametrize("name", ["norm_projections", "linear_residual", "norm_gate_up", "gated_linear_residual"])
+@pytest.mark.parametrize("name", ["norm_projections", "linear_residual", "norm_gate_up"])
 def test_the_opaque_pdl_twins_are_the_ops_under_another_registration(name, monkeypatch):
     """Under PDL (pdl.active) the public functions call the `*_pdl` ops, opaque custom ops over the
     same bodies: their schemas and fake outputs pass torch's opcheck, and they compute what the ops do."""
@@ -410,7 +337,6 @@ def test_the_opaque_pdl_twins_are_the_ops_under_another_registration(name, monke
         "norm_projections": (sm.norm_projections, (x, nw, 1e-6, "llama", ws, bs)),
         "linear_residual": (sm.linear_residual, (x, ws[0], bs[0], residual)),
         "norm_gate_up": (sm.norm_gate_up, (x, nw, 1e-6, "llama", ws[1], ws[2], "silu")),
-        "gated_linear_residual": (sm.gated_linear_residual, (torch.cat([x, x], -1), ws[0], bs[0], residual, "silu")),
     }
     public, args = calls[name]
     op_args = tuple(list(a) if isinstance(a, (list, tuple)) else a for a in args)
@@ -529,21 +455,6 @@ def test_gpu_row_norm_in_loads_at_once_or_a_loop_against_the_reference(m, k, at_
     got = sm.norm_gate_up(x, nw, 1e-6, "llama", ws[1], ws[2], "silu")
     assert_rounding_close(got, sm.reference_norm_gate_up(x, nw, 1e-6, "llama", ws[1], ws[2], "silu"))
     assert_rounding_close(sm.rms_norm(x, nw, 1e-6), sm.reference_rms_norm(x, nw, 1e-6, "llama"))
-
-
-@pytest.mark.cuda
-@needs_cuda
-@pytest.mark.parametrize(("m", "hidden", "inter"), [(8, 2048, 8192), (32, 2048, 8192), (8, 896, 4864), (3, 1000, 1400)])
-@pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
-def test_gpu_gated_linear_residual_against_the_reference(m, hidden, inter, activation):
-    """down over act(gate) * up at the 1B's and Qwen's shapes with the table's configs (swap, split-K 4 at
-    the 1B's down) or the heuristic's, in bf16 (stop 26, DOWN_TAKES_SILU)."""
-    gen = torch.Generator().manual_seed(m)
-    h = (torch.randn(m, 2 * inter, generator=gen) * 2).to("cuda", torch.bfloat16)
-    wd = (torch.randn(hidden, inter, generator=gen) * inter**-0.5).to("cuda", torch.bfloat16)
-    residual = torch.randn(m, hidden, generator=gen).to("cuda", torch.bfloat16)
-    got = sm.gated_linear_residual(h, wd, None, residual, activation)
-    assert_rounding_close(got, sm.reference_gated_linear_residual(h, wd, None, residual, activation))
 
 
 @pytest.mark.cuda
