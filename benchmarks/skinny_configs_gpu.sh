@@ -29,7 +29,9 @@
 # 1B, the shipped step for Qwen, one process each (since stop 26 one capture stream keeps ways in one
 # process comparable, but one process each stays the rule), at batches 1, 8 and 32; then the GPU tests of
 # the fused step, the mask, the q/k/v epilogue and the skinny kernels (~260 s alone). No step sweep by default
-# (STEP_SWEEPS="llama-3.2-1b:60:8" runs the 1B's 8-row chain).
+# (STEP_SWEEPS="llama-3.2-1b:60:8" runs the 1B's 8-row chain). Prepared in stop 27 for Qwen's batch 8 (1.42x
+# its batch 1): STEP_SWEEPS="qwen2.5-0.5b:150:8" (multiply-and-sum tiles at 8 rows first), then
+# PROFILES="qwen2.5-0.5b:fused-skinny-batches qwen2.5-0.5b:fused" (every op on the skinny kernels above 1).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-585} LOGS=/tmp/batch1 SHOW="replay|kernels,|8B shapes|^total|wrote|MISMATCH|Error|error|us per layer|against inductor|passed|failed"

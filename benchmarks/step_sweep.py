@@ -13,7 +13,10 @@ held, timed as the whole chain's replay; the fastest is kept when it beats the c
 Above one row (--rows 8, say: what SKINNY_ABOVE_BATCH_1 runs) the same chain is also timed the way the
 fused step runs it without the skinny kernels: layer_program's merged ops compiled by inductor with the
 fused step's settings (its norm and activation kernels, cuBLAS for the matmuls). The line "against
-inductor + cuBLAS" says which is faster; the table is written only where the skinny chain wins.
+inductor + cuBLAS" says which is faster; the table is written only where the skinny chain wins. The
+grid there (kernel_sweep.rows_grid_in_a_step): multiply-and-sum up to 8 rows first (never tried in a step
+before stop 27: Qwen2.5-0.5B's small weights leave its FP32 lanes idle), then the swapped and plain
+tensor-core tiles.
 
     python benchmarks/step_sweep.py llama-3.1-8b --write-configs accelerate_graph/fused/kernels/skinny_configs.json
     python benchmarks/step_sweep.py llama-3.2-1b --rows 8 --write-configs accelerate_graph/fused/kernels/skinny_configs.json
@@ -31,7 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kernel_sweep import MODELS, describe, graph_us, wide_one_row_grid, wide_rows_grid  # noqa: E402
+from kernel_sweep import MODELS, describe, graph_us, rows_grid_in_a_step, wide_one_row_grid  # noqa: E402
 
 from accelerate_graph.compat import torch_internals  # noqa: E402
 from accelerate_graph.fused import layer_program  # noqa: E402
@@ -87,7 +90,7 @@ class Chain:
 
     def grid(self, op: str) -> list[configs.SkinnyConfig]:
         _, _, k = self.shapes[op]
-        return wide_one_row_grid(k) if self.rows == 1 else wide_rows_grid(k)
+        return wide_one_row_grid(k) if self.rows == 1 else rows_grid_in_a_step(self.rows, k)
 
     def step(self, cfgs: dict) -> None:
         h = self.x
