@@ -121,7 +121,9 @@ def layer_at_batch_1_is_skinny(layer: torch.nn.Module) -> bool:
 # batch 8 1.225 -> 1.687 ms, its GEMMs 663 -> 1,341 us, half cuBLAS's speed; with the weights on the MMA's
 # long side (configs.SkinnyConfig.swap, stop 23) 926 us, the step 1.263 against 1.183 ms: still off.
 # CUGRAPH_ACCEL_SKINNY_BATCHES=1 runs them for every op at every batch above 1 (the table's configs by row
-# bucket, else the heuristic's; one config for every batch of a dynamic graph), or a comma list of ops
+# bucket, else the heuristic's; the opaque op picks by the rows it is called with, so one dynamic graph
+# runs each batch bucket with that bucket's config: the 1B's 16-row configs, older untimed tiles, ran its
+# batch 16 at 1.330 ms against 1.037 with the 32-row ones, stop 27), or a comma list of ops
 # (proj, residual, gate_up) for those alone, at every shape; 0 for none. The default, "auto": o and down
 # ("residual") alone, q/k/v and gate/up on cuBLAS, and only at the shapes of RESIDUAL_WINS_ABOVE_BATCH_1.
 SKINNY_OPS = ("proj", "residual", "gate_up")
@@ -131,7 +133,6 @@ SKINNY_OPS = ("proj", "residual", "gate_up")
 # Llama-3.2-1B 1.073 / 1.158 -> 1.011 / 1.125; but Qwen2.5-0.5B 0.892 / 0.966 -> 0.931 / 1.119 and
 # Llama-3.1-8B 4.602 / 4.987 -> 5.468 / 5.706 (the skinny tensor-core kernels' speed per op decides).
 RESIDUAL_WINS_ABOVE_BATCH_1 = frozenset({(2048, 2048), (2048, 8192)})  # the 1B's o and down
-SKINNY_OPS = ("proj", "residual", "gate_up")
 
 
 def ops_above_batch_1(text: str) -> frozenset[str] | None:
