@@ -85,19 +85,11 @@ def swapped_rows_grid() -> list[SkinnyConfig]:
     return out
 
 
-def fma_rows_grid() -> list[SkinnyConfig]:
-    """Up to 8 rows without tensor cores: float32 multiply-and-sum, as at one row. Each program holds a
-    [rows, BLOCK_N, BLOCK_K] product, so BLOCK_N x BLOCK_K stays at most 1,024 (8 rows: 8,192 values over
-    128-256 threads). Where the weights are small (Qwen2.5-0.5B's layer: 30 MB, 120 M multiply-adds at 8
-    rows, ~4 us of the H200's FP32 lanes), the rows cost little over batch 1's GEMV."""
-    tiles = ((2, 512), (4, 256), (8, 128), (16, 64), (32, 32), (4, 128), (8, 64))
-    return [SkinnyConfig(n, bk, w, s) for n, bk in tiles for w in (4, 8) for s in (2, 3)]
-
-
 def rows_grid_in_a_step(rows: int, k: int) -> list[SkinnyConfig]:
-    """step_sweep.py's grid above one row, the likeliest first (its budget cuts the end): multiply-and-sum
-    up to 8 rows, then the weights on the MMA's long side, then the plain tensor-core tiles."""
-    return (fma_rows_grid() if rows <= 8 else []) + swapped_rows_grid() + wide_rows_grid(k)
+    """step_sweep.py's grid above one row, the likeliest first (its budget cuts the end): the weights on the
+    MMA's long side, then the plain tensor-core tiles. Multiply-and-sum tiles at 8 rows lost to them in a
+    Qwen2.5-0.5B step by 1.1-3x per op (H200, 2026-12-02, stop 28): not tried."""
+    return swapped_rows_grid() + wide_rows_grid(k)
 
 
 def grid_for(op: str, m: int, k: int, wide: bool = False, swap: bool = False) -> list[SkinnyConfig]:

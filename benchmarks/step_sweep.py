@@ -14,9 +14,7 @@ Above one row (--rows 8, say: what SKINNY_ABOVE_BATCH_1 runs) the same chain is 
 fused step runs it without the skinny kernels: layer_program's merged ops compiled by inductor with the
 fused step's settings (its norm and activation kernels, cuBLAS for the matmuls). The line "against
 inductor + cuBLAS" says which is faster; the table is written only where the skinny chain wins. The
-grid there (kernel_sweep.rows_grid_in_a_step): multiply-and-sum up to 8 rows first (never tried in a step
-before stop 27: Qwen2.5-0.5B's small weights leave its FP32 lanes idle), then the swapped and plain
-tensor-core tiles.
+grid there (kernel_sweep.rows_grid_in_a_step): the swapped, then the plain tensor-core tiles.
 
     python benchmarks/step_sweep.py llama-3.1-8b --write-configs accelerate_graph/fused/kernels/skinny_configs.json
     python benchmarks/step_sweep.py llama-3.2-1b --rows 8 --write-configs accelerate_graph/fused/kernels/skinny_configs.json

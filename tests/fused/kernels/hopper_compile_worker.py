@@ -76,15 +76,6 @@ def variants():
         kernels = [skinny_kernels.skinny_kernel] + ([skinny_kernels.finish_kernel] if split > 1 else [])
         for kernel in kernels:
             yield f"{kernel.fn.__name__} {_only(kernel, flags)}", kernel, _only(kernel, flags), SKINNY_POINTERS
-    # multiply-and-sum at 8 rows (benchmarks/kernel_sweep.fma_rows_grid, what step_sweep.py tries first there)
-    for mode, (block_n, block_k) in itertools.product((0, 1, 2), ((8, 128), (4, 256))):
-        flags = dict(
-            NORM=0 if mode == 1 else 1, NUM_W=1, HAS_B0=True, HAS_B1=True, HAS_B2=False, MODE=mode,
-            ACT=int(mode == 2), SPLIT=1, USE_DOT=False, IEEE_DOT=False, SWAP=False, EVEN_K=True, OUT_BF16=True,
-            USE_PDL=True, BLOCK_M=8, BLOCK_N=block_n, BLOCK_K=block_k, RSTD_CHUNK=256, RSTD_CHUNKS=4,
-        )  # fmt: skip
-        kernel = skinny_kernels.skinny_kernel
-        yield f"{kernel.fn.__name__} {_only(kernel, flags)}", kernel, _only(kernel, flags), SKINNY_POINTERS
     for block_k in (1024, 4096):  # the final norm (skinny_matmul.rms_norm): one block, or a loop of blocks
         flags = dict(NORM=1, OUT_BF16=True, BLOCK_K=block_k, RSTD_CHUNKS=1 if block_k == 4096 else 0)
         yield f"rms_norm_kernel {flags}", skinny_kernels.rms_norm_kernel, flags, SKINNY_POINTERS
