@@ -24,14 +24,19 @@
 # its loads hoisted (its kernel 119 -> 168 us a step at the 1B: hoisting reverted, the lever stays off).
 # stop 27: o and down on the skinny kernels above batch 1, q/k/v and gate/up on cuBLAS (the 1B's batch 8
 # 1.073 -> 1.011 ms: on at its shapes; Qwen +39 us and the 8B +866 at batch 8: cuBLAS there), and with it
-# down computing silu(gate) * up itself (the 1B +164 us, Qwen +1,274: removed).
+# down computing silu(gate) * up itself (the 1B +164 us, Qwen +1,274: removed); stop 28: multiply-and-sum
+# tiles at 8 rows (1.1-3x slower than tensor cores per op: removed), every op of Qwen on the skinny kernels
+# with configs swept in a step at 8 / 16 / 32 rows (0.892 -> 0.785 ms at batch 8: on up to 8 rows; 0.928 ->
+# 1.097 at 16, 0.961 -> 1.119 at 32, the step slower than its kernels: cuBLAS there), the 1B's 8 rows
+# (1.011 -> 1.042: its q/k/v and gate/up stay on cuBLAS).
 # The defaults now: the shipped step and cuBLAS for every op above batch 1 (fused-cublas-above-1) for the
 # 1B, the shipped step for Qwen, one process each (since stop 26 one capture stream keeps ways in one
 # process comparable, but one process each stays the rule), at batches 1, 8 and 32; then the GPU tests of
 # the fused step, the mask, the q/k/v epilogue and the skinny kernels (~260 s alone). No step sweep by default
-# (STEP_SWEEPS="llama-3.2-1b:60:8" runs the 1B's 8-row chain). Prepared in stop 27 for Qwen's batch 8 (1.42x
-# its batch 1): STEP_SWEEPS="qwen2.5-0.5b:150:8" (multiply-and-sum tiles at 8 rows first), then
-# PROFILES="qwen2.5-0.5b:fused-skinny-batches qwen2.5-0.5b:fused" (every op on the skinny kernels above 1).
+# (STEP_SWEEPS="llama-3.2-1b:60:8" runs the 1B's 8-row chain). Wanted after stop 28: why Qwen's batch 16
+# with every op skinny replays in 1.097 ms over 894-933 us of kernels: CUGRAPH_ACCEL_SKINNY_BATCHES=1 with
+# benchmarks/timing_gap.py qwen2.5-0.5b --batches 8,16 --trace DIR (the kernels' timeline) and
+# benchmarks/graph_edges.py qwen2.5-0.5b --batches 8,16 (programmatic or full edges; never run on a GPU).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-585} LOGS=/tmp/batch1 SHOW="replay|kernels,|8B shapes|^total|wrote|MISMATCH|Error|error|us per layer|against inductor|passed|failed"

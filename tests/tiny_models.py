@@ -47,3 +47,11 @@ def grouped_decode_cases(model_type: str, cases=((2, 32), (1, 64))):
     session = DecodeSession(model, 2, 64)
     prompt = torch.randint(0, 100, (2, 6))
     return model, session, prompt, list(cases), session.first_steps(prompt, list(cases))
+
+
+def every_op_up_to(text, rows: int) -> dict[tuple[str, int, int], int]:
+    """SKINNY_WINS_ABOVE_BATCH_1 entries putting a tiny model's four folded calls (merged) up to `rows`."""
+    hidden, inter = text.hidden_size, text.intermediate_size
+    qkv = (text.num_attention_heads + 2 * text.num_key_value_heads) * (hidden // text.num_attention_heads)
+    calls = [("proj", qkv, hidden), ("residual", hidden, hidden), ("gate_up", inter, hidden)]
+    return {call: rows for call in calls + [("residual", hidden, inter)]}

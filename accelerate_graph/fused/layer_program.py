@@ -124,20 +124,32 @@ def layer_at_batch_1_is_skinny(layer: torch.nn.Module) -> bool:
 # bucket, else the heuristic's; the opaque op picks by the rows it is called with, so one dynamic graph
 # runs each batch bucket with that bucket's config: the 1B's 16-row configs, older untimed tiles, ran its
 # batch 16 at 1.330 ms against 1.037 with the 32-row ones, stop 27), or a comma list of ops
-# (proj, residual, gate_up) for those alone, at every shape; 0 for none. The default, "auto": o and down
-# ("residual") alone, q/k/v and gate/up on cuBLAS, and only at the shapes of RESIDUAL_WINS_ABOVE_BATCH_1.
+# (proj, residual, gate_up) for those alone, at every shape and batch; 0 for none. The default, "auto":
+# each op at the shapes and up to the rows of SKINNY_WINS_ABOVE_BATCH_1.
 SKINNY_OPS = ("proj", "residual", "gate_up")
-# (out, in) of the o and down projections whose step ran faster with them on the skinny kernels above batch
-# 1: cuBLAS's kernels take no part in PDL, and down's split-K reduce goes. H200, 2026-12-02 (stop 27,
-# profile_step.py --ways fused-skinny-residual against fused, one process each, batch 8 / 32, ms):
-# Llama-3.2-1B 1.073 / 1.158 -> 1.011 / 1.125; but Qwen2.5-0.5B 0.892 / 0.966 -> 0.931 / 1.119 and
-# Llama-3.1-8B 4.602 / 4.987 -> 5.468 / 5.706 (the skinny tensor-core kernels' speed per op decides).
-RESIDUAL_WINS_ABOVE_BATCH_1 = frozenset({(2048, 2048), (2048, 8192)})  # the 1B's o and down
+EVERY_ROW = 1 << 62  # skinny_rows_above_batch_1 of an op the switch names: no limit on the rows
+# (op, outputs, inputs) -> the most rows at which a step ran faster with that op on the skinny kernels than
+# on cuBLAS (cuBLAS's kernels take no part in PDL; down's split-K reduce goes); a batch past it runs cuBLAS,
+# in a graph of its own (dynamo guards on the rows: one more compile, no recompile). H200, profile_step.py,
+# one process per way, replay ms:
+# - stop 27 (2026-12-02), o and down alone at batch 8 / 32: Llama-3.2-1B 1.073 / 1.158 -> 1.011 / 1.125;
+#   Qwen2.5-0.5B 0.892 / 0.966 -> 0.931 / 1.119 and Llama-3.1-8B 4.602 / 4.987 -> 5.468 / 5.706.
+# - stop 28 (2026-12-02), every op, each row bucket's configs swept in a step (step_sweep.py --rows 8 / 16
+#   / 32), batch 8 / 16 / 32: Qwen2.5-0.5B 0.892 / 0.928 / 0.961 (cuBLAS) -> 0.785 / 1.097 / 1.119: up to
+#   8 rows; Llama-3.2-1B 1.011 (o and down) -> 1.042 at batch 8: its q/k/v and gate/up stay on cuBLAS.
+SKINNY_WINS_ABOVE_BATCH_1: dict[tuple[str, int, int], int] = {
+    ("residual", 2048, 2048): 32,  # Llama-3.2-1B's o
+    ("residual", 2048, 8192): 32,  # Llama-3.2-1B's down
+    ("proj", 1152, 896): 8,  # Qwen2.5-0.5B's q/k/v
+    ("residual", 896, 896): 8,  # its o
+    ("gate_up", 4864, 896): 8,
+    ("residual", 896, 4864): 8,  # its down
+}
 
 
 def ops_above_batch_1(text: str) -> frozenset[str] | None:
     """CUGRAPH_ACCEL_SKINNY_BATCHES as the ops it names: "0" none, "1" all, a comma list of SKINNY_OPS;
-    None for "auto" (o and down where RESIDUAL_WINS_ABOVE_BATCH_1 has their shape)."""
+    None for "auto" (SKINNY_WINS_ABOVE_BATCH_1's shapes and rows)."""
     if text.strip() == "auto":
         return None
     if text.strip() in ("", "0"):
@@ -157,29 +169,47 @@ def ops_above_batch_1(text: str) -> frozenset[str] | None:
 SKINNY_ABOVE_BATCH_1 = ops_above_batch_1(os.environ.get("CUGRAPH_ACCEL_SKINNY_BATCHES", "auto"))
 
 
-def skinny_above_batch_1(op: str, ns: tuple[int, ...], k: int) -> bool:
-    """Whether a call of `op` (output sizes `ns`, reduction `k`) with more than one row runs the skinny
-    kernels, where the device runs them: the ops SKINNY_ABOVE_BATCH_1 names, or by default o and down at the
-    shapes where a step measured them faster."""
+def skinny_rows_above_batch_1(op: str, ns: tuple[int, ...], k: int) -> int:
+    """The most rows (above one) at which a call of `op` (output sizes `ns`, reduction `k`) runs the skinny
+    kernels, where the device runs them: EVERY_ROW for the ops SKINNY_ABOVE_BATCH_1 names (0 for the
+    others), by default SKINNY_WINS_ABOVE_BATCH_1's rows for its shapes (0 for the others)."""
     if SKINNY_ABOVE_BATCH_1 is None:
-        return op == "residual" and (ns[0], k) in RESIDUAL_WINS_ABOVE_BATCH_1
-    return op in SKINNY_ABOVE_BATCH_1
+        return SKINNY_WINS_ABOVE_BATCH_1.get((op, sum(ns), k), 0)
+    return EVERY_ROW if op in SKINNY_ABOVE_BATCH_1 else 0
 
 
-def layer_ops_above_batch_1(layer: torch.nn.Module) -> frozenset[str]:
-    """The ops of `layer` (merged) that run the skinny kernels above batch 1, device aside (for notes)."""
-    return frozenset(op for op, ns, k in _folded_calls(layer) if skinny_above_batch_1(op, ns, k))
+def _skinny_at(op: str, ns: tuple[int, ...], k: int, rows) -> bool:
+    """Whether `rows` rows of `op` run the skinny kernels, device aside. `rows` may be dynamo's symbolic
+    size: a comparison with a limit becomes a guard, so each side of a limit gets its own graph."""
+    if rows == 1:
+        return skinny_at_batch_1(op, ns, k)
+    limit = skinny_rows_above_batch_1(op, ns, k)
+    return limit == EVERY_ROW or (limit > 1 and rows <= limit)
+
+
+def skinny_calls_at(layer: torch.nn.Module, rows: int) -> frozenset[tuple[str, tuple[int, ...], int]]:
+    """The folded calls of `layer` (merged) that run the skinny kernels at `rows` rows, device aside: batches
+    with the same calls share one compiled graph (FusedForward's batch classes)."""
+    return frozenset(call for call in _folded_calls(layer) if _skinny_at(*call, rows))
+
+
+def layer_ops_above_batch_1(layer: torch.nn.Module) -> dict[str, int]:
+    """The ops of `layer` (merged) that run the skinny kernels above batch 1 and the most rows each does
+    (EVERY_ROW: no limit), device aside (for notes)."""
+    out: dict[str, int] = {}
+    for op, ns, k in _folded_calls(layer):
+        rows = skinny_rows_above_batch_1(op, ns, k)
+        if rows > 1:
+            out[op] = max(out.get(op, 0), rows)
+    return out
 
 
 def _skinny(x: torch.Tensor, op: str, ns: tuple[int, ...]) -> bool:
     """Whether this call runs the skinny kernels: a device that runs them (a CUDA device; a CPU tensor
-    only under the Triton interpreter, the tests), at one row skinny_at_batch_1, above it
-    skinny_above_batch_1."""
+    only under the Triton interpreter, the tests) and _skinny_at its rows."""
     if not skinny_matmul.runs_triton(x):
         return False
-    if x.shape[0] == 1:
-        return skinny_at_batch_1(op, ns, int(x.shape[-1]))
-    return skinny_above_batch_1(op, ns, int(x.shape[-1]))
+    return _skinny_at(op, ns, int(x.shape[-1]), x.shape[0])
 
 
 def _merged_projections(x, norm_weight, eps, weights, biases):

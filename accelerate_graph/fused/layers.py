@@ -170,6 +170,21 @@ def _as_layer_zero(layer: torch.nn.Module):
         ) from err
 
 
+def _ops_and_rows(above: dict[str, int]) -> str:
+    """layer_program.layer_ops_above_batch_1's ops and row limits, for a note: "every op up to 8 rows",
+    "o and down"."""
+    names_of = {"proj": "q/k/v", "residual": "o and down", "gate_up": "gate/up"}
+    by_rows: dict[int, list[str]] = {}
+    for op, rows in above.items():
+        by_rows.setdefault(rows, []).append(op)
+    parts = []
+    for rows, ops in sorted(by_rows.items()):
+        every = len(ops) == len(layer_program.SKINNY_OPS)
+        names = "every op" if every else ", ".join(names_of[op] for op in layer_program.SKINNY_OPS if op in ops)
+        parts.append(names if rows == layer_program.EVERY_ROW else f"{names} up to {rows} rows")
+    return "; ".join(parts)
+
+
 def _fresh(value, batch: int):
     """A new view of a tensor (tuples walked), its batch dimension marked dynamic: dynamo reads marks
     from tensor objects, and the session's own (the compile contender's) must stay clean."""
@@ -276,7 +291,7 @@ class FusedForward:
                 merge_projections(layer)
         self._compiled: dict[type, object] = {}  # one compiled forward per layer class
         self._programs: dict[type, object] = {}  # one compiled layer_program.decode_layer per class, if any
-        self._classes_done: set[bool] = set()  # batch classes (batch 1 or not) compiled so far
+        self._classes_done: set = set()  # batch classes (_batch_class) compiled so far
         self.compile_seconds = 0.0
         self.graphs = 0  # FX graphs dynamo made
         self.recompiles = 0  # compilations in a call whose batch class had compiled already
@@ -293,6 +308,12 @@ class FusedForward:
         """The merged layer program on a CUDA device: where the skinny kernels may run."""
         return self.programmed and self.ops.merged and self.device.type == "cuda"
 
+    def _batch_class(self, batch: int) -> tuple:
+        """Batches of one class share a compiled graph: batch 1 (a specialised size), and above it one class
+        per set of calls on the skinny kernels (layer_program.skinny_calls_at: their row limits are guards)."""
+        skinny = layer_program.skinny_calls_at(self.layers[0], batch) if self._on_skinny_path() else frozenset()
+        return batch == 1, skinny
+
     def _batch_1_is_skinny(self) -> bool:
         """Whether every GEMV of batch 1 runs the skinny kernels (their table has the layer's shapes)."""
         return self._on_skinny_path() and layer_at_batch_1_is_skinny(self.layers[0])
@@ -305,10 +326,9 @@ class FusedForward:
         if self._batch_1_is_skinny():
             kind += ", skinny GEMV kernels at batch 1"
             kind += " (q/k/v writing the cache)" if layer_program.QKV_WRITES_CACHE else ""
-        above = layer_program.layer_ops_above_batch_1(self.layers[0]) if skinny else frozenset()
+        above = layer_program.layer_ops_above_batch_1(self.layers[0]) if skinny else {}
         if above:
-            every = above == frozenset(layer_program.SKINNY_OPS)
-            kind += ", skinny kernels above batch 1" + ("" if every else f" ({', '.join(sorted(above))})")
+            kind += f", skinny kernels above batch 1 ({_ops_and_rows(above)})"
         kind += ", rotary table" if self.rotary else ""
         kind += ", final norm kernel" if self.final_norm else ""
         kind += ", mask kernel" if self.causal_mask is not None else ""
@@ -385,7 +405,7 @@ class FusedForward:
         if made:
             self.graphs += made
             self.compile_seconds += time.perf_counter() - start
-            if (batch == 1) in self._classes_done:
+            if self._batch_class(batch) in self._classes_done:
                 self.recompiles += made
-        self._classes_done.add(batch == 1)
+        self._classes_done.add(self._batch_class(batch))
         return out

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from tiny_models import tiny_decoder
+from tiny_models import every_op_up_to, tiny_decoder
 
 from accelerate_graph.core.backends import backend_for
 from accelerate_graph.core.capture import capture_decode_graphs
@@ -102,6 +102,32 @@ def test_merged_projections_verify_on_gpu(model_type, skinny, monkeypatch):
     use_grouped_attention(model)
     session, _ = capture_and_verify(model, fused=True)
     assert session.fused.programmed and getattr(model.model.layers[0].self_attn, MERGED_QKV) is not None
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_a_row_limit_splits_the_batches_above_1_in_two_graphs(model_type, monkeypatch):
+    """The default above batch 1 (SKINNY_WINS_ABOVE_BATCH_1): each op on the skinny kernels up to the rows a
+    step measured faster, on cuBLAS past them. Every op up to 2 rows here: batch 2 on the skinny kernels,
+    batch 4 on cuBLAS, each in its own compiled graph (a guard on the rows, not a recompile), both verified."""
+    from accelerate_graph.fused import layer_program, layers
+    from accelerate_graph.fused.kernels import skinny_matmul
+
+    rows = []
+    launch = skinny_matmul.launch
+    monkeypatch.setattr(
+        skinny_matmul, "launch", lambda op, x, *a, **k: rows.append(x.shape[0]) or launch(op, x, *a, **k)
+    )
+    monkeypatch.setattr(layers, "LAYER_PROGRAM", "merged")
+    monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", "0")
+    monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", None)
+    model = tiny_decoder(model_type)
+    monkeypatch.setattr(layer_program, "SKINNY_WINS_ABOVE_BATCH_1", every_op_up_to(model.config, 2))
+    use_grouped_attention(model)
+    session, _ = capture_and_verify(model, fused=True)
+    assert (session.fused.graphs, session.fused.recompiles) == (3, 0)  # batch 1; batch 2; batch 4
+    assert "every op up to 2 rows" in session.fused.layer_forward_kind()
+    concrete = {int(r) for r in rows if isinstance(r, int)}  # the opaque (PDL) op sees real rows
+    assert 4 not in concrete and (2 in concrete or not session.fused.pdl)
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])

@@ -276,7 +276,7 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
     folded ops of every layer, one row each, decoding like HF's forward), every shape when forced, inductor's
     way otherwise; above batch 1 only the ops SKINNY_ABOVE_BATCH_1 names (then at every shape, whatever the
     batch-1 rule says), by default o and down at the shapes that won in a step; decoding like HF's forward."""
-    from tiny_models import grouped_decode_cases
+    from tiny_models import every_op_up_to, grouped_decode_cases
 
     from accelerate_graph.fused import layer_program
 
@@ -316,15 +316,53 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
         monkeypatch.setattr(configs, "TABLE_PATH", table_path)
         decodes_like_hf(model, session, prompt, cases, expected)
         assert launches == want, (mode, above, table_path.name)
-        assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == (above or set())
+        every = {op: layer_program.EVERY_ROW for op in above or ()}
+        assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == every
         at_one = any(rows == 1 for _, rows in want)
         assert layer_program.layer_at_batch_1_is_skinny(model.model.layers[0]) == at_one  # what notes say
-    # the default at shapes that won in a step: o and down above batch 1, nothing else
+    # the default at shapes that won in a step, up to their rows: o and down at 2 rows, nothing else
+    monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", None)
+    won = {("residual", hidden, hidden): 4, ("residual", hidden, inter): 4}
+    for limits, want in [(2, at_two), (8, at_two)]:  # every op, up to 2 or to 8 rows
+        launches.clear()
+        monkeypatch.setattr(layer_program, "SKINNY_WINS_ABOVE_BATCH_1", {**won, **every_op_up_to(text, limits)})
+        decodes_like_hf(model, session, prompt, cases, expected)
+        assert launches == want
     launches.clear()
-    monkeypatch.setattr(layer_program, "RESIDUAL_WINS_ABOVE_BATCH_1", {(hidden, hidden), (hidden, inter)})
+    monkeypatch.setattr(layer_program, "SKINNY_WINS_ABOVE_BATCH_1", won)
     decodes_like_hf(model, session, prompt, cases, expected)
     assert launches == [("residual", 2), ("residual", 2)] * layers
-    assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == {"residual"}
+    assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == {"residual": 4}
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_batches_share_a_class_where_the_same_calls_run_the_skinny_kernels(model_type, monkeypatch):
+    """skinny_calls_at: the calls that run the skinny kernels at a row count, FusedForward's batch class.
+    A row limit splits the batches above 1 in two classes (each its own compiled graph); the switch's
+    ops run at every row."""
+    from tiny_models import every_op_up_to, tiny_decoder
+
+    from accelerate_graph.fused import layer_program
+
+    model = tiny_decoder(model_type)
+    layer = model.model.layers[0]
+    calls = frozenset(layer_program._folded_calls(layer))
+    o_and_down = frozenset(c for c in calls if c[0] == "residual")
+    monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", None)
+    monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", "0")
+    limits = every_op_up_to(model.config, 8)
+    limits.update({(op, n[0], k): 32 for op, n, k in o_and_down})
+    monkeypatch.setattr(layer_program, "SKINNY_WINS_ABOVE_BATCH_1", limits)
+    at = {rows: layer_program.skinny_calls_at(layer, rows) for rows in (1, 2, 8, 9, 16, 32, 33)}
+    assert at[1] == frozenset()  # batch 1 follows its own rule
+    assert at[2] == at[8] == calls
+    assert at[9] == at[16] == at[32] == o_and_down
+    assert at[33] == frozenset()
+    assert layer_program.layer_ops_above_batch_1(layer) == {"proj": 8, "gate_up": 8, "residual": 32}
+    monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", frozenset({"gate_up"}))
+    assert {layer_program.skinny_calls_at(layer, rows) for rows in (2, 33, 1000)} == {
+        frozenset(c for c in calls if c[0] == "gate_up")
+    }
 
 
 @pytest.mark.parametrize("name", ["norm_projections", "linear_residual", "norm_gate_up"])
