@@ -143,6 +143,44 @@ def _profile(step, rewind, calls: int) -> dict:
 
 
 NOTHING_COUNTED = {"kernels": 0, "kernel_us": 0.0, "by_class": {}, "by_kernel_us": {}, "by_kernel_calls": {}}
+NOTHING_COUNTED |= {"span_us": 0.0, "busy_us": 0.0, "idle_us": 0.0, "idle_before": []}
+
+
+def short_name(name: str) -> str:
+    """A kernel's name without its signature or template arguments: what the idle lines print."""
+    name = re.sub(r"^void |\(anonymous namespace\)::", "", name).split("<")[0].split("(")[0]
+    return name.rsplit("::", 1)[-1][:48]
+
+
+def timeline(kernels: list[tuple[float, float, str]], calls: int, top: int = 6) -> dict:
+    """Where a run of `calls` steps leaves the GPU idle, from its kernels' (start us, end us, name): the
+    span (first start to last end), the time some kernel runs (the union of the intervals: under PDL a
+    kernel starts while the one before it ends, so the sum of durations counts overlap twice), the idle
+    rest, and the `top` kernel boundaries where it goes, as "kernel ended -> kernel started" with us and
+    gaps per step. A gap belongs to the kernel that ended last before it and the one that starts it."""
+    if not kernels:
+        return {"span_us": 0.0, "busy_us": 0.0, "idle_us": 0.0, "idle_before": []}
+    ordered = sorted(kernels)
+    busy, idle_at = 0.0, defaultdict(lambda: [0.0, 0])
+    start, end, last = ordered[0][0], ordered[0][1], ordered[0][2]
+    for begin, finish, name in ordered[1:]:
+        if begin > end:  # a gap: nothing runs from `end` to `begin`
+            busy += end - start
+            edge = idle_at[f"{short_name(last)} -> {short_name(name)}"]
+            edge[0] += begin - end
+            edge[1] += 1
+            start = begin
+        if finish >= end:
+            end, last = finish, name
+    busy += end - start
+    span = end - ordered[0][0]
+    worst = sorted(idle_at.items(), key=lambda kv: -kv[1][0])[:top]
+    return {
+        "span_us": round(span / calls, 1),
+        "busy_us": round(busy / calls, 1),
+        "idle_us": round((span - busy) / calls, 1),
+        "idle_before": [[edge, round(us / calls, 2), gaps / calls] for edge, (us, gaps) in worst],
+    }
 
 
 def tally(prof, calls: int, classify=kernel_class) -> dict:
@@ -152,9 +190,11 @@ def tally(prof, calls: int, classify=kernel_class) -> dict:
     micros: dict[str, float] = defaultdict(float)
     by_name: dict[str, float] = defaultdict(float)
     calls_of: dict[str, int] = defaultdict(int)  # launches of each kernel per step: per layer, or once
+    intervals = []  # (start, end, name): where the GPU idles between kernels (timeline)
     for event in prof.events():
         if event.device_type != torch.autograd.DeviceType.CUDA or "memcpy" in event.name.lower():
             continue
+        intervals.append((event.time_range.start, event.time_range.end, event.name))
         label = classify(event.name)
         counts[label] += 1
         micros[label] += event.device_time
@@ -166,6 +206,7 @@ def tally(prof, calls: int, classify=kernel_class) -> dict:
         "by_class": {k: {"kernels": counts[k] / calls, "us": round(micros[k] / calls, 1)} for k in sorted(counts)},
         "by_kernel_us": {n: round(us / calls, 2) for n, us in sorted(by_name.items(), key=lambda kv: -kv[1])},
         "by_kernel_calls": {n: calls_of[n] / calls for n in sorted(by_name, key=lambda n: -by_name[n])},
+        **timeline(intervals, calls),
     }
 
 
@@ -283,7 +324,7 @@ def main() -> None:
                 )
                 print(
                     f"{args.model} {label:18s} batch {batch:3d} slots {slots:5d}: {found['kernels']:6.0f} kernels, "
-                    f"{found['kernel_us']:8.1f} us of kernels | "
+                    f"{found['kernel_us']:8.1f} us of kernels, idle {found['idle_us']:5.1f} us | "
                     + ", ".join(f"{k} {v['kernels']:.0f}/{v['us']:.0f}us" for k, v in found["by_class"].items()),
                     flush=True,
                 )

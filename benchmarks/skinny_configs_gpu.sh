@@ -34,9 +34,7 @@
 # process comparable, but one process each stays the rule), at batches 1, 8 and 32; then the GPU tests of
 # the fused step, the mask, the q/k/v epilogue and the skinny kernels (~260 s alone). No step sweep by default
 # (STEP_SWEEPS="llama-3.2-1b:60:8" runs the 1B's 8-row chain). Wanted after stop 28: why Qwen's batch 16
-# with every op skinny replays in 1.097 ms over 894-933 us of kernels: CUGRAPH_ACCEL_SKINNY_BATCHES=1 with
-# benchmarks/timing_gap.py qwen2.5-0.5b --batches 8,16 --trace DIR (the kernels' timeline) and
-# benchmarks/graph_edges.py qwen2.5-0.5b --batches 8,16 (programmatic or full edges; never run on a GPU).
+# with every op skinny replays in 1.097 ms over 894-933 us of kernels: benchmarks/step_idle_gpu.sh.
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-585} LOGS=/tmp/batch1 SHOW="replay|kernels,|8B shapes|^total|wrote|MISMATCH|Error|error|us per layer|against inductor|passed|failed"

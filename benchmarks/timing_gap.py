@@ -147,6 +147,12 @@ def measure(model: str, cache: int, batches: list[int], prompt: int, before: str
             found = profile_step(lambda: step(0), lambda: session.kv.rewind(prompt))
             trace.mkdir(parents=True, exist_ok=True)
             (trace / f"{model}-{before}-{batch}.json").write_text(json.dumps(found, indent=1))
+            print(
+                f"{model} batch {batch} replayed: {found['kernels']:.0f} kernels, {found['kernel_us']:.1f} us of "
+                f"kernels, busy {found['busy_us']:.1f} of a {found['span_us']:.1f} us span, idle {found['idle_us']:.1f}"
+            )
+            for edge, us, gaps in found["idle_before"]:
+                print(f"    idle {us:7.2f} us in {gaps:4.0f} gaps  {edge}")
         print(
             f"{model} cache {cache} batch {batch}, before: {before}: "
             + ", ".join(f"{k} {v:.3f}" for k, v in rows.items())
