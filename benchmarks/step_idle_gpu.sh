@@ -3,17 +3,19 @@
 # Stop 28: Qwen2.5-0.5B's batch 16 with every op on the skinny kernels (CUGRAPH_ACCEL_SKINNY_BATCHES=1)
 # replayed in 1.097 ms over 894-933 us of kernels, where its batch 8 overlaps ~80 us (0.785 ms over 829-865
 # us): ~200 us idle at 16 rows, cause unknown; the 1B the same (1.042 at 8, 1.364 at 16).
-#   (1) timing_gap.py --trace at BATCHES with every op skinny, then the shipped default: the replayed
-#       graph's timeline (busy, idle, the kernel boundaries where it idles: profile_step.timeline);
+#   (1) timing_gap.py --trace at BATCHES with every op skinny, then the shipped default, then every op
+#       skinny without PDL (does PDL overlap anything at 16 rows? at batch 8 it hid ~145 us, stop 26): the
+#       replayed graph's timeline (busy, idle, the kernel boundaries where it idles: profile_step.timeline);
 #   (2) graph_edges.py at each batch with every op skinny: PDL's programmatic edges against full ones.
 # Usage on the device machine: OUT=/some/dir bash benchmarks/step_idle_gpu.sh  (MODEL, BATCHES to change)
 set -uo pipefail
 DEADLINE=${DEADLINE:-420} LOGS=/tmp/step-idle SHOW="before:|replayed:|idle |graphs$|Error|error"
 source "$(dirname "$0")/deadline.sh"
 MODEL=${MODEL:-qwen2.5-0.5b} BATCHES=${BATCHES:-8,16}
-for skinny in 1 auto; do  # one process each
-  run "timeline-skinny-$skinny" 50 120 env CUGRAPH_ACCEL_SKINNY_BATCHES=$skinny python3 benchmarks/timing_gap.py \
-    "$MODEL" --batches "$BATCHES" --trace "$FINAL/trace-skinny-$skinny"
+for way in 1:1 auto:1 1:0; do  # skinny:pdl, one process each
+  IFS=: read -r skinny pdl <<< "$way"
+  run "timeline-skinny-$skinny-pdl-$pdl" 50 120 env CUGRAPH_ACCEL_SKINNY_BATCHES="$skinny" CUGRAPH_ACCEL_PDL="$pdl" \
+    python3 benchmarks/timing_gap.py "$MODEL" --batches "$BATCHES" --trace "$FINAL/trace-skinny-$skinny-pdl-$pdl"
 done
 for batch in ${BATCHES//,/ }; do
   run "edges-$batch" 40 90 env CUGRAPH_ACCEL_SKINNY_BATCHES=1 python3 benchmarks/graph_edges.py "$MODEL" \
