@@ -150,6 +150,15 @@ def describe(cfg: SkinnyConfig) -> str:
     )
 
 
+def parse_described(text: str) -> SkinnyConfig:
+    """describe's line back to its config: "n64 k128 w4 s4 x1 swap" (benchmarks/trials/*.tsv)."""
+    fields = text.split()
+    if len(fields) != 6 or fields[5] not in ("fma", "dot", "swap"):
+        raise ValueError(f"not a described config: {text!r}")
+    n, k, w, s, x = (int(field[1:]) for field in fields[:5])
+    return SkinnyConfig(n, k, w, s, split_k=x, dot=fields[5] != "fma", swap=fields[5] == "swap")
+
+
 def copy_bandwidth_gbs() -> float:
     src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)

@@ -4,7 +4,9 @@
 # kernels run the configs of their table. (1) SWEEP=1: a wide sweep of the skinny kernels' one-row configs,
 # each op alone (8B first, then the 1B and Qwen shapes while SMALL_BUDGET lasts); (2) STEP_SWEEPS
 # (model:budget_s[:rows]): the configs chosen inside a chain of decoder layers (step_sweep.py; above one
-# row also timed against inductor + cuBLAS, and written only where the skinny chain wins); both write into
+# row also timed against inductor + cuBLAS, and written only where the skinny chain wins); WHOLE_STEP_SWEEPS
+# (model:budget_s:rows): configs timed in the captured step itself, the chain's fastest first
+# (whole_step_sweep.py, its --candidates from benchmarks/trials/ or this call's step sweep); all write into
 # the table; (3) profiles, one process per PROFILES entry (model:way[,way]) at BATCHES, each logging what
 # coordinate descent tuned; (4) GPU tests (TESTS, pytest arguments), last: the deadline cuts them first.
 # History: stop 17 swept the 8B and 1B shapes at batch 1 (then the skinny kernels became batch 1's default
@@ -34,10 +36,11 @@
 # process comparable, but one process each stays the rule), at batches 1, 8 and 32; then the GPU tests of
 # the fused step, the mask, the q/k/v epilogue and the skinny kernels (~260 s alone). No step sweep by default
 # (STEP_SWEEPS="llama-3.2-1b:60:8" runs the 1B's 8-row chain). Wanted after stop 28: why Qwen's batch 16
-# with every op skinny replays in 1.097 ms over 894-933 us of kernels: benchmarks/step_idle_gpu.sh.
+# with every op skinny replays in 1.097 ms over 894-933 us of kernels: benchmarks/step_idle_gpu.sh; then,
+# if the idle depends on the configs, WHOLE_STEP_SWEEPS="qwen2.5-0.5b:150:16" PROFILES="qwen2.5-0.5b:fused-skinny-batches".
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
 set -uo pipefail
-DEADLINE=${DEADLINE:-585} LOGS=/tmp/batch1 SHOW="replay|kernels,|8B shapes|^total|wrote|MISMATCH|Error|error|us per layer|against inductor|passed|failed"
+DEADLINE=${DEADLINE:-585} LOGS=/tmp/batch1 SHOW="replay|kernels,|8B shapes|^total|wrote|MISMATCH|Error|error|us per layer|ms per step|against inductor|passed|failed"
 source "$(dirname "$0")/deadline.sh"
 TABLE=accelerate_graph/fused/kernels/skinny_configs.json
 sweep() {  # NAME LIMIT MODELS BUDGET
@@ -56,6 +59,16 @@ for entry in ${STEP_SWEEPS-}; do
   rows=${rows:-1}
   run "step-sweep-$model-$rows" 40 $((budget + 60)) python3 benchmarks/step_sweep.py "$model" --rows "$rows" \
     --budget-s "$budget" --write-configs "$TABLE" --log "$LOGS/step-trials-$model-$rows.tsv"
+done
+for entry in ${WHOLE_STEP_SWEEPS-}; do  # model:budget_s:rows: configs timed in the captured step itself
+  IFS=: read -r model budget rows <<< "$entry"
+  trials=benchmarks/trials/step-trials-$model-$rows.tsv  # the chain's ranking, where a step sweep kept one
+  [ -f "$LOGS/step-trials-$model-$rows.tsv" ] && trials=$LOGS/step-trials-$model-$rows.tsv
+  candidates=()
+  [ -f "$trials" ] && candidates=(--candidates "$trials" --top "${TOP:-8}")
+  run "whole-step-sweep-$model-$rows" 60 $((budget + 90)) python3 benchmarks/whole_step_sweep.py "$model" \
+    --rows "$rows" --budget-s "$budget" "${candidates[@]}" --write-configs "$TABLE" \
+    --log "$LOGS/whole-step-trials-$model-$rows.tsv"
 done
 cp "$TABLE" "$FINAL/skinny_configs.json"
 # default: the shipped step and the one before it, each the first way of its own process

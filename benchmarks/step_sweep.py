@@ -134,6 +134,29 @@ class Chain:
             layer_program.SKINNY_ABOVE_BATCH_1, layer_program.SKINNY_AT_BATCH_1 = was
 
 
+def descend(current: dict, grid, timed, best: float, deadline: float, min_gain: float, unit: str):
+    """Coordinate descent over ORDER: for each op in turn every config of grid(op), the others held, timed by
+    timed(configs); one that beats the best by more than min_gain is kept. Stops trying at `deadline`
+    (time.monotonic). Returns the configs and the trials ("op, config, time" lines)."""
+    trials = []
+    for op in ORDER:
+        for cfg in grid(op):
+            if time.monotonic() > deadline:
+                break
+            if cfg == current[op]:
+                continue
+            try:
+                took = timed({**current, op: cfg})
+            except Exception as err:  # noqa: BLE001 - a config the compiler refuses (shared memory, registers)
+                print(f"  {op} {describe(cfg)} skipped: {str(err).splitlines()[0][:100]}", flush=True)
+                continue
+            trials.append(f"{op}\t{describe(cfg)}\t{took:.3f}")
+            if took < best * (1 - min_gain):
+                current, best = {**current, op: cfg}, took
+        print(f"after {op:8}: {best:.3f} {unit}, {op} {describe(current[op])}", flush=True)
+    return current, trials
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", choices=sorted(MODELS))
@@ -150,22 +173,9 @@ def main() -> int:
     baseline = best = chain.layer_us(current)
     print(f"{args.model}: {args.layers} layers, {args.rows} row(s), {chain.weight_bytes / 2**30:.2f} GiB of weights")
     print(f"table configs: {best:.2f} us per layer ({', '.join(f'{op} {describe(c)}' for op, c in current.items())})")
-    trials = []
-    for op in ORDER:
-        for cfg in chain.grid(op):
-            if time.monotonic() - start > args.budget_s:
-                break
-            if cfg == current[op]:
-                continue
-            try:
-                us = chain.layer_us({**current, op: cfg})
-            except Exception as err:  # a config the compiler refuses (shared memory, registers): skip it
-                print(f"  {op} {describe(cfg)} skipped: {str(err).splitlines()[0][:100]}")
-                continue
-            trials.append(f"{op}\t{describe(cfg)}\t{us:.3f}")
-            if us < best * (1 - args.min_gain):
-                current, best = {**current, op: cfg}, us
-        print(f"after {op:8}: {best:.2f} us per layer, {op} {describe(current[op])} ({time.monotonic() - start:.0f} s)")
+    current, trials = descend(
+        current, chain.grid, chain.layer_us, best, start + args.budget_s, args.min_gain, "us per layer"
+    )
     final = chain.layer_us(current)
     print(
         f"chosen: {final:.2f} us per layer against the table's {baseline:.2f} ({100 * (1 - final / baseline):.1f}% less)"

@@ -98,7 +98,7 @@ def skinny_at_batch_1(op: str, ns: tuple[int, ...], k: int) -> bool:
     return configs.in_table(op, 1, ns, k)
 
 
-def _folded_calls(layer: torch.nn.Module) -> list[tuple[str, tuple[int, ...], int]]:
+def folded_calls(layer: torch.nn.Module) -> list[tuple[str, tuple[int, ...], int]]:
     """(op, output sizes, reduction) of the four folded calls of `layer` (merged)."""
     attention, mlp = layer.self_attn, layer.mlp
     hidden = attention.q_proj.in_features
@@ -113,7 +113,7 @@ def _folded_calls(layer: torch.nn.Module) -> list[tuple[str, tuple[int, ...], in
 
 def layer_at_batch_1_is_skinny(layer: torch.nn.Module) -> bool:
     """Whether all four folded calls of `layer` (merged) run the skinny kernels at batch 1, device aside."""
-    return all(skinny_at_batch_1(op, ns, k) for op, ns, k in _folded_calls(layer))
+    return all(skinny_at_batch_1(op, ns, k) for op, ns, k in folded_calls(layer))
 
 
 # Above batch 1 the same kernels can run on tensor cores (rows padded to 16) instead of inductor's kernels
@@ -190,14 +190,14 @@ def _skinny_at(op: str, ns: tuple[int, ...], k: int, rows) -> bool:
 def skinny_calls_at(layer: torch.nn.Module, rows: int) -> frozenset[tuple[str, tuple[int, ...], int]]:
     """The folded calls of `layer` (merged) that run the skinny kernels at `rows` rows, device aside: batches
     with the same calls share one compiled graph (FusedForward's batch classes)."""
-    return frozenset(call for call in _folded_calls(layer) if _skinny_at(*call, rows))
+    return frozenset(call for call in folded_calls(layer) if _skinny_at(*call, rows))
 
 
 def layer_ops_above_batch_1(layer: torch.nn.Module) -> dict[str, int]:
     """The ops of `layer` (merged) that run the skinny kernels above batch 1 and the most rows each does
     (EVERY_ROW: no limit), device aside (for notes)."""
     out: dict[str, int] = {}
-    for op, ns, k in _folded_calls(layer):
+    for op, ns, k in folded_calls(layer):
         rows = skinny_rows_above_batch_1(op, ns, k)
         if rows > 1:
             out[op] = max(out.get(op, 0), rows)

@@ -3,6 +3,7 @@ benchmarks/kernel_sweep.py on a GPU into skinny_configs.json, and a heuristic fo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -58,6 +59,21 @@ def _table(path: Path) -> dict[str, SkinnyConfig]:
     if path not in _TABLES:
         _TABLES[path] = read_table(path)
     return _TABLES[path]
+
+
+@contextlib.contextmanager
+def entries_replaced(entries: dict[str, SkinnyConfig]):
+    """The shipped table read with `entries` in it, for the duration: benchmarks/whole_step_sweep.py tries
+    configs in a captured step (the opaque op under PDL reads its config when it runs, so a capture after
+    this takes them; a compiled triton_op kept the configs it was traced with)."""
+    table = _table(TABLE_PATH)
+    saved = dict(table)
+    table.update(entries)
+    try:
+        yield
+    finally:
+        table.clear()
+        table.update(saved)
 
 
 def in_table(op: str, m, ns: tuple[int, ...], k: int) -> bool:

@@ -346,7 +346,7 @@ def test_batches_share_a_class_where_the_same_calls_run_the_skinny_kernels(model
 
     model = tiny_decoder(model_type)
     layer = model.model.layers[0]
-    calls = frozenset(layer_program._folded_calls(layer))
+    calls = frozenset(layer_program.folded_calls(layer))
     o_and_down = frozenset(c for c in calls if c[0] == "residual")
     monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", None)
     monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", "0")
