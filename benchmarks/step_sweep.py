@@ -157,6 +157,16 @@ def descend(current: dict, grid, timed, best: float, deadline: float, min_gain: 
     return current, trials
 
 
+WRITTEN_BY = "benchmarks/kernel_sweep.py; step_sweep.py (batch 1, and rows); whole_step_sweep.py (rows, in the step)"
+
+
+def write_chosen(path: Path, chosen: dict[str, configs.SkinnyConfig]) -> None:
+    """The chosen configs (table key: config) written into the table at `path`, its other entries kept."""
+    kept = configs.read_table(path)
+    configs.write_table({**kept, **chosen}, path, torch.cuda.get_device_name(), WRITTEN_BY)
+    print(f"wrote {len(chosen)} configs to {path}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", choices=sorted(MODELS))
@@ -189,11 +199,7 @@ def main() -> int:
         print(f"against inductor + cuBLAS: {inductor:.2f} us per layer ({verdict})")
         wins = wins and final < inductor
     if args.write_configs and wins:
-        kept = configs.read_table(args.write_configs)
-        chosen = {chain.key(op): cfg for op, cfg in current.items()}
-        written_by = "benchmarks/kernel_sweep.py; batch 1 (and rows it swept): benchmarks/step_sweep.py"
-        configs.write_table({**kept, **chosen}, args.write_configs, torch.cuda.get_device_name(), written_by)
-        print(f"wrote {len(current)} configs to {args.write_configs}")
+        write_chosen(args.write_configs, {chain.key(op): cfg for op, cfg in current.items()})
     return 0
 
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kernel_sweep import describe, parse_described, rows_grid_in_a_step  # noqa: E402
 from profile_step import replay_ms  # noqa: E402
-from step_sweep import ORDER, descend  # noqa: E402
+from step_sweep import ORDER, descend, write_chosen  # noqa: E402
 
 from accelerate_graph.core.backends import backend_for  # noqa: E402
 from accelerate_graph.core.capture import capture_decode_graphs  # noqa: E402
@@ -133,11 +133,7 @@ def main() -> int:
     if args.log:
         args.log.write_text("\n".join(trials) + "\n", encoding="utf-8")
     if args.write_configs and final < baseline:
-        kept = configs.read_table(args.write_configs)
-        chosen = {step.key(name): cfg for name, cfg in current.items()}
-        written_by = "benchmarks/kernel_sweep.py; above batch 1: benchmarks/step_sweep.py, whole_step_sweep.py"
-        configs.write_table({**kept, **chosen}, args.write_configs, torch.cuda.get_device_name(), written_by)
-        print(f"wrote {len(chosen)} configs to {args.write_configs}")
+        write_chosen(args.write_configs, {step.key(name): cfg for name, cfg in current.items()})
     return 0
 
 
