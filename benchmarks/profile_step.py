@@ -142,8 +142,9 @@ def _profile(step, rewind, calls: int) -> dict:
     return found
 
 
+NO_TIMELINE = {"span_us": 0.0, "busy_us": 0.0, "idle_us": 0.0, "idle_before": []}  # timeline of no kernel
 NOTHING_COUNTED = {"kernels": 0, "kernel_us": 0.0, "by_class": {}, "by_kernel_us": {}, "by_kernel_calls": {}}
-NOTHING_COUNTED |= {"span_us": 0.0, "busy_us": 0.0, "idle_us": 0.0, "idle_before": []}
+NOTHING_COUNTED |= NO_TIMELINE
 
 
 def short_name(name: str) -> str:
@@ -159,7 +160,7 @@ def timeline(kernels: list[tuple[float, float, str]], calls: int, top: int = 6) 
     rest, and the `top` kernel boundaries where it goes, as "kernel ended -> kernel started" with us and
     gaps per step. A gap belongs to the kernel that ended last before it and the one that starts it."""
     if not kernels:
-        return {"span_us": 0.0, "busy_us": 0.0, "idle_us": 0.0, "idle_before": []}
+        return {**NO_TIMELINE, "idle_before": []}
     ordered = sorted(kernels)
     busy, idle_at = 0.0, defaultdict(lambda: [0.0, 0])
     start, end, last = ordered[0][0], ordered[0][1], ordered[0][2]

@@ -46,7 +46,23 @@ EPS = 1e-6
 ORDER = ("gate_up", "down", "qkv", "o")  # the largest first: the others are tuned around it
 
 
-class Chain:
+class OpShapes:
+    """Table keys and configs of ORDER's ops for a sweep at `rows` rows whose `shapes` maps each op to (kernel
+    op, the ns its table key uses, K): Chain here, whole_step_sweep.CapturedStep."""
+
+    rows: int
+    shapes: dict[str, tuple[str, tuple[int, ...], int]]
+
+    def key(self, op: str) -> str:
+        kind, ns, k = self.shapes[op]
+        return configs.table_key(kind, configs.m_bucket(self.rows), ns, k)
+
+    def table_config(self, op: str) -> configs.SkinnyConfig:
+        kind, ns, k = self.shapes[op]
+        return configs.config_for(kind, self.rows, ns, k)
+
+
+class Chain(OpShapes):
     """The projections of `layers` decoder layers of `model`'s shape for `rows` rows, each layer its own
     weights."""
 
@@ -77,14 +93,6 @@ class Chain:
         self.x = rand(rows, hidden)
         self.attention = rand(rows, heads * hd)  # stands for the attention's output, which o reads
         self.weight_bytes = sum(t.numel() * 2 for layer in self.layers for t in layer.values() if t is not None)
-
-    def key(self, op: str) -> str:
-        kind, ns, k = self.shapes[op]
-        return configs.table_key(kind, configs.m_bucket(self.rows), ns, k)
-
-    def table_config(self, op: str) -> configs.SkinnyConfig:
-        kind, ns, k = self.shapes[op]
-        return configs.config_for(kind, self.rows, ns, k)
 
     def grid(self, op: str) -> list[configs.SkinnyConfig]:
         _, _, k = self.shapes[op]

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kernel_sweep import describe, parse_described, rows_grid_in_a_step  # noqa: E402
 from profile_step import replay_ms  # noqa: E402
-from step_sweep import ORDER, descend, write_chosen  # noqa: E402
+from step_sweep import ORDER, OpShapes, descend, write_chosen  # noqa: E402
 
 from accelerate_graph.core.backends import backend_for  # noqa: E402
 from accelerate_graph.core.capture import capture_decode_graphs  # noqa: E402
@@ -46,7 +46,7 @@ PROMPT = 128
 NAMES = {"qkv": 0, "o": 1, "gate_up": 2, "down": 3}  # step_sweep's op names: their place in folded_calls
 
 
-class CapturedStep:
+class CapturedStep(OpShapes):
     """The fused step of `model` for `rows` rows, every op on the skinny kernels, and its replay time with
     any configs."""
 
@@ -58,19 +58,11 @@ class CapturedStep:
         self.prepared = prepare(request)
         self.rows, self.session = rows, self.prepared.session
         calls = layer_program.folded_calls(self.session.fused.layers[0])
-        self.calls = {name: calls[place] for name, place in NAMES.items()}
+        self.shapes = {name: calls[place] for name, place in NAMES.items()}
         self.candidates = candidates or {}
 
-    def key(self, name: str) -> str:
-        op, ns, k = self.calls[name]
-        return configs.table_key(op, configs.m_bucket(self.rows), ns, k)
-
-    def table_config(self, name: str) -> configs.SkinnyConfig:
-        op, ns, k = self.calls[name]
-        return configs.config_for(op, self.rows, ns, k)
-
     def grid(self, name: str) -> list[configs.SkinnyConfig]:
-        return self.candidates.get(name) or rows_grid_in_a_step(self.rows, self.calls[name][2])
+        return self.candidates.get(name) or rows_grid_in_a_step(self.rows, self.shapes[name][2])
 
     def replay_ms(self, cfgs: dict) -> float:
         """The step's replay in ms after capturing it again with `cfgs` (step_sweep's op names)."""

@@ -402,10 +402,11 @@ class FusedForward:
                 DROP_FUSE,
             )
         made = torch_internals.dynamo_graph_count() - before
+        batch_class = self._batch_class(batch)
         if made:
             self.graphs += made
             self.compile_seconds += time.perf_counter() - start
-            if self._batch_class(batch) in self._classes_done:
+            if batch_class in self._classes_done:
                 self.recompiles += made
-        self._classes_done.add(self._batch_class(batch))
+        self._classes_done.add(batch_class)
         return out

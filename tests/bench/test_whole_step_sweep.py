@@ -47,3 +47,13 @@ def test_entries_replaced_for_the_duration_only():
     with pytest.raises(RuntimeError), configs.entries_replaced({key: other}):
         raise RuntimeError("a capture failed")
     assert configs.config_for("residual", 16, (896,), 896) == was  # restored after a failure too
+
+
+def test_both_sweeps_key_their_ops_by_the_row_bucket():
+    from step_sweep import OpShapes
+
+    class Sweep(OpShapes):
+        rows, shapes = 9, {"o": ("residual", (896,), 896)}
+
+    assert Sweep().key("o") == "residual|m16|n896|k896"
+    assert Sweep().table_config("o") == configs.config_for("residual", 16, (896,), 896)
