@@ -96,10 +96,15 @@ def kept_graphs() -> list[torch.cuda.CUDAGraph]:
     base = torch.cuda.CUDAGraph
 
     class Kept(base):
+        # torch's binding reads keep_graph in __init__ (pybind11), called with the caller's own arguments:
+        # __new__ alone left it False (stop 29's device call)
         def __new__(cls, keep_graph: bool = True):
-            graph = super().__new__(cls, keep_graph=True)
+            graph = super().__new__(cls, True)
             made.append(graph)
             return graph
+
+        def __init__(self, keep_graph: bool = True):
+            super().__init__(True)
 
     torch.cuda.CUDAGraph = Kept
     return made

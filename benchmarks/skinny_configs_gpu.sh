@@ -35,9 +35,9 @@
 # 1B, the shipped step for Qwen, one process each (since stop 26 one capture stream keeps ways in one
 # process comparable, but one process each stays the rule), at batches 1, 8 and 32; then the GPU tests of
 # the fused step, the mask, the q/k/v epilogue and the skinny kernels (~260 s alone). No step sweep by default
-# (STEP_SWEEPS="llama-3.2-1b:60:8" runs the 1B's 8-row chain). Wanted after stop 28: why Qwen's batch 16
-# with every op skinny replays in 1.097 ms over 894-933 us of kernels: benchmarks/step_idle_gpu.sh; then,
-# if the idle depends on the configs, WHOLE_STEP_SWEEPS="qwen2.5-0.5b:150:16" PROFILES="qwen2.5-0.5b:fused-skinny-batches".
+# (STEP_SWEEPS="llama-3.2-1b:60:8" runs the 1B's 8-row chain). Stop 29: Qwen's every-op-skinny batch 16
+# is not slow for its configs (0.875 ms without a batch-1 graph in the process, 1.086 with one: PDL's
+# overlap lost; benchmarks/batch1_bias_gpu.sh), so WHOLE_STEP_SWEEPS waits for that fix.
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-585} LOGS=/tmp/batch1 SHOW="replay|kernels,|8B shapes|^total|wrote|MISMATCH|Error|error|us per layer|ms per step|against inductor|passed|failed"

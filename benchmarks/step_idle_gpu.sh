@@ -10,6 +10,9 @@
 #   (3) the shipped step of B1_MODEL at batch 1, its timeline: issue 16's 0.80 ms line for the 1B at a KV
 #       capacity of 16,384 is 12-23 us away; where does its replay idle (the ATen preamble, the memset,
 #       cuBLAS's lm_head: no PDL)?
+# Run in stop 29 (docs/PERF.md): batch 16 with every op skinny 0.880 ms, busy 858 of an 891 us span (33 us
+# idle), against 1.083 without PDL; the 1B's batch 1 idles 11.4 us of 818. Stop 28's 1.097 came from a
+# process that also held a batch-1 graph (benchmarks/batch1_bias_gpu.sh).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/step_idle_gpu.sh  (MODEL, BATCHES, B1_MODEL to change)
 set -uo pipefail
 DEADLINE=${DEADLINE:-500} LOGS=/tmp/step-idle SHOW="before:|replayed:|idle |graphs$|Error|error"

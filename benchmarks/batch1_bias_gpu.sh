@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Why a batch-1 graph in the same process costs Qwen2.5-0.5B's 16- and 32-row steps their PDL overlap, one
+# device call (~4.5 min; DEADLINE s, default 300). Stop 29 (H200, every op on the skinny kernels,
+# timing_gap.py, replay ms, one process each): buckets 8,16,32 -> 0.802 / 0.875 / 1.025 at batch 8 / 16 /
+# 32; buckets 1,8,16,32 -> 0.775 / 1.086 / 1.112 (1,16,32: 1.089 / 1.112), where PDL off gives 1.065 / 1.081
+# / 1.123: at 16 and 32 rows the step runs as if without PDL. Same 199 kernels, the same configs, pointer
+# alignments and Triton variants, the same graph structure (168 programmatic edges of 198 kernel nodes a
+# graph). Graphs are captured largest first, so batch 1 is compiled and captured after the others.
+#   (1) skinny_launches.py at 1,8,16,32 and at 8,16,32: each compiled skinny variant's USE_PDL, launch_pdl,
+#       registers, spills and shared memory (does a variant differ in what it asks of a multiprocessor?);
+#   (2) timing_gap.py at 2,8,16,32: any smaller graph captured last, or batch 1's own?
+#   (3) timing_gap.py at 1,8,16,32 with batch 1 off the skinny kernels (CUGRAPH_ACCEL_SKINNY_B1=0: inductor's
+#       GEMV lowering runs batch 1): is it batch 1's skinny (FMA) variants?
+# Usage on the device machine: OUT=/some/dir bash benchmarks/batch1_bias_gpu.sh  (MODEL to change)
+set -uo pipefail
+DEADLINE=${DEADLINE:-300} LOGS=/tmp/batch1-bias SHOW="replay|before:|variants|Error|error"
+source "$(dirname "$0")/deadline.sh"
+MODEL=${MODEL:-qwen2.5-0.5b}
+export CUGRAPH_ACCEL_SKINNY_BATCHES=1
+for buckets in 1,8,16,32 8,16,32; do
+  run "launches-${buckets//,/-}" 50 90 python3 benchmarks/skinny_launches.py "$MODEL" --batches "$buckets"
+done
+run "timing-2-8-16-32" 45 80 python3 benchmarks/timing_gap.py "$MODEL" --batches 2,8,16,32
+run "timing-b1-off-skinny" 45 80 env CUGRAPH_ACCEL_SKINNY_B1=0 python3 benchmarks/timing_gap.py "$MODEL" \
+  --batches 1,8,16,32
+echo "skinny variants, 1,8,16,32 against 8,16,32 (lines only in one):"
+diff <(grep -E "^    [A-Za-z_]+=" "$LOGS/launches-1-8-16-32.log" | sort) \
+  <(grep -E "^    [A-Za-z_]+=" "$LOGS/launches-8-16-32.log" | sort) | head -n 24
+tar czf "$FINAL/batch1-bias-logs.tgz" -C "$LOGS" --exclude inductor-cache . 2>/dev/null
