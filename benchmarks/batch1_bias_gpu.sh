@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Why a batch-1 graph in the same process costs Qwen2.5-0.5B's 16- and 32-row steps their PDL overlap, one
-# device call (~5.5 min; DEADLINE s, default 330). Stop 29 (H200, every op on the skinny kernels,
+# device call (~8 min; DEADLINE s, default 480). Stop 29 (H200, every op on the skinny kernels,
 # timing_gap.py, replay ms, one process each): buckets 8,16,32 -> 0.802 / 0.875 / 1.025 at batch 8 / 16 /
 # 32; buckets 1,8,16,32 -> 0.775 / 1.086 / 1.112 (1,16,32: 1.089 / 1.112), where PDL off gives 1.065 / 1.081
 # / 1.123: at 16 and 32 rows the step runs as if without PDL. Same 199 kernels, the same configs, pointer
@@ -10,19 +10,25 @@
 #       registers, spills and shared memory (does a variant differ in what it asks of a multiprocessor?);
 #   (2) timing_gap.py at 1,8,16,32 with batch 1 captured first (CUGRAPH_ACCEL_BATCH_1_FIRST=1,
 #       core.capture.capture_order): predicted 0.775 / ~0.875 / ~1.025 if the order is the cause (then make
-#       it the default, raise Qwen's row limits to 16 and 32, bench, verify);
+#       it the default, raise Qwen's row limits to 16 and 32, bench, verify); and B1_MODEL's shipped step
+#       (the 1B at 16,384: o and down skinny up to 32 rows) both ways: does its 1.041 / 1.123 at 16 / 32 rows
+#       carry the same loss?
 #   (3) timing_gap.py at 2,8,16,32: any smaller graph captured last, or batch 1's own?
 #   (4) timing_gap.py at 1,8,16,32 with batch 1 off the skinny kernels (CUGRAPH_ACCEL_SKINNY_B1=0: inductor's
 #       GEMV lowering runs batch 1): is it batch 1's skinny (FMA) variants?
-# Usage on the device machine: OUT=/some/dir bash benchmarks/batch1_bias_gpu.sh  (MODEL to change)
+# Usage on the device machine: OUT=/some/dir bash benchmarks/batch1_bias_gpu.sh  (MODEL, B1_MODEL to change)
 set -uo pipefail
-DEADLINE=${DEADLINE:-330} LOGS=/tmp/batch1-bias SHOW="replay|before:|variants|Error|error"
+DEADLINE=${DEADLINE:-480} LOGS=/tmp/batch1-bias SHOW="replay|before:|variants|Error|error"
 source "$(dirname "$0")/deadline.sh"
 MODEL=${MODEL:-qwen2.5-0.5b}
 export CUGRAPH_ACCEL_SKINNY_BATCHES=1
 # (2) first: the deadline cuts the last parts
 run "timing-batch-1-first" 45 80 env CUGRAPH_ACCEL_BATCH_1_FIRST=1 python3 benchmarks/timing_gap.py "$MODEL" \
   --batches 1,8,16,32
+for first in 1 0; do  # the shipped row limits
+  run "b1-model-batch-1-first-$first" 60 110 env CUGRAPH_ACCEL_SKINNY_BATCHES=auto CUGRAPH_ACCEL_BATCH_1_FIRST=$first \
+    python3 benchmarks/timing_gap.py "${B1_MODEL:-llama-3.2-1b:16384}" --batches 1,8,16,32
+done
 for buckets in 1,8,16,32 8,16,32; do
   run "launches-${buckets//,/-}" 50 90 python3 benchmarks/skinny_launches.py "$MODEL" --batches "$buckets"
 done
