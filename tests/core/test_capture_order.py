@@ -25,3 +25,14 @@ def test_the_captures_follow_the_order_and_every_graph_replays(monkeypatch):
     assert [c.bucket for c in seen] == [1, 4, 2]
     for batch in (1, 2, 4):
         graphs.graph_now(batch)  # each captured and dispatchable
+
+
+def test_the_capture_table_names_the_order_its_rows_are_in():
+    from cli.tables import capture_table
+
+    def title(*buckets):
+        return capture_table([capture.BucketCapture(b, 0.01, 0, 256) for b in buckets]).title
+
+    assert title(8, 4, 1) == "captured decode graphs (largest bucket first, one shared pool)"
+    assert title(1, 8, 4) == "captured decode graphs (batch 1 first, then largest, one shared pool)"
+    assert "largest bucket first" in title(1, 1)  # batch 1 alone, two contexts: nothing moved
