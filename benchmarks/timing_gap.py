@@ -25,7 +25,10 @@ with CUGRAPH_ACCEL_PDL=0 nothing and tiny-add are equal (0.700 / 1.030, 0.701 / 
 kernels overlap less under PDL. Neither replaying on the capture stream, a high-priority capture stream,
 nor CUDA_DEVICE_MAX_CONNECTIONS=1 or 32 helped; one capture stream per device for the whole process
 (core/backends/cuda.py) did: fused-freed 0.624 / 0.886, plain 0.622 / 0.888. Still slower: a process that
-ran work on a stream of its own before its first capture (side-stream, tiny-*).
+ran work on a stream of its own before its first capture (side-stream, tiny-*). Stop 29: the bucket set
+alone moves the rows above 8: every op skinny (CUGRAPH_ACCEL_SKINNY_BATCHES=1) at --batches 8,16,32
+0.802 / 0.875 / 1.025 ms, at 1,8,16,32 0.775 / 1.086 / 1.112 (PDL's overlap lost at 16 and 32 rows when a
+batch-1 graph is captured, after the others: benchmarks/batch1_bias_gpu.sh).
 
 Run on a GPU: PYTHONPATH=. python3 benchmarks/timing_gap.py qwen2.5-0.5b llama-3.2-1b:16384 --before plain
 """
