@@ -52,6 +52,7 @@ from accelerate_graph.fused.layer_program import (
     merge_projections,
     program_for,
 )
+from accelerate_graph.fused.lm_head import lm_head_kernel
 from accelerate_graph.fused.rotary_table import rotary_tables
 
 # Batch 1 compiles its projections to GEMV kernels (gemv_lowering.py). A switch so that
@@ -301,6 +302,8 @@ class FusedForward:
         self.rotary = rotary_tables(model, positions) if ROTARY_TABLE and positions else {}
         # the final RMSNorm as one kernel, where the layer program's norms are its kind (fused/final_norm.py)
         self.final_norm = final_norm_kernel(model, self.layers[0].input_layernorm) if self.programmed else {}
+        # the LM head's batch-1 call on the skinny kernels, where asked (fused/lm_head.py: a measurement switch)
+        self.lm_head = lm_head_kernel(model) if self.programmed else {}
         # HF's create_causal_mask, or the one-kernel mask where it is exact (fused/causal_mask.py)
         self.causal_mask = CausalMaskStandIn(hf_create_causal_mask()) if MASK_KERNEL else None
 
@@ -331,6 +334,7 @@ class FusedForward:
             kind += f", skinny kernels above batch 1 ({_ops_and_rows(above)})"
         kind += ", rotary table" if self.rotary else ""
         kind += ", final norm kernel" if self.final_norm else ""
+        kind += ", LM head kernel at batch 1" if self.lm_head else ""
         kind += ", mask kernel" if self.causal_mask is not None else ""
         return kind + (", kernels tuned" if self.tuned else "") + (", PDL" if self.pdl else "")
 
@@ -390,7 +394,10 @@ class FusedForward:
         before = torch_internals.dynamo_graph_count()
         start = time.perf_counter()
         self._layer_calls, self._unadvanced = 0, []
-        with torch_internals.forwards_replaced({**compiled, **self.rotary, **self.final_norm}), self._mask_replaced():
+        with (
+            torch_internals.forwards_replaced({**compiled, **self.rotary, **self.final_norm, **self.lm_head}),
+            self._mask_replaced(),
+        ):
             with torch_internals.recompile_limit_at_least(64), torch.no_grad(), self._settings(batch):
                 out = self.model(input_ids=input_ids, **kwargs)
             if self._unadvanced:  # one kernel for every layer's position (each layer's own add: ~1 us each)

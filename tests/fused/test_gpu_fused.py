@@ -55,6 +55,19 @@ def test_the_final_norm_kernel_replays_and_verifies(monkeypatch):
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_the_lm_head_kernel_replays_and_verifies(model_type, monkeypatch):
+    """The LM head on the skinny kernels at batch 1 (fused/lm_head.py, CUGRAPH_ACCEL_LM_HEAD_KERNEL=1, off):
+    its PDL launch recorded in the graph, the logits within verify's bound of eager's."""
+    from accelerate_graph.fused import lm_head
+
+    monkeypatch.setattr(lm_head, "LM_HEAD_KERNEL", True)
+    model = tiny_decoder(model_type)
+    use_grouped_attention(model)
+    session, _ = capture_and_verify(model, fused=True)
+    assert session.fused.lm_head
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
 def test_the_mask_kernel_replays_and_verifies(model_type, monkeypatch):
     """The one-kernel decode mask (fused/causal_mask.py, CUGRAPH_ACCEL_MASK_KERNEL=1): its Triton launch
     recorded in the graph, every decode step's mask built by it."""

@@ -1,0 +1,34 @@
+"""The step's LM head at batch 1 on the skinny kernels (kernels/skinny_matmul.norm_projections, one weight,
+no norm) instead of cuBLAS: the skinny op launches with PDL (fused/kernels/pdl.py), so it starts while the
+final norm runs, and needs no memset before it. cuBLAS's GEMV is at the bandwidth already (the 1B's 525 MB
+head in 119 us, ~4.4 TB/s: H200, docs/PERF.md stop 29); what it costs beside that is the gaps around it
+(rms_norm -> memset -> the head: ~4 us idle at the 1B's batch 1, the same stop).
+
+A measurement switch, off until the H200 says it pays: CUGRAPH_ACCEL_LM_HEAD_KERNEL=1. Only where the layer
+program runs every layer (the skinny kernels' path), for a plain bias-free or biased nn.Linear head."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from accelerate_graph.fused.kernels.skinny_matmul import norm_projections
+
+LM_HEAD_KERNEL = os.environ.get("CUGRAPH_ACCEL_LM_HEAD_KERNEL", "0") == "1"
+
+
+def lm_head_kernel(model: torch.nn.Module) -> dict[torch.nn.Module, object]:
+    """{LM head: forward} running one-row calls on the skinny kernels, for torch_internals.forwards_replaced;
+    {} with the switch off or where the head is not a plain nn.Linear."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if not LM_HEAD_KERNEL or type(head) is not torch.nn.Linear:
+        return {}
+
+    def forward(hidden_states: torch.Tensor) -> torch.Tensor:
+        rows = hidden_states.numel() // hidden_states.shape[-1]
+        if rows != 1 or hidden_states.dtype != head.weight.dtype:  # more rows: cuBLAS; HF would promote
+            return torch.nn.Linear.forward(head, hidden_states)
+        return norm_projections(hidden_states, None, 0.0, "llama", [head.weight], [head.bias])[0]
+
+    return {head: forward}
