@@ -39,6 +39,7 @@ MODELS = {
     "llama-3.2-1b": (2048, 8192, 32, 8, 64, False),
     "qwen2.5-0.5b": (896, 4864, 14, 2, 64, True),
 }
+VOCAB = {"llama-3.1-8b": 128256, "llama-3.2-1b": 128256, "qwen2.5-0.5b": 151936}  # the LM head's outputs
 ROWS = (1, 8, 16, 32)
 ROTATE_BYTES = 160 * 2**20  # weight copies per graph: > 3x the H200's 50 MB L2
 DTYPE = torch.bfloat16
@@ -115,8 +116,9 @@ def grid_for(op: str, m: int, k: int, wide: bool = False, swap: bool = False) ->
 
 
 def shapes(model: str, merged: bool = False):
-    """(label, op, ns, k, bias) of one decoder layer's projections; `merged`: q/k/v as one weight, as the
-    fused step's merged program calls them (its table key; the separate weights are the "kernels" program's)."""
+    """(label, op, ns, k, bias) of one decoder layer's projections, and the LM head ("lm_head": a one-weight
+    "proj" without a norm, fused/lm_head.py); `merged`: q/k/v as one weight, as the fused step's merged
+    program calls them (its table key; the separate weights are the "kernels" program's)."""
     hidden, inter, heads, kv, hd, bias = MODELS[model]
     qkv = ((heads + 2 * kv) * hd,) if merged else (heads * hd, kv * hd, kv * hd)
     return [
@@ -124,6 +126,7 @@ def shapes(model: str, merged: bool = False):
         ("o", "residual", (hidden,), heads * hd, False),
         ("gate_up", "gate_up", (inter, inter), hidden, False),
         ("down", "residual", (hidden,), inter, False),
+        ("lm_head", "proj", (VOCAB[model],), hidden, False),
     ]
 
 
@@ -169,7 +172,7 @@ def copy_bandwidth_gbs() -> float:
 class Shape:
     """One op's operands at one row count, with the weight copies the graph rotates through."""
 
-    def __init__(self, op, ns, k, m, bias):
+    def __init__(self, op, ns, k, m, bias, norm: bool = True):
         self.op, self.m = op, m
         gen = torch.Generator(device="cuda").manual_seed(0)
         rand = lambda *s, scale=1.0: (torch.randn(*s, device="cuda", generator=gen) * scale).to(DTYPE)  # noqa: E731
@@ -178,7 +181,7 @@ class Shape:
         self.weights = [[rand(n, k, scale=k**-0.5) for n in ns] for _ in range(copies)]
         self.biases = [rand(n) if bias else None for n in ns]
         self.x = rand(m, k)
-        self.norm = rand(k, scale=0.1) + 1 if op != "residual" else None
+        self.norm = rand(k, scale=0.1) + 1 if op != "residual" and norm else None  # the LM head has none
         self.residual = rand(m, ns[0]) if op == "residual" else None
         out_n = sum(ns) if op == "proj" else ns[0]
         self.bytes = w_bytes + (m * k + m * out_n + (m * out_n if op == "residual" else 0)) * 2
@@ -216,7 +219,7 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=110.0, help="stop trying configs after this long")
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ",".join(MODELS))
     parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated subset of the row counts")
-    parser.add_argument("--shapes", default="qkv,o,gate_up,down", help="which projections, in this order")
+    parser.add_argument("--shapes", default="qkv,o,gate_up,down", help="which projections (and lm_head), in order")
     parser.add_argument("--wide", action="store_true", help="a wider grid at one row (wide_one_row_grid)")
     parser.add_argument("--swap", action="store_true", help="above one row, swapped_rows_grid's configs only")
     parser.add_argument("--merged", action="store_true", help="q/k/v as one weight (the fused step's program)")
@@ -236,7 +239,7 @@ def main() -> int:
         by_label = {shape[0]: shape for shape in shapes(model, args.merged)}
         for label, op, ns, k, bias in (by_label[name] for name in args.shapes.split(",")):
             for m in rows:
-                shape = Shape(op, ns, k, m, bias)
+                shape = Shape(op, ns, k, m, bias, norm=label != "lm_head")
                 key_ns = ns[:1] if op == "gate_up" else ns  # gate and up: one N in the table's key
                 heuristic = configs.heuristic(op, m, key_ns, k, sms)
                 # past the budget: the config the table has (else the heuristic's), so nothing gets worse

@@ -16,3 +16,10 @@ def test_above_one_row_the_step_sweep_tries_tensor_cores_alone(rows):
     assert grid and all(c.dot for c in grid)
     assert grid[0].swap  # the weights on the MMA's long side first (stop 23's best per op)
     assert len(set(grid)) == len(grid)
+
+
+def test_the_sweep_knows_the_lm_head_as_a_one_weight_projection():
+    from kernel_sweep import shapes
+
+    assert shapes("llama-3.2-1b")[-1] == ("lm_head", "proj", (128256,), 2048, False)
+    assert shapes("qwen2.5-0.5b", merged=True)[-1] == ("lm_head", "proj", (151936,), 896, False)
