@@ -24,6 +24,8 @@ def lm_head_kernel(model: torch.nn.Module) -> dict[torch.nn.Module, object]:
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if not LM_HEAD_KERNEL or type(head) is not torch.nn.Linear:
         return {}
+    if type(head.weight.data) is not torch.Tensor:  # a tensor-parallel DTensor shard: nn.Linear's own path
+        return {}
 
     def forward(hidden_states: torch.Tensor) -> torch.Tensor:
         rows = hidden_states.numel() // hidden_states.shape[-1]

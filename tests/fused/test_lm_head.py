@@ -36,8 +36,17 @@ def test_batch_1_runs_the_head_on_the_skinny_op_and_decodes_the_same(monkeypatch
         torch.testing.assert_close(a, b)
 
 
-def test_not_for_a_head_that_is_no_plain_linear(monkeypatch):
+def test_not_for_a_head_that_is_no_plain_linear_over_a_plain_tensor(monkeypatch):
     monkeypatch.setattr(lm_head, "LM_HEAD_KERNEL", True)
     model = tiny_decoder("llama")
-    model.lm_head = torch.nn.Sequential(model.lm_head)
+    assert model.lm_head in lm_head.lm_head_kernel(model)
+    linear = model.lm_head
+    model.lm_head = torch.nn.Sequential(linear)
+    assert lm_head.lm_head_kernel(model) == {}
+
+    class Shard(torch.Tensor):  # stands for a DTensor: a tensor subclass under the parameter
+        pass
+
+    linear.weight = torch.nn.Parameter(linear.weight.detach().as_subclass(Shard))
+    model.lm_head = linear
     assert lm_head.lm_head_kernel(model) == {}
