@@ -3,6 +3,9 @@
 every op skinny replays in 0.875 ms when its buckets are 8,16,32 and 1.086 ms when they are 1,8,16,32, the
 same 199 kernels; the skinny kernels alone are slower: what differs in their launches?).
 
+Under PDL only (the H200's default): there the opaque ops run their launches with real tensors; with PDL
+off inductor traces the triton_op with fake ones, whose data_ptr this would read.
+
 Run on a GPU: PYTHONPATH=. CUGRAPH_ACCEL_SKINNY_BATCHES=1 python3 benchmarks/skinny_launches.py qwen2.5-0.5b --batches 1,8,16,32
 """
 

@@ -35,8 +35,9 @@ BATCH_1_FIRST = os.environ.get("CUGRAPH_ACCEL_BATCH_1_FIRST", "0") == "1"
 
 
 def capture_order(buckets) -> list[int]:
-    """The batch buckets in the order they are captured: largest first, so smaller graphs reuse the pool
-    the largest grew; batch 1 first under BATCH_1_FIRST (its graph is the smallest: little pool lost)."""
+    """The batch buckets in the order capture_decode_graphs captures them: largest first, so smaller graphs
+    reuse the pool the largest grew; batch 1 first under BATCH_1_FIRST (its graph is the smallest: little
+    pool lost). A lazy capture (LaterCapture, generate's) takes each graph when first used instead."""
     ordered = sorted(buckets, reverse=True)
     if BATCH_1_FIRST and 1 in ordered:
         ordered.remove(1)
@@ -102,10 +103,9 @@ class DecodeGraphs:
         return self._later.pending if self._later is not None else set()
 
     def captures(self) -> list[BucketCapture]:
-        return [
-            BucketCapture(b, g.stats.seconds, g.stats.memory_bytes, c)
-            for (b, c), g in sorted(self.graphs.items(), reverse=True)
-        ]
+        """What each graph took, in the order the graphs were captured (capture_order; a lazy graph when
+        first used)."""
+        return [BucketCapture(b, g.stats.seconds, g.stats.memory_bytes, c) for (b, c), g in self.graphs.items()]
 
     def bucket_memory(self, bucket: int) -> int:
         return sum(g.stats.memory_bytes for (b, _), g in self.graphs.items() if b == bucket)

@@ -1,11 +1,12 @@
 """The step's LM head at batch 1 on the skinny kernels (kernels/skinny_matmul.norm_projections, one weight,
-no norm) instead of cuBLAS: the skinny op launches with PDL (fused/kernels/pdl.py), so it starts while the
-final norm runs, and needs no memset before it. cuBLAS's GEMV is at the bandwidth already (the 1B's 525 MB
-head in 119 us, ~4.4 TB/s: H200, docs/PERF.md stop 29); what it costs beside that is the gaps around it
-(rms_norm -> memset -> the head: ~4 us idle at the 1B's batch 1, the same stop).
+no norm) instead of cuBLAS. cuBLAS's GEMV is at the bandwidth already (the 1B's 525 MB head in 119 us, ~4.4
+TB/s: H200, docs/PERF.md stop 29); beside that it costs the gaps around it (rms_norm -> memset -> the head:
+~4 us idle at the 1B's batch 1, the same stop). The skinny op needs no memset and launches with PDL
+(fused/kernels/pdl.py); the final norm's kernel (rms_norm_kernel) takes no part in PDL, so the head overlaps
+it only by its launch and its first block's prefetch.
 
 A measurement switch, off until the H200 says it pays: CUGRAPH_ACCEL_LM_HEAD_KERNEL=1. Only where the layer
-program runs every layer (the skinny kernels' path), for a plain bias-free or biased nn.Linear head."""
+program runs every layer (the skinny kernels' path), for a plain nn.Linear head (bias or not)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def lm_head_kernel(model: torch.nn.Module) -> dict[torch.nn.Module, object]:
     if not LM_HEAD_KERNEL or type(head) is not torch.nn.Linear:
         return {}
     if type(head.weight.data) is not torch.Tensor:  # a tensor-parallel DTensor shard: nn.Linear's own path
+        return {}
+    if head.weight.numel() >= 2**31 or "forward" in vars(head):  # 32-bit offsets; a hook's forward (accelerate)
         return {}
 
     def forward(hidden_states: torch.Tensor) -> torch.Tensor:

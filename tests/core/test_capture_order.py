@@ -23,16 +23,20 @@ def test_the_captures_follow_the_order_and_every_graph_replays(monkeypatch):
     session = DecodeSession(tiny_decoder("llama"), 4, 32)
     graphs = capture.capture_decode_graphs(session, EmulatedBackend(), (1, 2, 4), on_captured=seen.append)
     assert [c.bucket for c in seen] == [1, 4, 2]
+    assert [c.bucket for c in graphs.captures()] == [1, 4, 2]  # what `capture`'s table lists
     for batch in (1, 2, 4):
         graphs.graph_now(batch)  # each captured and dispatchable
 
 
-def test_the_capture_table_names_the_order_its_rows_are_in():
+def test_the_capture_table_names_the_order_its_rows_are_in(monkeypatch):
     from cli.tables import capture_table
 
-    def title(*buckets):
-        return capture_table([capture.BucketCapture(b, 0.01, 0, 256) for b in buckets]).title
+    def title(first: bool, buckets=(1, 2, 4)):
+        monkeypatch.setattr(capture, "BATCH_1_FIRST", first)
+        session = DecodeSession(tiny_decoder("llama"), max(buckets), 32)
+        graphs = capture.capture_decode_graphs(session, EmulatedBackend(), buckets, contexts=(16,))
+        return capture_table(graphs.captures()).title
 
-    assert title(8, 4, 1) == "captured decode graphs (largest bucket first, one shared pool)"
-    assert title(1, 8, 4) == "captured decode graphs (batch 1 first, then largest, one shared pool)"
-    assert "largest bucket first" in title(1, 1)  # batch 1 alone, two contexts: nothing moved
+    assert title(False) == "captured decode graphs (largest bucket first, one shared pool)"
+    assert title(True) == "captured decode graphs (batch 1 first, then largest, one shared pool)"
+    assert "largest bucket first" in title(True, buckets=(1,))  # batch 1 alone, two contexts: nothing moved

@@ -61,10 +61,13 @@ def test_the_lm_head_kernel_replays_and_verifies(model_type, monkeypatch):
     from accelerate_graph.fused import lm_head
 
     monkeypatch.setattr(lm_head, "LM_HEAD_KERNEL", True)
+    heads = []  # the output widths of the skinny op's calls from the head (batch 1's warm-ups and capture)
+    original = lm_head.norm_projections
+    monkeypatch.setattr(lm_head, "norm_projections", lambda x, *a: heads.append(a[3][0].shape[0]) or original(x, *a))
     model = tiny_decoder(model_type)
     use_grouped_attention(model)
     session, _ = capture_and_verify(model, fused=True)
-    assert session.fused.lm_head
+    assert session.fused.lm_head and heads and set(heads) == {model.config.vocab_size}
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])

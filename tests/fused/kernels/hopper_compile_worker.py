@@ -76,11 +76,13 @@ def variants():
         kernels = [skinny_kernels.skinny_kernel] + ([skinny_kernels.finish_kernel] if split > 1 else [])
         for kernel in kernels:
             yield f"{kernel.fn.__name__} {_only(kernel, flags)}", kernel, _only(kernel, flags), SKINNY_POINTERS
-    for pdl in (False, True):  # the LM head at batch 1 (fused/lm_head.py): no norm, no bias, the heuristic's tile
+    # the LM head at batch 1 (fused/lm_head.py): no norm, no bias, the heuristic's tile; K a multiple of the
+    # block (the 1B's 2,048) or not (Qwen's 896)
+    for pdl, even_k in itertools.product((False, True), (True, False)):
         flags = dict(
             NORM=0, NUM_W=1, HAS_B0=False, HAS_B1=False, HAS_B2=False, MODE=0, ACT=0, SPLIT=1, USE_DOT=False,
-            IEEE_DOT=False, SWAP=False, EVEN_K=True, OUT_BF16=True, USE_PDL=pdl, BLOCK_M=1, BLOCK_N=32, BLOCK_K=256,
-            RSTD_CHUNK=256, RSTD_CHUNKS=0,
+            IEEE_DOT=False, SWAP=False, EVEN_K=even_k, OUT_BF16=True, USE_PDL=pdl, BLOCK_M=1, BLOCK_N=32,
+            BLOCK_K=256, RSTD_CHUNK=256, RSTD_CHUNKS=0,
         )  # fmt: skip
         yield f"skinny_kernel (LM head) {flags}", skinny_kernels.skinny_kernel, flags, SKINNY_POINTERS
     for block_k in (1024, 4096):  # the final norm (skinny_matmul.rms_norm): one block, or a loop of blocks
