@@ -2,21 +2,16 @@
 the op runs its reference (or, under TRITON_INTERPRET=1, the Triton kernel in the interpreter)."""
 
 import torch
-from tiny_models import tiny_decoder
+from tiny_models import grouped_decode_cases, tiny_decoder
 
-from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.fused import lm_head
-from accelerate_graph.fused.grouped_attention import use_grouped_attention
 from accelerate_graph.fused.kernels import skinny_matmul
 from accelerate_graph.fused.layers import FusedForward
 
 
 def test_batch_1_runs_the_head_on_the_skinny_op_and_decodes_the_same(monkeypatch):
     torch._dynamo.reset()
-    model = tiny_decoder("llama")
-    use_grouped_attention(model)
-    session = DecodeSession(model, 2, 64)
-    prompt = torch.randint(0, 100, (2, 6))
+    model, session, prompt, cases, hfs = grouped_decode_cases("llama", cases=((1, 32), (2, 32)))
     assert not lm_head.LM_HEAD_KERNEL  # off until the H200 measures it
     without = FusedForward(model, backend="eager")
     monkeypatch.setattr(lm_head, "LM_HEAD_KERNEL", True)
@@ -28,12 +23,12 @@ def test_batch_1_runs_the_head_on_the_skinny_op_and_decodes_the_same(monkeypatch
     monkeypatch.setattr(
         lm_head, "norm_projections", lambda x, *a, **k: heads.append(a[3][0].shape[0]) or original(x, *a, **k)
     )
-    cases = [(1, 32), (2, 32)]
     got = session.first_steps(prompt, cases, with_kernel)
     assert heads == [model.config.vocab_size]  # batch 1's step only: batch 2 keeps cuBLAS's
     expected = session.first_steps(prompt, cases, without)
-    for a, b in zip(got, expected):
+    for a, b, hf in zip(got, expected, hfs):
         torch.testing.assert_close(a, b)
+        torch.testing.assert_close(a, hf)
 
 
 def test_not_for_a_head_that_is_no_plain_linear_over_a_plain_tensor(monkeypatch):
