@@ -234,10 +234,10 @@ def report_functions(rt, cu, made: list, at_capture: dict[int, list[str]]) -> li
     tally of every function line over all graphs."""
     every, found = Counter(), []
     for index, graph in enumerate(made):
-        now = function_rows(rt, cu, graph.raw_cuda_graph())
-        changes = changed_rows(at_capture.get(id(graph), now), now)
+        now, read = function_rows(rt, cu, graph.raw_cuda_graph()), at_capture.get(id(graph))
+        changes = changed_rows(read if read is not None else now, now)
         every.update(now)
-        found.append({"at_capture": at_capture.get(id(graph)), "now": now, "changed": changes})
+        found.append({"at_capture": read, "now": now, "changed": changes})
         print(f"graph {index}: {len(now)} kernel nodes, {len(changes)} changed since its capture")
         for node, before, after in changes[:6]:
             print(f"    node {node}: {before}\n          now {after}")

@@ -26,7 +26,7 @@ def recording_launch(seen: dict):
         k = x.shape[-1]
         m = x.numel() // k
         ns = tuple(int(w.shape[0]) for w in weights)
-        chosen = cfg or skinny_matmul.configs.config_for(op, m, ns[:1] if op == "gate_up" else ns, k)
+        chosen = cfg or skinny_matmul.launch_config(op, m, ns, k, x.device)  # what launch will run
         tensors = {"x": x, "residual": residual, **{f"w{i}": w for i, w in enumerate(weights)}}
         layout = " ".join(
             f"{name}:{t.data_ptr() % 16}/{'c' if t.is_contiguous() else 'nc' + str(t.stride())}"

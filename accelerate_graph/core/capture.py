@@ -278,9 +278,10 @@ def capture_decode_graphs(
 ) -> DecodeGraphs:
     """Capture every (bucket, context) graph in capture_order (largest first: smaller graphs reuse the
     pool it grew), then reset the cache: warm-ups wrote into it. `contexts` are the context buckets
-    (default: the whole cache only). Buckets whose graphs would push the total past `max_memory_bytes` are dropped (listed in
-    `DecodeGraphs.dropped`); running out of memory frees what was captured. `lazy`: capture none now,
-    each on its first use (LaterCapture); not with `max_memory_bytes`, which needs every graph measured."""
+    (default: the whole cache only). Buckets whose graphs would push the total past `max_memory_bytes`
+    are dropped (listed in `DecodeGraphs.dropped`); running out of memory frees what was captured.
+    `lazy`: capture none now, each on its first use (LaterCapture); not with `max_memory_bytes`, which
+    needs every graph measured."""
     contexts = tuple(sorted(set(contexts) | {session.max_cache_len}, reverse=True))
     if lazy and max_memory_bytes is None:
         pending = {(b, c) for b in buckets for c in contexts}

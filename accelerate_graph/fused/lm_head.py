@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from accelerate_graph.fused.kernels.skinny_matmul import norm_projections
+from accelerate_graph.fused.kernels.skinny_matmul import WEIGHT_ELEMENTS_LIMIT, norm_projections
 
 LM_HEAD_KERNEL = os.environ.get("CUGRAPH_ACCEL_LM_HEAD_KERNEL", "0") == "1"
 
@@ -27,7 +27,7 @@ def lm_head_kernel(model: torch.nn.Module) -> dict[torch.nn.Module, object]:
         return {}
     if type(head.weight.data) is not torch.Tensor:  # a tensor-parallel DTensor shard: nn.Linear's own path
         return {}
-    if head.weight.numel() >= 2**31 or "forward" in vars(head):  # 32-bit offsets; a hook's forward (accelerate)
+    if head.weight.numel() >= WEIGHT_ELEMENTS_LIMIT or "forward" in vars(head):  # the op would refuse; a hook's forward
         return {}
 
     def forward(hidden_states: torch.Tensor) -> torch.Tensor:

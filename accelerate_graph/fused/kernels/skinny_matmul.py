@@ -103,6 +103,9 @@ def runs_triton(x: Tensor) -> bool:
     return x.device.type == "cuda" or (skinny_kernels.INTERPRETED and x.device.type == "cpu")
 
 
+WEIGHT_ELEMENTS_LIMIT = 2**31  # the kernels' offsets are 32-bit: a weight must hold fewer elements
+
+
 def _check(x: Tensor, weights, norm_weight, norm_kind: str) -> None:
     """Misuse by a caller in this package (not a user error): say which argument."""
     if norm_kind not in NORM_KINDS:
@@ -114,7 +117,7 @@ def _check(x: Tensor, weights, norm_weight, norm_kind: str) -> None:
             raise ValueError(
                 f"a weight of shape {tuple(w.shape)} / {w.dtype} does not fit x {tuple(x.shape)} / {x.dtype}"
             )
-        if w.shape[0] * w.shape[1] >= 2**31:
+        if w.shape[0] * w.shape[1] >= WEIGHT_ELEMENTS_LIMIT:
             raise ValueError("weights of 2**31 elements or more are not supported (32-bit offsets)")
 
 
@@ -138,6 +141,12 @@ def rstd_chunks(k: int, block_m: int, block_k: int) -> tuple[int, int]:
     return chunk, _cdiv(k, chunk)
 
 
+def launch_config(op: str, m, ns: tuple[int, ...], k: int, device: torch.device) -> configs.SkinnyConfig:
+    """The config `launch` runs for `op` at `m` rows by default (the table's or the heuristic's for the
+    device's multiprocessors); gate and up share one N in the table's key."""
+    return configs.config_for(op, m, ns[:1] if op == "gate_up" else ns, k, _sms(device))
+
+
 def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, activation="silu", cfg=None):
     """The ops' body on the Triton path: runs skinny_kernel (and finish_kernel under split-K) for `op`
     ("proj", "residual", "gate_up") with `cfg` (default: the table's or the heuristic's, see configs);
@@ -150,7 +159,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     ns = tuple(int(w.shape[0]) for w in weights)
     gate_up = op == "gate_up"
     out_ns = ns[:1] if op != "proj" else ns
-    cfg = cfg or configs.config_for(op, m, ns[:1] if gate_up else ns, k, _sms(x.device))
+    cfg = cfg or launch_config(op, m, ns, k, x.device)
     outs = [torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device) for n in out_ns]
     block_m = cfg.block_m(m)
     # the row norm's constexprs only with a norm: else they would compile variants that differ in nothing
