@@ -29,30 +29,29 @@ from pathlib import Path
 
 import torch
 
-NODE_TYPES = {0: "kernel", 1: "memcpy", 2: "memset", 3: "host", 4: "graph", 5: "empty", 6: "wait-event"}
-NODE_TYPES |= {7: "event-record", 8: "ext-signal", 9: "ext-wait", 10: "mem-alloc", 11: "mem-free"}
-NODE_TYPES |= {12: "batch-mem-op", 13: "conditional"}
+from accelerate_graph.compat.cuda_driver import (
+    FUNCTION_ATTRIBUTES,
+    NODE_CARVEOUT,
+    NODE_TYPES,
+    KernelNodeParams,
+    LaunchAttributeValue,
+    check,
+    cudart,
+    current_device,
+    driver,
+    function_attribute,
+    graph_nodes,
+    kernel_node_params,
+)
+
 EDGE_TYPES = {0: "full", 1: "programmatic"}
 PORTS = {0: "completion", 1: "programmatic", 2: "launch-completion"}
-PRIORITY, MEM_SYNC_DOMAIN = 8, 10  # cudaLaunchAttributeID values
+PRIORITY, MEM_SYNC_DOMAIN = 8, 10  # cudaLaunchAttributeID values (NODE_CARVEOUT is 14)
 
 
 class EdgeData(ctypes.Structure):  # cudaGraphEdgeData (CUDA 12.3+)
     _fields_ = [("from_port", ctypes.c_ubyte), ("to_port", ctypes.c_ubyte), ("type", ctypes.c_ubyte)]
     _fields_ += [("reserved", ctypes.c_ubyte * 5)]
-
-
-class AttributeValue(ctypes.Union):  # cudaLaunchAttributeValue: 64 bytes, the int members first
-    _fields_ = [("as_int", ctypes.c_int), ("pad", ctypes.c_ubyte * 64)]
-
-
-def cudart() -> ctypes.CDLL:
-    """The CUDA runtime torch loaded (its path read from this process's maps)."""
-    torch.cuda.init()
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        if "libcudart.so" in line:
-            return ctypes.CDLL(line.split()[-1])
-    return ctypes.CDLL("libcudart.so")  # linked into torch's own libraries
 
 
 def edges(rt, graph: int) -> list[tuple[int, int, EdgeData]]:
@@ -66,30 +65,21 @@ def edges(rt, graph: int) -> list[tuple[int, int, EdgeData]]:
     return [(sources[i], targets[i], data[i]) for i in range(count.value)]
 
 
-def nodes(rt, graph: int) -> list[int]:
-    count = ctypes.c_size_t(0)
-    check(rt.cudaGraphGetNodes(ctypes.c_void_p(graph), None, ctypes.byref(count)), "cudaGraphGetNodes")
-    found = (ctypes.c_void_p * count.value)()
-    check(rt.cudaGraphGetNodes(ctypes.c_void_p(graph), found, ctypes.byref(count)), "cudaGraphGetNodes")
-    return [found[i] for i in range(count.value)]
-
-
-def check(status: int, what: str) -> None:
-    if status != 0:
-        raise RuntimeError(f"{what} returned CUDA error {status}")
-
-
 def tally(rt, graph: int) -> Counter:
     """Counts of node types, edge types and ports, and kernel nodes' priority and sync domain."""
     counts: Counter = Counter()
     kind = ctypes.c_int(0)
-    for node in nodes(rt, graph):
+    for node in graph_nodes(rt, graph):
         check(rt.cudaGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)), "cudaGraphNodeGetType")
         name = NODE_TYPES.get(kind.value, str(kind.value))
         counts[f"node {name}"] += 1
         if name == "kernel":
-            for attribute, label in ((PRIORITY, "priority"), (MEM_SYNC_DOMAIN, "sync domain")):
-                value = AttributeValue()
+            for attribute, label in (
+                (PRIORITY, "priority"),
+                (MEM_SYNC_DOMAIN, "sync domain"),
+                (NODE_CARVEOUT, "carveout"),
+            ):
+                value = LaunchAttributeValue()
                 status = rt.cudaGraphKernelNodeGetAttribute(ctypes.c_void_p(node), attribute, ctypes.byref(value))
                 counts[f"kernel {label} {value.as_int if status == 0 else 'n/a'}"] += 1
     for _, _, data in edges(rt, graph):
@@ -98,44 +88,14 @@ def tally(rt, graph: int) -> Counter:
     return counts
 
 
-# CUfunction_attribute values read for each kernel node's function
-FUNCTION_ATTRIBUTES = {"regs": 4, "static_smem": 1, "local": 3, "max_dynamic_smem": 8, "carveout": 9}
-
-
-class KernelNodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v2 (v1 is its prefix)
-    _fields_ = [("func", ctypes.c_void_p), ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3)]
-    _fields_ += [("shared_mem_bytes", ctypes.c_uint), ("kernel_params", ctypes.c_void_p)]
-    _fields_ += [("extra", ctypes.c_void_p), ("kern", ctypes.c_void_p), ("ctx", ctypes.c_void_p)]
-
-
-def driver() -> ctypes.CDLL:
-    return ctypes.CDLL("libcuda.so.1")
-
-
-def node_params_getter(cu):
-    """cuGraphKernelNodeGetParams of the v2 struct (CUDA 12 exports it as _v2; a later one may not)."""
-    for name in ("cuGraphKernelNodeGetParams_v2", "cuGraphKernelNodeGetParams"):
-        try:
-            return getattr(cu, name)
-        except AttributeError:
-            continue
-    raise RuntimeError("the CUDA driver has no cuGraphKernelNodeGetParams")
-
-
 def function_rows(rt, cu, graph: int) -> list[str]:
     """One line per kernel node of `graph`, in node order: what its function asks of a multiprocessor and
     how the node launches it (describe_function)."""
-    device = ctypes.c_int(0)
-    cu.cuCtxGetDevice(ctypes.byref(device))  # stays 0 where no context is current
-    get_params, kind, rows = node_params_getter(cu), ctypes.c_int(0), []
-    for node in nodes(rt, graph):
-        check(rt.cudaGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)), "cudaGraphNodeGetType")
-        if NODE_TYPES.get(kind.value) != "kernel":
-            continue
-        params = KernelNodeParams()
-        status = get_params(ctypes.c_void_p(node), ctypes.byref(params))
-        rows.append(describe_function(cu, params, device.value) if status == 0 else f"? (params: error {status})")
-    return rows
+    device = current_device(cu)
+    return [
+        f"? (params: error {params})" if isinstance(params, int) else describe_function(cu, params, device)
+        for params in kernel_node_params(rt, cu, graph)
+    ]
 
 
 def describe_function(cu, params: KernelNodeParams, device: int) -> str:
@@ -143,12 +103,8 @@ def describe_function(cu, params: KernelNodeParams, device: int) -> str:
     function's attributes (through its CUkernel where the node holds no CUfunction), then the launch's."""
     fields = []
     for label, attribute in FUNCTION_ATTRIBUTES.items():
-        value = ctypes.c_int(-1)
-        if params.func:
-            status = cu.cuFuncGetAttribute(ctypes.byref(value), attribute, ctypes.c_void_p(params.func))
-        else:
-            status = cu.cuKernelGetAttribute(ctypes.byref(value), attribute, ctypes.c_void_p(params.kern), device)
-        fields.append(f"{label}={value.value if status == 0 else '?'}")
+        value = function_attribute(cu, params, attribute, device)
+        fields.append(f"{label}={'?' if value is None else value}")
     name = ctypes.c_char_p()
     if params.func:
         status = cu.cuFuncGetName(ctypes.byref(name), ctypes.c_void_p(params.func))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 13's "five repeated verify runs of each" (REPEAT, default 5) on one H200, one device call (DEADLINE s, default 575):
-# for each entry of ENTRIES (recipe:cache:plain|fused, most wanted first) a capture at buckets 1,8,32 and
+# for each entry of ENTRIES (recipe:cache:plain|fused[:buckets], most wanted first; buckets joined by "-", 1-8-32
+# by default) a capture at those buckets and
 # that cache (with --fuse for fused), then `verify --plan ... --repeat 5` (new prompts each repeat).
 # Entries separated by "|" run in lanes side by side (below). FAULTS=1 adds the CUDA fault suite
 # (tests/verify -m cuda) in a lane of its own. A table last: entry, repeats passed, worst replay error x
@@ -23,10 +24,10 @@ ENTRIES=${ENTRIES:-"llama-3.1-8b:4096:fused"}
 [ -n "${TESTS:-}" ] && run "tests-gpu" 30 300 python3 -m pytest -m cuda -q -p no:cacheprovider -rf $TESTS &
 repeat_entries() {  # ENTRY...: capture, then verify --repeat 5, one entry after the other
   for entry in "$@"; do
-    IFS=: read -r recipe cache mode <<< "$entry"
-    name="$recipe-$cache-$mode" fuse=()
+    IFS=: read -r recipe cache mode buckets <<< "$entry"
+    name="$recipe-$cache-$mode" fuse=() buckets=${buckets:-1-8-32}
     [ "$mode" = fused ] && fuse=(--fuse)
-    run "capture-$name" 40 120 python3 -m cli capture "$recipe" "${fuse[@]}" --buckets 1,8,32 --max-cache-len "$cache" \
+    run "capture-$name" 40 120 python3 -m cli capture "$recipe" "${fuse[@]}" --buckets "${buckets//-/,}" --max-cache-len "$cache" \
       --plan "$LOGS/$name.yaml"
     [ -f "$LOGS/$name.yaml" ] && run "verify-$name" 60 520 python3 -m cli verify --plan "$LOGS/$name.yaml" --steps 8 \
       --repeat "${REPEAT:-5}" --json "$LOGS/verify-$name.json"

@@ -211,7 +211,7 @@ def _capture_one(session: DecodeSession, backend: GraphBackend, bucket: int, con
     attribution = modules.active() if session.fused is None else contextlib.nullcontext()
     try:
         with attribution:
-            return backend.capture(session.capture_step(bucket, context), islands=islands)
+            return backend.capture(session.capture_step(bucket, context), islands=islands, batch=bucket)
     except (CaptureError, RuntimeError) as err:
         if is_out_of_memory(err):
             raise

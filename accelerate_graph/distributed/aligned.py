@@ -22,9 +22,11 @@ class AlignedBackend:
         self.inner = inner
         self.name = inner.name
 
-    def capture(self, step: Step, warmups: int = 2, islands: Sequence[torch.nn.Module] = ()) -> CapturedGraph:
+    def capture(
+        self, step: Step, warmups: int = 2, islands: Sequence[torch.nn.Module] = (), batch: int = 0
+    ) -> CapturedGraph:
         barrier()
-        graph = self.inner.capture(step, warmups, islands)
+        graph = self.inner.capture(step, warmups, islands, batch)
         barrier()
         return graph
 

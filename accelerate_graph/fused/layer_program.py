@@ -137,16 +137,18 @@ EVERY_ROW = 1 << 62  # skinny_rows_above_batch_1 of an op the switch names: no l
 # - stop 28 (2026-12-02), every op, each row bucket's configs swept in a step (step_sweep.py --rows 8 / 16
 #   / 32), batch 8 / 16 / 32: Qwen2.5-0.5B 0.892 / 0.928 / 0.961 (cuBLAS) -> 0.785 / 1.097 / 1.119: up to
 #   8 rows; Llama-3.2-1B 1.011 (o and down) -> 1.042 at batch 8: its q/k/v and gate/up stay on cuBLAS.
-# - stop 29: Qwen's 16 and 32 rows lose PDL's overlap when a batch-1 graph shares the process (buckets
-#   8,16,32: 0.875 / 1.025 every op skinny; 1,8,16,32: 1.086 / 1.112, cuBLAS 0.926 / 0.961): kept at 8 until
-#   that is fixed (docs/PERF.md, stop 29; benchmarks/batch1_bias_gpu.sh).
+# - stop 29: Qwen's 16 and 32 rows lost PDL's overlap when a batch-1 graph shared the process; stop 30 found
+#   the cause (the multiprocessors' shared-memory split, core/backends/cuda.py carveout_for) and, with one
+#   split above batch 1, timing_gap.py at buckets 1,8,16,32: every op skinny 0.778 / 0.842 / 0.997 at batch 8
+#   / 16 / 32, cuBLAS above 8 rows 0.778 / 0.924 / 0.954: Qwen up to 16 rows. The 1B with every op skinny:
+#   1.030 / 1.363 / 1.521 (its shipped 1.000 / 1.030 / 1.110): unchanged.
 SKINNY_WINS_ABOVE_BATCH_1: dict[tuple[str, int, int], int] = {
     ("residual", 2048, 2048): 32,  # Llama-3.2-1B's o
     ("residual", 2048, 8192): 32,  # Llama-3.2-1B's down
-    ("proj", 1152, 896): 8,  # Qwen2.5-0.5B's q/k/v
-    ("residual", 896, 896): 8,  # its o
-    ("gate_up", 4864, 896): 8,
-    ("residual", 896, 4864): 8,  # its down
+    ("proj", 1152, 896): 16,  # Qwen2.5-0.5B's q/k/v
+    ("residual", 896, 896): 16,  # its o
+    ("gate_up", 4864, 896): 16,
+    ("residual", 896, 4864): 16,  # its down
 }
 
 

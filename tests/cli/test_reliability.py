@@ -46,11 +46,11 @@ def test_capture_oom_frees_and_names_the_bucket(session, monkeypatch, oom):
     backend = EmulatedBackend()
     real = backend.capture
 
-    def capture(step, warmups=2, islands=()):
+    def capture(step, warmups=2, islands=(), batch=0):
         if session.input_ids.shape[0] and capture.calls == 1:
             raise oom
         capture.calls += 1
-        return real(step, warmups, islands)
+        return real(step, warmups, islands, batch)
 
     capture.calls = 0
     monkeypatch.setattr(backend, "capture", capture)

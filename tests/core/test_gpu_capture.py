@@ -3,7 +3,9 @@
 import pytest
 import torch
 
+from accelerate_graph.compat.cuda_driver import node_carveouts
 from accelerate_graph.core.backends import backend_for
+from accelerate_graph.core.backends import cuda as cuda_backend
 from accelerate_graph.core.backends.cuda import capture_stream, claim_capture_stream
 from accelerate_graph.core.capture import capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
@@ -79,4 +81,26 @@ def test_every_backend_of_a_device_captures_on_one_stream(tiny_model_dir):
     session = DecodeSession(loaded.model, 2, 64)
     capture_decode_graphs(session, first, (2,))
     rows = verify_graphs(capture_decode_graphs(session, second, (1, 2)), steps=4, prompt_len=5)
+    assert rows and all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+
+
+def test_graphs_above_batch_1_ask_for_one_shared_memory_split(tiny_model_dir, monkeypatch):
+    """Every kernel node of a graph above batch 1 asks for carveout 100 (read back from the runtime), batch 1's
+    keep the driver's, and the graphs still replay what eager computes (docs/PERF.md, stop 30)."""
+    asked: list[tuple[int, int]] = []
+    real = cuda_backend.prefer_shared_memory
+
+    def recorded(graph, percent):
+        asked.append((graph, percent))
+        return real(graph, percent)
+
+    monkeypatch.setattr(cuda_backend, "prefer_shared_memory", recorded)
+    loaded = load_model(tiny_model_dir("llama"), GPU, torch.bfloat16)
+    session = DecodeSession(loaded.model, 4, 64)
+    graphs = capture_decode_graphs(session, backend_for(GPU), (1, 2, 4))
+    assert [percent for _, percent in asked] == [100, 100]  # buckets 4 and 2, none for batch 1
+    for graph, _ in asked:
+        read = node_carveouts(graph)
+        assert read and all(value == 100 for value in read), read
+    rows = verify_graphs(graphs, steps=4, prompt_len=5)
     assert rows and all(r.passed for r in rows), [r.detail for r in rows if not r.passed]

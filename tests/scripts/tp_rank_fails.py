@@ -21,7 +21,7 @@ def rank_body(model: str, plan: str, pids: str) -> None:
 
         real = EmulatedBackend.capture
 
-        def failing(self, step, warmups=2, islands=()):
+        def failing(self, step, warmups=2, islands=(), batch=0):
             with torch.no_grad():
                 step()  # one step with its all-reduces: rank 0 is now inside the same capture
             raise RuntimeError("injected failure on rank 1 during capture")

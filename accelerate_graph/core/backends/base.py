@@ -32,8 +32,11 @@ class CapturedGraph(Protocol):
 class GraphBackend(Protocol):
     name: str  # "cuda-graph" or "emulated"
 
-    def capture(self, step: Step, warmups: int = 2, islands: Sequence[torch.nn.Module] = ()) -> CapturedGraph:
-        """Record `step`; each module in `islands` runs eagerly between graph segments."""
+    def capture(
+        self, step: Step, warmups: int = 2, islands: Sequence[torch.nn.Module] = (), batch: int = 0
+    ) -> CapturedGraph:
+        """Record `step`; each module in `islands` runs eagerly between graph segments. `batch`: the rows the
+        step runs (0: not a decode step), for settings chosen by batch."""
         ...
 
     def synchronize(self) -> None: ...

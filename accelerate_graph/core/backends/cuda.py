@@ -6,12 +6,14 @@ is replayed at once so the island sees real inputs, and the island runs eagerly 
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
-from accelerate_graph.common.errors import CaptureError, first_line, is_out_of_memory
+from accelerate_graph.common.errors import BadOptionError, CaptureError, first_line, is_out_of_memory
+from accelerate_graph.compat.cuda_driver import prefer_shared_memory
 from accelerate_graph.core.backends.base import CaptureStats, Step
 from accelerate_graph.core.backends.islands import IslandCall, island_hooks
 
@@ -35,19 +37,51 @@ class CudaGraph:
         return self.output
 
 
+# Every kernel node of a graph above batch 1 asks for the largest shared-memory split (carveout 100): a
+# multiprocessor changes its split between L1 and shared memory only once drained, which PDL's early launch
+# cannot overlap, and these graphs mix kernels asking for 0 to 225 KiB with the driver choosing each one's
+# split. H200, stop 30 (Qwen2.5-0.5B, every op skinny, buckets 1,8,16,32, replay ms): the driver's splits
+# 0.623 / 0.779 / 1.093 / 1.118 at batch 1 / 8 / 16 / 32, one split for all 0.624 / 0.778 / 0.842 / 0.997;
+# batch 1 keeps the driver's (100 there: 0.642, and the 1B's 0.810 -> 0.832). Stop 29's "batch-1 bias" (16
+# and 32 rows as if without PDL once a batch-1 graph was captured after them) was this.
+# CUGRAPH_ACCEL_SMEM_CARVEOUT: "auto" (that), "off" (the driver's everywhere) or a percent for every graph.
+def carveout_policy(text: str) -> Callable[[int], int | None]:
+    """CUGRAPH_ACCEL_SMEM_CARVEOUT as a function of a graph's batch (0: not a decode step) to the carveout
+    its kernel nodes ask for (None: the driver's choice)."""
+    text = text.strip()
+    if text == "auto":
+        return lambda batch: 100 if batch > 1 else None
+    if text == "off":
+        return lambda batch: None
+    if text.isdigit() and int(text) <= 100:
+        return lambda batch: int(text)
+    raise BadOptionError(
+        f"CUGRAPH_ACCEL_SMEM_CARVEOUT={text!r} is not auto, off or a percent from 0 to 100.",
+        "Unset it (auto) or set it to off or a number from 0 to 100.",
+    )
+
+
+carveout_for = carveout_policy(os.environ.get("CUGRAPH_ACCEL_SMEM_CARVEOUT", "auto"))
+
+
 class _SegmentRecorder:
-    def __init__(self, pool):
+    def __init__(self, pool, carveout: int | None = None):
         self.pool = pool
+        self.carveout = carveout
         self.segments: list[torch.cuda.CUDAGraph] = []
         self.islands: list[IslandCall] = []
         self._open: torch.cuda.CUDAGraph | None = None
 
     def begin(self) -> None:
-        self._open = torch.cuda.CUDAGraph()
+        # keep_graph: instantiated after capture_end, once its kernel nodes ask for the carveout
+        self._open = torch.cuda.CUDAGraph(keep_graph=self.carveout is not None)
         self._open.capture_begin(pool=self.pool)
 
     def end(self) -> None:
         self._open.capture_end()
+        if self.carveout is not None:
+            prefer_shared_memory(self._open.raw_cuda_graph(), self.carveout)
+            self._open.instantiate()
         self.segments.append(self._open)
         self._open = None
 
@@ -106,7 +140,9 @@ class CudaGraphBackend:
         self.pool = torch.cuda.graph_pool_handle()
         self.stream = capture_stream(device)
 
-    def capture(self, step: Step, warmups: int = 2, islands: Sequence[torch.nn.Module] = ()) -> CudaGraph:
+    def capture(
+        self, step: Step, warmups: int = 2, islands: Sequence[torch.nn.Module] = (), batch: int = 0
+    ) -> CudaGraph:
         start = time.perf_counter()
         # Warm-ups on a side stream initialise lazy state (cuBLAS handles, autotuned kernels)
         # outside the capture, as torch.cuda.graph's own docs recommend.
@@ -119,7 +155,7 @@ class CudaGraphBackend:
         # Capture frees the allocator's cache first, so the difference below is the pool's growth alone.
         torch.cuda.empty_cache()
         reserved_before = torch.cuda.memory_reserved(self.device)
-        recorder = _SegmentRecorder(self.pool)
+        recorder = _SegmentRecorder(self.pool, carveout_for(batch))
         try:
             with torch.cuda.stream(self.stream), torch.no_grad():
                 with island_hooks(islands, recorder.enter_island, recorder.exit_island):

@@ -137,7 +137,9 @@ class EmulatedBackend:
 
     name = "emulated"
 
-    def capture(self, step: Step, warmups: int = 2, islands: Sequence[torch.nn.Module] = ()) -> EmulatedGraph:
+    def capture(
+        self, step: Step, warmups: int = 2, islands: Sequence[torch.nn.Module] = (), batch: int = 0
+    ) -> EmulatedGraph:
         start = time.perf_counter()
         with torch.no_grad():
             for _ in range(warmups):
