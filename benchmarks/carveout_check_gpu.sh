@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stop 30's check of the shipped carveout (core/backends/cuda.py carveout_for: every kernel node above batch 1
-# asks for carveout 100) and of Qwen2.5-0.5B's skinny kernels up to 16 rows, one device call (~8 min; DEADLINE
-# s, default 500). Timing first, alone on the GPU:
+# asks for carveout 100) and of Qwen2.5-0.5B's skinny kernels up to 16 rows, one device call (~7 min; DEADLINE
+# s, default 420). Timing first, alone on the GPU:
 #   (1) bench, fused, buckets 1,8,16,32, one cold process each: Qwen at 1,024 (timing_gap.py predicts 0.625 /
 #       0.778 / 0.842 / 0.954) and the 1B at 16,384 (0.810 / 1.000 / 1.030 / 1.110: unchanged);
 # then side by side (numbers, not times):
@@ -9,7 +9,7 @@
 #   (3) capture --fuse and verify: Qwen at buckets 1,8,16,32 (its 16 rows now skinny), the 8B at 4096.
 # Usage on the device machine: OUT=/some/dir bash benchmarks/carveout_check_gpu.sh
 set -uo pipefail
-DEADLINE=${DEADLINE:-500} LOGS=/tmp/carveout-check SHOW="^ *(batch|[0-9]+ )|setup|Error|error"
+DEADLINE=${DEADLINE:-420} LOGS=/tmp/carveout-check SHOW="^ *(batch|[0-9]+ )|setup|Error|error"
 source "$(dirname "$0")/deadline.sh"
 for way in qwen2.5-0.5b:1024 llama-3.2-1b:16384; do
   name=bench-${way%%:*}
