@@ -16,10 +16,8 @@ MIB = 1024 * 1024
 
 
 def capture_table(captures: list[BucketCapture]) -> Table:
-    # the rows in capture order: largest first, or batch 1 first (core.capture.BATCH_1_FIRST)
-    first = bool(captures) and captures[0].bucket == 1 and any(c.bucket > 1 for c in captures)
-    order = "batch 1 first, then largest" if first else "largest bucket first"
-    table = Table(title=f"captured decode graphs ({order}, one shared pool)")
+    # the rows in capture order (core.capture.capture_order)
+    table = Table(title="captured decode graphs (largest bucket first, one shared pool)")
     for name in ("bucket", "context", "capture ms", "graph MiB"):
         table.add_column(name, justify="right")
     for c in captures:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -27,22 +26,14 @@ from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.core.module_stack import ModuleStack
 
 PIECEWISE_HINT = "Use --mode piecewise to run that module eagerly, or --mode eager."
-# CUGRAPH_ACCEL_BATCH_1_FIRST=1 captures batch 1 before the others (which stay largest first). A measurement
-# switch, off: stop 29 (H200) found that a batch-1 graph compiled and captured after the others took PDL's
-# overlap from Qwen2.5-0.5B's fused 16- and 32-row replays (docs/PERF.md); this order tells whether the
-# order is the cause (benchmarks/batch1_bias_gpu.sh).
-BATCH_1_FIRST = os.environ.get("CUGRAPH_ACCEL_BATCH_1_FIRST", "0") == "1"
 
 
 def capture_order(buckets) -> list[int]:
     """The batch buckets in the order capture_decode_graphs captures them: largest first, so smaller graphs
-    reuse the pool the largest grew; batch 1 first under BATCH_1_FIRST (its graph is the smallest: little
-    pool lost). A lazy capture (LaterCapture, generate's) takes each graph when first used instead."""
-    ordered = sorted(buckets, reverse=True)
-    if BATCH_1_FIRST and 1 in ordered:
-        ordered.remove(1)
-        ordered.insert(0, 1)
-    return ordered
+    reuse the pool the largest grew. (Batch 1 first was measured in stop 29-30: it cost batch 1 and 8 more
+    than it gave 16 and 32; what 16 and 32 lost was the shared-memory split, core/backends/cuda.py.) A
+    lazy capture (LaterCapture, generate's) takes each graph when first used instead."""
+    return sorted(buckets, reverse=True)
 
 
 @dataclass
