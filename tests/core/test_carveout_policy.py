@@ -3,6 +3,7 @@
 import pytest
 
 from accelerate_graph.common.errors import BadOptionError
+from accelerate_graph.core.backends import cuda as cuda_backend
 from accelerate_graph.core.backends.cuda import carveout_for, carveout_policy
 
 
@@ -21,3 +22,29 @@ def test_off_and_a_percent_apply_to_every_graph():
 def test_anything_else_is_one_line_naming_the_variable(text):
     with pytest.raises(BadOptionError, match="CUGRAPH_ACCEL_SMEM_CARVEOUT=.* is not auto, off or a percent"):
         carveout_policy(text)
+
+
+class FakeGraph:
+    def __init__(self):
+        self.calls = []
+
+    def capture_end(self):
+        self.calls.append("capture_end")
+
+    def raw_cuda_graph(self):
+        return 1234
+
+    def instantiate(self):
+        self.calls.append("instantiate")
+
+
+def test_a_runtime_that_refuses_the_carveout_warns_and_the_graph_still_instantiates(monkeypatch):
+    def refused(graph, percent):
+        raise RuntimeError("cudaGraphKernelNodeSetAttribute(preferred shared memory carveout) returned CUDA error 1")
+
+    monkeypatch.setattr(cuda_backend, "prefer_shared_memory", refused)
+    recorder = cuda_backend._SegmentRecorder(pool=None, carveout=100)
+    recorder._open = graph = FakeGraph()
+    with pytest.warns(UserWarning, match=r"driver's shared-memory split \(cudaGraphKernelNodeSetAttribute.*error 1\)"):
+        recorder.end()
+    assert graph.calls == ["capture_end", "instantiate"] and recorder.segments == [graph]

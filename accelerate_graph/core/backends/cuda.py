@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable, Sequence
 
 import torch
@@ -80,7 +81,14 @@ class _SegmentRecorder:
     def end(self) -> None:
         self._open.capture_end()
         if self.carveout is not None:
-            prefer_shared_memory(self._open.raw_cuda_graph(), self.carveout)
+            try:
+                prefer_shared_memory(self._open.raw_cuda_graph(), self.carveout)
+            except RuntimeError as err:  # a runtime before CUDA 12.4: slower under PDL, not wrong
+                warnings.warn(
+                    f"graphs keep the driver's shared-memory split ({first_line(err)}); "
+                    "set CUGRAPH_ACCEL_SMEM_CARVEOUT=off to skip asking.",
+                    stacklevel=2,
+                )
             self._open.instantiate()
         self.segments.append(self._open)
         self._open = None
