@@ -29,6 +29,8 @@ import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from accelerate_graph.compat.cuda_driver import prefer_shared_memory  # noqa: E402
+from accelerate_graph.core.backends.cuda import carveout_for  # noqa: E402
 from accelerate_graph.fused.kernels import configs  # noqa: E402
 from accelerate_graph.fused.kernels import skinny_matmul as sm  # noqa: E402
 from accelerate_graph.fused.kernels.configs import SkinnyConfig  # noqa: E402
@@ -130,18 +132,24 @@ def shapes(model: str, merged: bool = False):
     ]
 
 
-def graph_us(calls) -> float:
-    """Microseconds per call of `calls` (thunks) replayed in one CUDA graph."""
+def graph_us(calls, rows: int = 0) -> float:
+    """Microseconds per call of `calls` (thunks) replayed in one CUDA graph whose kernel nodes ask for the
+    shared-memory split the decode step's graph of `rows` rows asks for (core/backends/cuda.py
+    carveout_for: one split above batch 1; 0: the driver's choice)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for call in calls:
             call()
     torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
+    carveout = carveout_for(rows)
+    graph = torch.cuda.CUDAGraph(keep_graph=carveout is not None)
     with torch.cuda.graph(graph):
         for call in calls:
             call()
+    if carveout is not None:
+        prefer_shared_memory(graph.raw_cuda_graph(), carveout)
+        graph.instantiate()
     ms = triton.testing.do_bench(graph.replay, warmup=3, rep=15, return_mode="median")
     return ms * 1e3 / len(calls)
 
@@ -197,7 +205,7 @@ class Shape:
         return [sm.reference_norm_gate_up(self.x, self.norm, 1e-6, "llama", ws[0], ws[1], "silu")]
 
     def kernel_us(self, cfg) -> float:
-        return graph_us([lambda ws=ws: self.run(ws, cfg) for ws in self.weights])
+        return graph_us([lambda ws=ws: self.run(ws, cfg) for ws in self.weights], self.x.shape[0])
 
     def cublas_us(self) -> float:
         """cuBLAS as the fused step calls it without the skinny kernels: q/k/v as one GEMM, gate and up as
@@ -205,7 +213,7 @@ class Shape:
         (stop 23)."""
         bias = None if self.biases[0] is None else torch.cat(self.biases)
         merged = [torch.cat(ws) for ws in self.weights]
-        return graph_us([lambda w=w: F.linear(self.x, w, bias) for w in merged])
+        return graph_us([lambda w=w: F.linear(self.x, w, bias) for w in merged], self.x.shape[0])
 
     def matches_reference(self, cfg) -> bool:
         got, want = self.run(self.weights[0], cfg), self.reference(self.weights[0])

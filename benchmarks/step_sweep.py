@@ -113,7 +113,7 @@ class Chain(OpShapes):
 
     def layer_us(self, cfgs: dict) -> float:
         """Microseconds per layer of the chain replayed as one CUDA graph (kernel_sweep's timer)."""
-        return graph_us([lambda: self.step(cfgs)]) / len(self.layers)
+        return graph_us([lambda: self.step(cfgs)], self.rows) / len(self.layers)
 
     def inductor_layer_us(self) -> float:
         """Microseconds per layer of the same chain as the fused step runs it without the skinny kernels:
@@ -137,7 +137,7 @@ class Chain(OpShapes):
             with torch_internals.inductor_config_patched(settings):
                 compiled = torch.compile(chain, fullgraph=True, dynamic=False)
                 compiled(self.x, self.attention)  # compiles (and tunes) outside the timed graph
-                return graph_us([lambda: compiled(self.x, self.attention)]) / len(self.layers)
+                return graph_us([lambda: compiled(self.x, self.attention)], self.rows) / len(self.layers)
         finally:
             layer_program.SKINNY_ABOVE_BATCH_1, layer_program.SKINNY_AT_BATCH_1 = was
 
