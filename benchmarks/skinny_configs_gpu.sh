@@ -37,7 +37,10 @@
 # the fused step, the mask, the q/k/v epilogue and the skinny kernels (~260 s alone). No step sweep by default
 # (STEP_SWEEPS="llama-3.2-1b:60:8" runs the 1B's 8-row chain). Stop 29: Qwen's every-op-skinny batch 16
 # is not slow for its configs (0.875 ms without a batch-1 graph in the process, 1.086 with one: PDL's
-# overlap lost; benchmarks/batch1_bias_gpu.sh), so WHOLE_STEP_SWEEPS waits for that fix.
+# overlap lost). Stop 30 fixed that (one shared-memory split for every kernel node above batch 1, core/
+# backends/cuda.py; Qwen skinny up to 16 rows: 0.840 ms at batch 16) and the sweeps now time their chains
+# with the same split: next, Qwen's 32 rows (skinny 0.997 against cuBLAS 0.954 with the stop-28 configs):
+# STEP_SWEEPS="qwen2.5-0.5b:90:32" WHOLE_STEP_SWEEPS="qwen2.5-0.5b:120:32".
 # Usage on the device machine: OUT=/some/dir bash benchmarks/skinny_configs_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-585} LOGS=/tmp/batch1 SHOW="replay|kernels,|8B shapes|^total|wrote|MISMATCH|Error|error|us per layer|ms per step|against inductor|passed|failed"
