@@ -29,8 +29,7 @@ import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from accelerate_graph.compat.cuda_driver import prefer_shared_memory  # noqa: E402
-from accelerate_graph.core.backends.cuda import carveout_for  # noqa: E402
+from accelerate_graph.core.backends.cuda import carveout_for, graph_asking, instantiate_asking  # noqa: E402
 from accelerate_graph.fused.kernels import configs  # noqa: E402
 from accelerate_graph.fused.kernels import skinny_matmul as sm  # noqa: E402
 from accelerate_graph.fused.kernels.configs import SkinnyConfig  # noqa: E402
@@ -143,13 +142,11 @@ def graph_us(calls, rows: int = 0) -> float:
             call()
     torch.cuda.current_stream().wait_stream(side)
     carveout = carveout_for(rows)
-    graph = torch.cuda.CUDAGraph(keep_graph=carveout is not None)
+    graph = graph_asking(carveout)
     with torch.cuda.graph(graph):
         for call in calls:
             call()
-    if carveout is not None:
-        prefer_shared_memory(graph.raw_cuda_graph(), carveout)
-        graph.instantiate()
+    instantiate_asking(graph, carveout)
     ms = triton.testing.do_bench(graph.replay, warmup=3, rep=15, return_mode="median")
     return ms * 1e3 / len(calls)
 

@@ -16,7 +16,7 @@ MIB = 1024 * 1024
 
 
 def capture_table(captures: list[BucketCapture]) -> Table:
-    # the rows in capture order (core.capture.capture_order)
+    # the rows as DecodeGraphs.captures lists them: largest bucket first
     table = Table(title="captured decode graphs (largest bucket first, one shared pool)")
     for name in ("bucket", "context", "capture ms", "graph MiB"):
         table.add_column(name, justify="right")

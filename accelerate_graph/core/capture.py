@@ -94,9 +94,12 @@ class DecodeGraphs:
         return self._later.pending if self._later is not None else set()
 
     def captures(self) -> list[BucketCapture]:
-        """What each graph took, in the order the graphs were captured (capture_order; a lazy graph when
-        first used)."""
-        return [BucketCapture(b, g.stats.seconds, g.stats.memory_bytes, c) for (b, c), g in self.graphs.items()]
+        """What each graph took, largest bucket and context first (capture_order's, whatever order a lazy
+        capture took them in)."""
+        return [
+            BucketCapture(b, g.stats.seconds, g.stats.memory_bytes, c)
+            for (b, c), g in sorted(self.graphs.items(), reverse=True)
+        ]
 
     def bucket_memory(self, bucket: int) -> int:
         return sum(g.stats.memory_bytes for (b, _), g in self.graphs.items() if b == bucket)

@@ -65,6 +65,28 @@ def carveout_policy(text: str) -> Callable[[int], int | None]:
 carveout_for = carveout_policy(os.environ.get("CUGRAPH_ACCEL_SMEM_CARVEOUT", "auto"))
 
 
+def graph_asking(carveout: int | None) -> torch.cuda.CUDAGraph:
+    """A graph to capture into whose kernel nodes will ask for `carveout` (None: the driver's choice): kept
+    (keep_graph), so that capture_end leaves it to instantiate_asking to instantiate."""
+    return torch.cuda.CUDAGraph(keep_graph=carveout is not None)
+
+
+def instantiate_asking(graph: torch.cuda.CUDAGraph, carveout: int | None) -> None:
+    """After graph_asking's graph's capture_end: every kernel node asks for `carveout`, then the graph is
+    instantiated (with None torch instantiated it at capture_end)."""
+    if carveout is None:
+        return
+    try:
+        prefer_shared_memory(graph.raw_cuda_graph(), carveout)
+    except RuntimeError as err:  # a runtime before CUDA 12.4: slower under PDL, not wrong
+        warnings.warn(
+            f"graphs keep the driver's shared-memory split ({first_line(err)}); "
+            "set CUGRAPH_ACCEL_SMEM_CARVEOUT=off to skip asking.",
+            stacklevel=3,
+        )
+    graph.instantiate()
+
+
 class _SegmentRecorder:
     def __init__(self, pool, carveout: int | None = None):
         self.pool = pool
@@ -74,22 +96,12 @@ class _SegmentRecorder:
         self._open: torch.cuda.CUDAGraph | None = None
 
     def begin(self) -> None:
-        # keep_graph: instantiated after capture_end, once its kernel nodes ask for the carveout
-        self._open = torch.cuda.CUDAGraph(keep_graph=self.carveout is not None)
+        self._open = graph_asking(self.carveout)
         self._open.capture_begin(pool=self.pool)
 
     def end(self) -> None:
         self._open.capture_end()
-        if self.carveout is not None:
-            try:
-                prefer_shared_memory(self._open.raw_cuda_graph(), self.carveout)
-            except RuntimeError as err:  # a runtime before CUDA 12.4: slower under PDL, not wrong
-                warnings.warn(
-                    f"graphs keep the driver's shared-memory split ({first_line(err)}); "
-                    "set CUGRAPH_ACCEL_SMEM_CARVEOUT=off to skip asking.",
-                    stacklevel=2,
-                )
-            self._open.instantiate()
+        instantiate_asking(self._open, self.carveout)
         self.segments.append(self._open)
         self._open = None
 
