@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The LM head at batch 1 on the skinny kernels (fused/lm_head.py, CUGRAPH_ACCEL_LM_HEAD_KERNEL=1, off), one
+# The LM head at batch 1 on the skinny kernels (fused/lm_head.py, CUGRAPH_ACCEL_LM_HEAD_KERNEL=0 / 1), one
 # device call (~6 min; DEADLINE s, default 380). Stop 29's timeline of the 1B's batch 1 at 16,384 ends with
 # rms_norm -> (1.2 us idle) memset -> (1.9 us idle) cuBLAS's head (119 us, ~4.4 TB/s): cuBLAS takes no part
 # in PDL and zeroes first; the final norm's kernel takes no part in PDL either, so the skinny head saves the
@@ -11,6 +11,10 @@
 #   (1) the GPU tests of the switch (capture, replay, verify: llama and qwen2 tiny models);
 #   (2) timing_gap.py --trace at batch 1, head off then on, one process each: B1_MODEL (the 1B at 16,384),
 #       then MODEL (Qwen at 1,024), with the replay's timeline (busy, idle, the boundaries around the head).
+# Ran in stop 31 (H200, 2026-12-02, 316 s with a profile after it): the 1B's head alone 124.1 us against
+# cuBLAS's 131.7 (the heuristic's config won its sweep), Qwen's 69.1 against 72.9; in the step's timeline the
+# 1B's span 828.0 -> 818.7 us (the memset and ~3 us of gaps gone), Qwen's 628.8 -> 631.3 (lost). On by
+# default for the 1B's head shape since (fused/lm_head.py HEAD_WINS_AT_BATCH_1).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/lm_head_gpu.sh  (MODEL, B1_MODEL to change)
 set -uo pipefail
 DEADLINE=${DEADLINE:-380} LOGS=/tmp/lm-head SHOW="before:|replayed:|idle |passed|failed|Error|error"

@@ -142,6 +142,9 @@ EVERY_ROW = 1 << 62  # skinny_rows_above_batch_1 of an op the switch names: no l
 #   split above batch 1, timing_gap.py at buckets 1,8,16,32: every op skinny 0.778 / 0.842 / 0.997 at batch 8
 #   / 16 / 32, cuBLAS above 8 rows 0.778 / 0.924 / 0.954: Qwen up to 16 rows. The 1B with every op skinny:
 #   1.030 / 1.363 / 1.521 (its shipped 1.000 / 1.030 / 1.110): unchanged.
+# - stop 31: Qwen's 32-row configs re-swept with that split (step_sweep.py, then whole_step_sweep.py: q/k/v
+#   n16 k128 w8 s3, 1.030 -> 0.992 ms in the sweep's step), then timing_gap.py at 1,8,16,32: every op skinny
+#   0.957 at batch 32 against cuBLAS's 0.958, a tie: 32 rows stay on cuBLAS (fewer compiled variants).
 SKINNY_WINS_ABOVE_BATCH_1: dict[tuple[str, int, int], int] = {
     ("residual", 2048, 2048): 32,  # Llama-3.2-1B's o
     ("residual", 2048, 8192): 32,  # Llama-3.2-1B's down

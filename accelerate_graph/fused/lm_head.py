@@ -5,10 +5,13 @@ TB/s: H200, docs/PERF.md stop 29); beside that it costs the gaps around it (rms_
 (fused/kernels/pdl.py); the final norm's kernel (rms_norm_kernel) takes no part in PDL, so the head overlaps
 it only by its launch and its first block's prefetch.
 
-A measurement switch, off: CUGRAPH_ACCEL_LM_HEAD_KERNEL=1. Only where the layer program runs every layer (the
-skinny kernels' path), for a plain nn.Linear head (bias or not). Stop 30 (H200, timing_gap.py, the 1B at
-16,384, bucket 1 alone): 0.818 -> 0.811 ms (predicted -2..-4 us); its GPU test passed; not yet verified on the
-real-size recipes with it on, and its sweep (benchmarks/lm_head_gpu.sh) not yet run."""
+On by default only for the head shapes where a replayed step measured it faster (HEAD_WINS_AT_BATCH_1):
+the 1B's 128,256 x 2,048 head (H200, 2026-12-02, stop 31: timing_gap.py at 16,384, bucket 1 alone, 0.818 ->
+0.811 ms in stop 30, 0.828 -> 0.819 ms of span today; its sweep kept the heuristic's config, 124 us against
+cuBLAS's 132 alone). Qwen2.5-0.5B's 151,936 x 896 head lost (0.629 -> 0.631 ms of span, though its kernel
+alone beat cuBLAS's, 69 against 73 us): it keeps cuBLAS, and so does every head not measured (the 8B's among
+them). CUGRAPH_ACCEL_LM_HEAD_KERNEL: "auto" (default), "1" every plain head, "0" none. Only where the layer
+program runs every layer (the skinny kernels' path), for a plain nn.Linear head (bias or not)."""
 
 from __future__ import annotations
 
@@ -16,16 +19,38 @@ import os
 
 import torch
 
+from accelerate_graph.common.errors import BadOptionError
 from accelerate_graph.fused.kernels.skinny_matmul import WEIGHT_ELEMENTS_LIMIT, norm_projections
 
-LM_HEAD_KERNEL = os.environ.get("CUGRAPH_ACCEL_LM_HEAD_KERNEL", "0") == "1"
+# (vocabulary, hidden): heads whose batch-1 step replayed faster on the skinny kernel than on cuBLAS (H200)
+HEAD_WINS_AT_BATCH_1: frozenset[tuple[int, int]] = frozenset({(128256, 2048)})
+
+
+def switch(text: str) -> str:
+    """CUGRAPH_ACCEL_LM_HEAD_KERNEL's value checked: "auto", "1" or "0"."""
+    if text not in ("auto", "1", "0"):
+        raise BadOptionError(
+            f"CUGRAPH_ACCEL_LM_HEAD_KERNEL={text!r} is not a setting of the LM head kernel.",
+            "Set it to auto (the measured head shapes), 1 (every plain head) or 0 (cuBLAS's head), or unset it.",
+        )
+    return text
+
+
+LM_HEAD_KERNEL = switch(os.environ.get("CUGRAPH_ACCEL_LM_HEAD_KERNEL", "auto"))
+
+
+def wanted(head: torch.nn.Linear) -> bool:
+    """Does the switch put this head on the skinny kernel?"""
+    if LM_HEAD_KERNEL == "auto":
+        return tuple(head.weight.shape) in HEAD_WINS_AT_BATCH_1
+    return LM_HEAD_KERNEL == "1"
 
 
 def lm_head_kernel(model: torch.nn.Module) -> dict[torch.nn.Module, object]:
     """{LM head: forward} running one-row calls on the skinny kernels, for torch_internals.forwards_replaced;
-    {} with the switch off or where the head is not a plain nn.Linear."""
+    {} where the switch does not want the head, or the head is not a plain nn.Linear."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if not LM_HEAD_KERNEL or type(head) is not torch.nn.Linear:
+    if type(head) is not torch.nn.Linear or not wanted(head):
         return {}
     if type(head.weight.data) is not torch.Tensor:  # a tensor-parallel DTensor shard: nn.Linear's own path
         return {}

@@ -56,11 +56,12 @@ def test_the_final_norm_kernel_replays_and_verifies(monkeypatch):
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
 def test_the_lm_head_kernel_replays_and_verifies(model_type, monkeypatch):
-    """The LM head on the skinny kernels at batch 1 (fused/lm_head.py, CUGRAPH_ACCEL_LM_HEAD_KERNEL=1, off):
+    """The LM head on the skinny kernels at batch 1 (fused/lm_head.py, CUGRAPH_ACCEL_LM_HEAD_KERNEL=1; auto takes
+    the measured head shapes):
     its PDL launch recorded in the graph, the logits within verify's bound of eager's."""
     from accelerate_graph.fused import lm_head
 
-    monkeypatch.setattr(lm_head, "LM_HEAD_KERNEL", True)
+    monkeypatch.setattr(lm_head, "LM_HEAD_KERNEL", "1")
     heads = []  # the output widths of the skinny op's calls from the head (batch 1's warm-ups and capture)
     original = lm_head.norm_projections
     monkeypatch.setattr(lm_head, "norm_projections", lambda x, *a: heads.append(a[3][0].shape[0]) or original(x, *a))

@@ -1,9 +1,12 @@
-"""The step's LM head at batch 1 on the skinny kernels (fused/lm_head.py), a measurement switch. On the CPU
-the op runs its reference (or, under TRITON_INTERPRET=1, the Triton kernel in the interpreter)."""
+"""The step's LM head at batch 1 on the skinny kernels (fused/lm_head.py), on for the head shapes measured
+faster. On the CPU the op runs its reference (or, under TRITON_INTERPRET=1, the Triton kernel in the
+interpreter)."""
 
+import pytest
 import torch
 from tiny_models import grouped_decode_cases, tiny_decoder
 
+from accelerate_graph.common.errors import BadOptionError
 from accelerate_graph.fused import lm_head
 from accelerate_graph.fused.kernels import skinny_matmul
 from accelerate_graph.fused.layers import FusedForward
@@ -12,9 +15,9 @@ from accelerate_graph.fused.layers import FusedForward
 def test_batch_1_runs_the_head_on_the_skinny_op_and_decodes_the_same(monkeypatch):
     torch._dynamo.reset()
     model, session, prompt, cases, hfs = grouped_decode_cases("llama", cases=((1, 32), (2, 32)))
-    assert not lm_head.LM_HEAD_KERNEL  # off until the H200 measures it
+    assert lm_head.LM_HEAD_KERNEL == "auto"  # the default: the tiny model's head shape was never measured
     without = FusedForward(model, backend="eager")
-    monkeypatch.setattr(lm_head, "LM_HEAD_KERNEL", True)
+    monkeypatch.setattr(lm_head, "LM_HEAD_KERNEL", "1")
     with_kernel = FusedForward(model, backend="eager")
     assert not without.lm_head and "LM head kernel" not in without.layer_forward_kind()
     assert model.lm_head in with_kernel.lm_head and "LM head kernel at batch 1" in with_kernel.layer_forward_kind()
@@ -32,7 +35,7 @@ def test_batch_1_runs_the_head_on_the_skinny_op_and_decodes_the_same(monkeypatch
 
 
 def test_not_for_a_head_that_is_no_plain_linear_over_a_plain_tensor(monkeypatch):
-    monkeypatch.setattr(lm_head, "LM_HEAD_KERNEL", True)
+    monkeypatch.setattr(lm_head, "LM_HEAD_KERNEL", "1")
     model = tiny_decoder("llama")
     assert model.lm_head in lm_head.lm_head_kernel(model)
     linear = model.lm_head
@@ -45,3 +48,20 @@ def test_not_for_a_head_that_is_no_plain_linear_over_a_plain_tensor(monkeypatch)
     linear.weight = torch.nn.Parameter(linear.weight.detach().as_subclass(Shard))
     model.lm_head = linear
     assert lm_head.lm_head_kernel(model) == {}
+
+
+def test_auto_takes_only_the_head_shapes_measured_faster(monkeypatch):
+    assert lm_head.HEAD_WINS_AT_BATCH_1 == {(128256, 2048)}  # Llama-3.2-1B's head (H200, stop 31)
+    model = tiny_decoder("llama")
+    vocab, hidden = model.lm_head.weight.shape
+    assert lm_head.lm_head_kernel(model) == {}  # auto, a shape not in the table of wins
+    monkeypatch.setattr(lm_head, "HEAD_WINS_AT_BATCH_1", frozenset({(vocab, hidden)}))
+    assert model.lm_head in lm_head.lm_head_kernel(model)
+    monkeypatch.setattr(lm_head, "LM_HEAD_KERNEL", "0")
+    assert lm_head.lm_head_kernel(model) == {}
+
+
+@pytest.mark.parametrize("text", ["on", "true", "", "2"])
+def test_a_bad_switch_value_is_one_clear_error(text):
+    with pytest.raises(BadOptionError, match="CUGRAPH_ACCEL_LM_HEAD_KERNEL"):
+        lm_head.switch(text)

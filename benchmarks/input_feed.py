@@ -1,0 +1,78 @@
+"""What feeding a step its inputs costs between two replays (docs/PERF.md, stop 31). The batch-1 timelines of
+stop 30 show one gap of ~8 us a step, between the last kernel of a replay and the first of the next; the
+timeline leaves copies out, and `DecodeGraphs.run` copies the tokens and the positions into the graph's
+buffers before each replay (two device-to-device copies). Each way is timed back to back in one process:
+
+  run            graphs.run(tokens, positions): both copies, then the replay (what bench and profile time)
+  tokens only    the tokens' copy, then the replay (the positions walk on inside the graph)
+  loaded         the replay alone, its inputs already in the buffers (what generate's greedy loop does: its
+                 choice graph writes the next token and position in place)
+
+Measured (H200, 2026-12-02, stop 31, best of 3, ms): the 1B at 16,384 batch 1 run 0.8054, tokens only 0.8028,
+loaded 0.8011; batch 8 1.0045 / 1.0018 / 0.9995; Qwen at 1,024 batch 1 0.6264 / 0.6242 / 0.6207, batch 8
+0.7790 / 0.7765 / 0.7733. The two copies cost ~4.3 us a step (about half of the gap); the rest of the gap is
+the graph's launch.
+
+Run on a GPU: PYTHONPATH=. python3 benchmarks/input_feed.py llama-3.2-1b:16384 qwen2.5-0.5b --batches 1,8
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from accelerate_graph.pipeline import CaptureRequest, prepare
+from benchmarks.profile_step import timed_ms
+
+
+def ways(graphs, session, batch: int):
+    """{way: one replay with its feeding}, for `batch` rows at the bucket holding it."""
+    tokens = torch.randint(session.vocab_size, (batch,), device=session.device)
+    positions = torch.full((batch,), session.kv.next_slot, device=session.device)
+
+    def tokens_only():
+        session.input_ids[:batch, 0].copy_(tokens)
+        graphs.replay_loaded(batch)
+
+    return {
+        "run": lambda: graphs.run(tokens, positions, copy=False),
+        "tokens only": tokens_only,
+        "loaded": lambda: graphs.replay_loaded(batch),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="+", help="recipe[:cache], e.g. llama-3.2-1b:16384")
+    parser.add_argument("--batches", default="1")
+    parser.add_argument("--prompt", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3, help="each way timed this many times, in turn")
+    args = parser.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    for entry in args.models:
+        model, _, cache = entry.partition(":")
+        request = CaptureRequest(
+            model=model, buckets=batches, max_cache_len=int(cache or 1024), prompt_len=args.prompt, fuse=True
+        )
+        prepared = prepare(request)
+        session, graphs = prepared.session, prepared.graphs
+        with torch.no_grad():
+            for batch in batches:
+                times: dict[str, list[float]] = {}
+                for _ in range(args.rounds):  # ways in turn, so a drift of clocks hits each alike
+                    for name, call in ways(graphs, session, batch).items():
+                        session.kv.rewind(args.prompt)
+                        for _ in range(5):
+                            call()
+                        session.kv.rewind(args.prompt)
+                        times.setdefault(name, []).append(timed_ms(call)[0])
+                        session.kv.rewind(args.prompt)
+                cells = ", ".join(f"{name} {min(ms):.4f}" for name, ms in times.items())
+                print(f"{model} cache {cache or 1024} batch {batch}: ms per step (best of {args.rounds}): {cells}")
+        del prepared, session, graphs
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
