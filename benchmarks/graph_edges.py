@@ -32,7 +32,6 @@ import torch
 from accelerate_graph.compat.cuda_driver import (
     FUNCTION_ATTRIBUTES,
     NODE_CARVEOUT,
-    NODE_TYPES,
     KernelNodeParams,
     LaunchAttributeValue,
     check,
@@ -40,8 +39,8 @@ from accelerate_graph.compat.cuda_driver import (
     current_device,
     driver,
     function_attribute,
-    graph_nodes,
     kernel_node_params,
+    typed_nodes,
 )
 
 EDGE_TYPES = {0: "full", 1: "programmatic"}
@@ -68,10 +67,7 @@ def edges(rt, graph: int) -> list[tuple[int, int, EdgeData]]:
 def tally(rt, graph: int) -> Counter:
     """Counts of node types, edge types and ports, and kernel nodes' priority and sync domain."""
     counts: Counter = Counter()
-    kind = ctypes.c_int(0)
-    for node in graph_nodes(rt, graph):
-        check(rt.cudaGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)), "cudaGraphNodeGetType")
-        name = NODE_TYPES.get(kind.value, str(kind.value))
+    for node, name in typed_nodes(rt, graph):
         counts[f"node {name}"] += 1
         if name == "kernel":
             for attribute, label in (

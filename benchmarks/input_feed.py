@@ -23,7 +23,7 @@ import argparse
 import torch
 
 from accelerate_graph.pipeline import CaptureRequest, prepare
-from benchmarks.profile_step import timed_ms
+from benchmarks.profile_step import rewound_ms
 
 
 def ways(graphs, session, batch: int):
@@ -62,12 +62,7 @@ def main() -> None:
                 times: dict[str, list[float]] = {}
                 for _ in range(args.rounds):  # ways in turn, so a drift of clocks hits each alike
                     for name, call in ways(graphs, session, batch).items():
-                        session.kv.rewind(args.prompt)
-                        for _ in range(5):
-                            call()
-                        session.kv.rewind(args.prompt)
-                        times.setdefault(name, []).append(timed_ms(call)[0])
-                        session.kv.rewind(args.prompt)
+                        times.setdefault(name, []).append(rewound_ms(session, args.prompt, call)[0])
                 cells = ", ".join(f"{name} {min(ms):.4f}" for name, ms in times.items())
                 print(f"{model} cache {cache or 1024} batch {batch}: ms per step (best of {args.rounds}): {cells}")
         del prepared, session, graphs

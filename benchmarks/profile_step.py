@@ -99,10 +99,12 @@ def replay_ms(graphs, session, batch: int, prompt: int) -> tuple[float, float]:
     would be timed too; the writes walk on from `prompt` by one slot a replay."""
     tokens = torch.randint(session.vocab_size, (batch,), device=session.device)
     positions = torch.full((batch,), prompt, device=session.device)
+    return rewound_ms(session, prompt, lambda: graphs.run(tokens, positions, copy=False))
 
-    def replay():
-        graphs.run(tokens, positions, copy=False)
 
+def rewound_ms(session, prompt: int, replay) -> tuple[float, float]:
+    """timed_ms of `replay` (one step writing the cache) after 5 warm-ups, the cache rewound to slot
+    `prompt` before the warm-ups, before the timed calls and after them."""
     session.kv.rewind(prompt)
     for _ in range(5):
         replay()

@@ -65,13 +65,17 @@ def graph_nodes(rt, graph: int) -> list[int]:
     return [found[i] for i in range(count.value)]
 
 
-def kernel_nodes(rt, graph: int) -> list[int]:
+def typed_nodes(rt, graph: int) -> list[tuple[int, str]]:
+    """(node, its type's name in NODE_TYPES, else the number) for every node of `graph`, in node order."""
     kind, found = ctypes.c_int(0), []
     for node in graph_nodes(rt, graph):
         check(rt.cudaGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)), "cudaGraphNodeGetType")
-        if NODE_TYPES.get(kind.value) == "kernel":
-            found.append(node)
+        found.append((node, NODE_TYPES.get(kind.value, str(kind.value))))
     return found
+
+
+def kernel_nodes(rt, graph: int) -> list[int]:
+    return [node for node, name in typed_nodes(rt, graph) if name == "kernel"]
 
 
 def kernel_node_params(rt, cu, graph: int) -> list[KernelNodeParams | int]:

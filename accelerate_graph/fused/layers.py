@@ -302,7 +302,7 @@ class FusedForward:
         self.rotary = rotary_tables(model, positions) if ROTARY_TABLE and positions else {}
         # the final RMSNorm as one kernel, where the layer program's norms are its kind (fused/final_norm.py)
         self.final_norm = final_norm_kernel(model, self.layers[0].input_layernorm) if self.programmed else {}
-        # the LM head's batch-1 call on the skinny kernels, where asked (fused/lm_head.py: a measurement switch)
+        # the LM head's batch-1 call on the skinny kernels, for the head shapes measured faster (fused/lm_head.py)
         self.lm_head = lm_head_kernel(model) if self.programmed else {}
         # HF's create_causal_mask, or the one-kernel mask where it is exact (fused/causal_mask.py)
         self.causal_mask = CausalMaskStandIn(hf_create_causal_mask()) if MASK_KERNEL else None

@@ -12,6 +12,7 @@ from accelerate_graph.compat.cuda_driver import (
     kernel_nodes,
     node_carveouts,
     prefer_shared_memory,
+    typed_nodes,
 )
 
 
@@ -48,6 +49,7 @@ class FakeRuntime:
 
 def test_every_kernel_node_and_no_other_asks_for_the_carveout():
     rt = FakeRuntime()
+    assert typed_nodes(rt, graph=1) == [(11, "kernel"), (12, "memset"), (13, "kernel")]
     assert kernel_nodes(rt, graph=1) == [11, 13]
     assert prefer_shared_memory(1, 100, rt=rt) == 2
     assert rt.attributes == {(11, NODE_CARVEOUT): 100, (13, NODE_CARVEOUT): 100}
