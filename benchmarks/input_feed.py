@@ -3,7 +3,9 @@ stop 30 show one gap of ~8 us a step, between the last kernel of a replay and th
 timeline leaves copies out, and `DecodeGraphs.run` copies the tokens and the positions into the graph's
 buffers before each replay (two device-to-device copies). Each way is timed back to back in one process:
 
-  run            graphs.run(tokens, positions): both copies, then the replay (what bench and profile time)
+  run            graphs.run(tokens, positions): both inputs fed, then the replay (what bench and profile time);
+                 since stop 32 one kernel copies both (compat torch_internals.copy_each)
+  two copies     the tokens' copy and the positions', one kernel each (run until stop 31), then the replay
   tokens only    the tokens' copy, then the replay (the positions walk on inside the graph)
   loaded         the replay alone, its inputs already in the buffers (what generate's greedy loop does: its
                  choice graph writes the next token and position in place)
@@ -31,12 +33,18 @@ def ways(graphs, session, batch: int):
     tokens = torch.randint(session.vocab_size, (batch,), device=session.device)
     positions = torch.full((batch,), session.kv.next_slot, device=session.device)
 
+    def two_copies():  # what load_inputs did before stop 32
+        session.input_ids[:batch, 0].copy_(tokens)
+        session.position_ids[:batch, 0].copy_(positions)
+        graphs.replay_loaded(batch)
+
     def tokens_only():
         session.input_ids[:batch, 0].copy_(tokens)
         graphs.replay_loaded(batch)
 
     return {
         "run": lambda: graphs.run(tokens, positions, copy=False),
+        "two copies": two_copies,
         "tokens only": tokens_only,
         "loaded": lambda: graphs.replay_loaded(batch),
     }

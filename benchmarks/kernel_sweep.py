@@ -18,6 +18,7 @@ heuristic's).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import time
@@ -55,6 +56,21 @@ def wide_one_row_grid(k: int) -> list[SkinnyConfig]:
     out = [SkinnyConfig(n, bk, w, s) for n, bk, w, s in shapes if 8 * 32 * w <= n * bk <= 64 * 32 * w]
     if k >= 8192:
         out += [SkinnyConfig(16, 512, 4, s, split_k=split) for split in (2, 4) for s in (2, 3)]
+    return out
+
+
+def lookahead_one_row_grid(k: int) -> list[SkinnyConfig]:
+    """One row with the next K block loaded ahead (SkinnyConfig.lookahead): wide_one_row_grid's tiles that
+    walk K in two blocks or more and hold at most 32 values a thread (two blocks live in registers), one
+    num_stages each (Triton does not pipeline these loops: the stages change nothing)."""
+    seen, out = set(), []
+    for cfg in wide_one_row_grid(k):
+        tile = (cfg.block_n, cfg.block_k, cfg.num_warps, cfg.split_k)
+        per_split = -(-k // cfg.split_k)
+        if tile in seen or cfg.block_n * cfg.block_k > 32 * 32 * cfg.num_warps or per_split < 2 * cfg.block_k:
+            continue
+        seen.add(tile)
+        out.append(dataclasses.replace(cfg, lookahead=True))
     return out
 
 
@@ -154,17 +170,19 @@ def graph_us(calls, rows: int = 0) -> float:
 def describe(cfg: SkinnyConfig) -> str:
     return (
         f"n{cfg.block_n} k{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} x{cfg.split_k} "
-        f"{('swap' if cfg.swap else 'dot') if cfg.dot else 'fma'}"
+        f"{('swap' if cfg.swap else 'dot') if cfg.dot else 'fma'}" + (" ahead" if cfg.lookahead else "")
     )
 
 
 def parse_described(text: str) -> SkinnyConfig:
-    """describe's line back to its config: "n64 k128 w4 s4 x1 swap" (benchmarks/trials/*.tsv)."""
+    """describe's line back to its config: "n64 k128 w4 s4 x1 swap", "n16 k256 w4 s2 x1 fma ahead"
+    (benchmarks/trials/*.tsv)."""
     fields = text.split()
-    if len(fields) != 6 or fields[5] not in ("fma", "dot", "swap"):
+    ahead = fields[6:] == ["ahead"]
+    if len(fields) != 6 + ahead or fields[5] not in ("fma", "dot", "swap") or (ahead and fields[5] != "fma"):
         raise ValueError(f"not a described config: {text!r}")
     n, k, w, s, x = (int(field[1:]) for field in fields[:5])
-    return SkinnyConfig(n, k, w, s, split_k=x, dot=fields[5] != "fma", swap=fields[5] == "swap")
+    return SkinnyConfig(n, k, w, s, split_k=x, dot=fields[5] != "fma", swap=fields[5] == "swap", lookahead=ahead)
 
 
 def copy_bandwidth_gbs() -> float:

@@ -32,7 +32,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kernel_sweep import MODELS, describe, graph_us, rows_grid_in_a_step, wide_one_row_grid  # noqa: E402
+from kernel_sweep import (  # noqa: E402
+    MODELS,
+    describe,
+    graph_us,
+    lookahead_one_row_grid,
+    rows_grid_in_a_step,
+    wide_one_row_grid,
+)
 
 from accelerate_graph.compat import torch_internals  # noqa: E402
 from accelerate_graph.fused import layer_program  # noqa: E402
@@ -66,9 +73,9 @@ class Chain(OpShapes):
     """The projections of `layers` decoder layers of `model`'s shape for `rows` rows, each layer its own
     weights."""
 
-    def __init__(self, model: str, layers: int, rows: int = 1):
+    def __init__(self, model: str, layers: int, rows: int = 1, lookahead: bool = False):
         hidden, inter, heads, kv, hd, bias = MODELS[model]
-        self.rows, self.hidden = rows, hidden
+        self.rows, self.hidden, self.lookahead = rows, hidden, lookahead
         gen = torch.Generator(device=DEVICE).manual_seed(0)
         rand = lambda *s, scale=1.0: (torch.randn(*s, device=DEVICE, generator=gen) * scale).to(DTYPE)  # noqa: E731
         qkv_n = (heads + 2 * kv) * hd
@@ -96,7 +103,9 @@ class Chain(OpShapes):
 
     def grid(self, op: str) -> list[configs.SkinnyConfig]:
         _, _, k = self.shapes[op]
-        return wide_one_row_grid(k) if self.rows == 1 else rows_grid_in_a_step(self.rows, k)
+        if self.rows > 1:
+            return rows_grid_in_a_step(self.rows, k)
+        return lookahead_one_row_grid(k) if self.lookahead else wide_one_row_grid(k)
 
     def step(self, cfgs: dict) -> None:
         h = self.x
@@ -181,12 +190,15 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--rows", type=int, default=1, help="rows per call: a batch (table bucket: configs.m_bucket)")
     parser.add_argument("--min-gain", type=float, default=0.005, help="relative gain a new config must bring")
+    parser.add_argument(
+        "--lookahead", action="store_true", help="one row: only configs that load the next K block ahead"
+    )
     parser.add_argument("--budget-s", type=float, default=240.0, help="stop trying configs after this long")
     parser.add_argument("--write-configs", type=Path)
     parser.add_argument("--log", type=Path, help="every trial: op, config, us per layer")
     args = parser.parse_args()
     start = time.monotonic()
-    chain = Chain(args.model, args.layers, args.rows)
+    chain = Chain(args.model, args.layers, args.rows, args.lookahead)
     current = {op: chain.table_config(op) for op in ORDER}
     baseline = best = chain.layer_us(current)
     print(f"{args.model}: {args.layers} layers, {args.rows} row(s), {chain.weight_bytes / 2**30:.2f} GiB of weights")

@@ -70,6 +70,14 @@ def add_to_each(tensors: list[torch.Tensor], value: int) -> None:
     torch._foreach_add_(tensors, value)
 
 
+def copy_each(destinations: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
+    """Each source copied into its destination, on a GPU in one kernel where they share a device and a
+    dtype (the step's tokens and positions: one launch before a replay, not two); tensors that differ in
+    either are copied one by one. `torch._foreach_copy_` (underscored, like `_foreach_add_`). Checked:
+    torch 2.11, 2.13."""
+    torch._foreach_copy_(destinations, sources)
+
+
 # --- nn.Module -----------------------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from accelerate_graph.common.errors import (
     first_line,
     is_out_of_memory,
 )
+from accelerate_graph.compat import torch_internals
 from accelerate_graph.core.backends import Step
 from accelerate_graph.core.host_constants import HostConstants
 from accelerate_graph.core.static_cache import SharedStaticCache, cache_argument_name, check_cache_fits
@@ -151,8 +152,7 @@ class DecodeSession:
     def load_inputs(self, bucket: int, tokens: torch.Tensor, positions: torch.Tensor) -> None:
         """Write a batch's next tokens and positions ([b] each) into the buffers, padding up to `bucket`."""
         b = tokens.shape[0]
-        self.input_ids[:b, 0].copy_(tokens)
-        self.position_ids[:b, 0].copy_(positions)
+        torch_internals.copy_each([self.input_ids[:b, 0], self.position_ids[:b, 0]], [tokens, positions])
         if bucket > b:
             self.input_ids[b:bucket].fill_(PAD_TOKEN)
             # padding rows share the batch's write slot, in rows no sequence owns

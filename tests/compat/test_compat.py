@@ -155,6 +155,16 @@ def test_add_to_each_adds_in_place_to_every_tensor_of_the_list():
     expect([id(t) for t in positions] == objects, symbol, TORCH, "not in place")
 
 
+def test_copy_each_writes_every_destination_view_in_place():
+    symbol = "torch._foreach_copy_(list of tensors, list of tensors)"
+    ids, positions = torch.zeros(4, 1, dtype=torch.long), torch.zeros(4, 1, dtype=torch.long)
+    tokens = torch.tensor([5, 6], dtype=torch.int32)  # another dtype: copied and converted like copy_
+    with upstream(symbol, TORCH):
+        ti.copy_each([ids[:2, 0], positions[:2, 0]], [tokens, torch.arange(10)[::3][1:3]])
+    expect(ids[:, 0].tolist() == [5, 6, 0, 0], symbol, TORCH, f"the first destination holds {ids[:, 0].tolist()}")
+    expect(positions[:, 0].tolist() == [3, 6, 0, 0], symbol, TORCH, f"the second holds {positions[:, 0].tolist()}")
+
+
 def test_maybe_mark_dynamic_makes_one_graph_serve_two_sizes():
     symbol = "torch._dynamo.maybe_mark_dynamic"
     a, b = torch.ones(2, 3), torch.ones(5, 3)

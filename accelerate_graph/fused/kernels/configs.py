@@ -23,6 +23,9 @@ class SkinnyConfig:
     split_k: int = 1  # > 1: K cut in that many slices, float32 partials, a finishing pass
     dot: bool = False  # tensor cores (rows padded to 16) rather than float32 multiply-and-sum
     swap: bool = False  # with dot: W @ x^T, the weights on the MMA's long side (cuBLAS's skinny tiles)
+    # one row without dot: the next K block's loads issued before this one's sums (skinny_kernels'
+    # _accumulate_one_row); nothing anywhere else
+    lookahead: bool = False
 
     def block_m(self, m) -> int:
         """Rows per program: the next power of two of the rows (at most 32), at least 16 for tl.dot. A

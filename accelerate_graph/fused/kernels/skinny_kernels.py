@@ -89,12 +89,28 @@ def _rows_rstd(
 
 @triton.jit
 def _normed(xv, rstd, nw_ptr, offs_k, K, NORM: tl.constexpr, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
-    """x block after HF's RMSNorm. 1 (Llama, Qwen2): round(x * rstd) then round(* w) in the input dtype;
-    2 (Gemma): round(x * rstd * (1 + w)) in float32."""
+    """x block after HF's RMSNorm (the norm's weights loaded here; see _normed_by)."""
+    return _normed_by(xv, rstd, _norm_weights(nw_ptr, offs_k, K, NORM), NORM, OUT_BF16, out_dtype)
+
+
+@triton.jit
+def _norm_weights(nw_ptr, offs_k, K, NORM: tl.constexpr):
+    """The norm's weights of one K block, as loaded (offs_k, never read, where there is no norm)."""
+    if NORM != 0:
+        w = tl.load(nw_ptr + offs_k, mask=offs_k < K, other=0.0)
+    else:
+        w = offs_k
+    return w
+
+
+@triton.jit
+def _normed_by(xv, rstd, nw, NORM: tl.constexpr, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
+    """x block after HF's RMSNorm with the norm's weights `nw` (loaded). 1 (Llama, Qwen2): round(x * rstd)
+    then round(* w) in the input dtype; 2 (Gemma): round(x * rstd * (1 + w)) in float32."""
     if NORM == 0:
         y = xv
     else:
-        w = tl.load(nw_ptr + offs_k, mask=offs_k < K, other=0.0).to(tl.float32)
+        w = nw.to(tl.float32)
         if NORM == 1:
             y = _round(xv * rstd[:, None], OUT_BF16, out_dtype)
             y = _round(y * w[None, :], OUT_BF16, out_dtype)
@@ -128,14 +144,14 @@ def _accumulate(
     x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, M, N, K, k_lo, k_hi, out_ptr,
     NORM: tl.constexpr, TWO: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr,
     EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
     """x[offs_m, k_lo:k_hi] @ W[offs_n, k_lo:k_hi]^T (and the same with W2 when TWO), float32 [BLOCK_M,
-    BLOCK_N]."""
+    BLOCK_N]. LOOKAHEAD: one row only (see _accumulate_one_row)."""
     if not USE_DOT and BLOCK_M == 1:
         return _accumulate_one_row(
             x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, M, N, K, k_lo, k_hi, out_ptr,
-            NORM, TWO, EVEN_K, OUT_BF16, BLOCK_N, BLOCK_K,
+            NORM, TWO, EVEN_K, OUT_BF16, BLOCK_N, BLOCK_K, LOOKAHEAD,
         )  # fmt: skip
     if SWAP:
         acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
@@ -163,6 +179,18 @@ def _tiles(
     NORM: tl.constexpr, TWO: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
 ):  # fmt: skip
     """One K block: x's rows (normed, float32), W's rows and, when TWO, W2's (else W again, unread)."""
+    xr, nw, w, w2 = _block_loads(x_ptr, nw_ptr, w_ptr, w2_ptr, offs_m, offs_n, offs_k, M, N, K, NORM, TWO, EVEN_K)
+    xv = _normed_by(xr.to(tl.float32), rstd, nw, NORM, OUT_BF16, out_ptr.dtype.element_ty)
+    return xv, w, w2
+
+
+@triton.jit
+def _block_loads(
+    x_ptr, nw_ptr, w_ptr, w2_ptr, offs_m, offs_n, offs_k, M, N, K,
+    NORM: tl.constexpr, TWO: tl.constexpr, EVEN_K: tl.constexpr,
+):  # fmt: skip
+    """One K block's loads and nothing that waits for them: x's rows, the norm's weights, W's rows and, when
+    TWO, W2's (else W again, unread)."""
     m_mask = offs_m < M
     n_mask = offs_n < N
     if EVEN_K:
@@ -171,34 +199,62 @@ def _tiles(
     else:
         x_mask = m_mask[:, None] & (offs_k[None, :] < K)
         w_mask = n_mask[:, None] & (offs_k[None, :] < K)
-    xv = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=x_mask, other=0.0).to(tl.float32)
-    xv = _normed(xv, rstd, nw_ptr, offs_k, K, NORM, OUT_BF16, out_ptr.dtype.element_ty)
+    xr = tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=x_mask, other=0.0)
+    nw = _norm_weights(nw_ptr, offs_k, K, NORM)
     w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=w_mask, other=0.0)
     w2 = w
     if TWO:
         w2 = tl.load(w2_ptr + offs_n[:, None] * K + offs_k[None, :], mask=w_mask, other=0.0)
-    return xv, w, w2
+    return xr, nw, w, w2
 
 
 @triton.jit
 def _accumulate_one_row(
     x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, M, N, K, k_lo, k_hi, out_ptr,
     NORM: tl.constexpr, TWO: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
     """One row (a GEMV): products summed element-wise in a [BLOCK_N, BLOCK_K] float32 tile over the whole
-    K walk and reduced across lanes once at the end, instead of a cross-lane reduction per K block."""
+    K walk and reduced across lanes once at the end, instead of a cross-lane reduction per K block.
+
+    Triton does not pipeline a loop without tl.dot: each block's loads wait for the previous block's sums
+    (the PTX issues them after its FMAs), so a program has one block in flight. LOOKAHEAD: the loads of
+    block k + 1 are issued before block k is multiplied (registers for two blocks); the sums and their
+    order are the same, bit for bit."""
+    out_dtype = out_ptr.dtype.element_ty
     wide = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
     wide2 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        xv, w, w2 = _tiles(
-            x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, k0 + tl.arange(0, BLOCK_K), M, N, K, out_ptr,
-            NORM, TWO, EVEN_K, OUT_BF16,
+    if LOOKAHEAD:
+        xr, nw, w, w2 = _block_loads(
+            x_ptr, nw_ptr, w_ptr, w2_ptr, offs_m, offs_n, k_lo + tl.arange(0, BLOCK_K), M, N, K, NORM, TWO, EVEN_K
         )  # fmt: skip
-        wide += xv * w.to(tl.float32)  # xv [1, BLOCK_K]
-        if TWO:
-            wide2 += xv * w2.to(tl.float32)
+        for k0 in range(k_lo + BLOCK_K, k_hi, BLOCK_K):
+            xr_next, nw_next, w_next, w2_next = _block_loads(
+                x_ptr, nw_ptr, w_ptr, w2_ptr, offs_m, offs_n, k0 + tl.arange(0, BLOCK_K), M, N, K, NORM, TWO, EVEN_K
+            )  # fmt: skip
+            wide, wide2 = _multiply_block(wide, wide2, xr, nw, w, w2, rstd, NORM, TWO, OUT_BF16, out_dtype)
+            xr, nw, w, w2 = xr_next, nw_next, w_next, w2_next
+        wide, wide2 = _multiply_block(wide, wide2, xr, nw, w, w2, rstd, NORM, TWO, OUT_BF16, out_dtype)
+    else:
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            xr, nw, w, w2 = _block_loads(
+                x_ptr, nw_ptr, w_ptr, w2_ptr, offs_m, offs_n, k0 + tl.arange(0, BLOCK_K), M, N, K, NORM, TWO, EVEN_K
+            )  # fmt: skip
+            wide, wide2 = _multiply_block(wide, wide2, xr, nw, w, w2, rstd, NORM, TWO, OUT_BF16, out_dtype)
     return tl.sum(wide, axis=1)[None, :], tl.sum(wide2, axis=1)[None, :]
+
+
+@triton.jit
+def _multiply_block(
+    wide, wide2, xr, nw, w, w2, rstd, NORM: tl.constexpr, TWO: tl.constexpr, OUT_BF16: tl.constexpr,
+    out_dtype: tl.constexpr,
+):  # fmt: skip
+    """wide (and wide2 when TWO) += the normed x block times W's (W2's) block, element-wise in float32."""
+    xv = _normed_by(xr.to(tl.float32), rstd, nw, NORM, OUT_BF16, out_dtype)  # [1, BLOCK_K]
+    wide += xv * w.to(tl.float32)
+    if TWO:
+        wide2 += xv * w2.to(tl.float32)
+    return wide, wide2
 
 
 @triton.jit
@@ -239,6 +295,7 @@ def _tile(
     HAS_B: tl.constexpr, HAS_B2: tl.constexpr, NORM: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr,
     SPLIT: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
     OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
     """One program's output block of one weight (of gate and up when MODE 2)."""
     offs_n = local_pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -246,7 +303,7 @@ def _tile(
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
     acc, acc2 = _accumulate(
         x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, M, N, K, k_lo, k_hi, out_ptr,
-        NORM, MODE == 2, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+        NORM, MODE == 2, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
     )  # fmt: skip
     if SPLIT == 1:
         _epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, b2_ptr, res_ptr, HAS_B, HAS_B2, MODE, ACT, OUT_BF16)
@@ -266,7 +323,7 @@ def skinny_kernel(
     NORM: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr,
     USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
     USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    RSTD_CHUNK: tl.constexpr, RSTD_CHUNKS: tl.constexpr,
+    RSTD_CHUNK: tl.constexpr, RSTD_CHUNKS: tl.constexpr, LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
     """Grid (blocks of N0 [+ N1 [+ N2]] for MODE 0, of N0 otherwise; blocks of M; SPLIT)."""
     pid_n = tl.program_id(0)
@@ -287,29 +344,29 @@ def skinny_kernel(
     if MODE != 0:  # one weight (MODE 1), or gate and up side by side (MODE 2)
         _tile(
             x_ptr, nw_ptr, rstd, w0, w1, b0, b1, o0, res_ptr, ws_ptr, offs_m, pid_n, pid_s, M, N0, K, K_PER_SPLIT,
-            0, NT, HAS_B0, HAS_B1, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+            0, NT, HAS_B0, HAS_B1, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
         )  # fmt: skip
     elif pid_n < NB0:
         _tile(
             x_ptr, nw_ptr, rstd, w0, w0, b0, b0, o0, res_ptr, ws_ptr, offs_m, pid_n, pid_s, M, N0, K, K_PER_SPLIT,
-            0, NT, HAS_B0, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+            0, NT, HAS_B0, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
         )  # fmt: skip
     else:
         if NUM_W == 2:
             _tile(
                 x_ptr, nw_ptr, rstd, w1, w1, b1, b1, o1, res_ptr, ws_ptr, offs_m, pid_n - NB0, pid_s, M, N1, K,
-                K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+                K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
             )  # fmt: skip
         elif NUM_W == 3:
             if pid_n < NB0 + NB1:
                 _tile(
                     x_ptr, nw_ptr, rstd, w1, w1, b1, b1, o1, res_ptr, ws_ptr, offs_m, pid_n - NB0, pid_s, M, N1, K,
-                    K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+                    K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
                 )  # fmt: skip
             else:
                 _tile(
                     x_ptr, nw_ptr, rstd, w2, w2, b2, b2, o2, res_ptr, ws_ptr, offs_m, pid_n - NB0 - NB1, pid_s, M,
-                    N2, K, K_PER_SPLIT, N0 + N1, NT, HAS_B2, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+                    N2, K, K_PER_SPLIT, N0 + N1, NT, HAS_B2, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
                 )  # fmt: skip
 
 
@@ -498,7 +555,7 @@ def qkv_rope_write_kernel(
     rstd = _rows_rstd(x_ptr, offs_m, M, K, eps, NORM, BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
     acc1, acc2 = _accumulate(
         x_ptr, nw_ptr, rstd, first, second, offs_m, j, M, HALF, K, 0, K, q_ptr,
-        NORM, True, False, False, False, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+        NORM, True, False, False, False, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, False,
     )  # fmt: skip
     out_dtype = q_ptr.dtype.element_ty
     if HAS_B:

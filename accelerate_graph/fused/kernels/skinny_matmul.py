@@ -199,6 +199,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
         NORM=NORM_KINDS[norm_kind] if norm_weight is not None else 0,
         USE_DOT=cfg.dot, IEEE_DOT=x.dtype == torch.float32, SWAP=cfg.dot and cfg.swap, EVEN_K=k % cfg.block_k == 0,
         USE_PDL=bool(extra), BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads,
+        LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **extra,
     )  # fmt: skip
     if split > 1:

@@ -72,17 +72,21 @@ def variants():
             ACT=int(mode == 2), SPLIT=split, USE_DOT=dot, IEEE_DOT=False, SWAP=kind == "swap", EVEN_K=not dot,
             OUT_BF16=True, USE_PDL=pdl, BLOCK_M=16 if dot else 1, BLOCK_N=64 if kind == "swap" else 32, BLOCK_K=128,
             RSTD_CHUNK=256 if dot else 2048, RSTD_CHUNKS=(8 if dot else 2) if pdl else 0,  # 0: the loop
+            LOOKAHEAD=False,
         )  # fmt: skip
         kernels = [skinny_kernels.skinny_kernel] + ([skinny_kernels.finish_kernel] if split > 1 else [])
         for kernel in kernels:
             yield f"{kernel.fn.__name__} {_only(kernel, flags)}", kernel, _only(kernel, flags), SKINNY_POINTERS
+        if not dot:  # one row's next K block loaded before this one is multiplied (SkinnyConfig.lookahead)
+            ahead = {**flags, "LOOKAHEAD": True}
+            yield f"skinny_kernel {ahead}", skinny_kernels.skinny_kernel, ahead, SKINNY_POINTERS
     # the LM head at batch 1 (fused/lm_head.py): no norm, no bias, the heuristic's tile; K a multiple of the
     # block (the 1B's 2,048) or not (Qwen's 896)
     for pdl, even_k in itertools.product((False, True), (True, False)):
         flags = dict(
             NORM=0, NUM_W=1, HAS_B0=False, HAS_B1=False, HAS_B2=False, MODE=0, ACT=0, SPLIT=1, USE_DOT=False,
             IEEE_DOT=False, SWAP=False, EVEN_K=even_k, OUT_BF16=True, USE_PDL=pdl, BLOCK_M=1, BLOCK_N=32,
-            BLOCK_K=256, RSTD_CHUNK=256, RSTD_CHUNKS=0,
+            BLOCK_K=256, RSTD_CHUNK=256, RSTD_CHUNKS=0, LOOKAHEAD=False,
         )  # fmt: skip
         yield f"skinny_kernel (LM head) {flags}", skinny_kernels.skinny_kernel, flags, SKINNY_POINTERS
     for block_k in (1024, 4096):  # the final norm (skinny_matmul.rms_norm): one block, or a loop of blocks

@@ -1,6 +1,7 @@
 """Skinny matmuls (fused/kernels): the references against HF's modules, the Triton kernels against the
 references (CPU: Triton interpreter, conftest.py; GPU: bf16, torch.compile and CUDA graphs)."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -219,6 +220,33 @@ def test_split_k_matches_one_pass(op, k, path, force):
         want = (sm.reference_norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[1], "silu"),)
     for g, r in zip(got, want):
         assert_rounding_close(g, r)
+
+
+@interpreted
+@pytest.mark.parametrize("k", [72, 64, 32])  # a ragged last block, two blocks, one block (nothing ahead)
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_one_row_with_the_next_block_loaded_ahead_is_the_same_sum(k, split_k, force):
+    """SkinnyConfig.lookahead: the loads of K block k + 1 are issued before block k is multiplied; the sums
+    and their order are unchanged, so every op gives what the plain loop gives, bit for bit, and rounds
+    like the reference. Above one row (and on tensor cores) the flag changes nothing."""
+    x, nw, ws, bs = make(1, torch.bfloat16, k=k, ns=(40, 40, 24), seed=k)
+    residual = make(1, torch.bfloat16, k=40, seed=k + 1)[0]
+
+    def every_op():
+        return [
+            *sm.norm_projections(x, nw, 1e-6, "llama", ws, bs),
+            sm.norm_gate_up(x, nw, 1e-6, "gemma", ws[0], ws[1], "gelu_tanh"),
+            sm.linear_residual(x, ws[0], bs[0], residual),
+        ]
+
+    plain = SkinnyConfig(8, 32, split_k=split_k)
+    force(plain)
+    want = every_op()
+    force(dataclasses.replace(plain, lookahead=True))
+    got = every_op()
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    assert_rounding_close(got[3], sm.reference_norm_gate_up(x, nw, 1e-6, "gemma", ws[0], ws[1], "gelu_tanh"))
 
 
 @interpreted
@@ -446,6 +474,8 @@ GPU_CONFIGS = {
     "dot": SkinnyConfig(64, 64, dot=True),
     "split": SkinnyConfig(16, 256, split_k=4, dot=True),
     "gemv": SkinnyConfig(2, 1024, num_warps=8, num_stages=1),  # the narrow kind step_sweep.py picks at batch 1
+    "gemv-ahead": SkinnyConfig(2, 512, num_warps=4, num_stages=1, lookahead=True),  # the next K block ahead
+    "fma-ahead": SkinnyConfig(16, 256, num_stages=2, lookahead=True),
     "swap": SkinnyConfig(64, 128, num_stages=4, dot=True, swap=True),  # warpgroup MMA, the weights its long side
     "swap-split": SkinnyConfig(128, 64, num_stages=6, split_k=2, dot=True, swap=True),
 }
@@ -550,6 +580,27 @@ def test_gpu_ops_compile_with_inductor_and_replay_in_a_cuda_graph():
             torch.cuda.synchronize()
             for got, want in zip(static_outs, layer(static_in)):
                 assert_rounding_close(got, want)
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize(("hidden", "inter"), [(2048, 8192), (896, 4864)])  # Llama-3.2-1B's, Qwen2.5-0.5B's
+def test_gpu_one_row_with_the_next_block_ahead_is_the_plain_sum_bit_for_bit(hidden, inter, monkeypatch):
+    """SkinnyConfig.lookahead on the GPU, at batch 1's shapes: each op equals the plain loop's output bit
+    for bit (same sums in the same order), with the narrow and the wide kinds of tile."""
+    x, nw, ws, bs = make(1, torch.bfloat16, "cuda", k=hidden, ns=(inter, inter, 256), seed=1)
+    wd = make(1, torch.bfloat16, "cuda", k=inter, ns=(hidden,), seed=2)[2][0]
+    for plain in (SkinnyConfig(16, 256, num_stages=2), SkinnyConfig(2, 512, num_stages=1)):
+        outs = {}
+        for ahead in (False, True):
+            cfg = dataclasses.replace(plain, lookahead=ahead)
+            monkeypatch.setattr(configs, "config_for", lambda *args, cfg=cfg, **kwargs: cfg)
+            act = sm.norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[1], "silu")
+            outs[ahead] = [*sm.norm_projections(x, nw, 1e-6, "llama", ws[1:], bs[1:]), act]
+            outs[ahead].append(sm.linear_residual(act, wd, None, x))
+        for got, want in zip(outs[True], outs[False]):
+            assert torch.equal(got, want), plain
+        assert_rounding_close(outs[True][2], sm.reference_norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[1], "silu"))
 
 
 @pytest.mark.cuda

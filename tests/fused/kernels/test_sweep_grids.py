@@ -23,3 +23,16 @@ def test_the_sweep_knows_the_lm_head_as_a_one_weight_projection():
 
     assert shapes("llama-3.2-1b")[-1] == ("lm_head", "proj", (128256,), 2048, False)
     assert shapes("qwen2.5-0.5b", merged=True)[-1] == ("lm_head", "proj", (151936,), 896, False)
+
+
+@pytest.mark.parametrize("k", [896, 2048, 8192])
+def test_the_lookahead_grid_holds_two_blocks_in_registers_and_walks_k(k):
+    from kernel_sweep import describe, lookahead_one_row_grid, parse_described
+
+    grid = lookahead_one_row_grid(k)
+    assert grid and len(set(grid)) == len(grid)
+    for cfg in grid:
+        assert cfg.lookahead and not cfg.dot
+        assert cfg.block_n * cfg.block_k <= 32 * 32 * cfg.num_warps  # values a thread, per block
+        assert -(-k // cfg.split_k) >= 2 * cfg.block_k  # a next block to load ahead
+        assert parse_described(describe(cfg)) == cfg
