@@ -13,7 +13,8 @@ buffers before each replay (two device-to-device copies). Each way is timed back
 Measured (H200, 2026-12-02, stop 31, best of 3, ms): the 1B at 16,384 batch 1 run 0.8054, tokens only 0.8028,
 loaded 0.8011; batch 8 1.0045 / 1.0018 / 0.9995; Qwen at 1,024 batch 1 0.6264 / 0.6242 / 0.6207, batch 8
 0.7790 / 0.7765 / 0.7733. The two copies cost ~4.3 us a step (about half of the gap); the rest of the gap is
-the graph's launch.
+the graph's launch. Stop 32 (one kernel feeding both, `run`, against `two copies`): the 1B 0.8083 / 0.8103, Qwen
+0.5925 / 0.5945, the 8B at 1,024 3.9724 / 3.9793.
 
 Run on a GPU: PYTHONPATH=. python3 benchmarks/input_feed.py llama-3.2-1b:16384 qwen2.5-0.5b --batches 1,8
 """

@@ -66,20 +66,7 @@ def main() -> None:
                 print(f"    {describe_variant(kernel, variant)}")
 
 
-WATCHED = (
-    "M",
-    "USE_PDL",
-    "MODE",
-    "NUM_W",
-    "SPLIT",
-    "USE_DOT",
-    "SWAP",
-    "BLOCK_M",
-    "BLOCK_N",
-    "BLOCK_K",
-    "NORM",
-    "LOOKAHEAD",
-)
+WATCHED = tuple("M USE_PDL MODE NUM_W SPLIT USE_DOT SWAP BLOCK_M BLOCK_N BLOCK_K NORM LOOKAHEAD".split())
 
 
 def describe_variant(kernel, variant) -> str:
