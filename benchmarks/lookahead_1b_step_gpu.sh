@@ -4,6 +4,8 @@
 # configs of stop 32's chain sweep (benchmarks/trials/step-trials-ahead-llama-3.2-1b-1.tsv; the table's config
 # won the chain, by 0.0-0.7 us a layer); written into the table where one wins by 0.5%; then bench of the 1B
 # at 16,384, fused alone, buckets 1,8,16,32. One device call (DEADLINE s, default 420).
+# Ran in stop 32 (H200, 2026-12-02, 110 s): no lookahead tile beat the table in the step (0.810 ms; best 0.810);
+# bench 0.809 / 1.004 / 1.041 / 1.121.
 # Usage on the device machine: OUT=/some/dir bash benchmarks/lookahead_1b_step_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-420} LOGS=/tmp/lookahead-1b SHOW="^ *(batch|[0-9]+ )|setup|ms|wrote|Error|error"

@@ -9,6 +9,9 @@
 #       and Qwen at 1,024, batch 1: replay ms with the inputs fed by one kernel (run), by two, by none.
 # Predictions (stop 32): the lookahead tiles win where a program walks K in several blocks (the 1B's gate/up
 # and down, Qwen's down): the 1B's batch 1 -20..-60 us; the one-kernel feed -2 us (the tokens' copy alone).
+# Ran in stop 32 (H200, 2026-12-02, 238 s): tests 6 passed; the 1B's chain kept its table (37.20 us a layer),
+# Qwen's 19.12 -> 17.08 (gate/up, down); in the step Qwen 0.6257 -> 0.5925 ms, the 1B 0.808 either way; the
+# one-kernel feed -2.0 us (docs/PERF.md, stop 32).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/lookahead_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-560} LOGS=/tmp/lookahead SHOW="us per layer|ms per step|wrote|passed|failed|Error|error"
