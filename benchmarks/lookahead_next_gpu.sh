@@ -10,14 +10,11 @@
 set -uo pipefail
 DEADLINE=${DEADLINE:-570} LOGS=/tmp/lookahead-next SHOW="ms per step|wrote|Error|error"
 source "$(dirname "$0")/deadline.sh"
-TABLE=accelerate_graph/fused/kernels/skinny_configs.json
-run whole-step-8b 90 260 python3 benchmarks/whole_step_sweep.py llama-3.1-8b --rows 1 --budget-s 170 \
-  --candidates benchmarks/trials/step-trials-ahead-llama-3.1-8b-1.tsv --top 3 --write-configs "$TABLE" \
-  --log "$LOGS/whole-step-trials-llama-3.1-8b-1.tsv"
-cp "$TABLE" "$FINAL/skinny_configs.json"
-tar czf "$FINAL/next-logs.tgz" -C "$LOGS" --exclude inductor-cache . 2>/dev/null
+# skinny_configs_gpu.sh's whole-step sweep (it writes the table and copies it to $OUT), nothing else of it
+OUT=$FINAL DEADLINE=$(($(left) - 250)) LOOKAHEAD=1 WHOLE_STEP_SWEEPS="llama-3.1-8b:170:1" TOP=3 PROFILES=" " \
+  TESTS="" bash benchmarks/skinny_configs_gpu.sh
 big=""
 [ "${QWEN3:-0}" = 1 ] && big=" | qwen3-30b-a3b:1024:fused"
 OUT=$FINAL DEADLINE=$(left) REPEAT=1 ENTRIES="gemma-2-2b:1024:fused mistral-sw-0.5b:1024:fused | \
 qwen2-moe-0.5b:1024:fused llama-3.1-8b:4096:fused$big" bash benchmarks/realsize_repeat.sh
-echo "== sweep"; grep -hE "^after|^chosen|^table" "$LOGS/whole-step-8b.log" | cut -c1-200
+echo "== sweep"; grep -hE "^after|^chosen|^table" /tmp/batch1/whole-step-sweep-llama-3.1-8b-1.log | cut -c1-200

@@ -60,16 +60,20 @@ if [ -n "${ROW_SWEEP-}" ]; then  # models: the swapped tensor-core configs above
     --rows "${ROWS:-8,32,16}" --swap --merged --budget-s "${ROW_BUDGET:-200}" --write-configs "$TABLE"
   grep -E "^(llama|qwen)" "$LOGS/row-sweep.log" | cut -c1-130
 fi
+# LOOKAHEAD=1 (batch 1): the step sweeps try only tiles that load the next K block ahead (step_sweep.py
+# --lookahead) and the whole-step sweeps take their candidates from those sweeps' logs (step-trials-ahead-*)
+ahead=() tag=""
+[ "${LOOKAHEAD:-0}" = 1 ] && ahead=(--lookahead) tag=ahead-
 for entry in ${STEP_SWEEPS-}; do
   IFS=: read -r model budget rows <<< "$entry"
   rows=${rows:-1}
   run "step-sweep-$model-$rows" 40 $((budget + 60)) python3 benchmarks/step_sweep.py "$model" --rows "$rows" \
-    --budget-s "$budget" --write-configs "$TABLE" --log "$LOGS/step-trials-$model-$rows.tsv"
+    "${ahead[@]}" --budget-s "$budget" --write-configs "$TABLE" --log "$LOGS/step-trials-$tag$model-$rows.tsv"
 done
 for entry in ${WHOLE_STEP_SWEEPS-}; do  # model:budget_s:rows: configs timed in the captured step itself
   IFS=: read -r model budget rows <<< "$entry"
-  trials=benchmarks/trials/step-trials-$model-$rows.tsv  # the chain's ranking, where a step sweep kept one
-  [ -f "$LOGS/step-trials-$model-$rows.tsv" ] && trials=$LOGS/step-trials-$model-$rows.tsv
+  trials=benchmarks/trials/step-trials-$tag$model-$rows.tsv  # the chain's ranking, where a step sweep kept one
+  [ -f "$LOGS/step-trials-$tag$model-$rows.tsv" ] && trials=$LOGS/step-trials-$tag$model-$rows.tsv
   candidates=()
   [ -f "$trials" ] && candidates=(--candidates "$trials" --top "${TOP:-8}")
   run "whole-step-sweep-$model-$rows" 60 $((budget + 90)) python3 benchmarks/whole_step_sweep.py "$model" \
