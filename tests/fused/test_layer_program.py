@@ -237,3 +237,82 @@ def test_the_fused_step_advances_every_position_once_after_its_layers(monkeypatc
     assert fused_positions == eager_positions == [8] * len(model.model.layers)
     for a, b in zip(fused_logits + fused_keys, eager_logits + eager_keys):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def _row_views_of(view: torch.Tensor, weight: torch.Tensor) -> int:
+    """How many first rows of `weight` the contiguous `view` is (asserts it is exactly that)."""
+    assert view.is_contiguous() and view.data_ptr() == weight.data_ptr() and view.shape[1:] == weight.shape[1:]
+    return view.shape[0]
+
+
+@pytest.mark.parametrize("merged", [False, True])
+def test_weights_ahead_are_the_first_rows_of_what_the_layer_reads_next_within_the_budget(merged):
+    """o's rows first, then as many first rows of gate and of up, then down's; never past the budget."""
+    model = tiny_decoder("llama")
+    layer = model.model.layers[0]
+    if merged:
+        program_module.merge_projections(layer)
+    o, gate, up, down = (layer.self_attn.o_proj.weight, layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight,
+                         layer.mlp.down_proj.weight)  # fmt: skip
+    size = lambda t: t.numel() * t.element_size()  # noqa: E731
+    ahead = program_module.weights_ahead
+    assert ahead(layer, 0) == []
+    o_row = o.shape[1] * o.element_size()
+    three_rows = ahead(layer, 3 * o_row + o_row // 2)
+    assert len(three_rows) == 1 and _row_views_of(three_rows[0], o) == 3
+    pair_row = (gate.shape[1] + up.shape[1]) * gate.element_size()
+    some_gate_up = ahead(layer, size(o) + 5 * pair_row + 1)
+    assert len(some_gate_up) == 3 and _row_views_of(some_gate_up[0], o) == o.shape[0]
+    assert _row_views_of(some_gate_up[1], gate) == 5 and _row_views_of(some_gate_up[2], up) == 5
+    everything = ahead(layer, 1 << 40)
+    assert [_row_views_of(v, w) for v, w in zip(everything, (o, gate, up, down))] == [
+        o.shape[0], gate.shape[0], up.shape[0], down.shape[0]
+    ]  # fmt: skip
+    assert sum(size(v) for v in everything) == size(o) + size(gate) + size(up) + size(down)
+    for budget in (1, o_row, size(o) + pair_row - 1, size(o) + size(gate) + size(up) + 7):
+        assert sum(size(v) for v in ahead(layer, budget)) <= budget
+
+
+def test_no_weights_ahead_where_tensor_parallel_hooks_the_output_projections():
+    model = tiny_decoder("llama")
+    layer = model.model.layers[0]
+    layer.mlp.down_proj.register_forward_hook(lambda module, args, output: output)
+    assert program_module.weights_ahead(layer, 1 << 40) == []
+
+
+@pytest.mark.parametrize("text", ["-1", "lots", "nan"])
+def test_a_bad_weights_ahead_budget_says_what_to_set(text):
+    from accelerate_graph.common.errors import BadOptionError
+
+    with pytest.raises(BadOptionError, match="CUGRAPH_ACCEL_WEIGHTS_AHEAD_MB"):
+        program_module.weights_ahead_budget(text)
+    assert program_module.weights_ahead_budget("1.5") == 3 << 19
+    assert program_module.weights_ahead_budget("0") == 0
+
+
+def test_the_program_hands_the_attention_its_weights_ahead_and_decodes_alike(monkeypatch):
+    """With a budget, each layer's attention gets the views weights_ahead picks (the kernel asks L2 for
+    them on a GPU; elsewhere they are ignored) and the logits do not change."""
+    torch._dynamo.reset()
+    model = tiny_decoder("llama")
+    use_grouped_attention(model)
+    handed = []
+    real = program_module.grouped_decode_attention
+
+    def spy(*args, weights_ahead=(), **kwargs):
+        handed.append([(t.data_ptr(), tuple(t.shape)) for t in weights_ahead])
+        return real(*args, weights_ahead=weights_ahead, **kwargs)
+
+    monkeypatch.setattr(program_module, "grouped_decode_attention", spy)
+    prompt = torch.randint(0, 100, (2, 6))
+    runs = {}
+    for budget in (0, 1 << 40):
+        monkeypatch.setattr(program_module, "WEIGHTS_AHEAD_BYTES", budget)
+        handed.clear()
+        session = DecodeSession(model, 2, 64)
+        runs[budget] = session.first_steps(prompt, [(2, 32)], FusedForward(model, backend="eager", ops=REFERENCE_OPS))
+        expected = [[(t.data_ptr(), tuple(t.shape)) for t in program_module.weights_ahead(layer, budget)]
+                    for layer in model.model.layers]  # fmt: skip
+        assert handed == expected and (budget == 0) == (expected[0] == [])
+    for a, b in zip(runs[0], runs[1 << 40]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
