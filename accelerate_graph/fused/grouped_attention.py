@@ -38,7 +38,7 @@ _TRITON = importlib.util.find_spec("triton") is not None
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _triton_decode(module, query, key, value, attention_mask, dropout, scaling, weights_ahead, kwargs):
+def _triton_decode(module, query, key, value, attention_mask, dropout, scaling, kwargs):
     """The Triton kernel's output [b, 1, Hq, d], or None where it does not apply."""
     if not (TRITON_DECODE and _TRITON and (query.is_cuda or _INTERPRETED)):
         return None
@@ -50,19 +50,13 @@ def _triton_decode(module, query, key, value, attention_mask, dropout, scaling, 
         return None
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     softcap = kwargs.get("softcap") or 0.0
-    ahead = list(weights_ahead)
-    return torch.ops.cugraph_accel.decode_attention(
-        query, key, value, attention_mask, float(scale), float(softcap), ahead
-    )
+    return torch.ops.cugraph_accel.decode_attention(query, key, value, attention_mask, float(scale), float(softcap))
 
 
-def grouped_decode_attention(
-    module, query, key, value, attention_mask, dropout=0.0, scaling=None, weights_ahead=(), **kwargs
-):
+def grouped_decode_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """query [b, Hq, q, d], key/value [b, Hkv, L, d], mask [b, 1, q, L] (bool: attend) or additive.
-    Returns [b, q, Hq, d] like HF's attention functions, and no weights. `weights_ahead`: weights of the
-    kernels after the attention, which the Triton kernel asks L2 for while it runs (layer_program)."""
-    out = _triton_decode(module, query, key, value, attention_mask, dropout, scaling, weights_ahead, kwargs)
+    Returns [b, q, Hq, d] like HF's attention functions, and no weights."""
+    out = _triton_decode(module, query, key, value, attention_mask, dropout, scaling, kwargs)
     if out is not None:
         return out, None
     batch, heads, q_len, head_dim = query.shape

@@ -387,46 +387,6 @@ def program_for(layer: torch.nn.Module) -> bool:
     return inspect.signature(type(layer).forward).return_annotation in (torch.Tensor, "torch.Tensor")
 
 
-# While the attention runs (at batch 1 the rotary, split and combine kernels: ~6 us a layer bound by latency,
-# not bytes, in which HBM idles), its Triton kernel asks L2 for the weights the layer reads next, in the
-# order it reads them: o's rows, then as many first rows of gate's and of up's (the gate/up kernels read
-# row r of both together), then down's, up to this many bytes a layer. Any kernel reading those weights
-# after (ours or cuBLAS's) then finds them in L2; nothing of a result changes. CUGRAPH_ACCEL_WEIGHTS_AHEAD_MB.
-def weights_ahead_budget(text: str) -> int:
-    """CUGRAPH_ACCEL_WEIGHTS_AHEAD_MB (MiB, a number >= 0; 0: none) as bytes."""
-    try:
-        mib = float(text)
-    except ValueError:
-        mib = -1.0
-    if not mib >= 0:
-        raise BadOptionError(
-            f"CUGRAPH_ACCEL_WEIGHTS_AHEAD_MB={text!r} is not a number of MiB.",
-            "Set it to a number >= 0 (0 turns the weights' prefetch off), or unset it.",
-        )
-    return int(mib * 2**20)
-
-
-WEIGHTS_AHEAD_BYTES = weights_ahead_budget(os.environ.get("CUGRAPH_ACCEL_WEIGHTS_AHEAD_MB", "0"))
-
-
-def weights_ahead(layer: torch.nn.Module, budget: int) -> list[torch.Tensor]:
-    """The first `budget` bytes of what `layer` reads after its attention, as views of whole rows: o's rows,
-    then the first r rows of gate and of up (as many each), then down's. None under --tp: o and down are
-    then hooked slices of a sharded weight."""
-    attention, mlp = layer.self_attn, layer.mlp
-    if budget <= 0 or has_call_hooks(attention.o_proj) or has_call_hooks(mlp.down_proj):
-        return []
-    taken: list[torch.Tensor] = []
-    for weights in ((attention.o_proj.weight,), (mlp.gate_proj.weight, mlp.up_proj.weight), (mlp.down_proj.weight,)):
-        row_bytes = sum(w.shape[1] * w.element_size() for w in weights)
-        rows = min(weights[0].shape[0], budget // row_bytes)
-        taken.extend(w[:rows] for w in weights if rows)
-        budget -= rows * row_bytes
-        if rows < weights[0].shape[0]:
-            break
-    return taken
-
-
 def _output_projection(module, x, residual, ops: LayerOps):
     """residual + module(x). A hooked module is called, so that its hooks run: under --tp, o_proj and
     down_proj hold a slice of their input dimension and a forward hook sums the ranks' parts
@@ -473,10 +433,7 @@ def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cach
         q, k, v = written
     else:
         q, k, v = _projected_rotated_written(layer, x, batch, tokens, cos, sin, cache, ops, advance)
-    ahead = weights_ahead(layer, WEIGHTS_AHEAD_BYTES)
-    out, _ = grouped_decode_attention(
-        attention, q, k, v, attention_mask, scaling=attention.scaling, weights_ahead=ahead
-    )
+    out, _ = grouped_decode_attention(attention, q, k, v, attention_mask, scaling=attention.scaling)
     h = _output_projection(attention.o_proj, out.reshape(batch * tokens, -1), x, ops)
     second = layer.post_attention_layernorm
     w_gate, w_up = (getattr(mlp, MERGED_GATE_UP), None) if ops.merged else (mlp.gate_proj.weight, mlp.up_proj.weight)

@@ -27,7 +27,6 @@ guards, and recompilations); a heuristic otherwise.
 
 import json
 import os
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -57,7 +56,6 @@ NO_MASK, BOOL_MASK, ADDITIVE_MASK = 0, 1, 2
 # 4.305 ms, Llama-3.2-1B 0.883 -> 0.951, Qwen2.5-0.5B 0.742 -> 0.864), faster only at the 8B's batches 8
 # and 32 (4.891 -> 4.770, 5.269 -> 5.209). CUGRAPH_ACCEL_FOLD_COMBINE=1 turns it on.
 FOLD_COMBINE = os.environ.get("CUGRAPH_ACCEL_FOLD_COMBINE", "0") == "1"
-MAX_AHEAD = 4  # byte ranges the split kernel asks L2 for (fused/layer_program.weights_ahead)
 COUNTERS = 1 << 16  # arrival counters per device: rows x K/V heads of one launch (more: the second kernel)
 _counters: dict[torch.device, torch.Tensor] = {}
 
@@ -114,7 +112,6 @@ def config_table(configs: dict[str, DecodeConfig], device: str) -> str:
 @triton.jit
 def _decode_split_kernel(
     Q, K, V, Mask, Out, PartAcc, PartM, PartL, Counters,
-    Ahead0, Ahead1, Ahead2, Ahead3, ahead_bytes0, ahead_bytes1, ahead_bytes2, ahead_bytes3,
     kv_heads, length, splits, scale, softcap,
     stride_qb, stride_qh, stride_qd,
     stride_kb, stride_kh, stride_kl, stride_kd,
@@ -125,23 +122,12 @@ def _decode_split_kernel(
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
     MASK_KIND: tl.constexpr, MASK_PER_HEAD: tl.constexpr, SOFTCAP: tl.constexpr,
     DIRECT: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr, USE_PDL: tl.constexpr,
-    AHEAD: tl.constexpr, FOLD: tl.constexpr = False, FENCE: tl.constexpr = False,
+    FOLD: tl.constexpr = False, FENCE: tl.constexpr = False,
 ):  # fmt: skip
     """One (row of the batch, K/V head, split of the context): its GROUP query heads against the
     split's slots; the normalised output (DIRECT) or the split's partial (acc, max, sum). FOLD: the last
     split program of the row and head to finish then combines the partials (FENCE: GPU-wide fences around
-    its arrival; off only under the interpreter, which runs programs one by one). AHEAD (0-4): byte ranges
-    Ahead0.. (ahead_bytes0.. long) that every program asks L2 for its share of, before anything else."""
-    if AHEAD > 0:  # the next kernels' weights: nothing before us writes them (see WEIGHTS_AHEAD)
-        programs = tl.num_programs(0) * tl.num_programs(1)
-        me = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
-        _ask_l2_for_share(Ahead0, ahead_bytes0, me, programs)
-        if AHEAD > 1:
-            _ask_l2_for_share(Ahead1, ahead_bytes1, me, programs)
-        if AHEAD > 2:
-            _ask_l2_for_share(Ahead2, ahead_bytes2, me, programs)
-        if AHEAD > 3:
-            _ask_l2_for_share(Ahead3, ahead_bytes3, me, programs)
+    its arrival; off only under the interpreter, which runs programs one by one)."""
     if USE_PDL:  # launched early (fused/kernels/pdl.py): the query and this step's K/V slot come from before
         gdc_wait()
         gdc_launch_dependents()
@@ -256,24 +242,6 @@ def _decode_split_kernel(
 
 
 @triton.jit
-def _ask_l2_for_share(start, nbytes, me, programs):
-    """`prefetch.global.L2` for program `me`'s share (of `programs` equal shares) of the 128-byte lines of
-    [start, start + nbytes): a request per line, LINES at a time, each thread its own lines. Indices are
-    clamped, never masked (a prefetch cannot be): every address lies inside the range."""
-    LINES: tl.constexpr = 512
-    lines = tl.cdiv(nbytes, 128)
-    per_program = tl.cdiv(lines, programs)
-    lo = me * per_program
-    hi = tl.minimum(lo + per_program, lines)
-    base = start.to(tl.pointer_type(tl.int8))
-    for first in range(lo, hi, LINES):
-        at = tl.minimum(first + tl.arange(0, LINES), hi - 1).to(tl.int64) * 128
-        tl.inline_asm_elementwise(
-            "prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [base + at], dtype=tl.int32, is_pure=False, pack=1
-        )
-
-
-@triton.jit
 def _fence_gpu(any_tensor):
     """fence.acq_rel.gpu in every thread (the CUDA threadFenceReduction pattern's __threadfence)."""
     tl.inline_asm_elementwise(
@@ -380,11 +348,9 @@ def launch(
     softcap: float,
     config: DecodeConfig,
     run: bool = True,
-    ahead: Sequence[torch.Tensor] = (),
 ) -> torch.Tensor:
     """The kernels for one configuration; returns [b, 1, Hq, d] in the query's dtype. `run=False`: all
-    but the kernels (the fake implementation under the interpreter, which cannot take fake tensors).
-    `ahead`: contiguous tensors (at most MAX_AHEAD) the split kernel asks L2 for, for the kernels after it."""
+    but the kernels (the fake implementation under the interpreter, which cannot take fake tensors)."""
     batch, heads, _, head_dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
     group = heads // kv_heads
@@ -411,19 +377,15 @@ def launch(
     early = pdl.launch_options(query.device)
     fold = FOLD_COMBINE and not direct and batch * kv_heads <= COUNTERS
     counters = arrival_counters(query.device) if fold else part_m
-    # the interpreter runs no inline assembly; a range must be one block of memory
-    ahead = [] if INTERPRETED else [w for w in ahead if w.numel() and w.is_contiguous()][:MAX_AHEAD]
-    ahead_bytes = [w.numel() * w.element_size() for w in ahead] + [0] * (MAX_AHEAD - len(ahead))
-    ahead_pointers = [*ahead, *[query] * (MAX_AHEAD - len(ahead))]  # unused: a pointer, 0 bytes
     _decode_split_kernel[(batch * kv_heads, splits)](
-        query, key, value, mask_rows, out, part_acc, part_m, part_l, counters, *ahead_pointers, *ahead_bytes,
+        query, key, value, mask_rows, out, part_acc, part_m, part_l, counters,
         kv_heads, length, splits, scale, softcap,
         query.stride(0), query.stride(1), query.stride(3),
         *key.stride(), *value.stride(), *mask_strides,
         out.stride(0), out.stride(2), out.stride(3),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_G=_block(group), BLOCK_D=_block(head_dim), BLOCK_L=block_l,
         MASK_KIND=mask_kind, MASK_PER_HEAD=mask_strides[1] != 0, SOFTCAP=softcap > 0, DIRECT=direct, UPCAST=upcast, IEEE=upcast,
-        USE_PDL=bool(early), AHEAD=len(ahead), FOLD=fold, FENCE=fold and not INTERPRETED,
+        USE_PDL=bool(early), FOLD=fold, FENCE=fold and not INTERPRETED,
         num_warps=config.num_warps, num_stages=stages, **early,
     )  # fmt: skip
     if not direct and not fold:
@@ -443,13 +405,12 @@ def _decode_attention(
     mask: torch.Tensor | None,
     scale: float,
     softcap: float,
-    ahead: Sequence[torch.Tensor] = (),
     run: bool = True,
 ) -> torch.Tensor:
     batch, heads, _, head_dim = query.shape
     batch_one = isinstance(batch, int) and batch == 1  # a dynamic batch is never 1 (and adds no guard)
     config = config_for(heads, key.shape[1], head_dim, batch_one)
-    return launch(query, key, value, mask, scale, softcap, config, run, ahead)
+    return launch(query, key, value, mask, scale, softcap, config, run)
 
 
 def _op(
@@ -459,12 +420,10 @@ def _op(
     mask: Optional[torch.Tensor],  # noqa: UP045 (the schema is inferred from it: Optional on every torch)
     scale: float,
     softcap: float,
-    ahead: list[torch.Tensor],
 ) -> torch.Tensor:
-    """Decode attention for one query token over grouped K/V heads; softcap 0 means none; `ahead`: weights
-    of the kernels after it, asked of L2 while it runs (nothing of the result depends on them). See the
-    module docstring for shapes and numerics."""
-    return _decode_attention(query, key, value, mask, scale, softcap, ahead)
+    """Decode attention for one query token over grouped K/V heads; softcap 0 means none. See the module
+    docstring for shapes and numerics."""
+    return _decode_attention(query, key, value, mask, scale, softcap)
 
 
 # An opaque op (inductor calls it at run time; our graphs capture its launches), not a triton_op that
@@ -481,5 +440,5 @@ decode_attention = torch.library.custom_op(OP_NAME, _op, mutates_args=(), tags=(
 
 
 @decode_attention.register_fake
-def _(query, key, value, mask, scale, softcap, ahead):
+def _(query, key, value, mask, scale, softcap):
     return _decode_attention(query, key, value, mask, scale, softcap, run=False)

@@ -54,7 +54,6 @@ QKV_ROPE_WRITE_POINTERS = {
 ATTENTION_POINTERS = {
     "Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16",
     "PartAcc": "*fp32", "PartM": "*fp32", "PartL": "*fp32", "Counters": "*i32",
-    **{f"Ahead{i}": "*bf16" for i in range(decode_attention.MAX_AHEAD)},
 }  # fmt: skip
 
 
@@ -110,13 +109,10 @@ def variants():
         flags = dict(
             GROUP=group, HEAD_DIM=head_dim, BLOCK_G=block(group), BLOCK_D=block(head_dim), BLOCK_L=64,
             MASK_KIND=mask_kind, MASK_PER_HEAD=False, SOFTCAP=softcap, DIRECT=direct, UPCAST=False, IEEE=False,
-            USE_PDL=pdl, AHEAD=0, FOLD=False, FENCE=False,
+            USE_PDL=pdl, FOLD=False, FENCE=False,
         )  # fmt: skip
         kernel = decode_attention._decode_split_kernel
         yield f"decode split {flags}", kernel, flags, {**ATTENTION_POINTERS, "Mask": mask}
-        if mask_kind == 1 and not direct and group == 4:  # the next kernels' weights asked of L2 (one range,
-            asked = {**flags, "AHEAD": 1}  # and every range with PDL in weights_ahead_come_first below)
-            yield f"decode split {asked}", kernel, asked, {**ATTENTION_POINTERS, "Mask": mask}
         if not direct:  # the combine folded in: arrival counter, GPU-wide fences, the last program combines
             folded = {**flags, "FOLD": True, "FENCE": True}
             yield f"decode split {folded}", kernel, folded, {**ATTENTION_POINTERS, "Mask": mask}
@@ -129,39 +125,8 @@ def variants():
         yield f"decode mask {padding} {flags}", decode_mask._decode_mask_kernel, flags, pointers
 
 
-def weights_ahead_come_first() -> str | None:
-    """What is wrong with the PTX of the split kernel that asks L2 for four ranges under PDL, or None: a
-    `prefetch.global.L2` for each range (in a loop: one or more each), all before `griddepcontrol.wait`, so that
-    the requests go out while the kernel before still runs."""
-    block = lambda n: max(16, triton.next_power_of_2(n))  # noqa: E731
-    flags = dict(
-        GROUP=4, HEAD_DIM=64, BLOCK_G=block(4), BLOCK_D=64, BLOCK_L=64, MASK_KIND=1, MASK_PER_HEAD=False,
-        SOFTCAP=False, DIRECT=False, UPCAST=False, IEEE=False, USE_PDL=True, AHEAD=4, FOLD=False, FENCE=False,
-    )  # fmt: skip
-    kernel = decode_attention._decode_split_kernel
-    params = list(inspect.signature(kernel.fn).parameters)
-    signature = {
-        name: "constexpr" if name in flags else {**ATTENTION_POINTERS, "Mask": "*i1"}.get(name, "i32")
-        for name in params
-    }
-    signature.update(scale="fp32", softcap="fp32")
-    fixed = {(params.index(name),): value for name, value in flags.items()}
-    ptx = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=fixed), target=HOPPER).asm["ptx"]
-    wait = ptx.find("griddepcontrol.wait")
-    if wait < 0:
-        return "no griddepcontrol.wait in the PTX"
-    before, after = ptx[:wait].count("prefetch.global.L2"), ptx[wait:].count("prefetch.global.L2")
-    if before < 4 or after:
-        return f"prefetch.global.L2: {before} before the wait (4 or more expected), {after} after (0 expected)"
-    return None
-
-
 def main() -> int:
     failed = 0
-    wrong = weights_ahead_come_first()
-    if wrong:
-        failed += 1
-        print(f"FAILED weights ahead in the split kernel's PTX: {wrong}")
     # Python floats reach a kernel as fp32 from its own launcher but as fp64 from inductor's generated
     # code (wrap_triton): a float scale made the decode attention's running max fp64, a type error
     # that only the H200 run inside inductor showed (2026-12-01)

@@ -4,8 +4,7 @@ must be set before triton is imported, and the test process may have imported tr
 
 Jobs: {"cases": [...]} -> {case id: errors}; {"compile": true} -> graph counts of the op under dynamo;
 {"model": true} -> a tiny model's decode logits with the kernel against the matmul path;
-{"cache_reads": true} -> the ops inductor's generated code calls, their arguments, and its copies
-(with "weights_ahead": bytes, the layer program's budget of weights asked of L2 ahead).
+{"cache_reads": true} -> the ops inductor's generated code calls, their arguments, and its copies.
 """
 
 import json
@@ -60,7 +59,7 @@ def compile_counts() -> dict:
 
     @torch.compile(backend=backend, fullgraph=True)
     def attend(query, key, value, mask):
-        return torch.ops.cugraph_accel.decode_attention(query, key, value, mask, 0.125, 0.0, []) * 2
+        return torch.ops.cugraph_accel.decode_attention(query, key, value, mask, 0.125, 0.0) * 2
 
     cache = torch.randn(2, 4, 2, 97, 64)  # [K|V, B, Hkv, S, d]
     errors = []
@@ -150,9 +149,6 @@ def main() -> None:
     elif job.get("compile"):
         result = compile_counts()
     elif job.get("cache_reads"):
-        from accelerate_graph.fused import layer_program
-
-        layer_program.WEIGHTS_AHEAD_BYTES = job.get("weights_ahead", 0)
         result = cache_reads()
     else:
         result = model_logits()

@@ -127,17 +127,6 @@ def test_inductor_passes_the_cache_itself_not_a_copy():
     assert not copies, copies
 
 
-def test_inductor_passes_the_weights_ahead_themselves_not_copies():
-    """The layer program's weights ahead (views of the layer's parameters) reach the op as views of the
-    graph's inputs: a copy would read the very bytes the prefetch is there to save."""
-    got = interpreted({"cache_reads": True, "weights_ahead": 1 << 40})
-    assert [name for name, _ in got["calls"]] == ["decode_attention"], got["calls"]
-    ahead = ", ".join(got["calls"][0][1][6:])  # the list, which the argument splitter cuts at its commas
-    assert ahead.startswith("[") and ahead.count("arg") == 4 and "buf" not in ahead, ahead  # o, gate, up, down
-    copies = [line for line in got["copies"] if "index_copy" not in line]
-    assert not copies, copies
-
-
 def test_grouped_attention_runs_the_kernel_when_switched_on():
     """A tiny GQA model's decode logits, eager and in fused mode's compiled layers, with the kernel on."""
     got = interpreted({"model": True})
@@ -364,34 +353,3 @@ def test_gpu_fused_tiny_model_with_the_kernel_verifies(monkeypatch):
     rows = verify_graphs(graphs, steps=8, prompt_len=6)
     assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
     assert (session.fused.graphs, session.fused.recompiles) == (2, 0)
-
-
-@pytest.mark.cuda
-@needs_cuda
-@pytest.mark.parametrize("early", [False, True], ids=["plain", "pdl"])
-@pytest.mark.parametrize("batch", [1, 4])
-def test_gpu_weights_asked_ahead_change_no_bit(monkeypatch, batch, early):
-    """The split kernel asking L2 for other tensors (weights of the kernels after it: fused/layer_program.
-    weights_ahead) gives the very bits it gives without, launched directly and replayed in a CUDA graph,
-    for ranges of any length (one element, lengths not a multiple of a 128-byte line, more lines than the
-    programs), and leaves those tensors as they were."""
-    from accelerate_graph.fused.kernels import pdl
-
-    monkeypatch.setattr(pdl, "ENABLED", early)
-    layer = GpuLayer(batch)
-    query, _, _ = layer.token()
-    mask = layer.mask(200, 150)
-    keys, values = layer.cache_k[:, :, :200], layer.cache_v[:, :, :200]
-    weights = [layer.randn(1), layer.randn(37, 11), layer.randn(3 << 20), layer.randn(257, 640)]
-    before = [w.clone() for w in weights]
-    config = kernel.DecodeConfig(block_l=64, num_warps=4, splits=4)
-    plain = kernel.launch(query, keys, values, mask, 0.125, 0.0, config)
-    for ahead in (weights[:1], weights[1:3], weights):
-        asked = kernel.launch(query, keys, values, mask, 0.125, 0.0, config, ahead=ahead)
-        assert torch.equal(asked, plain)
-    graph, out = captured(lambda: kernel.launch(query, keys, values, mask, 0.125, 0.0, config, ahead=weights))
-    out.zero_()
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, plain)
-    assert all(torch.equal(w, b) for w, b in zip(weights, before))
