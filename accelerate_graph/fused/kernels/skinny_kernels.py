@@ -373,10 +373,14 @@ def skinny_kernel(
 @triton.jit
 def rms_norm_kernel(
     x_ptr, nw_ptr, out_ptr, eps, M, K, NORM: tl.constexpr, OUT_BF16: tl.constexpr, BLOCK_K: tl.constexpr,
-    RSTD_CHUNKS: tl.constexpr,
+    RSTD_CHUNKS: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     """HF's RMSNorm of one row of x[M, K] per program (the step's final norm: one launch, not ~7 eager
-    kernels), with the projections' own rstd and roundings."""
+    kernels), with the projections' own rstd and roundings. USE_PDL: launched while the last layer's kernel
+    still runs, it waits for x, then lets the LM head's kernel launch (and ask L2 for its first weights)."""
+    if USE_PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     offs_m = tl.program_id(0) + tl.arange(0, 1)
     rstd = _row_rstd(x_ptr, offs_m, M, K, eps, 1, BLOCK_K, RSTD_CHUNKS)
     for k0 in range(0, K, BLOCK_K):

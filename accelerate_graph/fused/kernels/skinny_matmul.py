@@ -45,6 +45,11 @@ except ImportError:  # no triton: the references run everywhere
 # fused-norm-loop).
 NORM_LOADS_AT_ONCE = os.environ.get("CUGRAPH_ACCEL_NORM_LOADS_AT_ONCE", "1") == "1"
 
+# The final norm's kernel launched with PDL (rms_norm_kernel's USE_PDL) where PDL is active: it starts while
+# the last layer's kernel runs and lets the LM head's kernel start while it runs in turn. Stop 33 (docs/PERF.md);
+# CUGRAPH_ACCEL_FINAL_NORM_PDL=0 launches it plainly (the way before, for measuring).
+FINAL_NORM_PDL = os.environ.get("CUGRAPH_ACCEL_FINAL_NORM_PDL", "1") != "0"
+
 NORM_KINDS = {"llama": 1, "gemma": 2}
 ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
 _MODES = {"proj": 0, "residual": 1, "gate_up": 2}
@@ -216,10 +221,11 @@ def _rms_norm_body(x: Tensor, norm_weight: Tensor, eps: float, norm_kind: str) -
     x2 = x.reshape(-1, k).contiguous()
     out = torch.empty_like(x2)
     block_k = min(1 << max(0, (k - 1).bit_length()), 4096)  # the row in one block up to 4,096
+    extra = pdl.launch_options(x.device) if FINAL_NORM_PDL else {}
     torch.library.wrap_triton(skinny_kernels.rms_norm_kernel)[(x2.shape[0],)](
         x2, norm_weight, out, float(eps), x2.shape[0], k,
         NORM=NORM_KINDS[norm_kind], OUT_BF16=x.dtype == torch.bfloat16, BLOCK_K=block_k,
-        RSTD_CHUNKS=rstd_chunks(k, 1, block_k)[1], num_warps=4,
+        RSTD_CHUNKS=rstd_chunks(k, 1, block_k)[1], USE_PDL=bool(extra), num_warps=4, **extra,
     )  # fmt: skip
     return out.reshape(x.shape)
 

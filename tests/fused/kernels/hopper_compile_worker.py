@@ -89,8 +89,9 @@ def variants():
             BLOCK_K=256, RSTD_CHUNK=256, RSTD_CHUNKS=0, LOOKAHEAD=False,
         )  # fmt: skip
         yield f"skinny_kernel (LM head) {flags}", skinny_kernels.skinny_kernel, flags, SKINNY_POINTERS
-    for block_k in (1024, 4096):  # the final norm (skinny_matmul.rms_norm): one block, or a loop of blocks
-        flags = dict(NORM=1, OUT_BF16=True, BLOCK_K=block_k, RSTD_CHUNKS=1 if block_k == 4096 else 0)
+    # the final norm (skinny_matmul.rms_norm): one block or a loop of blocks, launched early (PDL) or not
+    for block_k, pdl in itertools.product((1024, 4096), (False, True)):
+        flags = dict(NORM=1, OUT_BF16=True, BLOCK_K=block_k, RSTD_CHUNKS=1 if block_k == 4096 else 0, USE_PDL=pdl)
         yield f"rms_norm_kernel {flags}", skinny_kernels.rms_norm_kernel, flags, SKINNY_POINTERS
     # q/k/v with the rotary embedding and the cache write (skinny_matmul.norm_qkv_rope_write): BLOCK_N pairs
     blocks = ((4, 1), (16, 4))  # (pairs, rows): the batch-1 GEMV, and a few rows

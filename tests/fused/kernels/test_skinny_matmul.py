@@ -669,3 +669,54 @@ def test_the_kernel_choices_trace_inside_a_compiled_layer_without_a_break(monkey
 
     torch._dynamo.reset()
     assert torch.compile(choices, backend="eager", fullgraph=True)(torch.zeros(1)).item() == 3
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.skipif(not pdl.HAS_GDC, reason="needs triton's gdc functions")
+def test_gpu_final_norm_launched_early_replays_what_plain_launches_compute(monkeypatch):
+    """The step's end at batch 1 under PDL: the last layer's down (linear_residual), the final norm, the LM
+    head (one weight, no norm), each launched early. Replayed in a CUDA graph over several inputs, bit for bit
+    what plain launches give: a final norm reading its input before the kernel in front finished would not."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    hidden, inter, vocab = 2048, 8192, 4096
+    w_down = torch.randn(hidden, inter, device="cuda", generator=gen).to(torch.bfloat16) * inter**-0.5
+    w_head = torch.randn(vocab, hidden, device="cuda", generator=gen).to(torch.bfloat16) * hidden**-0.5
+    nw = (1 + 0.1 * torch.randn(hidden, device="cuda", generator=gen)).to(torch.bfloat16)
+    act = torch.empty(1, inter, device="cuda", dtype=torch.bfloat16)
+    residual = torch.empty(1, hidden, device="cuda", dtype=torch.bfloat16)
+
+    def end_of_step():
+        h = sm.linear_residual(act, w_down, None, residual)
+        return sm.norm_projections(sm.rms_norm(h, nw, 1e-5), None, 0.0, "llama", [w_head], [None])[0]
+
+    graphs = {}
+    for early in (False, True):
+        monkeypatch.setattr(pdl, "ENABLED", early)
+        graphs[early] = captured_graph(end_of_step)
+    for _ in range(4):
+        act.copy_(torch.randn(1, inter, device="cuda", generator=gen))
+        residual.copy_(torch.randn(1, hidden, device="cuda", generator=gen))
+        results = {}
+        for early, (graph, out) in graphs.items():
+            graph.replay()
+            torch.cuda.synchronize()
+            results[early] = out.clone()
+        assert torch.equal(results[True], results[False])
+        h = sm.reference_linear_residual(act, w_down, None, residual)
+        want = sm.reference_norm_projections(sm.reference_rms_norm(h, nw, 1e-5, "llama"), None, 0.0, "llama",
+                                             [w_head], [None])[0]  # fmt: skip
+        assert ((results[True].float() - want.float()).norm() / want.float().norm()).item() < 2e-2
+
+
+def captured_graph(step):
+    """A CUDA graph of `step()` (warmed up on a side stream first) and the output it replays into."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    return graph, out
