@@ -13,9 +13,9 @@ run gpu-tests 60 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/
 for turn in llama-3.2-1b:16384:0 llama-3.2-1b:16384:1 llama-3.2-1b:16384:0 llama-3.2-1b:16384:1 \
   qwen2.5-0.5b:1024:0 qwen2.5-0.5b:1024:1; do
   IFS=: read -r model cache on <<< "$turn"
-  export CUGRAPH_ACCEL_FINAL_NORM_PDL=$on
-  run "b1-$model-pdl$on-$(left)" 40 90 python3 -m cli bench "$model" --compare fused --context "$cache" --buckets 1 \
-    --csv "$LOGS/b1-$model-pdl$on-$(left).csv"
+  export CUGRAPH_ACCEL_FINAL_NORM_PDL=$on turns=$((${turns:-0} + 1))
+  run "b1-$turns-$model-pdl$on" 40 90 python3 -m cli bench "$model" --compare fused --context "$cache" --buckets 1 \
+    --csv "$LOGS/b1-$turns-$model-pdl$on.csv"
 done
 unset CUGRAPH_ACCEL_FINAL_NORM_PDL
 for entry in llama-3.2-1b:16384 qwen2.5-0.5b:1024; do
