@@ -5,7 +5,8 @@ docs/PERF.md stop 20).
 Only where the layer program runs every layer (fused/layer_program.py): there the layers' norms are
 Llama's kind, folded into the skinny kernels with the same rstd and roundings, and the final norm must be
 of the same class as theirs. On since measured (H200, 2026-12-01, docs/PERF.md stop 21: the 1B's batch 1
-0.872 -> 0.858 ms, Qwen's 0.736 -> 0.725); CUGRAPH_ACCEL_FINAL_NORM_KERNEL=0 keeps HF's norm."""
+0.872 -> 0.858 ms, Qwen's 0.736 -> 0.725); CUGRAPH_ACCEL_FINAL_NORM_KERNEL=0 keeps HF's norm. Launched with PDL
+where PDL is active (kernels/skinny_matmul.FINAL_NORM_PDL; stop 33: the 1B's batch 1 -1 us, Qwen's unchanged)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 no norm) instead of cuBLAS. cuBLAS's GEMV is at the bandwidth already (the 1B's 525 MB head in 119 us, ~4.4
 TB/s: H200, docs/PERF.md stop 29); beside that it costs the gaps around it (rms_norm -> memset -> the head:
 ~4 us idle at the 1B's batch 1, the same stop). The skinny op needs no memset and launches with PDL
-(fused/kernels/pdl.py); the final norm's kernel (rms_norm_kernel) takes no part in PDL, so the head overlaps
-it only by its launch and its first block's prefetch.
+(fused/kernels/pdl.py); since stop 33 so does the final norm's kernel before it (rms_norm_kernel), which lets
+the head launch and ask L2 for its first block while the norm runs.
 
 On by default only for the head shapes where a replayed step measured it faster (HEAD_WINS_AT_BATCH_1):
 the 1B's 128,256 x 2,048 head (H200, 2026-12-02, stop 31: timing_gap.py at 16,384, bucket 1 alone, 0.818 ->

@@ -46,8 +46,9 @@ except ImportError:  # no triton: the references run everywhere
 NORM_LOADS_AT_ONCE = os.environ.get("CUGRAPH_ACCEL_NORM_LOADS_AT_ONCE", "1") == "1"
 
 # The final norm's kernel launched with PDL (rms_norm_kernel's USE_PDL) where PDL is active: it starts while
-# the last layer's kernel runs and lets the LM head's kernel start while it runs in turn. Stop 33 (docs/PERF.md);
-# CUGRAPH_ACCEL_FINAL_NORM_PDL=0 launches it plainly (the way before, for measuring).
+# the last layer's kernel runs and lets the LM head's kernel start while it runs in turn. H200, 2026-12-02 (stop
+# 33, docs/PERF.md; bench of batch 1, one process each, off/on/off/on): the 1B at 16,384 0.809 / 0.808 / 0.809 /
+# 0.808 ms, Qwen2.5-0.5B 0.595 / 0.595. CUGRAPH_ACCEL_FINAL_NORM_PDL=0 launches it plainly (for measuring).
 FINAL_NORM_PDL = os.environ.get("CUGRAPH_ACCEL_FINAL_NORM_PDL", "1") != "0"
 
 NORM_KINDS = {"llama": 1, "gemma": 2}
