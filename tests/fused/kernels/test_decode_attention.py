@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from attention_cases import Attention, inputs, reference
+from cuda_graphs import captured
 
 from accelerate_graph.fused import grouped_attention
 from accelerate_graph.fused.kernels import decode_attention as kernel
@@ -252,19 +253,6 @@ def assert_like_the_matmul_path(got, want):
     # 0.06 away (H200, 2026-12-01); the norm of the difference is what a wrong read moves (1.4x it)
     assert ((got.float() - want.float()).norm() / want.float().norm()).item() < 1e-2
     torch.testing.assert_close(got, want, rtol=0.1, atol=0.1)
-
-
-def captured(step):
-    """A CUDA graph of `step()` (warmed up on a side stream first) and the output it replays into."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()  # warm up outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = step()
-    return graph, out
 
 
 @pytest.mark.cuda

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from cuda_graphs import captured
 
 from accelerate_graph.fused import layer_program
 from accelerate_graph.fused.kernels import configs, pdl
@@ -693,7 +694,7 @@ def test_gpu_final_norm_launched_early_replays_what_plain_launches_compute(monke
     graphs = {}
     for early in (False, True):
         monkeypatch.setattr(pdl, "ENABLED", early)
-        graphs[early] = captured_graph(end_of_step)
+        graphs[early] = captured(end_of_step)
     for _ in range(4):
         act.copy_(torch.randn(1, inter, device="cuda", generator=gen))
         residual.copy_(torch.randn(1, hidden, device="cuda", generator=gen))
@@ -707,16 +708,3 @@ def test_gpu_final_norm_launched_early_replays_what_plain_launches_compute(monke
         want = sm.reference_norm_projections(sm.reference_rms_norm(h, nw, 1e-5, "llama"), None, 0.0, "llama",
                                              [w_head], [None])[0]  # fmt: skip
         assert ((results[True].float() - want.float()).norm() / want.float().norm()).item() < 2e-2
-
-
-def captured_graph(step):
-    """A CUDA graph of `step()` (warmed up on a side stream first) and the output it replays into."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = step()
-    return graph, out
