@@ -4,6 +4,10 @@
 # (CUGRAPH_ACCEL_FINAL_NORM_PDL=0/1, one process each: off, on, off, on for the 1B, off, on for Qwen); the
 # issue-16 benches with it on (buckets 1,8,16,32, cold); then capture --fuse + verify of the 1B, Qwen and the
 # 8B side by side.
+# Ran in stop 33 (H200, 2026-12-02, 489 s): GPU tests 7 passed; batch 1 the 1B 0.809 / 0.808 / 0.809 / 0.808 ms
+# (off / on / off / on), Qwen 0.595 / 0.595; bench the 1B 0.809 / 1.009 / 1.040 / 1.120, Qwen 0.596 / 0.774 /
+# 0.835 / 0.953 (not cold: the bucket-1 runs filled the inductor cache); verify 1B 28 of 28 graphs, Qwen 12 of
+# 12, the 8B 15 of 15 (1.16x / 1.16x / 1.13x eager's error).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/final_norm_pdl_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-540} LOGS=/tmp/final-norm-pdl SHOW="passed|failed|Error|error"

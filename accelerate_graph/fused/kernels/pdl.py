@@ -1,7 +1,7 @@
 """Programmatic dependent launch (PDL, Hopper and later) for the fused step's kernels: ours (the skinny
-matmuls, the decode attention, the final norm) and inductor's (fused.layers asks inductor for it where `active`). On by
-default since the H200 measured it (2026-12-01, batch-1 replay: Llama-3.2-1B 0.961 -> 0.902 ms, Qwen2.5-0.5B
-0.795 -> 0.762, Llama-3.1-8B 4.317 -> 4.265; docs/PERF.md); CUGRAPH_ACCEL_PDL=0 turns it off.
+matmuls, the decode attention, the final norm) and inductor's (fused.layers asks inductor for it where
+`active`). On by default since the H200 measured it (2026-12-01, batch-1 replay: Llama-3.2-1B 0.961 -> 0.902
+ms, Qwen2.5-0.5B 0.795 -> 0.762, Llama-3.1-8B 4.317 -> 4.265; docs/PERF.md); CUGRAPH_ACCEL_PDL=0 turns it off.
 
 A kernel launched with PDL may start while the kernel before it still runs: it does what does not depend
 on that kernel (the skinny matmuls ask L2 for their first block of weights), then `gdc_wait()` until that
