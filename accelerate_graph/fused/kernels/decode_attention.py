@@ -56,6 +56,13 @@ NO_MASK, BOOL_MASK, ADDITIVE_MASK = 0, 1, 2
 # 4.305 ms, Llama-3.2-1B 0.883 -> 0.951, Qwen2.5-0.5B 0.742 -> 0.864), faster only at the 8B's batches 8
 # and 32 (4.891 -> 4.770, 5.269 -> 5.209). CUGRAPH_ACCEL_FOLD_COMBINE=1 turns it on.
 FOLD_COMBINE = os.environ.get("CUGRAPH_ACCEL_FOLD_COMBINE", "0") == "1"
+# A context bucket of at most PRELOADED_MAX_ELEMENTS / head_dim slots (256 at a head dim of 64) with HF's
+# boolean mask: one kernel, no split to combine, whose programs load the mask, K and V before their PDL wait
+# (`_decode_preloaded_kernel`), the way the published conventional step of Llama-3.2-1B does (docs/PERF.md
+# stop 33, item 6). CUGRAPH_ACCEL_ATTENTION_PRELOADED: "0" off (the default until measured), or how many
+# parts of the head dimension a query head's output is split into (programs: rows x query heads x parts).
+PRELOADED_PARTS = int(os.environ.get("CUGRAPH_ACCEL_ATTENTION_PRELOADED", "0") or "0")
+PRELOADED_MAX_ELEMENTS = 256 * 64  # slots x head dim of one program's K tile (registers: 8 warps)
 COUNTERS = 1 << 16  # arrival counters per device: rows x K/V heads of one launch (more: the second kernel)
 _counters: dict[torch.device, torch.Tensor] = {}
 
@@ -279,6 +286,84 @@ def _combine_group(
 
 
 @triton.jit
+def _decode_preloaded_kernel(
+    Q, K, V, Mask, Out,
+    heads, length, scale, softcap,
+    stride_qb, stride_qh, stride_qd,
+    stride_kb, stride_kh, stride_kl, stride_kd,
+    stride_vb, stride_vh, stride_vl, stride_vd,
+    stride_mb, stride_mh, stride_ml,
+    stride_ob, stride_oh, stride_od,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
+    PARTS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr, USE_PDL: tl.constexpr,
+):  # fmt: skip
+    """One (row of the batch, query head, part of the head dimension) over the whole context bucket (at most
+    BLOCK_T slots) in one tile: no loop, no split, nothing to combine. A boolean mask only. The mask, K and V
+    are loaded before `gdc_wait`: every slot but the step's own was written by an earlier step (a kernel
+    before the one in front), and the step's own slot, the row's last attended one (a decode step attends
+    nothing after its position), is read again after the wait, with q. Its output part is written directly."""
+    program = tl.program_id(0)
+    part = tl.program_id(1)
+    batch = program // heads
+    head = program % heads
+    kv_head = head // GROUP
+    t = tl.arange(0, BLOCK_T)
+    dims = tl.arange(0, BLOCK_D)
+    d_ok = dims < HEAD_DIM
+    PART_D: tl.constexpr = BLOCK_D // PARTS
+    part_dims = part * PART_D + tl.arange(0, PART_D)
+    part_ok = part_dims < HEAD_DIM
+    K = K + batch * stride_kb + kv_head * stride_kh
+    V = V + batch * stride_vb + kv_head * stride_vh
+    in_bucket = t < length
+    live = tl.load(Mask + batch * stride_mb + head * stride_mh + t * stride_ml, mask=in_bucket, other=0) != 0
+    # the whole bucket, not only the live slots: no load waits for the mask's
+    k = tl.load(K + t[:, None] * stride_kl + dims[None, :] * stride_kd, mask=in_bucket[:, None] & d_ok[None, :],
+                other=0.0)  # fmt: skip
+    v = tl.load(V + t[:, None] * stride_vl + part_dims[None, :] * stride_vd,
+                mask=in_bucket[:, None] & part_ok[None, :], other=0.0)  # fmt: skip
+    slot = tl.max(tl.where(live, t, -1), axis=0)  # the step's own slot; -1: a row that attends nothing
+    if USE_PDL:  # launched early (fused/kernels/pdl.py): q and the step's slot come from the kernels in front
+        gdc_wait()
+        gdc_launch_dependents()
+    q = tl.load(Q + batch * stride_qb + head * stride_qh + dims * stride_qd, mask=d_ok, other=0.0).to(tl.float32)
+    # as tensors, not a scalar condition (the interpreter refuses a mask of a tensor and a scalar)
+    k_now = tl.load(K + slot * stride_kl + dims * stride_kd, mask=d_ok & (dims * 0 + slot >= 0), other=0.0)
+    v_now = tl.load(V + slot * stride_vl + part_dims * stride_vd, mask=part_ok & (part_dims * 0 + slot >= 0), other=0.0)
+    is_now = t == slot
+    k = tl.where(is_now[:, None], k_now[None, :], k).to(tl.float32)
+    v = tl.where(is_now[:, None] | live[:, None], tl.where(is_now[:, None], v_now[None, :], v), 0.0)
+    s = tl.sum(k * q[None, :], axis=1)  # q.k in fp32, as the split kernel's dot accumulates it
+    s = s * tl.cast(scale, tl.float32)
+    if SOFTCAP:  # softcap * tanh(s / softcap), as the split kernel computes it
+        cap = tl.cast(softcap, tl.float32)
+        e = tl.exp(-2.0 * tl.abs(s / cap))
+        s = tl.where(s < 0, -cap, cap) * (1.0 - e) / (1.0 + e)
+    s = tl.where(live, s, float("-inf"))
+    m = tl.max(s, axis=0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    p = tl.exp(s - m_safe)
+    total = tl.sum(p, axis=0)
+    p_cast = p.to(V.dtype.element_ty)  # the probabilities in the value dtype, as the split kernel casts them
+    if UPCAST:
+        v = v.to(tl.float32)
+    out = tl.sum(p_cast.to(tl.float32)[:, None] * v.to(tl.float32), axis=0) / tl.where(total == 0.0, 1.0, total)
+    o_ptrs = Out + batch * stride_ob + head * stride_oh + part_dims * stride_od
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=part_ok)
+
+
+def preloaded_parts(batch: int, heads: int, head_dim: int, length: int, mask_kind: int) -> int:
+    """How many head-dimension parts `_decode_preloaded_kernel` splits each query head into here; 0 where it
+    does not run (off, not a boolean mask, a bucket over PRELOADED_MAX_ELEMENTS, parts wider than the head)."""
+    parts = PRELOADED_PARTS
+    if parts <= 0 or mask_kind != BOOL_MASK or parts & (parts - 1) or parts > _block(head_dim):
+        return 0
+    if triton.next_power_of_2(max(length, 1)) * _block(head_dim) > PRELOADED_MAX_ELEMENTS:
+        return 0
+    return parts
+
+
+@triton.jit
 def _decode_combine_kernel(
     Out,
     PartAcc,
@@ -361,11 +446,6 @@ def launch(
         mask_kind = BOOL_MASK if mask.dtype == torch.bool else ADDITIVE_MASK
         mask_rows = mask[:, :, -1, :]  # [b|1, 1|Hq, >=L]: the one query row
         mask_strides = tuple(0 if size == 1 else stride for size, stride in zip(mask_rows.shape, mask_rows.stride()))
-    splits = config.splits
-    direct = splits == 1
-    part_acc = query.new_empty((batch, heads, splits, head_dim) if not direct else (1,), dtype=torch.float32)
-    part_m = query.new_empty((batch, heads, splits) if not direct else (1,), dtype=torch.float32)
-    part_l = torch.empty_like(part_m)
     if not run:
         return out
     upcast = INTERPRETED or query.dtype == torch.float32
@@ -375,6 +455,22 @@ def launch(
     if query.dtype == torch.float32:
         stages, block_l = 1, min(block_l, FLOAT32_BLOCK_L)
     early = pdl.launch_options(query.device)
+    parts = preloaded_parts(batch, heads, head_dim, length, mask_kind)
+    if parts:  # the bucket in one tile, loaded before the wait: one kernel, no combine
+        _decode_preloaded_kernel[(batch * heads, parts)](
+            query, key, value, mask_rows, out, heads, length, scale, softcap,
+            query.stride(0), query.stride(1), query.stride(3),
+            *key.stride(), *value.stride(), *mask_strides,
+            out.stride(0), out.stride(2), out.stride(3),
+            GROUP=group, HEAD_DIM=head_dim, BLOCK_D=_block(head_dim), BLOCK_T=triton.next_power_of_2(max(length, 1)),
+            PARTS=parts, SOFTCAP=softcap > 0, UPCAST=upcast, USE_PDL=bool(early), num_warps=8, **early,
+        )  # fmt: skip
+        return out
+    splits = config.splits
+    direct = splits == 1
+    part_acc = query.new_empty((batch, heads, splits, head_dim) if not direct else (1,), dtype=torch.float32)
+    part_m = query.new_empty((batch, heads, splits) if not direct else (1,), dtype=torch.float32)
+    part_l = torch.empty_like(part_m)
     fold = FOLD_COMBINE and not direct and batch * kv_heads <= COUNTERS
     counters = arrival_counters(query.device) if fold else part_m
     _decode_split_kernel[(batch * kv_heads, splits)](

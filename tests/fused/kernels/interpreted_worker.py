@@ -25,10 +25,16 @@ def run_case(case: dict) -> dict:
     scale, softcap = query.shape[-1] ** -0.5, case.get("softcap", 0.0)
     config = kernel.DecodeConfig(block_l=case["block_l"], num_warps=4, splits=case["splits"])
     kernel.FOLD_COMBINE = bool(case.get("fold"))  # the split kernel combines its own partials
+    kernel.PRELOADED_PARTS = case.get("preloaded", 0)  # the bucket in one tile, loaded before the wait
+    mask_kind = (
+        kernel.NO_MASK if mask is None else kernel.BOOL_MASK if mask.dtype == torch.bool else kernel.ADDITIVE_MASK
+    )
+    preloaded = kernel.preloaded_parts(query.shape[0], query.shape[1], query.shape[3], key.shape[2], mask_kind)
     try:
         out = kernel.launch(query, key, value, mask, scale, softcap, config)
     finally:
         kernel.FOLD_COMBINE = False
+        kernel.PRELOADED_PARTS = 0
     expected = reference(query, key, value, mask, scale, softcap)
     live = torch.ones(query.shape[0], dtype=torch.bool)
     if case.get("dead_row") is not None:
@@ -40,6 +46,7 @@ def run_case(case: dict) -> dict:
         "dead_rows_max": out[~live].float().abs().max().item() if (~live).any() else 0.0,
         # arrival counters the folded kernel left non-zero: the next launch would combine too early
         "counters_left": sum(int(c.count_nonzero()) for c in kernel._counters.values()),
+        "preloaded_parts": preloaded,  # > 0: _decode_preloaded_kernel ran, not the split kernel
     }
     if not softcap:  # the matmul path has no softcapping (it falls back to sdpa, which refuses it)
         current, _ = grouped_attention.grouped_decode_attention(Attention().eval(), query, key, value, mask, 0.0, scale)

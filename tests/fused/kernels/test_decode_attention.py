@@ -68,6 +68,21 @@ FOLDED = [
     "padded-row-masked-everywhere", "softcap", "bf16-additive",
 ]  # fmt: skip
 CASES += [{**c, "id": c["id"] + "-folded", "fold": True} for c in CASES if c["id"] in FOLDED]
+# The bucket in one tile, mask, K and V loaded before the PDL wait (CUGRAPH_ACCEL_ATTENTION_PRELOADED, the value
+# the parts of the head dimension): boolean masks of buckets up to 256 slots at a head dim of 64, 128 at 128.
+PRELOADED = [
+    {**case("b1-32/8-d64-L256-bool-preloaded", 1, "32/8", 64, 256, "bool", 1, 64), "preloaded": 2},
+    {**case("b3-14/2-d64-L100-bool-preloaded", 3, "14/2", 64, 100, "bool", 1, 64), "preloaded": 2},
+    {**case("b8-32/8-d64-L16-bool-preloaded-one-part", 8, "32/8", 64, 16, "bool", 1, 16), "preloaded": 1},
+    {**case("b2-32/8-d128-L100-bool-preloaded-4-parts", 2, "32/8", 128, 100, "bool", 1, 64), "preloaded": 4},
+    {**case("padded-row-preloaded", 3, "14/2", 64, 100, "bool", 1, 32, dead_row=1), "preloaded": 2},
+    {**case("mask-per-head-preloaded", 3, "14/2", 64, 100, "bool", 1, 32, per_head=True), "preloaded": 2},
+    {**case("sliding-window-preloaded", 3, "8/8", 64, 256, "bool", 1, 32, window=40), "preloaded": 2},
+    {**case("softcap-preloaded", 3, "14/2", 64, 100, "bool", 1, 32, softcap=5.0), "preloaded": 2},
+    {**case("batch-broadcast-preloaded", 3, "14/2", 64, 100, "bool", 1, 32, batch_broadcast=True), "preloaded": 2},
+    {**case("bf16-preloaded", 3, "32/8", 64, 256, "bool", 1, 64, dtype="bfloat16"), "preloaded": 2},
+]
+CASES += PRELOADED
 LOW_PRECISION = {"bfloat16": 2**-7, "float16": 2**-10}  # one unit in the last place at 1
 
 
@@ -101,6 +116,7 @@ def test_kernel_matches_the_reference_and_the_matmul_path(case_results, spec):
     assert got["shape"] == [spec["b"], 1, spec["hq"], spec["d"]] and got["dtype"] == dtype
     assert got["dead_rows_max"] == 0.0  # a row with nothing to attend gives zeros (the matmul path: NaN)
     assert got["counters_left"] == 0  # every launch leaves the folded kernel's arrival counters at zero
+    assert (got["preloaded_parts"] > 0) == ("preloaded" in spec), got  # the kernel the case is about ran
     if dtype == "float32":
         assert got["vs_reference"] < 2e-5, got
         assert spec.get("softcap") or got["vs_current"] < 2e-5, got
@@ -186,7 +202,8 @@ GPU_CASES = [c for c in CASES if "dtype" not in c] + [
 @needs_cuda
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("spec", GPU_CASES, ids=[c["id"] for c in GPU_CASES])
-def test_gpu_kernel_matches_the_matmul_path(spec, dtype):
+def test_gpu_kernel_matches_the_matmul_path(spec, dtype, monkeypatch):
+    monkeypatch.setattr(kernel, "PRELOADED_PARTS", spec.get("preloaded", 0))
     spec = {**spec, "dtype": dtype}
     query, key, value, mask = inputs(spec, "cuda")
     scale, softcap = query.shape[-1] ** -0.5, spec.get("softcap", 0.0)
@@ -258,22 +275,27 @@ def assert_like_the_matmul_path(got, want):
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.parametrize(
-    ("batch", "early", "fold"),
-    [(1, False, False), (4, False, False), (1, True, False), (1, True, True), (4, False, True)],
-    ids=["b1", "b4", "b1-pdl", "b1-pdl-folded", "b4-folded"],
-)
-def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, fold):
+    ("batch", "early", "fold", "preloaded"),
+    [
+        (1, False, False, 0), (4, False, False, 0), (1, True, False, 0), (1, True, True, 0), (4, False, True, 0),
+        (1, True, False, 2), (4, True, False, 2), (4, False, False, 1),
+    ],
+    ids=["b1", "b4", "b1-pdl", "b1-pdl-folded", "b4-folded", "b1-pdl-preloaded", "b4-pdl-preloaded", "b4-preloaded"],
+)  # fmt: skip
+def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, fold, preloaded):
     """Inductor compiles the op with the layer's own kernels; one compilation serves every context
     length; a CUDA graph of the compiled step replays it with new inputs like the matmul path; also with
     the kernels launched early (PDL), where a wait in the wrong place would read the query or the slot
-    just written before they are there; and with the combine folded into the split kernel, where a
+    just written before they are there; with the combine folded into the split kernel, where a
     program that combined before the others' partials were visible would be off (its counters must be
-    back at zero after every launch)."""
+    back at zero after every launch); and with the bucket in one tile loaded before the wait
+    (`preloaded`), where the step's slot, written by the kernel in front, must be read again after it."""
     from accelerate_graph.compat.torch_internals import dynamo_graph_count
     from accelerate_graph.fused.kernels import pdl
 
     monkeypatch.setattr(pdl, "ENABLED", early)
     monkeypatch.setattr(kernel, "FOLD_COMBINE", fold)
+    monkeypatch.setattr(kernel, "PRELOADED_PARTS", preloaded)
     torch._dynamo.reset()
     layer = GpuLayer(batch)
     cache_k, cache_v, weight = layer.cache_k, layer.cache_v, layer.weight
