@@ -352,7 +352,7 @@ def _decode_preloaded_kernel(
     tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=part_ok)
 
 
-def preloaded_parts(batch: int, heads: int, head_dim: int, length: int, mask_kind: int) -> int:
+def preloaded_parts(head_dim: int, length: int, mask_kind: int) -> int:
     """How many head-dimension parts `_decode_preloaded_kernel` splits each query head into here; 0 where it
     does not run (off, not a boolean mask, a bucket over PRELOADED_MAX_ELEMENTS, parts wider than the head)."""
     parts = PRELOADED_PARTS
@@ -455,7 +455,7 @@ def launch(
     if query.dtype == torch.float32:
         stages, block_l = 1, min(block_l, FLOAT32_BLOCK_L)
     early = pdl.launch_options(query.device)
-    parts = preloaded_parts(batch, heads, head_dim, length, mask_kind)
+    parts = preloaded_parts(head_dim, length, mask_kind)
     if parts:  # the bucket in one tile, loaded before the wait: one kernel, no combine
         _decode_preloaded_kernel[(batch * heads, parts)](
             query, key, value, mask_rows, out, heads, length, scale, softcap,

@@ -29,7 +29,7 @@ def run_case(case: dict) -> dict:
     mask_kind = (
         kernel.NO_MASK if mask is None else kernel.BOOL_MASK if mask.dtype == torch.bool else kernel.ADDITIVE_MASK
     )
-    preloaded = kernel.preloaded_parts(query.shape[0], query.shape[1], query.shape[3], key.shape[2], mask_kind)
+    preloaded = kernel.preloaded_parts(query.shape[3], key.shape[2], mask_kind)
     try:
         out = kernel.launch(query, key, value, mask, scale, softcap, config)
     finally:
