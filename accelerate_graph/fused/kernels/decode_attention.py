@@ -36,6 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
+from accelerate_graph.common.errors import BadOptionError
 from accelerate_graph.fused.kernels import pdl
 from accelerate_graph.fused.kernels.pdl import gdc_launch_dependents, gdc_wait
 
@@ -56,12 +57,25 @@ NO_MASK, BOOL_MASK, ADDITIVE_MASK = 0, 1, 2
 # 4.305 ms, Llama-3.2-1B 0.883 -> 0.951, Qwen2.5-0.5B 0.742 -> 0.864), faster only at the 8B's batches 8
 # and 32 (4.891 -> 4.770, 5.269 -> 5.209). CUGRAPH_ACCEL_FOLD_COMBINE=1 turns it on.
 FOLD_COMBINE = os.environ.get("CUGRAPH_ACCEL_FOLD_COMBINE", "0") == "1"
+
+
 # A context bucket of at most PRELOADED_MAX_ELEMENTS / head_dim slots (256 at a head dim of 64) with HF's
 # boolean mask: one kernel, no split to combine, whose programs load the mask, K and V before their PDL wait
 # (`_decode_preloaded_kernel`), the way the published conventional step of Llama-3.2-1B does (docs/PERF.md
 # stop 33, item 6). CUGRAPH_ACCEL_ATTENTION_PRELOADED: "0" off (the default until measured), or how many
 # parts of the head dimension a query head's output is split into (programs: rows x query heads x parts).
-PRELOADED_PARTS = int(os.environ.get("CUGRAPH_ACCEL_ATTENTION_PRELOADED", "0") or "0")
+def preloaded_setting(text: str) -> int:
+    """CUGRAPH_ACCEL_ATTENTION_PRELOADED as parts of the head dimension: 0 (off) or a power of two."""
+    value = text.strip() or "0"
+    if not value.isdigit() or int(value) & (int(value) - 1):
+        raise BadOptionError(
+            f"CUGRAPH_ACCEL_ATTENTION_PRELOADED={text!r} is not 0 or a power of two.",
+            "Set it to 0 (off) or to 1, 2 or 4 (parts of the head dimension each program takes), or unset it.",
+        )
+    return int(value)
+
+
+PRELOADED_PARTS = preloaded_setting(os.environ.get("CUGRAPH_ACCEL_ATTENTION_PRELOADED", "0"))
 PRELOADED_MAX_ELEMENTS = 256 * 64  # slots x head dim of one program's K tile (registers: 8 warps)
 COUNTERS = 1 << 16  # arrival counters per device: rows x K/V heads of one launch (more: the second kernel)
 _counters: dict[torch.device, torch.Tensor] = {}

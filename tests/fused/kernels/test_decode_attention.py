@@ -181,6 +181,25 @@ def test_configs_come_from_the_sweeps_file_else_the_heuristic(tmp_path, monkeypa
     assert kernel.heuristic_config(8, batch_one=False).splits == 2
 
 
+@pytest.mark.parametrize("text", ["3", "two", "-2"])
+def test_a_bad_preloaded_setting_says_what_to_set(text):
+    from accelerate_graph.common.errors import BadOptionError
+
+    with pytest.raises(BadOptionError, match="CUGRAPH_ACCEL_ATTENTION_PRELOADED"):
+        kernel.preloaded_setting(text)
+    assert [kernel.preloaded_setting(t) for t in ("", "0", "1", "2", "4")] == [0, 0, 1, 2, 4]
+
+
+def test_the_preloaded_kernel_takes_short_buckets_with_a_boolean_mask_only(monkeypatch):
+    monkeypatch.setattr(kernel, "PRELOADED_PARTS", 2)
+    assert kernel.preloaded_parts(64, 256, kernel.BOOL_MASK) == 2  # the 1B's and Qwen's bucket of 256
+    assert kernel.preloaded_parts(64, 257, kernel.BOOL_MASK) == 0  # 512 slots: the split kernel
+    assert kernel.preloaded_parts(128, 128, kernel.BOOL_MASK) == 2 and kernel.preloaded_parts(128, 256, 1) == 0
+    assert kernel.preloaded_parts(64, 256, kernel.ADDITIVE_MASK) == kernel.preloaded_parts(64, 256, kernel.NO_MASK) == 0
+    monkeypatch.setattr(kernel, "PRELOADED_PARTS", 0)
+    assert kernel.preloaded_parts(64, 256, kernel.BOOL_MASK) == 0  # off by default
+
+
 def test_unsupported_inputs_are_refused():
     query, key, value, mask = inputs(dict(b=2, hq=14, hkv=2, d=64, L=16, mask="bool"))
     assert kernel.supports(query, key, value, mask)
