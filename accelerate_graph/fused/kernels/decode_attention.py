@@ -60,10 +60,14 @@ FOLD_COMBINE = os.environ.get("CUGRAPH_ACCEL_FOLD_COMBINE", "0") == "1"
 
 
 # A context bucket of at most PRELOADED_MAX_ELEMENTS / head_dim slots (256 at a head dim of 64) with HF's
-# boolean mask: one kernel, no split to combine, whose programs load the mask, K and V before their PDL wait
-# (`_decode_preloaded_kernel`), the way the published conventional step of Llama-3.2-1B does (docs/PERF.md
-# stop 33, item 6). CUGRAPH_ACCEL_ATTENTION_PRELOADED: "0" off (the default until measured), or how many
-# parts of the head dimension a query head's output is split into (programs: rows x query heads x parts).
+# boolean mask, at batch 1: one kernel, no split to combine, whose programs load the mask, K and V before their
+# PDL wait (`_decode_preloaded_kernel`), the way the published conventional step of Llama-3.2-1B does
+# (docs/PERF.md stop 34, item 1). On the H200 (2026-12-03) it took the 1B's batch 1 from 0.802 to 0.783 ms
+# and Qwen2.5-0.5B's from 0.592 to 0.571 (4 parts; 2 parts: 0.784 / 0.577), and lost at batch 8 (0.998 ->
+# 1.193 ms, 0.774 -> 0.898): each program reads its query head's whole K tile, so a group of query heads reads
+# the same K again, from L2 at batch 1, from memory at batch 8. CUGRAPH_ACCEL_ATTENTION_PRELOADED: "0" off,
+# or how many parts of the head dimension a query head's output is split into (programs: rows x query heads
+# x parts; default 4); CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH: the largest batch it runs at (default 1).
 def preloaded_setting(text: str) -> int:
     """CUGRAPH_ACCEL_ATTENTION_PRELOADED as parts of the head dimension: 0 (off) or a power of two."""
     value = text.strip() or "0"
@@ -75,7 +79,19 @@ def preloaded_setting(text: str) -> int:
     return int(value)
 
 
-PRELOADED_PARTS = preloaded_setting(os.environ.get("CUGRAPH_ACCEL_ATTENTION_PRELOADED", "0"))
+def preloaded_batch_setting(text: str) -> int:
+    """CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH: the largest batch the preloaded kernel runs at (1 or more)."""
+    value = text.strip()
+    if not value.isdigit() or int(value) < 1:
+        raise BadOptionError(
+            f"CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH={text!r} is not a batch size.",
+            "Set it to the largest batch the preloaded attention should run at (1, the default, or more), or unset it.",
+        )
+    return int(value)
+
+
+PRELOADED_PARTS = preloaded_setting(os.environ.get("CUGRAPH_ACCEL_ATTENTION_PRELOADED", "4"))
+PRELOADED_MAX_BATCH = preloaded_batch_setting(os.environ.get("CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH", "1"))
 PRELOADED_MAX_ELEMENTS = 256 * 64  # slots x head dim of one program's K tile (registers: 8 warps)
 COUNTERS = 1 << 16  # arrival counters per device: rows x K/V heads of one launch (more: the second kernel)
 _counters: dict[torch.device, torch.Tensor] = {}
@@ -366,11 +382,14 @@ def _decode_preloaded_kernel(
     tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=part_ok)
 
 
-def preloaded_parts(head_dim: int, length: int, mask_kind: int) -> int:
+def preloaded_parts(batch: int, head_dim: int, length: int, mask_kind: int) -> int:
     """How many head-dimension parts `_decode_preloaded_kernel` splits each query head into here; 0 where it
-    does not run (off, not a boolean mask, a bucket over PRELOADED_MAX_ELEMENTS, parts wider than the head)."""
+    does not run (off, a batch over PRELOADED_MAX_BATCH, not a boolean mask, a bucket over
+    PRELOADED_MAX_ELEMENTS, parts wider than the head)."""
     parts = PRELOADED_PARTS
-    if parts <= 0 or mask_kind != BOOL_MASK or parts & (parts - 1) or parts > _block(head_dim):
+    if parts <= 0 or batch > PRELOADED_MAX_BATCH or mask_kind != BOOL_MASK:
+        return 0
+    if parts & (parts - 1) or parts > _block(head_dim):
         return 0
     if triton.next_power_of_2(max(length, 1)) * _block(head_dim) > PRELOADED_MAX_ELEMENTS:
         return 0
@@ -469,7 +488,7 @@ def launch(
     if query.dtype == torch.float32:
         stages, block_l = 1, min(block_l, FLOAT32_BLOCK_L)
     early = pdl.launch_options(query.device)
-    parts = preloaded_parts(head_dim, length, mask_kind)
+    parts = preloaded_parts(batch, head_dim, length, mask_kind)
     if parts:  # the bucket in one tile, loaded before the wait: one kernel, no combine
         _decode_preloaded_kernel[(batch * heads, parts)](
             query, key, value, mask_rows, out, heads, length, scale, softcap,

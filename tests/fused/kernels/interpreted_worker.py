@@ -26,15 +26,16 @@ def run_case(case: dict) -> dict:
     config = kernel.DecodeConfig(block_l=case["block_l"], num_warps=4, splits=case["splits"])
     kernel.FOLD_COMBINE = bool(case.get("fold"))  # the split kernel combines its own partials
     kernel.PRELOADED_PARTS = case.get("preloaded", 0)  # the bucket in one tile, loaded before the wait
+    kernel.PRELOADED_MAX_BATCH = query.shape[0]  # at the case's batch, whatever the default's limit
     mask_kind = (
         kernel.NO_MASK if mask is None else kernel.BOOL_MASK if mask.dtype == torch.bool else kernel.ADDITIVE_MASK
     )
-    preloaded = kernel.preloaded_parts(query.shape[3], key.shape[2], mask_kind)
+    preloaded = kernel.preloaded_parts(query.shape[0], query.shape[3], key.shape[2], mask_kind)
     try:
         out = kernel.launch(query, key, value, mask, scale, softcap, config)
     finally:
         kernel.FOLD_COMBINE = False
-        kernel.PRELOADED_PARTS = 0
+        kernel.PRELOADED_PARTS, kernel.PRELOADED_MAX_BATCH = 0, 1
     expected = reference(query, key, value, mask, scale, softcap)
     live = torch.ones(query.shape[0], dtype=torch.bool)
     if case.get("dead_row") is not None:

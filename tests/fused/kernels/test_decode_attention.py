@@ -185,19 +185,43 @@ def test_configs_come_from_the_sweeps_file_else_the_heuristic(tmp_path, monkeypa
 def test_a_bad_preloaded_setting_says_what_to_set(text):
     from accelerate_graph.common.errors import BadOptionError
 
-    with pytest.raises(BadOptionError, match="CUGRAPH_ACCEL_ATTENTION_PRELOADED"):
+    with pytest.raises(BadOptionError, match="CUGRAPH_ACCEL_ATTENTION_PRELOADED="):
         kernel.preloaded_setting(text)
     assert [kernel.preloaded_setting(t) for t in ("", "0", "1", "2", "4")] == [0, 0, 1, 2, 4]
 
 
+@pytest.mark.parametrize("text", ["0", "", "one", "-1"])
+def test_a_bad_preloaded_batch_says_what_to_set(text):
+    from accelerate_graph.common.errors import BadOptionError
+
+    with pytest.raises(BadOptionError, match="CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH="):
+        kernel.preloaded_batch_setting(text)
+    assert [kernel.preloaded_batch_setting(t) for t in ("1", " 8 ")] == [1, 8]
+
+
 def test_the_preloaded_kernel_takes_short_buckets_with_a_boolean_mask_only(monkeypatch):
     monkeypatch.setattr(kernel, "PRELOADED_PARTS", 2)
-    assert kernel.preloaded_parts(64, 256, kernel.BOOL_MASK) == 2  # the 1B's and Qwen's bucket of 256
-    assert kernel.preloaded_parts(64, 257, kernel.BOOL_MASK) == 0  # 512 slots: the split kernel
-    assert kernel.preloaded_parts(128, 128, kernel.BOOL_MASK) == 2 and kernel.preloaded_parts(128, 256, 1) == 0
-    assert kernel.preloaded_parts(64, 256, kernel.ADDITIVE_MASK) == kernel.preloaded_parts(64, 256, kernel.NO_MASK) == 0
+    assert kernel.preloaded_parts(1, 64, 256, kernel.BOOL_MASK) == 2  # the 1B's and Qwen's bucket of 256
+    assert kernel.preloaded_parts(1, 64, 257, kernel.BOOL_MASK) == 0  # 512 slots: the split kernel
+    assert kernel.preloaded_parts(1, 128, 128, kernel.BOOL_MASK) == 2 and kernel.preloaded_parts(1, 128, 256, 1) == 0
+    assert kernel.preloaded_parts(1, 64, 256, kernel.ADDITIVE_MASK) == 0
+    assert kernel.preloaded_parts(1, 64, 256, kernel.NO_MASK) == 0
+    monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", 1)
+    assert kernel.preloaded_parts(2, 64, 256, kernel.BOOL_MASK) == 0  # it lost at batch 8 (re-read K per head)
+    monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", 4)
+    assert kernel.preloaded_parts(4, 64, 256, kernel.BOOL_MASK) == 2
     monkeypatch.setattr(kernel, "PRELOADED_PARTS", 0)
-    assert kernel.preloaded_parts(64, 256, kernel.BOOL_MASK) == 0  # off by default
+    assert kernel.preloaded_parts(1, 64, 256, kernel.BOOL_MASK) == 0  # off
+
+
+@pytest.mark.skipif(
+    any(name.startswith("CUGRAPH_ACCEL_ATTENTION_PRELOADED") for name in os.environ), reason="set in the environment"
+)
+def test_the_preloaded_kernel_runs_at_batch_1_with_4_parts_by_default():
+    """The measured default (docs/PERF.md stop 34): 4 parts at batch 1 only."""
+    assert (kernel.PRELOADED_PARTS, kernel.PRELOADED_MAX_BATCH) == (4, 1)
+    assert kernel.preloaded_parts(1, 64, 256, kernel.BOOL_MASK) == 4
+    assert kernel.preloaded_parts(8, 64, 256, kernel.BOOL_MASK) == 0
 
 
 def test_unsupported_inputs_are_refused():
@@ -223,6 +247,7 @@ GPU_CASES = [c for c in CASES if "dtype" not in c] + [
 @pytest.mark.parametrize("spec", GPU_CASES, ids=[c["id"] for c in GPU_CASES])
 def test_gpu_kernel_matches_the_matmul_path(spec, dtype, monkeypatch):
     monkeypatch.setattr(kernel, "PRELOADED_PARTS", spec.get("preloaded", 0))
+    monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", spec["b"])  # the case's batch, whatever the default's
     spec = {**spec, "dtype": dtype}
     query, key, value, mask = inputs(spec, "cuda")
     scale, softcap = query.shape[-1] ** -0.5, spec.get("softcap", 0.0)
@@ -315,6 +340,7 @@ def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, 
     monkeypatch.setattr(pdl, "ENABLED", early)
     monkeypatch.setattr(kernel, "FOLD_COMBINE", fold)
     monkeypatch.setattr(kernel, "PRELOADED_PARTS", preloaded)
+    monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", batch)
     torch._dynamo.reset()
     layer = GpuLayer(batch)
     cache_k, cache_v, weight = layer.cache_k, layer.cache_v, layer.weight
