@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Prepared in stop 33, NOT run on a GPU: the attention of a short context bucket in one kernel whose programs
-# load the mask, K and V before their PDL wait (decode_attention._decode_preloaded_kernel,
+# Prepared in stop 33, run in stop 34 (docs/PERF.md stop 34, item 1: batch 1 -19 us at the 1B, -21 at Qwen;
+# batch 8 +92..+195 us; on by default at batch 1 with 4 parts): the attention of a short context bucket in
+# one kernel whose programs load the mask, K and V before their PDL wait (decode_attention._decode_preloaded_kernel,
 # CUGRAPH_ACCEL_ATTENTION_PRELOADED = parts of the head dimension, 0 off), the published conventional step's
 # way (docs/PERF.md stop 33, item 6). One device call (DEADLINE s, default 540):
 #   (1) its GPU tests (against the matmul path; inside inductor and a CUDA graph, with and without PDL, where

@@ -145,6 +145,8 @@ EVERY_ROW = 1 << 62  # skinny_rows_above_batch_1 of an op the switch names: no l
 # - stop 31: Qwen's 32-row configs re-swept with that split (step_sweep.py, then whole_step_sweep.py: q/k/v
 #   n16 k128 w8 s3, 1.030 -> 0.992 ms in the sweep's step), then timing_gap.py at 1,8,16,32: every op skinny
 #   0.957 at batch 32 against cuBLAS's 0.958, a tie: 32 rows stay on cuBLAS (fewer compiled variants).
+# - stop 35: the 1B's q/k/v alone added (CUGRAPH_ACCEL_SKINNY_BATCHES=proj,residual, the norm folded in),
+#   bench at 2 / 8 / 32: 0.973 / 1.000 / 1.110 -> 1.000 / 1.024 / 1.298: its q/k/v stays on cuBLAS.
 SKINNY_WINS_ABOVE_BATCH_1: dict[tuple[str, int, int], int] = {
     ("residual", 2048, 2048): 32,  # Llama-3.2-1B's o
     ("residual", 2048, 8192): 32,  # Llama-3.2-1B's down
