@@ -26,16 +26,21 @@ def run_case(case: dict) -> dict:
     config = kernel.DecodeConfig(block_l=case["block_l"], num_warps=4, splits=case["splits"])
     kernel.FOLD_COMBINE = bool(case.get("fold"))  # the split kernel combines its own partials
     kernel.PRELOADED_PARTS = case.get("preloaded", 0)  # the bucket in one tile, loaded before the wait
-    kernel.PRELOADED_MAX_BATCH = query.shape[0]  # at the case's batch, whatever the default's limit
+    # at the case's batch, whatever the defaults' limits: a query head a program, or the group's (grouped)
+    grouped = bool(case.get("grouped"))
+    kernel.PRELOADED_MAX_BATCH, kernel.PRELOADED_GROUPED_BATCH = (1, query.shape[0]) if grouped else (query.shape[0], 0)
     mask_kind = (
         kernel.NO_MASK if mask is None else kernel.BOOL_MASK if mask.dtype == torch.bool else kernel.ADDITIVE_MASK
     )
-    preloaded = kernel.preloaded_parts(query.shape[0], query.shape[3], key.shape[2], mask_kind)
+    per_head = mask is not None and mask.shape[1] != 1
+    parts, heads = kernel.preloaded_form(
+        query.shape[0], query.shape[1] // key.shape[1], query.shape[3], key.shape[2], mask_kind, per_head
+    )
     try:
         out = kernel.launch(query, key, value, mask, scale, softcap, config)
     finally:
         kernel.FOLD_COMBINE = False
-        kernel.PRELOADED_PARTS, kernel.PRELOADED_MAX_BATCH = 0, 1
+        kernel.PRELOADED_PARTS, kernel.PRELOADED_MAX_BATCH, kernel.PRELOADED_GROUPED_BATCH = 0, 1, 0
     expected = reference(query, key, value, mask, scale, softcap)
     live = torch.ones(query.shape[0], dtype=torch.bool)
     if case.get("dead_row") is not None:
@@ -47,7 +52,8 @@ def run_case(case: dict) -> dict:
         "dead_rows_max": out[~live].float().abs().max().item() if (~live).any() else 0.0,
         # arrival counters the folded kernel left non-zero: the next launch would combine too early
         "counters_left": sum(int(c.count_nonzero()) for c in kernel._counters.values()),
-        "preloaded_parts": preloaded,  # > 0: _decode_preloaded_kernel ran, not the split kernel
+        "preloaded_parts": parts,  # > 0: _decode_preloaded_kernel ran, not the split kernel
+        "preloaded_heads": heads,  # query heads one of its programs took
     }
     if not softcap:  # the matmul path has no softcapping (it falls back to sdpa, which refuses it)
         current, _ = grouped_attention.grouped_decode_attention(Attention().eval(), query, key, value, mask, 0.0, scale)
