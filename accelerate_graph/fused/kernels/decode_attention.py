@@ -79,15 +79,21 @@ def preloaded_setting(text: str) -> int:
     return int(value)
 
 
+def _largest_batch(variable: str, text: str, least: int, empty: str, fix: str) -> int:
+    """A setting naming the largest batch a form of the kernel runs at: an integer of at least `least` (an
+    empty value reads as `empty`), else one BadOptionError line that says `fix`."""
+    value = text.strip() or empty
+    if not value.isdigit() or int(value) < least:
+        raise BadOptionError(f"{variable}={text!r} is not a batch size.", fix)
+    return int(value)
+
+
 def preloaded_batch_setting(text: str) -> int:
     """CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH: the largest batch the preloaded kernel runs at (1 or more)."""
-    value = text.strip()
-    if not value.isdigit() or int(value) < 1:
-        raise BadOptionError(
-            f"CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH={text!r} is not a batch size.",
-            "Set it to the largest batch the preloaded attention should run at (1, the default, or more), or unset it.",
-        )
-    return int(value)
+    return _largest_batch(
+        "CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH", text, 1, "",
+        "Set it to the largest batch the preloaded attention should run at (1, the default, or more), or unset it.",
+    )  # fmt: skip
 
 
 # Above PRELOADED_MAX_BATCH, up to CUGRAPH_ACCEL_ATTENTION_PRELOADED_GROUPED rows (0: off, the default), the
@@ -97,13 +103,10 @@ def preloaded_batch_setting(text: str) -> int:
 # 35, item 4) the split kernel and its combine cost ~95 us a step at the 1B against batch 1's 69.
 def preloaded_grouped_setting(text: str) -> int:
     """CUGRAPH_ACCEL_ATTENTION_PRELOADED_GROUPED: the largest batch the grouped form runs at (0: off)."""
-    value = text.strip() or "0"
-    if not value.isdigit():
-        raise BadOptionError(
-            f"CUGRAPH_ACCEL_ATTENTION_PRELOADED_GROUPED={text!r} is not a batch size.",
-            "Set it to 0 (off, the default) or to the largest batch whose attention should take the grouped form.",
-        )
-    return int(value)
+    return _largest_batch(
+        "CUGRAPH_ACCEL_ATTENTION_PRELOADED_GROUPED", text, 0, "0",
+        "Set it to 0 (off, the default) or to the largest batch whose attention should take the grouped form.",
+    )  # fmt: skip
 
 
 PRELOADED_PARTS = preloaded_setting(os.environ.get("CUGRAPH_ACCEL_ATTENTION_PRELOADED", "4"))

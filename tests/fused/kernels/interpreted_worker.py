@@ -14,7 +14,7 @@ import sys
 os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
-from attention_cases import Attention, inputs, reference  # noqa: E402
+from attention_cases import Attention, forms_launched, inputs, preloaded_limits, reference  # noqa: E402
 
 from accelerate_graph.fused import grouped_attention  # noqa: E402
 from accelerate_graph.fused.kernels import decode_attention as kernel  # noqa: E402
@@ -26,18 +26,12 @@ def run_case(case: dict) -> dict:
     config = kernel.DecodeConfig(block_l=case["block_l"], num_warps=4, splits=case["splits"])
     kernel.FOLD_COMBINE = bool(case.get("fold"))  # the split kernel combines its own partials
     kernel.PRELOADED_PARTS = case.get("preloaded", 0)  # the bucket in one tile, loaded before the wait
-    # at the case's batch, whatever the defaults' limits: a query head a program, or the group's (grouped)
-    grouped = bool(case.get("grouped"))
-    kernel.PRELOADED_MAX_BATCH, kernel.PRELOADED_GROUPED_BATCH = (1, query.shape[0]) if grouped else (query.shape[0], 0)
-    mask_kind = (
-        kernel.NO_MASK if mask is None else kernel.BOOL_MASK if mask.dtype == torch.bool else kernel.ADDITIVE_MASK
-    )
-    per_head = mask is not None and mask.shape[1] != 1
-    parts, heads = kernel.preloaded_form(
-        query.shape[0], query.shape[1] // key.shape[1], query.shape[3], key.shape[2], mask_kind, per_head
-    )
+    limits = preloaded_limits(query.shape[0], bool(case.get("grouped")))
+    kernel.PRELOADED_MAX_BATCH, kernel.PRELOADED_GROUPED_BATCH = limits
     try:
-        out = kernel.launch(query, key, value, mask, scale, softcap, config)
+        with forms_launched(kernel) as launched:
+            out = kernel.launch(query, key, value, mask, scale, softcap, config)
+        ((parts, heads),) = launched
     finally:
         kernel.FOLD_COMBINE = False
         kernel.PRELOADED_PARTS, kernel.PRELOADED_MAX_BATCH, kernel.PRELOADED_GROUPED_BATCH = 0, 1, 0

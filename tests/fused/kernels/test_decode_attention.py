@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from attention_cases import Attention, inputs, reference
+from attention_cases import Attention, forms_launched, inputs, preloaded_limits, reference
 from cuda_graphs import captured
 
 from accelerate_graph.fused import grouped_attention
@@ -298,8 +298,7 @@ GPU_CASES = [c for c in CASES if "dtype" not in c] + [
 @pytest.mark.parametrize("spec", GPU_CASES, ids=[c["id"] for c in GPU_CASES])
 def test_gpu_kernel_matches_the_matmul_path(spec, dtype, monkeypatch):
     monkeypatch.setattr(kernel, "PRELOADED_PARTS", spec.get("preloaded", 0))
-    # the case's batch, whatever the defaults' limits: a query head a program, or the group's (grouped)
-    limits = (1, spec["b"]) if spec.get("grouped") else (spec["b"], 0)
+    limits = preloaded_limits(spec["b"], bool(spec.get("grouped")))
     monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", limits[0])
     monkeypatch.setattr(kernel, "PRELOADED_GROUPED_BATCH", limits[1])
     spec = {**spec, "dtype": dtype}
@@ -398,48 +397,47 @@ def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, 
     monkeypatch.setattr(pdl, "ENABLED", early)
     monkeypatch.setattr(kernel, "FOLD_COMBINE", fold)
     monkeypatch.setattr(kernel, "PRELOADED_PARTS", abs(preloaded))
-    monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", 1 if preloaded < 0 else batch)
-    monkeypatch.setattr(kernel, "PRELOADED_GROUPED_BATCH", batch if preloaded < 0 else 0)
-    ran = []
-    original = kernel.preloaded_form
-    monkeypatch.setattr(kernel, "preloaded_form", lambda *args: ran.append(original(*args)) or ran[-1])
-    torch._dynamo.reset()
-    layer = GpuLayer(batch)
-    cache_k, cache_v, weight = layer.cache_k, layer.cache_v, layer.weight
-    compiled = torch.compile(layer_like, backend="inductor")
+    limits = preloaded_limits(batch, preloaded < 0)
+    monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", limits[0])
+    monkeypatch.setattr(kernel, "PRELOADED_GROUPED_BATCH", limits[1])
+    with forms_launched(kernel) as ran:  # the (parts, query heads a program) each launch chose
+        torch._dynamo.reset()
+        layer = GpuLayer(batch)
+        cache_k, cache_v, weight = layer.cache_k, layer.cache_v, layer.weight
+        compiled = torch.compile(layer_like, backend="inductor")
 
-    def arguments(length, now):
-        query, new_k, new_v = layer.token()
-        mask = layer.mask(length, now)
-        for tensor in (query, new_k, new_v, mask):
-            torch._dynamo.maybe_mark_dynamic(tensor, 0)
-        return query, new_k, new_v, torch.tensor([now], device="cuda"), mask
+        def arguments(length, now):
+            query, new_k, new_v = layer.token()
+            mask = layer.mask(length, now)
+            for tensor in (query, new_k, new_v, mask):
+                torch._dynamo.maybe_mark_dynamic(tensor, 0)
+            return query, new_k, new_v, torch.tensor([now], device="cuda"), mask
 
-    def check(run, args):
-        """`run` with the kernel against the matmul path, from the same cache contents."""
-        before = cache_k.clone(), cache_v.clone()
+        def check(run, args):
+            """`run` with the kernel against the matmul path, from the same cache contents."""
+            before = cache_k.clone(), cache_v.clone()
+            monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
+            got = run().clone()
+            cache_k.copy_(before[0]), cache_v.copy_(before[1])
+            monkeypatch.setattr(grouped_attention, "TRITON_DECODE", False)
+            want = layer_like(*args[:3], cache_k, cache_v, *args[3:], weight)
+            monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
+            assert_like_the_matmul_path(got, want)
+
+        before = dynamo_graph_count()
+        for length, now in [(64, 40), (128, 100), (256, 200)]:
+            args = arguments(length, now)
+            check(lambda args=args: compiled(*args[:3], cache_k, cache_v, *args[3:], weight), args)
+        assert dynamo_graph_count() - before <= 2  # the first length, then one dynamic graph for the others
+
+        # a CUDA graph of the compiled step over static buffers, replayed with new contents
+        static = arguments(128, 90)
         monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
-        got = run().clone()
-        cache_k.copy_(before[0]), cache_v.copy_(before[1])
-        monkeypatch.setattr(grouped_attention, "TRITON_DECODE", False)
-        want = layer_like(*args[:3], cache_k, cache_v, *args[3:], weight)
-        monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
-        assert_like_the_matmul_path(got, want)
-
-    before = dynamo_graph_count()
-    for length, now in [(64, 40), (128, 100), (256, 200)]:
-        args = arguments(length, now)
-        check(lambda args=args: compiled(*args[:3], cache_k, cache_v, *args[3:], weight), args)
-    assert dynamo_graph_count() - before <= 2  # the first length, then one dynamic graph for the others
-
-    # a CUDA graph of the compiled step over static buffers, replayed with new contents
-    static = arguments(128, 90)
-    monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
-    graph, static_out = captured(lambda: compiled(*static[:3], cache_k, cache_v, *static[3:], weight))
-    for now in (95, 110, 127):
-        for buffer, value in zip(static, arguments(128, now)):
-            buffer.copy_(value)
-        check(lambda: (graph.replay(), static_out)[1], static)
+        graph, static_out = captured(lambda: compiled(*static[:3], cache_k, cache_v, *static[3:], weight))
+        for now in (95, 110, 127):
+            for buffer, value in zip(static, arguments(128, now)):
+                buffer.copy_(value)
+            check(lambda: (graph.replay(), static_out)[1], static)
     assert not fold or kernel._counters, "the folded kernel never ran"
     # the form the case is about ran: (parts, query heads a program), 7 of GpuLayer's 14/2 when grouped
     assert not preloaded or (abs(preloaded), 7 if preloaded < 0 else 1) in ran, ran
