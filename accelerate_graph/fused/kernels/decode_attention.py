@@ -79,39 +79,19 @@ def preloaded_setting(text: str) -> int:
     return int(value)
 
 
-def _largest_batch(variable: str, text: str, least: int, empty: str, fix: str) -> int:
-    """A setting naming the largest batch a form of the kernel runs at: an integer of at least `least` (an
-    empty value reads as `empty`), else one BadOptionError line that says `fix`."""
-    value = text.strip() or empty
-    if not value.isdigit() or int(value) < least:
-        raise BadOptionError(f"{variable}={text!r} is not a batch size.", fix)
-    return int(value)
-
-
 def preloaded_batch_setting(text: str) -> int:
     """CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH: the largest batch the preloaded kernel runs at (1 or more)."""
-    return _largest_batch(
-        "CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH", text, 1, "",
-        "Set it to the largest batch the preloaded attention should run at (1, the default, or more), or unset it.",
-    )  # fmt: skip
-
-
-# Above PRELOADED_MAX_BATCH, up to CUGRAPH_ACCEL_ATTENTION_PRELOADED_GROUPED rows (0: off, the default), the
-# same kernel with one program per (row, K/V head, part) taking the group's query heads one after the other
-# over one K/V tile: K is read once a group, not once a query head (what lost at batch 8), and the combine is
-# gone. Prepared in stop 35, not yet measured on a GPU: where batches 2-8 lose to batch 1 (docs/PERF.md stop
-# 35, item 4) the split kernel and its combine cost ~95 us a step at the 1B against batch 1's 69.
-def preloaded_grouped_setting(text: str) -> int:
-    """CUGRAPH_ACCEL_ATTENTION_PRELOADED_GROUPED: the largest batch the grouped form runs at (0: off)."""
-    return _largest_batch(
-        "CUGRAPH_ACCEL_ATTENTION_PRELOADED_GROUPED", text, 0, "0",
-        "Set it to 0 (off, the default) or to the largest batch whose attention should take the grouped form.",
-    )  # fmt: skip
+    value = text.strip()
+    if not value.isdigit() or int(value) < 1:
+        raise BadOptionError(
+            f"CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH={text!r} is not a batch size.",
+            "Set it to the largest batch the preloaded attention should run at (1, the default, or more), or unset it.",
+        )
+    return int(value)
 
 
 PRELOADED_PARTS = preloaded_setting(os.environ.get("CUGRAPH_ACCEL_ATTENTION_PRELOADED", "4"))
 PRELOADED_MAX_BATCH = preloaded_batch_setting(os.environ.get("CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH", "1"))
-PRELOADED_GROUPED_BATCH = preloaded_grouped_setting(os.environ.get("CUGRAPH_ACCEL_ATTENTION_PRELOADED_GROUPED", "0"))
 PRELOADED_MAX_ELEMENTS = 256 * 64  # slots x head dim of one program's K tile (registers: 8 warps)
 COUNTERS = 1 << 16  # arrival counters per device: rows x K/V heads of one launch (more: the second kernel)
 _counters: dict[torch.device, torch.Tensor] = {}
@@ -345,21 +325,18 @@ def _decode_preloaded_kernel(
     stride_mb, stride_mh, stride_ml,
     stride_ob, stride_oh, stride_od,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
-    PARTS: tl.constexpr, SOFTCAP: tl.constexpr, USE_PDL: tl.constexpr, HEADS: tl.constexpr,
+    PARTS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
-    """One (row of the batch, HEADS query heads, part of the head dimension) over the whole context bucket (at
-    most BLOCK_T slots) in one tile: no loop over the context, no split, nothing to combine. A boolean mask
-    only (one for the HEADS heads: HEADS > 1 needs a mask shared by the heads). The mask, K and V are loaded
-    before `gdc_wait`: every slot but the step's own was written by an earlier step (a kernel before the one
-    in front), and the step's own slot, the row's last attended one (a decode step attends nothing after its
-    position), is read again after the wait, with q. HEADS: 1, or GROUP (the query heads of one K/V head,
-    one after the other over the same tiles). Each output part is written directly."""
+    """One (row of the batch, query head, part of the head dimension) over the whole context bucket (at most
+    BLOCK_T slots) in one tile: no loop, no split, nothing to combine. A boolean mask only. The mask, K and V
+    are loaded before `gdc_wait`: every slot but the step's own was written by an earlier step (a kernel
+    before the one in front), and the step's own slot, the row's last attended one (a decode step attends
+    nothing after its position), is read again after the wait, with q. Its output part is written directly."""
     program = tl.program_id(0)
     part = tl.program_id(1)
-    units = heads // HEADS  # programs a row of the batch
-    batch = program // units
-    first = (program % units) * HEADS  # the program's first query head
-    kv_head = first // GROUP
+    batch = program // heads
+    head = program % heads
+    kv_head = head // GROUP
     t = tl.arange(0, BLOCK_T)
     dims = tl.arange(0, BLOCK_D)
     d_ok = dims < HEAD_DIM
@@ -369,7 +346,7 @@ def _decode_preloaded_kernel(
     K = K + batch * stride_kb + kv_head * stride_kh
     V = V + batch * stride_vb + kv_head * stride_vh
     in_bucket = t < length
-    live = tl.load(Mask + batch * stride_mb + first * stride_mh + t * stride_ml, mask=in_bucket, other=0) != 0
+    live = tl.load(Mask + batch * stride_mb + head * stride_mh + t * stride_ml, mask=in_bucket, other=0) != 0
     # the whole bucket, not only the live slots: no load waits for the mask's
     k = tl.load(K + t[:, None] * stride_kl + dims[None, :] * stride_kd, mask=in_bucket[:, None] & d_ok[None, :],
                 other=0.0)  # fmt: skip
@@ -379,65 +356,44 @@ def _decode_preloaded_kernel(
     if USE_PDL:  # launched early (fused/kernels/pdl.py): q and the step's slot come from the kernels in front
         gdc_wait()
         gdc_launch_dependents()
-    q_first = tl.load(Q + batch * stride_qb + first * stride_qh + dims * stride_qd, mask=d_ok, other=0.0).to(tl.float32)
+    q = tl.load(Q + batch * stride_qb + head * stride_qh + dims * stride_qd, mask=d_ok, other=0.0).to(tl.float32)
     # as tensors, not a scalar condition (the interpreter refuses a mask of a tensor and a scalar)
     k_now = tl.load(K + slot * stride_kl + dims * stride_kd, mask=d_ok & (dims * 0 + slot >= 0), other=0.0)
     v_now = tl.load(V + slot * stride_vl + part_dims * stride_vd, mask=part_ok & (part_dims * 0 + slot >= 0), other=0.0)
     is_now = t == slot
     k = tl.where(is_now[:, None], k_now[None, :], k).to(tl.float32)
     v = tl.where(is_now[:, None] | live[:, None], tl.where(is_now[:, None], v_now[None, :], v), 0.0)
-    for g in tl.static_range(HEADS):  # HEADS 1: the code as measured at batch 1 (stop 34), q loaded first
-        head = first + g
-        if g == 0:
-            q = q_first
-        else:
-            q = tl.load(Q + batch * stride_qb + head * stride_qh + dims * stride_qd, mask=d_ok, other=0.0)
-            q = q.to(tl.float32)
-        s = tl.sum(k * q[None, :], axis=1)  # q.k in fp32, as the split kernel's dot accumulates it
-        s = s * tl.cast(scale, tl.float32)
-        if SOFTCAP:  # softcap * tanh(s / softcap), as the split kernel computes it
-            cap = tl.cast(softcap, tl.float32)
-            e = tl.exp(-2.0 * tl.abs(s / cap))
-            s = tl.where(s < 0, -cap, cap) * (1.0 - e) / (1.0 + e)
-        s = tl.where(live, s, float("-inf"))
-        m = tl.max(s, axis=0)
-        m_safe = tl.where(m == float("-inf"), 0.0, m)
-        p = tl.exp(s - m_safe)
-        total = tl.sum(p, axis=0)
-        p_cast = p.to(V.dtype.element_ty)  # the probabilities in the value dtype, as the split kernel casts them
-        out = tl.sum(p_cast.to(tl.float32)[:, None] * v.to(tl.float32), axis=0) / tl.where(total == 0.0, 1.0, total)
-        o_ptrs = Out + batch * stride_ob + head * stride_oh + part_dims * stride_od
-        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=part_ok)
+    s = tl.sum(k * q[None, :], axis=1)  # q.k in fp32, as the split kernel's dot accumulates it
+    s = s * tl.cast(scale, tl.float32)
+    if SOFTCAP:  # softcap * tanh(s / softcap), as the split kernel computes it
+        cap = tl.cast(softcap, tl.float32)
+        e = tl.exp(-2.0 * tl.abs(s / cap))
+        s = tl.where(s < 0, -cap, cap) * (1.0 - e) / (1.0 + e)
+    s = tl.where(live, s, float("-inf"))
+    m = tl.max(s, axis=0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    p = tl.exp(s - m_safe)
+    total = tl.sum(p, axis=0)
+    p_cast = p.to(V.dtype.element_ty)  # the probabilities in the value dtype, as the split kernel casts them
+    if UPCAST:
+        v = v.to(tl.float32)
+    out = tl.sum(p_cast.to(tl.float32)[:, None] * v.to(tl.float32), axis=0) / tl.where(total == 0.0, 1.0, total)
+    o_ptrs = Out + batch * stride_ob + head * stride_oh + part_dims * stride_od
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=part_ok)
 
 
 def preloaded_parts(batch: int, head_dim: int, length: int, mask_kind: int) -> int:
     """How many head-dimension parts `_decode_preloaded_kernel` splits each query head into here; 0 where it
-    does not run (off, a batch over PRELOADED_MAX_BATCH and PRELOADED_GROUPED_BATCH, not a boolean mask, a
-    bucket over PRELOADED_MAX_ELEMENTS, parts wider than the head)."""
+    does not run (off, a batch over PRELOADED_MAX_BATCH, not a boolean mask, a bucket over
+    PRELOADED_MAX_ELEMENTS, parts wider than the head)."""
     parts = PRELOADED_PARTS
-    if parts <= 0 or batch > max(PRELOADED_MAX_BATCH, PRELOADED_GROUPED_BATCH) or mask_kind != BOOL_MASK:
+    if parts <= 0 or batch > PRELOADED_MAX_BATCH or mask_kind != BOOL_MASK:
         return 0
     if parts & (parts - 1) or parts > _block(head_dim):
         return 0
     if triton.next_power_of_2(max(length, 1)) * _block(head_dim) > PRELOADED_MAX_ELEMENTS:
         return 0
     return parts
-
-
-def preloaded_heads(batch: int, group: int, mask_per_head: bool) -> int:
-    """How many query heads one program of `_decode_preloaded_kernel` takes at `batch` rows where
-    preloaded_parts allows it: 1 up to PRELOADED_MAX_BATCH, the group above it (the grouped form, which needs
-    one mask for the group's heads); 0: the split kernel."""
-    if batch <= PRELOADED_MAX_BATCH:
-        return 1
-    return 0 if mask_per_head or batch > PRELOADED_GROUPED_BATCH else group
-
-
-def preloaded_form(batch: int, group: int, head_dim: int, length: int, mask_kind: int, mask_per_head: bool):
-    """(parts, query heads a program) of `_decode_preloaded_kernel` here, or (0, 0): the split kernel."""
-    parts = preloaded_parts(batch, head_dim, length, mask_kind)
-    heads = preloaded_heads(batch, group, mask_per_head) if parts else 0
-    return (parts, heads) if heads else (0, 0)
 
 
 @triton.jit
@@ -532,15 +488,15 @@ def launch(
     if query.dtype == torch.float32:
         stages, block_l = 1, min(block_l, FLOAT32_BLOCK_L)
     early = pdl.launch_options(query.device)
-    parts, heads_per_program = preloaded_form(batch, group, head_dim, length, mask_kind, mask_strides[1] != 0)
+    parts = preloaded_parts(batch, head_dim, length, mask_kind)
     if parts:  # the bucket in one tile, loaded before the wait: one kernel, no combine
-        _decode_preloaded_kernel[(batch * heads // heads_per_program, parts)](
+        _decode_preloaded_kernel[(batch * heads, parts)](
             query, key, value, mask_rows, out, heads, length, scale, softcap,
             query.stride(0), query.stride(1), query.stride(3),
             *key.stride(), *value.stride(), *mask_strides,
             out.stride(0), out.stride(2), out.stride(3),
             GROUP=group, HEAD_DIM=head_dim, BLOCK_D=_block(head_dim), BLOCK_T=triton.next_power_of_2(max(length, 1)),
-            PARTS=parts, SOFTCAP=softcap > 0, USE_PDL=bool(early), HEADS=heads_per_program, num_warps=8, **early,
+            PARTS=parts, SOFTCAP=softcap > 0, UPCAST=upcast, USE_PDL=bool(early), num_warps=8, **early,
         )  # fmt: skip
         return out
     splits = config.splits

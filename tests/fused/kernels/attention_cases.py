@@ -1,8 +1,6 @@
 """Decode-attention inputs shaped as fused mode sees them, and a float32 reference: shared by the
 interpreter worker (CPU) and the GPU tests."""
 
-import contextlib
-
 import torch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -55,21 +53,3 @@ def reference(query, key, value, mask, scale: float, softcap: float) -> torch.Te
         rows = mask[:, :, -1:, : key.shape[2]]
         scores = scores.masked_fill(~rows, float("-inf")) if rows.dtype == torch.bool else scores + rows.float()
     return (torch.softmax(scores, dim=-1) @ v).transpose(1, 2)
-
-
-def preloaded_limits(batch: int, grouped: bool) -> tuple[int, int]:
-    """(PRELOADED_MAX_BATCH, PRELOADED_GROUPED_BATCH) that run the preloaded kernel at `batch` rows whatever
-    the defaults: a query head a program, or the group's (grouped)."""
-    return (1, batch) if grouped else (batch, 0)
-
-
-@contextlib.contextmanager
-def forms_launched(kernel):
-    """The (parts, query heads a program) `kernel.launch` chose for each call inside the block ((0, 0): the
-    split kernel), read where launch asks for them."""
-    launched, choose = [], kernel.preloaded_form
-    kernel.preloaded_form = lambda *args: launched.append(choose(*args)) or launched[-1]
-    try:
-        yield launched
-    finally:
-        kernel.preloaded_form = choose

@@ -14,7 +14,7 @@ import sys
 os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
-from attention_cases import Attention, forms_launched, inputs, preloaded_limits, reference  # noqa: E402
+from attention_cases import Attention, inputs, reference  # noqa: E402
 
 from accelerate_graph.fused import grouped_attention  # noqa: E402
 from accelerate_graph.fused.kernels import decode_attention as kernel  # noqa: E402
@@ -26,15 +26,16 @@ def run_case(case: dict) -> dict:
     config = kernel.DecodeConfig(block_l=case["block_l"], num_warps=4, splits=case["splits"])
     kernel.FOLD_COMBINE = bool(case.get("fold"))  # the split kernel combines its own partials
     kernel.PRELOADED_PARTS = case.get("preloaded", 0)  # the bucket in one tile, loaded before the wait
-    limits = preloaded_limits(query.shape[0], bool(case.get("grouped")))
-    kernel.PRELOADED_MAX_BATCH, kernel.PRELOADED_GROUPED_BATCH = limits
+    kernel.PRELOADED_MAX_BATCH = query.shape[0]  # at the case's batch, whatever the default's limit
+    mask_kind = (
+        kernel.NO_MASK if mask is None else kernel.BOOL_MASK if mask.dtype == torch.bool else kernel.ADDITIVE_MASK
+    )
+    preloaded = kernel.preloaded_parts(query.shape[0], query.shape[3], key.shape[2], mask_kind)
     try:
-        with forms_launched(kernel) as launched:
-            out = kernel.launch(query, key, value, mask, scale, softcap, config)
-        ((parts, heads),) = launched
+        out = kernel.launch(query, key, value, mask, scale, softcap, config)
     finally:
         kernel.FOLD_COMBINE = False
-        kernel.PRELOADED_PARTS, kernel.PRELOADED_MAX_BATCH, kernel.PRELOADED_GROUPED_BATCH = 0, 1, 0
+        kernel.PRELOADED_PARTS, kernel.PRELOADED_MAX_BATCH = 0, 1
     expected = reference(query, key, value, mask, scale, softcap)
     live = torch.ones(query.shape[0], dtype=torch.bool)
     if case.get("dead_row") is not None:
@@ -46,8 +47,7 @@ def run_case(case: dict) -> dict:
         "dead_rows_max": out[~live].float().abs().max().item() if (~live).any() else 0.0,
         # arrival counters the folded kernel left non-zero: the next launch would combine too early
         "counters_left": sum(int(c.count_nonzero()) for c in kernel._counters.values()),
-        "preloaded_parts": parts,  # > 0: _decode_preloaded_kernel ran, not the split kernel
-        "preloaded_heads": heads,  # query heads one of its programs took
+        "preloaded_parts": preloaded,  # > 0: _decode_preloaded_kernel ran, not the split kernel
     }
     if not softcap:  # the matmul path has no softcapping (it falls back to sdpa, which refuses it)
         current, _ = grouped_attention.grouped_decode_attention(Attention().eval(), query, key, value, mask, 0.0, scale)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from attention_cases import Attention, forms_launched, inputs, preloaded_limits, reference
+from attention_cases import Attention, inputs, reference
 from cuda_graphs import captured
 
 from accelerate_graph.fused import grouped_attention
@@ -82,25 +82,7 @@ PRELOADED = [
     {**case("batch-broadcast-preloaded", 3, "14/2", 64, 100, "bool", 1, 32, batch_broadcast=True), "preloaded": 2},
     {**case("bf16-preloaded", 3, "32/8", 64, 256, "bool", 1, 64, dtype="bfloat16"), "preloaded": 2},
 ]
-# The grouped form above batch 1 (CUGRAPH_ACCEL_ATTENTION_PRELOADED_GROUPED): a program takes its K/V head's
-# query heads one after the other over one tile. Groups of 7 (Qwen) and 4 (the Llamas), the 1B's bucket of
-# 256 at batch 8, a padded row, a sliding window, softcapping, a mask shared by the batch, bf16. A mask per
-# head keeps the split kernel (the case checks that it ran).
-GROUPED = [
-    {**case("b3-14/2-d64-L100-bool-grouped", 3, "14/2", 64, 100, "bool", 1, 64), "preloaded": 2, "grouped": True},
-    {**case("b8-32/8-d64-L256-bool-grouped", 8, "32/8", 64, 256, "bool", 1, 64), "preloaded": 4, "grouped": True},
-    {**case("b2-32/8-d128-L100-bool-grouped-4-parts", 2, "32/8", 128, 100, "bool", 1, 64), "preloaded": 4,
-     "grouped": True},
-    {**case("padded-row-grouped", 3, "14/2", 64, 100, "bool", 1, 32, dead_row=1), "preloaded": 1, "grouped": True},
-    {**case("sliding-window-grouped", 3, "8/8", 64, 256, "bool", 1, 32, window=40), "preloaded": 2, "grouped": True},
-    {**case("softcap-grouped", 3, "14/2", 64, 100, "bool", 1, 32, softcap=5.0), "preloaded": 2, "grouped": True},
-    {**case("batch-broadcast-grouped", 3, "14/2", 64, 100, "bool", 1, 32, batch_broadcast=True), "preloaded": 2,
-     "grouped": True},
-    {**case("bf16-grouped", 3, "32/8", 64, 256, "bool", 1, 64, dtype="bfloat16"), "preloaded": 2, "grouped": True},
-    {**case("mask-per-head-grouped-keeps-the-split", 3, "14/2", 64, 100, "bool", 2, 32, per_head=True),
-     "preloaded": 2, "grouped": True, "split": True},
-]  # fmt: skip
-CASES += PRELOADED + GROUPED
+CASES += PRELOADED
 LOW_PRECISION = {"bfloat16": 2**-7, "float16": 2**-10}  # one unit in the last place at 1
 
 
@@ -134,10 +116,7 @@ def test_kernel_matches_the_reference_and_the_matmul_path(case_results, spec):
     assert got["shape"] == [spec["b"], 1, spec["hq"], spec["d"]] and got["dtype"] == dtype
     assert got["dead_rows_max"] == 0.0  # a row with nothing to attend gives zeros (the matmul path: NaN)
     assert got["counters_left"] == 0  # every launch leaves the folded kernel's arrival counters at zero
-    preloaded = "preloaded" in spec and not spec.get("split")
-    assert (got["preloaded_parts"] > 0) == preloaded, got  # the kernel the case is about ran
-    if preloaded:  # a query head a program, or the group's in the grouped form
-        assert got["preloaded_heads"] == (spec["hq"] // spec["hkv"] if spec.get("grouped") else 1), got
+    assert (got["preloaded_parts"] > 0) == ("preloaded" in spec), got  # the kernel the case is about ran
     if dtype == "float32":
         assert got["vs_reference"] < 2e-5, got
         assert spec.get("softcap") or got["vs_current"] < 2e-5, got
@@ -220,36 +199,8 @@ def test_a_bad_preloaded_batch_says_what_to_set(text):
     assert [kernel.preloaded_batch_setting(t) for t in ("1", " 8 ")] == [1, 8]
 
 
-@pytest.mark.parametrize("text", ["one", "-1", "2.5"])
-def test_a_bad_grouped_batch_says_what_to_set(text):
-    from accelerate_graph.common.errors import BadOptionError
-
-    with pytest.raises(BadOptionError, match="CUGRAPH_ACCEL_ATTENTION_PRELOADED_GROUPED="):
-        kernel.preloaded_grouped_setting(text)
-    assert [kernel.preloaded_grouped_setting(t) for t in ("", "0", " 8 ")] == [0, 0, 8]
-
-
-def test_the_grouped_form_takes_the_batches_between_the_two_limits_with_one_mask_for_the_heads(monkeypatch):
-    monkeypatch.setattr(kernel, "PRELOADED_PARTS", 4)
-    monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", 1)
-    monkeypatch.setattr(kernel, "PRELOADED_GROUPED_BATCH", 8)
-    form = kernel.preloaded_form
-    assert form(1, 4, 64, 256, kernel.BOOL_MASK, False) == (4, 1)  # batch 1: a query head a program
-    assert form(2, 4, 64, 256, kernel.BOOL_MASK, False) == (4, 4)  # the 1B's group of 4 in one program
-    assert form(8, 7, 64, 256, kernel.BOOL_MASK, False) == (4, 7)  # Qwen's 7
-    assert form(8, 7, 64, 256, kernel.BOOL_MASK, True) == (0, 0)  # a mask per head: the split kernel
-    assert form(16, 4, 64, 256, kernel.BOOL_MASK, False) == (0, 0)  # past the grouped limit
-    assert form(8, 4, 64, 512, kernel.BOOL_MASK, False) == (0, 0)  # a bucket past one tile
-    assert form(8, 4, 64, 256, kernel.ADDITIVE_MASK, False) == (0, 0)
-    monkeypatch.setattr(kernel, "PRELOADED_GROUPED_BATCH", 0)
-    assert form(2, 4, 64, 256, kernel.BOOL_MASK, False) == (0, 0)  # off
-    monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", 4)
-    assert form(4, 4, 64, 256, kernel.BOOL_MASK, True) == (4, 1)  # a head a program takes any mask
-
-
 def test_the_preloaded_kernel_takes_short_buckets_with_a_boolean_mask_only(monkeypatch):
     monkeypatch.setattr(kernel, "PRELOADED_PARTS", 2)
-    monkeypatch.setattr(kernel, "PRELOADED_GROUPED_BATCH", 0)
     assert kernel.preloaded_parts(1, 64, 256, kernel.BOOL_MASK) == 2  # the 1B's and Qwen's bucket of 256
     assert kernel.preloaded_parts(1, 64, 257, kernel.BOOL_MASK) == 0  # 512 slots: the split kernel
     assert kernel.preloaded_parts(1, 128, 128, kernel.BOOL_MASK) == 2 and kernel.preloaded_parts(1, 128, 256, 1) == 0
@@ -267,12 +218,10 @@ def test_the_preloaded_kernel_takes_short_buckets_with_a_boolean_mask_only(monke
     any(name.startswith("CUGRAPH_ACCEL_ATTENTION_PRELOADED") for name in os.environ), reason="set in the environment"
 )
 def test_the_preloaded_kernel_runs_at_batch_1_with_4_parts_by_default():
-    """The measured default (docs/PERF.md stop 34): 4 parts at batch 1 only; the grouped form (prepared in stop
-    35, not measured) off."""
-    assert (kernel.PRELOADED_PARTS, kernel.PRELOADED_MAX_BATCH, kernel.PRELOADED_GROUPED_BATCH) == (4, 1, 0)
+    """The measured default (docs/PERF.md stop 34): 4 parts at batch 1 only."""
+    assert (kernel.PRELOADED_PARTS, kernel.PRELOADED_MAX_BATCH) == (4, 1)
     assert kernel.preloaded_parts(1, 64, 256, kernel.BOOL_MASK) == 4
     assert kernel.preloaded_parts(8, 64, 256, kernel.BOOL_MASK) == 0
-    assert kernel.preloaded_form(2, 4, 64, 256, kernel.BOOL_MASK, False) == (0, 0)
 
 
 def test_unsupported_inputs_are_refused():
@@ -298,9 +247,7 @@ GPU_CASES = [c for c in CASES if "dtype" not in c] + [
 @pytest.mark.parametrize("spec", GPU_CASES, ids=[c["id"] for c in GPU_CASES])
 def test_gpu_kernel_matches_the_matmul_path(spec, dtype, monkeypatch):
     monkeypatch.setattr(kernel, "PRELOADED_PARTS", spec.get("preloaded", 0))
-    limits = preloaded_limits(spec["b"], bool(spec.get("grouped")))
-    monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", limits[0])
-    monkeypatch.setattr(kernel, "PRELOADED_GROUPED_BATCH", limits[1])
+    monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", spec["b"])  # the case's batch, whatever the default's
     spec = {**spec, "dtype": dtype}
     query, key, value, mask = inputs(spec, "cuda")
     scale, softcap = query.shape[-1] ** -0.5, spec.get("softcap", 0.0)
@@ -375,12 +322,9 @@ def assert_like_the_matmul_path(got, want):
     ("batch", "early", "fold", "preloaded"),
     [
         (1, False, False, 0), (4, False, False, 0), (1, True, False, 0), (1, True, True, 0), (4, False, True, 0),
-        (1, True, False, 2), (4, True, False, 2), (4, False, False, 1), (4, True, False, -2), (4, False, False, -4),
+        (1, True, False, 2), (4, True, False, 2), (4, False, False, 1),
     ],
-    ids=[
-        "b1", "b4", "b1-pdl", "b1-pdl-folded", "b4-folded", "b1-pdl-preloaded", "b4-pdl-preloaded", "b4-preloaded",
-        "b4-pdl-grouped", "b4-grouped",
-    ],
+    ids=["b1", "b4", "b1-pdl", "b1-pdl-folded", "b4-folded", "b1-pdl-preloaded", "b4-pdl-preloaded", "b4-preloaded"],
 )  # fmt: skip
 def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, fold, preloaded):
     """Inductor compiles the op with the layer's own kernels; one compilation serves every context
@@ -389,58 +333,52 @@ def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, 
     just written before they are there; with the combine folded into the split kernel, where a
     program that combined before the others' partials were visible would be off (its counters must be
     back at zero after every launch); and with the bucket in one tile loaded before the wait
-    (`preloaded`, parts; negative: the grouped form, a program per K/V head), where the step's slot, written
-    by the kernel in front, must be read again after it."""
+    (`preloaded`), where the step's slot, written by the kernel in front, must be read again after it."""
     from accelerate_graph.compat.torch_internals import dynamo_graph_count
     from accelerate_graph.fused.kernels import pdl
 
     monkeypatch.setattr(pdl, "ENABLED", early)
     monkeypatch.setattr(kernel, "FOLD_COMBINE", fold)
-    monkeypatch.setattr(kernel, "PRELOADED_PARTS", abs(preloaded))
-    limits = preloaded_limits(batch, preloaded < 0)
-    monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", limits[0])
-    monkeypatch.setattr(kernel, "PRELOADED_GROUPED_BATCH", limits[1])
-    with forms_launched(kernel) as ran:  # the (parts, query heads a program) each launch chose
-        torch._dynamo.reset()
-        layer = GpuLayer(batch)
-        cache_k, cache_v, weight = layer.cache_k, layer.cache_v, layer.weight
-        compiled = torch.compile(layer_like, backend="inductor")
+    monkeypatch.setattr(kernel, "PRELOADED_PARTS", preloaded)
+    monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", batch)
+    torch._dynamo.reset()
+    layer = GpuLayer(batch)
+    cache_k, cache_v, weight = layer.cache_k, layer.cache_v, layer.weight
+    compiled = torch.compile(layer_like, backend="inductor")
 
-        def arguments(length, now):
-            query, new_k, new_v = layer.token()
-            mask = layer.mask(length, now)
-            for tensor in (query, new_k, new_v, mask):
-                torch._dynamo.maybe_mark_dynamic(tensor, 0)
-            return query, new_k, new_v, torch.tensor([now], device="cuda"), mask
+    def arguments(length, now):
+        query, new_k, new_v = layer.token()
+        mask = layer.mask(length, now)
+        for tensor in (query, new_k, new_v, mask):
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)
+        return query, new_k, new_v, torch.tensor([now], device="cuda"), mask
 
-        def check(run, args):
-            """`run` with the kernel against the matmul path, from the same cache contents."""
-            before = cache_k.clone(), cache_v.clone()
-            monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
-            got = run().clone()
-            cache_k.copy_(before[0]), cache_v.copy_(before[1])
-            monkeypatch.setattr(grouped_attention, "TRITON_DECODE", False)
-            want = layer_like(*args[:3], cache_k, cache_v, *args[3:], weight)
-            monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
-            assert_like_the_matmul_path(got, want)
-
-        before = dynamo_graph_count()
-        for length, now in [(64, 40), (128, 100), (256, 200)]:
-            args = arguments(length, now)
-            check(lambda args=args: compiled(*args[:3], cache_k, cache_v, *args[3:], weight), args)
-        assert dynamo_graph_count() - before <= 2  # the first length, then one dynamic graph for the others
-
-        # a CUDA graph of the compiled step over static buffers, replayed with new contents
-        static = arguments(128, 90)
+    def check(run, args):
+        """`run` with the kernel against the matmul path, from the same cache contents."""
+        before = cache_k.clone(), cache_v.clone()
         monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
-        graph, static_out = captured(lambda: compiled(*static[:3], cache_k, cache_v, *static[3:], weight))
-        for now in (95, 110, 127):
-            for buffer, value in zip(static, arguments(128, now)):
-                buffer.copy_(value)
-            check(lambda: (graph.replay(), static_out)[1], static)
+        got = run().clone()
+        cache_k.copy_(before[0]), cache_v.copy_(before[1])
+        monkeypatch.setattr(grouped_attention, "TRITON_DECODE", False)
+        want = layer_like(*args[:3], cache_k, cache_v, *args[3:], weight)
+        monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
+        assert_like_the_matmul_path(got, want)
+
+    before = dynamo_graph_count()
+    for length, now in [(64, 40), (128, 100), (256, 200)]:
+        args = arguments(length, now)
+        check(lambda args=args: compiled(*args[:3], cache_k, cache_v, *args[3:], weight), args)
+    assert dynamo_graph_count() - before <= 2  # the first length, then one dynamic graph for the others
+
+    # a CUDA graph of the compiled step over static buffers, replayed with new contents
+    static = arguments(128, 90)
+    monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
+    graph, static_out = captured(lambda: compiled(*static[:3], cache_k, cache_v, *static[3:], weight))
+    for now in (95, 110, 127):
+        for buffer, value in zip(static, arguments(128, now)):
+            buffer.copy_(value)
+        check(lambda: (graph.replay(), static_out)[1], static)
     assert not fold or kernel._counters, "the folded kernel never ran"
-    # the form the case is about ran: (parts, query heads a program), 7 of GpuLayer's 14/2 when grouped
-    assert not preloaded or (abs(preloaded), 7 if preloaded < 0 else 1) in ran, ran
     assert all(int(c.count_nonzero()) == 0 for c in kernel._counters.values())
 
 
