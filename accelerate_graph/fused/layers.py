@@ -41,7 +41,7 @@ from accelerate_graph.fused import layer_program
 from accelerate_graph.fused.causal_mask import CausalMaskStandIn
 from accelerate_graph.fused.final_norm import final_norm_kernel
 from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
-from accelerate_graph.fused.kernels import pdl
+from accelerate_graph.fused.kernels import pdl, skinny_matmul
 from accelerate_graph.fused.layer_program import (
     MERGED_OPS,
     REFERENCE_OPS,
@@ -300,6 +300,8 @@ class FusedForward:
         self._unadvanced: list[torch.Tensor] = []  # in the current call: positions the layers left to us
         # built here, before any capture: a graph keeps the table's address
         self.rotary = rotary_tables(model, positions) if ROTARY_TABLE and positions else {}
+        if self._on_skinny_path():
+            skinny_matmul.prepare_split_finish(self.device)  # its counters too
         # the final RMSNorm as one kernel, where the layer program's norms are its kind (fused/final_norm.py)
         self.final_norm = final_norm_kernel(model, self.layers[0].input_layernorm) if self.programmed else {}
         # the LM head's batch-1 call on the skinny kernels, for the head shapes measured faster (fused/lm_head.py)

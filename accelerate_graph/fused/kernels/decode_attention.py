@@ -38,6 +38,7 @@ import triton.language as tl
 
 from accelerate_graph.common.errors import BadOptionError
 from accelerate_graph.fused.kernels import pdl
+from accelerate_graph.fused.kernels.arrival import COUNTERS, arrival_counters, fence_gpu
 from accelerate_graph.fused.kernels.pdl import gdc_launch_dependents, gdc_wait
 
 OP_NAME = "cugraph_accel::decode_attention"
@@ -93,16 +94,6 @@ def preloaded_batch_setting(text: str) -> int:
 PRELOADED_PARTS = preloaded_setting(os.environ.get("CUGRAPH_ACCEL_ATTENTION_PRELOADED", "4"))
 PRELOADED_MAX_BATCH = preloaded_batch_setting(os.environ.get("CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH", "1"))
 PRELOADED_MAX_ELEMENTS = 256 * 64  # slots x head dim of one program's K tile (registers: 8 warps)
-COUNTERS = 1 << 16  # arrival counters per device: rows x K/V heads of one launch (more: the second kernel)
-_counters: dict[torch.device, torch.Tensor] = {}
-
-
-def arrival_counters(device: torch.device) -> torch.Tensor:
-    """Zeros the folded split kernel counts arrivals in; each launch leaves them zero again (its last
-    program resets its counter), so one buffer serves every launch and every graph replay."""
-    if device not in _counters:
-        _counters[device] = torch.zeros(COUNTERS, dtype=torch.int32, device=device)
-    return _counters[device]
 
 
 @dataclass(frozen=True)
@@ -265,25 +256,17 @@ def _decode_split_kernel(
         if FOLD:
             first_part = part_rows - split
             if FENCE:  # every thread's partials visible GPU-wide before its program counts itself in
-                _fence_gpu(rows)
+                fence_gpu(rows)
             tl.debug_barrier()
             arrived = tl.atomic_add(Counters + program, 1, sem="acq_rel", scope="gpu")
             if arrived == splits - 1:  # the last to arrive: every other split's partials are written
                 if FENCE:
-                    _fence_gpu(rows)
+                    fence_gpu(rows)
                 tl.atomic_xchg(Counters + program, 0, sem="relaxed", scope="gpu")  # zero for the next launch
                 _combine_group(
                     Out, PartAcc, PartM, PartL, first_part, splits, batch, heads, row_ok, dims, d_ok,
                     stride_ob, stride_oh, stride_od, HEAD_DIM, BLOCK_G, BLOCK_D,
                 )  # fmt: skip
-
-
-@triton.jit
-def _fence_gpu(any_tensor):
-    """fence.acq_rel.gpu in every thread (the CUDA threadFenceReduction pattern's __threadfence)."""
-    tl.inline_asm_elementwise(
-        "fence.acq_rel.gpu; mov.u32 $0, $1;", "=r,r", [any_tensor], dtype=tl.int32, is_pure=False, pack=1
-    )
 
 
 @triton.jit
@@ -504,10 +487,12 @@ def launch(
     part_acc = query.new_empty((batch, heads, splits, head_dim) if not direct else (1,), dtype=torch.float32)
     part_m = query.new_empty((batch, heads, splits) if not direct else (1,), dtype=torch.float32)
     part_l = torch.empty_like(part_m)
-    fold = FOLD_COMBINE and not direct and batch * kv_heads <= COUNTERS
-    counters = arrival_counters(query.device) if fold else part_m
+    counters = None
+    if FOLD_COMBINE and not direct and batch * kv_heads <= COUNTERS:
+        counters = arrival_counters(query.device)
+    fold = counters is not None
     _decode_split_kernel[(batch * kv_heads, splits)](
-        query, key, value, mask_rows, out, part_acc, part_m, part_l, counters,
+        query, key, value, mask_rows, out, part_acc, part_m, part_l, counters if fold else part_m,
         kv_heads, length, splits, scale, softcap,
         query.stride(0), query.stride(1), query.stride(3),
         *key.stride(), *value.stride(), *mask_strides,

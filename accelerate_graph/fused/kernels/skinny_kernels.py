@@ -17,6 +17,7 @@ import os
 import triton
 import triton.language as tl
 
+from accelerate_graph.fused.kernels.arrival import fence_gpu
 from accelerate_graph.fused.kernels.pdl import gdc_launch_dependents, gdc_wait
 
 # @triton.jit picks the interpreter at decoration, i.e. when this module is imported.
@@ -290,14 +291,15 @@ def _epilogue(
 
 @triton.jit
 def _tile(
-    x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, b_ptr, b2_ptr, out_ptr, res_ptr, ws_ptr,
+    x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, b_ptr, b2_ptr, out_ptr, res_ptr, ws_ptr, counters_ptr,
     offs_m, local_pid, pid_s, M, N, K, K_PER_SPLIT, col0, NT,
     HAS_B: tl.constexpr, HAS_B2: tl.constexpr, NORM: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr,
     SPLIT: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
     OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    LOOKAHEAD: tl.constexpr,
+    LOOKAHEAD: tl.constexpr, FINISH_HERE: tl.constexpr, FENCE: tl.constexpr,
 ):  # fmt: skip
-    """One program's output block of one weight (of gate and up when MODE 2)."""
+    """One program's output block of one weight (of gate and up when MODE 2). Under split-K with
+    FINISH_HERE, the block's last slice to arrive sums the partials and runs the epilogue (arrival.py)."""
     offs_n = local_pid * BLOCK_N + tl.arange(0, BLOCK_N)
     k_lo = pid_s * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
@@ -313,19 +315,37 @@ def _tile(
         tl.store(base, acc, mask=mask)
         if MODE == 2:
             tl.store(base + N, acc2, mask=mask)
+        if FINISH_HERE:
+            if FENCE:  # every thread's partials visible GPU-wide before its program counts itself in
+                fence_gpu(offs_m)
+            tl.debug_barrier()
+            block = tl.program_id(0) + tl.num_programs(0) * tl.program_id(1)
+            arrived = tl.atomic_add(counters_ptr + block, 1, sem="acq_rel", scope="gpu")
+            if arrived == SPLIT - 1:  # the last slice: every other slice's partials are written
+                if FENCE:
+                    fence_gpu(offs_m)
+                tl.atomic_xchg(counters_ptr + block, 0, sem="relaxed", scope="gpu")  # zero for the next launch
+                _finish_block(
+                    ws_ptr, offs_m, local_pid, M, N, col0, NT, out_ptr, b_ptr, b2_ptr, res_ptr,
+                    HAS_B, HAS_B2, MODE, ACT, SPLIT, OUT_BF16, BLOCK_M, BLOCK_N, True,
+                )  # fmt: skip
 
 
 @triton.jit
 def skinny_kernel(
     x_ptr, nw_ptr, eps, M, K, K_PER_SPLIT,
-    w0, w1, w2, b0, b1, b2, o0, o1, o2, N0, N1, N2, NB0, NB1, res_ptr, ws_ptr, NT,
+    w0, w1, w2, b0, b1, b2, o0, o1, o2, N0, N1, N2, NB0, NB1, res_ptr, ws_ptr, counters_ptr, NT,
     NUM_W: tl.constexpr, HAS_B0: tl.constexpr, HAS_B1: tl.constexpr, HAS_B2: tl.constexpr,
     NORM: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr,
     USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
     USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     RSTD_CHUNK: tl.constexpr, RSTD_CHUNKS: tl.constexpr, LOOKAHEAD: tl.constexpr,
+    FINISH_HERE: tl.constexpr, FENCE: tl.constexpr,
 ):  # fmt: skip
-    """Grid (blocks of N0 [+ N1 [+ N2]] for MODE 0, of N0 otherwise; blocks of M; SPLIT)."""
+    """Grid (blocks of N0 [+ N1 [+ N2]] for MODE 0, of N0 otherwise; blocks of M; SPLIT). FINISH_HERE
+    (SPLIT > 1): the last slice of each block to finish sums the partials itself, counting arrivals in
+    counters_ptr (zeros, left zero), instead of finish_kernel; FENCE: GPU-wide fences around its arrival
+    (off only under the interpreter, which runs programs one by one)."""
     pid_n = tl.program_id(0)
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     pid_s = tl.program_id(2)
@@ -343,30 +363,30 @@ def skinny_kernel(
     # constexprs spelled out at every call: triton 3.6 drops constexpr-ness through a tuple's *unpacking
     if MODE != 0:  # one weight (MODE 1), or gate and up side by side (MODE 2)
         _tile(
-            x_ptr, nw_ptr, rstd, w0, w1, b0, b1, o0, res_ptr, ws_ptr, offs_m, pid_n, pid_s, M, N0, K, K_PER_SPLIT,
-            0, NT, HAS_B0, HAS_B1, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
+            x_ptr, nw_ptr, rstd, w0, w1, b0, b1, o0, res_ptr, ws_ptr, counters_ptr, offs_m, pid_n, pid_s, M, N0, K, K_PER_SPLIT,
+            0, NT, HAS_B0, HAS_B1, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD, FINISH_HERE, FENCE,
         )  # fmt: skip
     elif pid_n < NB0:
         _tile(
-            x_ptr, nw_ptr, rstd, w0, w0, b0, b0, o0, res_ptr, ws_ptr, offs_m, pid_n, pid_s, M, N0, K, K_PER_SPLIT,
-            0, NT, HAS_B0, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
+            x_ptr, nw_ptr, rstd, w0, w0, b0, b0, o0, res_ptr, ws_ptr, counters_ptr, offs_m, pid_n, pid_s, M, N0, K, K_PER_SPLIT,
+            0, NT, HAS_B0, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD, FINISH_HERE, FENCE,
         )  # fmt: skip
     else:
         if NUM_W == 2:
             _tile(
-                x_ptr, nw_ptr, rstd, w1, w1, b1, b1, o1, res_ptr, ws_ptr, offs_m, pid_n - NB0, pid_s, M, N1, K,
-                K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
+                x_ptr, nw_ptr, rstd, w1, w1, b1, b1, o1, res_ptr, ws_ptr, counters_ptr, offs_m, pid_n - NB0, pid_s, M, N1, K,
+                K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD, FINISH_HERE, FENCE,
             )  # fmt: skip
         elif NUM_W == 3:
             if pid_n < NB0 + NB1:
                 _tile(
-                    x_ptr, nw_ptr, rstd, w1, w1, b1, b1, o1, res_ptr, ws_ptr, offs_m, pid_n - NB0, pid_s, M, N1, K,
-                    K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
+                    x_ptr, nw_ptr, rstd, w1, w1, b1, b1, o1, res_ptr, ws_ptr, counters_ptr, offs_m, pid_n - NB0, pid_s, M, N1, K,
+                    K_PER_SPLIT, N0, NT, HAS_B1, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD, FINISH_HERE, FENCE,
                 )  # fmt: skip
             else:
                 _tile(
-                    x_ptr, nw_ptr, rstd, w2, w2, b2, b2, o2, res_ptr, ws_ptr, offs_m, pid_n - NB0 - NB1, pid_s, M,
-                    N2, K, K_PER_SPLIT, N0 + N1, NT, HAS_B2, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
+                    x_ptr, nw_ptr, rstd, w2, w2, b2, b2, o2, res_ptr, ws_ptr, counters_ptr, offs_m, pid_n - NB0 - NB1, pid_s, M,
+                    N2, K, K_PER_SPLIT, N0 + N1, NT, HAS_B2, False, NORM, MODE, ACT, SPLIT, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD, FINISH_HERE, FENCE,
                 )  # fmt: skip
 
 
@@ -396,17 +416,24 @@ def rms_norm_kernel(
 def _finish_block(
     ws_ptr, offs_m, local_pid, M, N, col0, NT, out_ptr, b_ptr, b2_ptr, res_ptr,
     HAS_B: tl.constexpr, HAS_B2: tl.constexpr, MODE: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr,
-    OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FROM_L2: tl.constexpr,
 ):  # fmt: skip
+    """Sums a block's split-K partials and runs the epilogue. FROM_L2: the partials were written by other
+    programs of this kernel (FINISH_HERE), so they are read past this multiprocessor's L1."""
     offs_n = local_pid * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for s in range(SPLIT):  # in split order: the sum does not depend on timing
         base = ws_ptr + (s * M + offs_m[:, None]) * NT + col0 + offs_n[None, :]
-        acc += tl.load(base, mask=mask, other=0.0)
-        if MODE == 2:
-            acc2 += tl.load(base + N, mask=mask, other=0.0)
+        if FROM_L2:
+            acc += tl.load(base, mask=mask, other=0.0, cache_modifier=".cg")
+            if MODE == 2:
+                acc2 += tl.load(base + N, mask=mask, other=0.0, cache_modifier=".cg")
+        else:
+            acc += tl.load(base, mask=mask, other=0.0)
+            if MODE == 2:
+                acc2 += tl.load(base + N, mask=mask, other=0.0)
     _epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, b2_ptr, res_ptr, HAS_B, HAS_B2, MODE, ACT, OUT_BF16)
 
 
@@ -415,105 +442,42 @@ def finish_kernel(
     ws_ptr, M, b0, b1, b2, o0, o1, o2, N0, N1, N2, NB0, NB1, res_ptr, NT,
     NUM_W: tl.constexpr, HAS_B0: tl.constexpr, HAS_B1: tl.constexpr, HAS_B2: tl.constexpr,
     MODE: tl.constexpr, ACT: tl.constexpr, SPLIT: tl.constexpr, OUT_BF16: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
-    """Split-K's second pass: sums the partials and runs the epilogue. Grid as skinny_kernel's, SPLIT 1."""
+    """Split-K's second pass: sums the partials and runs the epilogue. Grid as skinny_kernel's, SPLIT 1.
+    USE_PDL: launched while skinny_kernel still runs, it waits for its partials, then lets the next kernel
+    launch."""
+    if USE_PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     pid_n = tl.program_id(0)
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     if MODE != 0:
         _finish_block(
-            ws_ptr,
-            offs_m,
-            pid_n,
-            M,
-            N0,
-            0,
-            NT,
-            o0,
-            b0,
-            b1,
-            res_ptr,
-            HAS_B0,
-            HAS_B1,
-            MODE,
-            ACT,
-            SPLIT,
-            OUT_BF16,
-            BLOCK_M,
-            BLOCK_N,
-        )
+            ws_ptr, offs_m, pid_n, M, N0, 0, NT, o0, b0, b1, res_ptr, HAS_B0, HAS_B1, MODE, ACT, SPLIT, OUT_BF16,
+            BLOCK_M, BLOCK_N, False,
+        )  # fmt: skip
     elif pid_n < NB0:
         _finish_block(
-            ws_ptr,
-            offs_m,
-            pid_n,
-            M,
-            N0,
-            0,
-            NT,
-            o0,
-            b0,
-            b0,
-            res_ptr,
-            HAS_B0,
-            False,
-            MODE,
-            ACT,
-            SPLIT,
-            OUT_BF16,
-            BLOCK_M,
-            BLOCK_N,
-        )
+            ws_ptr, offs_m, pid_n, M, N0, 0, NT, o0, b0, b0, res_ptr, HAS_B0, False, MODE, ACT, SPLIT, OUT_BF16,
+            BLOCK_M, BLOCK_N, False,
+        )  # fmt: skip
     else:
         if NUM_W == 2:
             _finish_block(
-                ws_ptr,
-                offs_m,
-                pid_n - NB0,
-                M,
-                N1,
-                N0,
-                NT,
-                o1,
-                b1,
-                b1,
-                res_ptr,
-                HAS_B1,
-                False,
-                MODE,
-                ACT,
-                SPLIT,
-                OUT_BF16,
-                BLOCK_M,
-                BLOCK_N,
-            )
+                ws_ptr, offs_m, pid_n - NB0, M, N1, N0, NT, o1, b1, b1, res_ptr, HAS_B1, False, MODE, ACT, SPLIT,
+                OUT_BF16, BLOCK_M, BLOCK_N, False,
+            )  # fmt: skip
         elif NUM_W == 3:
             if pid_n < NB0 + NB1:
                 _finish_block(
-                    ws_ptr,
-                    offs_m,
-                    pid_n - NB0,
-                    M,
-                    N1,
-                    N0,
-                    NT,
-                    o1,
-                    b1,
-                    b1,
-                    res_ptr,
-                    HAS_B1,
-                    False,
-                    MODE,
-                    ACT,
-                    SPLIT,
-                    OUT_BF16,
-                    BLOCK_M,
-                    BLOCK_N,
-                )
+                    ws_ptr, offs_m, pid_n - NB0, M, N1, N0, NT, o1, b1, b1, res_ptr, HAS_B1, False, MODE, ACT, SPLIT,
+                    OUT_BF16, BLOCK_M, BLOCK_N, False,
+                )  # fmt: skip
             else:
                 _finish_block(
                     ws_ptr, offs_m, pid_n - NB0 - NB1, M, N2, N0 + N1, NT, o2, b2, b2, res_ptr, HAS_B2, False, MODE,
-                    ACT, SPLIT, OUT_BF16, BLOCK_M, BLOCK_N,
+                    ACT, SPLIT, OUT_BF16, BLOCK_M, BLOCK_N, False,
                 )  # fmt: skip
 
 

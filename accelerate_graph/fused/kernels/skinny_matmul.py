@@ -25,12 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from accelerate_graph.common.errors import BadOptionError
 from accelerate_graph.fused.kernels import configs, pdl
 
 try:
-    from accelerate_graph.fused.kernels import skinny_kernels
+    from accelerate_graph.fused.kernels import arrival, skinny_kernels
 except ImportError:  # no triton: the references run everywhere
-    skinny_kernels = None
+    arrival = skinny_kernels = None
 
 # Under PDL (fused/kernels/pdl.py) each kernel asks L2 for its first block of weights before it waits
 # for the kernel before it. Inductor's launches of a triton_op's kernels do not pass `launch_pdl`, so
@@ -50,6 +51,29 @@ NORM_LOADS_AT_ONCE = os.environ.get("CUGRAPH_ACCEL_NORM_LOADS_AT_ONCE", "1") == 
 # 33, docs/PERF.md; bench of batch 1, one process each, off/on/off/on): the 1B at 16,384 0.809 / 0.808 / 0.809 /
 # 0.808 ms, Qwen2.5-0.5B 0.595 / 0.595. CUGRAPH_ACCEL_FINAL_NORM_PDL=0 launches it plainly (for measuring).
 FINAL_NORM_PDL = os.environ.get("CUGRAPH_ACCEL_FINAL_NORM_PDL", "1") != "0"
+
+# Split-K's second pass (the partials added, then the epilogue) where a config splits K: in the shipped table
+# the 1B's and Qwen2.5-0.5B's down above batch 1, one more launch a layer (stop 35's profile: 30 us a step
+# at the 1B's batch 2, and a boundary PDL does not overlap). CUGRAPH_ACCEL_SPLIT_FINISH: "kernel",
+# finish_kernel launched plainly; "pdl", finish_kernel launched with PDL (it waits for the partials, then
+# lets the next kernel launch); "here", no second kernel: the last slice of each block to finish sums the
+# partials (arrival.py; a launch traced into an inductor graph, or one whose counters would first be made
+# inside a graph capture, keeps finish_kernel). The same sums in the same order either way: bit for bit.
+SPLIT_FINISHES = ("kernel", "pdl", "here")
+
+
+def split_finish_setting(text: str) -> str:
+    """CUGRAPH_ACCEL_SPLIT_FINISH as one of SPLIT_FINISHES."""
+    value = text.strip() or "kernel"
+    if value not in SPLIT_FINISHES:
+        raise BadOptionError(
+            f"CUGRAPH_ACCEL_SPLIT_FINISH={text!r} is not a way to finish split-K.",
+            f"Set it to one of {', '.join(SPLIT_FINISHES)}, or unset it.",
+        )
+    return value
+
+
+SPLIT_FINISH = split_finish_setting(os.environ.get("CUGRAPH_ACCEL_SPLIT_FINISH", "kernel"))
 
 NORM_KINDS = {"llama": 1, "gemma": 2}
 ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
@@ -199,20 +223,43 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     nb1 = n_blocks[1] if len(n_blocks) > 1 else 0
     grid = (sum(n_blocks), m_blocks, split)
     extra = pdl.launch_options(x.device)
+    counters = _counters_to_finish_here(x2, split, sum(n_blocks) * m_blocks)
+    here = counters is not None
     wrap(skinny_kernels.skinny_kernel)[grid](
         x2, norm_weight if norm_weight is not None else x2, eps, m, k, k_per_split,
-        *w_args, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, ws, nt,
+        *w_args, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, ws, counters if here else x2, nt,
         NORM=NORM_KINDS[norm_kind] if norm_weight is not None else 0,
         USE_DOT=cfg.dot, IEEE_DOT=x.dtype == torch.float32, SWAP=cfg.dot and cfg.swap, EVEN_K=k % cfg.block_k == 0,
         USE_PDL=bool(extra), BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads,
-        LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1,
+        LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1, FINISH_HERE=here,
+        FENCE=here and not skinny_kernels.INTERPRETED,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **extra,
     )  # fmt: skip
-    if split > 1:
+    if split > 1 and not here:
+        early = extra if SPLIT_FINISH == "pdl" else {}
         wrap(skinny_kernels.finish_kernel)[(sum(n_blocks), m_blocks, 1)](
-            ws, m, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, nt, num_warps=4, **flags
-        )
+            ws, m, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, nt, num_warps=4, USE_PDL=bool(early),
+            **flags, **early,
+        )  # fmt: skip
     return outs
+
+
+def prepare_split_finish(device: torch.device) -> None:
+    """Make the arrival counters now, where split-K finishes in its last slice on `device`: before any
+    capture (one made inside a capture would not be), so that the captured launches finish that way."""
+    if SPLIT_FINISH == "here" and arrival is not None and device.type == "cuda":
+        arrival.arrival_counters(device)
+
+
+def _counters_to_finish_here(x2: Tensor, split: int, blocks: int) -> Optional[Tensor]:
+    """The arrival counters a split-K launch finishes itself with (SPLIT_FINISH "here"), else None: only a
+    launch that runs now, with a real tensor (a launch inductor traces would keep the buffer in its graph
+    as a constant), and only where the counters exist or can be made (arrival.arrival_counters)."""
+    if split == 1 or SPLIT_FINISH != "here" or blocks > arrival.COUNTERS:
+        return None
+    if type(x2) is not torch.Tensor or torch.compiler.is_compiling():
+        return None
+    return arrival.arrival_counters(x2.device)
 
 
 def _rms_norm_body(x: Tensor, norm_weight: Tensor, eps: float, norm_kind: str) -> Tensor:

@@ -45,6 +45,7 @@ SKINNY_POINTERS = {
     **{n: "*bf16" for n in ("x_ptr", "nw_ptr", "res_ptr", "w0", "w1", "w2", "b0", "b1", "b2", "o0", "o1", "o2")},
     "out_ptr": "*bf16",
     "ws_ptr": "*fp32",
+    "counters_ptr": "*i32",
 }
 QKV_ROPE_WRITE_POINTERS = {
     **{n: "*bf16" for n in ("x_ptr", "nw_ptr", "w_ptr", "b_ptr", "cos_ptr", "sin_ptr", "q_ptr")},
@@ -72,11 +73,14 @@ def variants():
             ACT=int(mode == 2), SPLIT=split, USE_DOT=dot, IEEE_DOT=False, SWAP=kind == "swap", EVEN_K=not dot,
             OUT_BF16=True, USE_PDL=pdl, BLOCK_M=16 if dot else 1, BLOCK_N=64 if kind == "swap" else 32, BLOCK_K=128,
             RSTD_CHUNK=256 if dot else 2048, RSTD_CHUNKS=(8 if dot else 2) if pdl else 0,  # 0: the loop
-            LOOKAHEAD=False,
+            LOOKAHEAD=False, FINISH_HERE=False, FENCE=False,
         )  # fmt: skip
         kernels = [skinny_kernels.skinny_kernel] + ([skinny_kernels.finish_kernel] if split > 1 else [])
         for kernel in kernels:
             yield f"{kernel.fn.__name__} {_only(kernel, flags)}", kernel, _only(kernel, flags), SKINNY_POINTERS
+        if split > 1:  # split-K finished by each block's last slice (skinny_matmul.SPLIT_FINISH "here")
+            here = {**flags, "FINISH_HERE": True, "FENCE": True}
+            yield f"skinny_kernel {here}", skinny_kernels.skinny_kernel, here, SKINNY_POINTERS
         if not dot:  # one row's next K block loaded before this one is multiplied (SkinnyConfig.lookahead)
             ahead = {**flags, "LOOKAHEAD": True}
             yield f"skinny_kernel {ahead}", skinny_kernels.skinny_kernel, ahead, SKINNY_POINTERS
@@ -86,7 +90,7 @@ def variants():
         flags = dict(
             NORM=0, NUM_W=1, HAS_B0=False, HAS_B1=False, HAS_B2=False, MODE=0, ACT=0, SPLIT=1, USE_DOT=False,
             IEEE_DOT=False, SWAP=False, EVEN_K=even_k, OUT_BF16=True, USE_PDL=pdl, BLOCK_M=1, BLOCK_N=32,
-            BLOCK_K=256, RSTD_CHUNK=256, RSTD_CHUNKS=0, LOOKAHEAD=False,
+            BLOCK_K=256, RSTD_CHUNK=256, RSTD_CHUNKS=0, LOOKAHEAD=False, FINISH_HERE=False, FENCE=False,
         )  # fmt: skip
         yield f"skinny_kernel (LM head) {flags}", skinny_kernels.skinny_kernel, flags, SKINNY_POINTERS
     # the final norm (skinny_matmul.rms_norm): one block or a loop of blocks, launched early (PDL) or not

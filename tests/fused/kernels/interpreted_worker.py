@@ -17,6 +17,7 @@ import torch  # noqa: E402
 from attention_cases import Attention, inputs, reference  # noqa: E402
 
 from accelerate_graph.fused import grouped_attention  # noqa: E402
+from accelerate_graph.fused.kernels import arrival  # noqa: E402
 from accelerate_graph.fused.kernels import decode_attention as kernel  # noqa: E402
 
 
@@ -46,7 +47,7 @@ def run_case(case: dict) -> dict:
         "vs_reference": (out.float() - expected)[live].abs().max().item(),
         "dead_rows_max": out[~live].float().abs().max().item() if (~live).any() else 0.0,
         # arrival counters the folded kernel left non-zero: the next launch would combine too early
-        "counters_left": sum(int(c.count_nonzero()) for c in kernel._counters.values()),
+        "counters_left": sum(int(c.count_nonzero()) for c in arrival._counters.values()),
         "preloaded_parts": preloaded,  # > 0: _decode_preloaded_kernel ran, not the split kernel
     }
     if not softcap:  # the matmul path has no softcapping (it falls back to sdpa, which refuses it)

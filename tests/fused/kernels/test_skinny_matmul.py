@@ -224,6 +224,45 @@ def test_split_k_matches_one_pass(op, k, path, force):
 
 
 @interpreted
+@pytest.mark.parametrize("path", ["fma-bf16", "swap-fp32"])
+def test_split_k_finished_by_its_last_slice_is_the_finish_kernel_bit_for_bit(path, force, monkeypatch):
+    """SPLIT_FINISH "here": no finish_kernel, the last slice of each block to arrive sums the partials (in
+    split order) and runs the epilogue: each op gives what the finish kernel gives, bit for bit, and every
+    launch leaves the arrival counters at zero (else the next launch would finish a block too early)."""
+    from accelerate_graph.fused.kernels import arrival
+
+    dtype, kind = PATHS[path]
+    force(SkinnyConfig(16, 32, split_k=3, **kind))
+    x, nw, ws, bs = make(5, dtype, k=72, ns=(40, 40, 24), seed=3)
+    residual = make(5, dtype, k=40, seed=4)[0]
+
+    def every_op():
+        return [
+            *sm.norm_projections(x, nw, 1e-6, "llama", ws, bs),
+            sm.norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[1], "silu"),
+            sm.linear_residual(x, ws[0], bs[0], residual),
+        ]
+
+    finishes = {}
+    for finish in ("kernel", "here", "here"):  # twice: the counters the first launches left must be zero
+        monkeypatch.setattr(sm, "SPLIT_FINISH", finish)
+        finishes[finish] = every_op()
+        assert all(int(c.count_nonzero()) == 0 for c in arrival._counters.values())
+    assert torch.device("cpu") in arrival._counters, "no launch finished its split-K itself"
+    for got, want in zip(finishes["here"], finishes["kernel"]):
+        assert torch.equal(got, want)
+    assert_rounding_close(finishes["here"][4], sm.reference_linear_residual(x, ws[0], bs[0], residual))
+
+
+def test_split_finish_setting_names_the_ways_and_refuses_others():
+    from accelerate_graph.common.errors import BadOptionError
+
+    assert [sm.split_finish_setting(t) for t in ("kernel", " pdl", "here", "")] == ["kernel", "pdl", "here", "kernel"]
+    with pytest.raises(BadOptionError, match="CUGRAPH_ACCEL_SPLIT_FINISH='1'"):
+        sm.split_finish_setting("1")
+
+
+@interpreted
 @pytest.mark.parametrize("k", [72, 64, 32])  # a ragged last block, two blocks, one block (nothing ahead)
 @pytest.mark.parametrize("split_k", [1, 2])
 def test_one_row_with_the_next_block_loaded_ahead_is_the_same_sum(k, split_k, force):
@@ -637,6 +676,44 @@ def test_gpu_pdl_launches_replay_what_plain_launches_compute(monkeypatch):
             results[early] = [o.clone() for o in outs]
         for plain, launched_early in zip(results[False], results[True]):
             assert torch.equal(plain, launched_early)
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize(("hidden", "inter", "rows"), [(2048, 8192, 8), (896, 4864, 16), (2048, 8192, 32)])
+def test_gpu_split_k_finishes_replay_the_same_bits(hidden, inter, rows, monkeypatch):
+    """The three ways to finish split-K (SPLIT_FINISH: finish_kernel plain or with PDL, or the last slice of
+    each block) on down's shapes at the rows the table splits them (the 1B's, Qwen's), each captured in a
+    CUDA graph behind gate/up and replayed over several inputs: the same bits as a plain launch. A finish
+    reading a partial before its slice wrote it, or counters left non-zero, would not."""
+    from accelerate_graph.fused.kernels import arrival
+
+    gen = torch.Generator(device="cuda").manual_seed(rows)
+    x = torch.empty(rows, hidden, device="cuda", dtype=torch.bfloat16)
+    nw = (1 + 0.1 * torch.randn(hidden, device="cuda", generator=gen)).to(torch.bfloat16)
+    wg, wu = (torch.randn(inter, hidden, device="cuda", generator=gen).to(torch.bfloat16) * hidden**-0.5 for _ in "gu")
+    wd = torch.randn(hidden, inter, device="cuda", generator=gen).to(torch.bfloat16) * inter**-0.5
+    monkeypatch.setattr(
+        configs, "config_for", lambda *args, **kwargs: SkinnyConfig(64, 128, 4, 4, split_k=4, dot=True, swap=True)
+    )
+
+    def down_after_gate_up():
+        return sm.linear_residual(sm.norm_gate_up(x, nw, 1e-6, "llama", wg, wu, "silu"), wd, None, x)
+
+    graphs = {}
+    for finish in ("kernel", "pdl", "here"):
+        monkeypatch.setattr(sm, "SPLIT_FINISH", finish)
+        graphs[finish] = captured(down_after_gate_up)
+    for _ in range(4):
+        x.copy_(torch.randn(rows, hidden, device="cuda", generator=gen))
+        results = {}
+        for finish, (graph, out) in graphs.items():
+            graph.replay()
+            torch.cuda.synchronize()
+            results[finish] = out.clone()
+            assert all(int(c.count_nonzero()) == 0 for c in arrival._counters.values()), finish
+        assert torch.equal(results["pdl"], results["kernel"]) and torch.equal(results["here"], results["kernel"])
+    assert x.device in arrival._counters, "no launch finished its split-K itself"
 
 
 def test_pdl_is_active_on_hopper_gpus_only_and_can_be_turned_off(monkeypatch):
