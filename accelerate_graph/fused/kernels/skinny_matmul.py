@@ -73,7 +73,7 @@ def split_finish_setting(text: str) -> str:
     return value
 
 
-SPLIT_FINISH = split_finish_setting(os.environ.get("CUGRAPH_ACCEL_SPLIT_FINISH", "kernel"))
+SPLIT_FINISH = split_finish_setting(os.environ.get("CUGRAPH_ACCEL_SPLIT_FINISH", "pdl"))
 
 NORM_KINDS = {"llama": 1, "gemma": 2}
 ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
