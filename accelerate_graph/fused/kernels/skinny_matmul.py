@@ -54,17 +54,22 @@ FINAL_NORM_PDL = os.environ.get("CUGRAPH_ACCEL_FINAL_NORM_PDL", "1") != "0"
 
 # Split-K's second pass (the partials added, then the epilogue) where a config splits K: in the shipped table
 # the 1B's and Qwen2.5-0.5B's down above batch 1, one more launch a layer (stop 35's profile: 30 us a step
-# at the 1B's batch 2, and a boundary PDL does not overlap). CUGRAPH_ACCEL_SPLIT_FINISH: "kernel",
+# at the 1B's batch 2, and a boundary PDL did not overlap). CUGRAPH_ACCEL_SPLIT_FINISH: "kernel",
 # finish_kernel launched plainly; "pdl", finish_kernel launched with PDL (it waits for the partials, then
 # lets the next kernel launch); "here", no second kernel: the last slice of each block to finish sums the
 # partials (arrival.py; a launch traced into an inductor graph, or one whose counters would first be made
-# inside a graph capture, keeps finish_kernel). The same sums in the same order either way: bit for bit.
-SPLIT_FINISHES = ("kernel", "pdl", "here")
+# inside a graph capture, keeps finish_kernel); "auto" (default), "here" above FINISH_HERE_ABOVE_ROWS rows,
+# else "pdl". The same sums in the same order every way: bit for bit. H200, 2026-12-03 (docs/PERF.md stop
+# 36), fused ms at batch 8 / 16 / 32, kernel / pdl / here: the 1B 1.000 / 1.033 / 1.111, 0.979 / 1.012 /
+# 1.094, 0.986 / 1.016 / 1.074 (a second process: 0.978 / 1.011 / 1.093 and 0.986 / 1.016 / 1.074); Qwen
+# (split up to 16 rows) 0.773 / 0.835, 0.764 / 0.824, 0.772 / 0.839.
+SPLIT_FINISHES = ("auto", "kernel", "pdl", "here")
+FINISH_HERE_ABOVE_ROWS = 16
 
 
 def split_finish_setting(text: str) -> str:
     """CUGRAPH_ACCEL_SPLIT_FINISH as one of SPLIT_FINISHES."""
-    value = text.strip() or "kernel"
+    value = text.strip() or "auto"
     if value not in SPLIT_FINISHES:
         raise BadOptionError(
             f"CUGRAPH_ACCEL_SPLIT_FINISH={text!r} is not a way to finish split-K.",
@@ -73,7 +78,7 @@ def split_finish_setting(text: str) -> str:
     return value
 
 
-SPLIT_FINISH = split_finish_setting(os.environ.get("CUGRAPH_ACCEL_SPLIT_FINISH", "pdl"))
+SPLIT_FINISH = split_finish_setting(os.environ.get("CUGRAPH_ACCEL_SPLIT_FINISH", "auto"))
 
 NORM_KINDS = {"llama": 1, "gemma": 2}
 ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
@@ -223,7 +228,9 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     nb1 = n_blocks[1] if len(n_blocks) > 1 else 0
     grid = (sum(n_blocks), m_blocks, split)
     extra = pdl.launch_options(x.device)
-    counters = _counters_to_finish_here(x2, split, sum(n_blocks) * m_blocks)
+    launched_now = type(x2) is torch.Tensor and not torch.compiler.is_compiling()  # not traced by inductor
+    finish = finish_way(m) if launched_now and split > 1 else "pdl"  # traced: no guard on the rows
+    counters = _counters_to_finish_here(x2, split, sum(n_blocks) * m_blocks) if finish == "here" else None
     here = counters is not None
     wrap(skinny_kernels.skinny_kernel)[grid](
         x2, norm_weight if norm_weight is not None else x2, eps, m, k, k_per_split,
@@ -236,7 +243,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **extra,
     )  # fmt: skip
     if split > 1 and not here:
-        early = extra if SPLIT_FINISH == "pdl" else {}
+        early = extra if finish != "kernel" else {}
         wrap(skinny_kernels.finish_kernel)[(sum(n_blocks), m_blocks, 1)](
             ws, m, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, nt, num_warps=4, USE_PDL=bool(early),
             **flags, **early,
@@ -247,17 +254,21 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
 def prepare_split_finish(device: torch.device) -> None:
     """Make the arrival counters now, where split-K finishes in its last slice on `device`: before any
     capture (one made inside a capture would not be), so that the captured launches finish that way."""
-    if SPLIT_FINISH == "here" and arrival is not None and device.type == "cuda":
+    if SPLIT_FINISH in ("here", "auto") and arrival is not None and device.type == "cuda":
         arrival.arrival_counters(device)
 
 
+def finish_way(rows: int) -> str:
+    """How a split-K launch of `rows` rows finishes (SPLIT_FINISH, "auto" resolved)."""
+    if SPLIT_FINISH != "auto":
+        return SPLIT_FINISH
+    return "here" if rows > FINISH_HERE_ABOVE_ROWS else "pdl"
+
+
 def _counters_to_finish_here(x2: Tensor, split: int, blocks: int) -> Optional[Tensor]:
-    """The arrival counters a split-K launch finishes itself with (SPLIT_FINISH "here"), else None: only a
-    launch that runs now, with a real tensor (a launch inductor traces would keep the buffer in its graph
-    as a constant), and only where the counters exist or can be made (arrival.arrival_counters)."""
-    if split == 1 or SPLIT_FINISH != "here" or blocks > arrival.COUNTERS:
-        return None
-    if type(x2) is not torch.Tensor or torch.compiler.is_compiling():
+    """The arrival counters a split-K launch that runs now (a launch inductor traces would keep the buffer in
+    its graph as a constant) finishes itself with, where they exist or can be made (arrival_counters)."""
+    if split == 1 or blocks > arrival.COUNTERS:
         return None
     return arrival.arrival_counters(x2.device)
 

@@ -257,7 +257,14 @@ def test_split_k_finished_by_its_last_slice_is_the_finish_kernel_bit_for_bit(pat
 def test_split_finish_setting_names_the_ways_and_refuses_others():
     from accelerate_graph.common.errors import BadOptionError
 
-    assert [sm.split_finish_setting(t) for t in ("kernel", " pdl", "here", "")] == ["kernel", "pdl", "here", "kernel"]
+    assert [sm.split_finish_setting(t) for t in ("kernel", " pdl", "here", "auto", "")] == [
+        "kernel",
+        "pdl",
+        "here",
+        "auto",
+        "auto",
+    ]
+    assert [sm.finish_way(rows) for rows in (8, 16, 17, 32)] == ["pdl", "pdl", "here", "here"]
     with pytest.raises(BadOptionError, match="CUGRAPH_ACCEL_SPLIT_FINISH='1'"):
         sm.split_finish_setting("1")
 
