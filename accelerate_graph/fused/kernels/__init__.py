@@ -16,6 +16,9 @@ by default on CUDA). An opaque custom op with a flexible layout: inductor calls 
 strides its inputs really have (the cache's own, not a copy). Its splits are combined by a second kernel,
 or (FOLD_COMBINE, off: slower at batch 1 on the H200) by the last split program to finish.
 
+`arrival`: the counters with which the last program of a group runs the group's second pass itself (the
+attention's folded combine; split-K's finish above 16 rows, `skinny_matmul.SPLIT_FINISH`).
+
 `pdl`: programmatic dependent launch for both (and for inductor's kernels, through fused.layers), on by
 default on Hopper GPUs (CUGRAPH_ACCEL_PDL=0 turns it off); the skinny ops then run as opaque twins
 (`*_pdl`), since inductor does not pass `launch_pdl` to a triton_op's kernels. Launched early, the skinny
