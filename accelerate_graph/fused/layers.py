@@ -301,7 +301,7 @@ class FusedForward:
         # built here, before any capture: a graph keeps the table's address
         self.rotary = rotary_tables(model, positions) if ROTARY_TABLE and positions else {}
         if self._on_skinny_path():
-            skinny_matmul.prepare_split_finish(self.device)  # its counters too
+            skinny_matmul.prepare_split_finish(self.device)  # split-K's arrival counters: the same reason
         # the final RMSNorm as one kernel, where the layer program's norms are its kind (fused/final_norm.py)
         self.final_norm = final_norm_kernel(model, self.layers[0].input_layernorm) if self.programmed else {}
         # the LM head's batch-1 call on the skinny kernels, for the head shapes measured faster (fused/lm_head.py)

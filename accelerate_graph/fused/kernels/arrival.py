@@ -19,7 +19,8 @@ _counters: dict[torch.device, torch.Tensor] = {}
 def arrival_counters(device: torch.device) -> torch.Tensor | None:
     """The device's zeroed counters; None where they do not exist yet and a CUDA graph is being captured
     (allocating then would record the zeroing in the graph and take the buffer from its private pool):
-    the caller then runs its second kernel. Fused mode calls its ops eagerly before it captures."""
+    the caller then runs its second kernel. Fused mode makes them before it captures
+    (skinny_matmul.prepare_split_finish)."""
     if device not in _counters:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return None

@@ -229,8 +229,8 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     grid = (sum(n_blocks), m_blocks, split)
     extra = pdl.launch_options(x.device)
     launched_now = type(x2) is torch.Tensor and not torch.compiler.is_compiling()  # not traced by inductor
-    finish = finish_way(m) if launched_now and split > 1 else "pdl"  # traced: no guard on the rows
-    counters = _counters_to_finish_here(x2, split, sum(n_blocks) * m_blocks) if finish == "here" else None
+    finish = finish_way(m, launched_now) if split > 1 else None
+    counters = _counters_to_finish_here(x2, sum(n_blocks) * m_blocks) if finish == "here" else None
     here = counters is not None
     wrap(skinny_kernels.skinny_kernel)[grid](
         x2, norm_weight if norm_weight is not None else x2, eps, m, k, k_per_split,
@@ -258,19 +258,19 @@ def prepare_split_finish(device: torch.device) -> None:
         arrival.arrival_counters(device)
 
 
-def finish_way(rows: int) -> str:
-    """How a split-K launch of `rows` rows finishes (SPLIT_FINISH, "auto" resolved)."""
+def finish_way(rows, launched_now: bool = True) -> str:
+    """How a split-K launch of `rows` rows finishes (SPLIT_FINISH, "auto" resolved). A launch inductor traces
+    (not `launched_now`) never finishes "here" (it would keep the counters in its graph as a constant), and
+    its rows may be symbolic: "auto" gives it "pdl" without comparing them (no guard)."""
     if SPLIT_FINISH != "auto":
-        return SPLIT_FINISH
-    return "here" if rows > FINISH_HERE_ABOVE_ROWS else "pdl"
+        return SPLIT_FINISH if launched_now or SPLIT_FINISH != "here" else "pdl"
+    return "here" if launched_now and rows > FINISH_HERE_ABOVE_ROWS else "pdl"
 
 
-def _counters_to_finish_here(x2: Tensor, split: int, blocks: int) -> Optional[Tensor]:
-    """The arrival counters a split-K launch that runs now (a launch inductor traces would keep the buffer in
-    its graph as a constant) finishes itself with, where they exist or can be made (arrival_counters)."""
-    if split == 1 or blocks > arrival.COUNTERS:
-        return None
-    return arrival.arrival_counters(x2.device)
+def _counters_to_finish_here(x2: Tensor, blocks: int) -> Optional[Tensor]:
+    """The arrival counters a launch of `blocks` output blocks finishes its split-K with, where they exist or
+    can be made (arrival_counters); None for more blocks than there are counters."""
+    return arrival.arrival_counters(x2.device) if blocks <= arrival.COUNTERS else None
 
 
 def _rms_norm_body(x: Tensor, norm_weight: Tensor, eps: float, norm_kind: str) -> Tensor:

@@ -265,6 +265,7 @@ def test_split_finish_setting_names_the_ways_and_refuses_others():
         "auto",
     ]
     assert [sm.finish_way(rows) for rows in (8, 16, 17, 32)] == ["pdl", "pdl", "here", "here"]
+    assert sm.finish_way(32, launched_now=False) == "pdl"  # a traced launch keeps finish_kernel
     with pytest.raises(BadOptionError, match="CUGRAPH_ACCEL_SPLIT_FINISH='1'"):
         sm.split_finish_setting("1")
 
