@@ -103,6 +103,22 @@ def swapped_rows_grid() -> list[SkinnyConfig]:
     return out
 
 
+def narrow_rows_grid(n: int, k: int, sms: int = configs.DEFAULT_SMS) -> list[SkinnyConfig]:
+    """More than one row in narrow tiles: where the grids above give 14-32 programs for 132 multiprocessors
+    (o: Qwen2.5-0.5B's 896 outputs, the 1B's 2,048; down's long K), blocks of 16-64 outputs, swapped or
+    not, cut in K too (split-K 2 and 4, 8 from a K of 4,096; whole K blocks each), those that give the most
+    programs first, at least a third of the multiprocessors busy."""
+    out = []
+    for block_n in (16, 32, 64):
+        for block_k in (64, 128, 256):
+            for split in (1, 2, 4, 8) if k >= 4096 else (1, 2, 4):
+                if split * block_k > k or -(-n // block_n) * split < sms // 3:
+                    continue
+                for swap in (True, False):
+                    out.append(SkinnyConfig(block_n, block_k, 4, 4, split_k=split, dot=True, swap=swap))
+    return sorted(out, key=lambda c: -(-(-n // c.block_n) * c.split_k))
+
+
 def rows_grid_in_a_step(rows: int, k: int) -> list[SkinnyConfig]:
     """step_sweep.py's grid above one row, the likeliest first (its budget cuts the end): the weights on the
     MMA's long side, then the plain tensor-core tiles. Multiply-and-sum tiles at 8 rows lost to them in a

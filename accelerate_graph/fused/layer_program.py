@@ -147,13 +147,16 @@ EVERY_ROW = 1 << 62  # skinny_rows_above_batch_1 of an op the switch names: no l
 #   0.957 at batch 32 against cuBLAS's 0.958, a tie: 32 rows stay on cuBLAS (fewer compiled variants).
 # - stop 35: the 1B's q/k/v alone added (CUGRAPH_ACCEL_SKINNY_BATCHES=proj,residual, the norm folded in),
 #   bench at 2 / 8 / 32: 0.973 / 1.000 / 1.110 -> 1.000 / 1.024 / 1.298: its q/k/v stays on cuBLAS.
+# - stop 37: Qwen's o and q/k/v swept alone at 16 and 32 rows (step_sweep.py --ops, narrower tiles), bench
+#   at 32: cuBLAS 0.951 -> every op skinny 0.924 ms (split-K's finish in its last slice above 16 rows, stop
+#   36): Qwen up to 32 rows (two graphs, batch 1 and 2-32, where there were three).
 SKINNY_WINS_ABOVE_BATCH_1: dict[tuple[str, int, int], int] = {
     ("residual", 2048, 2048): 32,  # Llama-3.2-1B's o
     ("residual", 2048, 8192): 32,  # Llama-3.2-1B's down
-    ("proj", 1152, 896): 16,  # Qwen2.5-0.5B's q/k/v
-    ("residual", 896, 896): 16,  # its o
-    ("gate_up", 4864, 896): 16,
-    ("residual", 896, 4864): 16,  # its down
+    ("proj", 1152, 896): 32,  # Qwen2.5-0.5B's q/k/v
+    ("residual", 896, 896): 32,  # its o
+    ("gate_up", 4864, 896): 32,
+    ("residual", 896, 4864): 32,  # its down
 }
 
 

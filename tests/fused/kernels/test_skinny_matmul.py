@@ -526,12 +526,14 @@ GPU_CONFIGS = {
     "fma-ahead": SkinnyConfig(16, 256, num_stages=2, lookahead=True),
     "swap": SkinnyConfig(64, 128, num_stages=4, dot=True, swap=True),  # warpgroup MMA, the weights its long side
     "swap-split": SkinnyConfig(128, 64, num_stages=6, split_k=2, dot=True, swap=True),
+    # kernel_sweep.narrow_rows_grid's smallest tile: 16 weights on the MMA's long side, K in 4 slices
+    "swap-narrow": SkinnyConfig(16, 64, num_stages=4, split_k=4, dot=True, swap=True),
 }
 # Batch 1 (what fused mode runs for the shapes of the table) with every kind of config; more rows (the
 # opt-in "kernels" program) with the heuristic's. Every case compiles its own kernels: H200, 2026-12-01,
 # the full 40-case cross product took over 3 minutes, some cases ~20 s each (fma tiles at 17-32 rows).
 GPU_CASES = [(1, name) for name in GPU_CONFIGS] + [(m, "heuristic") for m in (3, 8, 17, 32)]
-GPU_CASES += [(m, "swap") for m in (3, 8, 17, 32)] + [(8, "swap-split")]
+GPU_CASES += [(m, "swap") for m in (3, 8, 17, 32)] + [(8, "swap-split")] + [(m, "swap-narrow") for m in (8, 32)]
 
 
 @pytest.mark.cuda

@@ -36,3 +36,25 @@ def test_the_lookahead_grid_holds_two_blocks_in_registers_and_walks_k(k):
         assert cfg.block_n * cfg.block_k <= 32 * 32 * cfg.num_warps  # values a thread, per block
         assert -(-k // cfg.split_k) >= 2 * cfg.block_k  # a next block to load ahead
         assert parse_described(describe(cfg)) == cfg
+
+
+@pytest.mark.parametrize("n, k", [(896, 896), (2048, 2048), (1152, 896), (896, 4864), (4864, 896)])
+def test_the_narrow_grid_gives_a_third_of_the_multiprocessors_work_most_programs_first(n, k):
+    from kernel_sweep import describe, narrow_rows_grid, parse_described
+
+    grid = narrow_rows_grid(n, k, sms=132)
+    programs = [-(-n // c.block_n) * c.split_k for c in grid]
+    assert grid and len(set(grid)) == len(grid)
+    assert min(programs) >= 132 // 3 and programs == sorted(programs, reverse=True)
+    assert all(c.dot and c.split_k * c.block_k <= k for c in grid)
+    assert {c.swap for c in grid} == {True, False} and max(c.split_k for c in grid) == (8 if k >= 4096 else 4)
+    assert all(parse_described(describe(c)) == c for c in grid)
+
+
+def test_the_step_sweep_takes_the_ops_it_is_told_and_refuses_others(monkeypatch, capsys):
+    import step_sweep
+
+    monkeypatch.setattr(sys, "argv", ["step_sweep.py", "qwen2.5-0.5b", "--ops", "o,attention"])
+    with pytest.raises(SystemExit) as exit_:
+        step_sweep.main()
+    assert exit_.value.code == 2 and "--ops takes a comma list of gate_up, down, qkv, o" in capsys.readouterr().err
