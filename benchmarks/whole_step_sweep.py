@@ -48,11 +48,14 @@ NAMES = {"qkv": 0, "o": 1, "gate_up": 2, "down": 3}  # step_sweep's op names: th
 
 
 class CapturedStep(OpShapes):
-    """The fused step of `model` for `rows` rows, every op on the skinny kernels, and its replay time with
-    any configs."""
+    """The fused step of `model` for `rows` rows, every op on the skinny kernels (else the ops the shipped
+    step runs there: layer_program's row limits), and its replay time with any configs."""
 
-    def __init__(self, model: str, rows: int, cache: int, candidates: dict[str, list] | None = None):
-        layer_program.SKINNY_ABOVE_BATCH_1 = frozenset(layer_program.SKINNY_OPS)
+    def __init__(
+        self, model: str, rows: int, cache: int, candidates: dict[str, list] | None = None, every_op: bool = True
+    ):
+        if every_op:
+            layer_program.SKINNY_ABOVE_BATCH_1 = frozenset(layer_program.SKINNY_OPS)
         request = CaptureRequest(
             model=model, buckets=(rows,), max_cache_len=cache, prompt_len=PROMPT, contexts=(256,), fuse=True
         )
@@ -100,7 +103,15 @@ def main() -> int:
     parser.add_argument("--log", type=Path, help="every trial: op, config, ms per step")
     parser.add_argument("--candidates", type=Path, help="step_sweep.py's trial log: try its fastest configs")
     parser.add_argument("--top", type=int, default=8, help="with --candidates: configs per op")
+    parser.add_argument(
+        "--ops",
+        default=",".join(ORDER),
+        help="the ops to sweep, in this order; some of them: the step as shipped (the others may run cuBLAS)",
+    )
     args = parser.parse_args()
+    ops = tuple(op.strip() for op in args.ops.split(",") if op.strip())
+    if not ops or set(ops) - set(ORDER):
+        parser.error(f"--ops takes a comma list of {', '.join(ORDER)}")
     if args.rows < 1:
         print("error: --rows must be 1 or more.", file=sys.stderr)
         return 2
@@ -112,13 +123,13 @@ def main() -> int:
         return 2
     candidates = fastest_in_log(args.candidates.read_text(encoding="utf-8"), args.top) if args.candidates else None
     start = time.monotonic()
-    step = CapturedStep(args.model, args.rows, args.cache, candidates)
+    step = CapturedStep(args.model, args.rows, args.cache, candidates, every_op=ops == ORDER)
     current = {name: step.table_config(name) for name in ORDER}
     baseline = step.replay_ms(current)
     print(f"{args.model}: {args.rows} rows, captured in {time.monotonic() - start:.0f} s", flush=True)
     print(f"table configs: {baseline:.3f} ms per step ({', '.join(f'{n} {describe(c)}' for n, c in current.items())})")
     deadline = start + args.budget_s
-    current, trials = descend(current, step.grid, step.replay_ms, baseline, deadline, args.min_gain, "ms per step")
+    current, trials = descend(current, step.grid, step.replay_ms, baseline, deadline, args.min_gain, "ms per step", ops)
     final = step.replay_ms(current)
     print(
         f"chosen: {final:.3f} ms per step against the table's {baseline:.3f} ({100 * (1 - final / baseline):.1f}% less)"
@@ -126,7 +137,7 @@ def main() -> int:
     if args.log:
         args.log.write_text("\n".join(trials) + "\n", encoding="utf-8")
     if args.write_configs and final < baseline:
-        write_chosen(args.write_configs, {step.key(name): cfg for name, cfg in current.items()})
+        write_chosen(args.write_configs, {step.key(name): current[name] for name in ops})
     return 0
 
 
