@@ -119,10 +119,30 @@ def narrow_rows_grid(n: int, k: int, sms: int = configs.DEFAULT_SMS) -> list[Ski
     return sorted(out, key=lambda c: -(-(-n // c.block_n) * c.split_k))
 
 
+def fma_rows_grid(rows: int, k: int) -> list[SkinnyConfig]:
+    """More than one row without tensor cores (skinny_kernels._accumulate_rows: the products summed in a
+    [rows, BLOCK_N, BLOCK_K] float32 tile over the K walk, reduced once): blocks of 2-16 outputs over K blocks
+    of 64-512, 4 or 8 warps, 16-64 float32 values a thread (gate/up holds two tiles); split-K 2 and 4 for
+    long reductions. Stop 28's multiply-and-sum tiles, which reduced every K block as it came, lost to the
+    tensor cores at 8 rows by 1.1-3x; these are the one-row kernels' way at several rows."""
+    block_m = SkinnyConfig(1, 1).block_m(rows)
+    out = [
+        SkinnyConfig(n, bk, w, 1)
+        for n in (2, 4, 8, 16)
+        for bk in (64, 128, 256, 512)
+        for w in (4, 8)
+        if 16 <= block_m * n * bk // (32 * w) <= 64
+    ]
+    if k >= 4096:
+        out += [dataclasses.replace(c, split_k=split) for c in out if c.block_n == 8 for split in (2, 4)]
+    return out
+
+
 def rows_grid_in_a_step(rows: int, k: int) -> list[SkinnyConfig]:
     """step_sweep.py's grid above one row, the likeliest first (its budget cuts the end): the weights on the
     MMA's long side, then the plain tensor-core tiles. Multiply-and-sum tiles at 8 rows lost to them in a
-    Qwen2.5-0.5B step by 1.1-3x per op (H200, 2026-12-02, stop 28): not tried."""
+    Qwen2.5-0.5B step by 1.1-3x per op (H200, 2026-12-02, stop 28): not here (step_sweep.py --fma tries the
+    kind that reduces once, fma_rows_grid)."""
     return swapped_rows_grid() + wide_rows_grid(k)
 
 

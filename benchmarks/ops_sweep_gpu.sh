@@ -2,7 +2,8 @@
 # Some ops of the skinny kernels swept alone in a chain of layers (step_sweep.py --ops; above one row the narrow
 # tiles first: kernel_sweep.narrow_rows_grid), written into the table, then benched with it and (VERIFY=1)
 # verified, one device call (DEADLINE s, default 575).
-#   SWEEPS   "model:rows:ops:budget_s ..." (ops a comma list of qkv, o, gate_up, down)
+#   SWEEPS   "model:rows:ops:budget_s[:fma] ..." (ops a comma list of qkv, o, gate_up, down; fma: only the
+#            multiply-and-sum tiles, step_sweep.py --fma)
 #   BENCHES  "model:cache[:skinny] ..." (`bench --compare fused --buckets 1,8,16,32`; skinny: the value of
 #            CUGRAPH_ACCEL_SKINNY_BATCHES, auto by default)
 #   VERIFY=1 verify of the 1B at 16,384 and Qwen at 1,024 at buckets 1, 8, 16, 32 and the 8B at 4,096 (lanes
@@ -12,6 +13,9 @@
 # and a third bench, qwen2.5-0.5b:1024:1 (the 1B's batch 8 0.978 -> 0.963 ms, Qwen's 16 0.825 -> 0.789, Qwen's
 # 32 rows skinny 0.924 against cuBLAS's 0.951). Then SWEEPS="qwen2.5-0.5b:8:gate_up,down:70
 # qwen2.5-0.5b:16:gate_up,down:60 llama-3.2-1b:16:down:35" VERIFY=1 (nothing better for Qwen; verify passed).
+# Prepared in stop 37, not run: SWEEPS="qwen2.5-0.5b:8:gate_up,down,qkv,o:100:fma
+# qwen2.5-0.5b:16:gate_up,down,qkv,o:80:fma" BENCHES="qwen2.5-0.5b:1024" VERIFY=1: the multiply-and-sum tiles
+# that reduce once (skinny_kernels._accumulate_rows) against the tensor-core tiles at Qwen's 8 and 16 rows.
 # Usage on the device machine: OUT=/some/dir bash benchmarks/ops_sweep_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-575} LOGS=/tmp/ops-sweep SHOW="table configs|after |chosen|wrote|passed|failed|Error|error"
@@ -22,9 +26,10 @@ SWEEPS=${SWEEPS-"qwen2.5-0.5b:8:o,qkv:45 qwen2.5-0.5b:16:o,qkv:45 qwen2.5-0.5b:3
 BENCHES=${BENCHES-"llama-3.2-1b:16384 qwen2.5-0.5b:1024"}
 cp "$TABLE" "$FINAL/skinny_configs.before.json"
 for entry in $SWEEPS; do
-  IFS=: read -r model rows ops budget <<< "$entry"
-  run "sweep-$model-$rows" 50 $((budget + 50)) python3 benchmarks/step_sweep.py "$model" --rows "$rows" --ops "$ops" \
-    --budget-s "$budget" --write-configs "$TABLE" --log "$FINAL/trials-$model-$rows.tsv"
+  IFS=: read -r model rows ops budget kind <<< "$entry"
+  fma=() && [ "$kind" = fma ] && fma=(--fma)
+  run "sweep-$model-$rows$kind" 50 $((budget + 50)) python3 benchmarks/step_sweep.py "$model" --rows "$rows" \
+    --ops "$ops" "${fma[@]}" --budget-s "$budget" --write-configs "$TABLE" --log "$FINAL/trials-$model-$rows$kind.tsv"
 done
 cp "$TABLE" "$FINAL/skinny_configs.json"
 for entry in $BENCHES; do

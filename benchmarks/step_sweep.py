@@ -16,6 +16,9 @@ fused step's settings (its norm and activation kernels, cuBLAS for the matmuls).
 inductor + cuBLAS" says which is faster; the table is written only where the skinny chain wins. The
 grid there (kernel_sweep.rows_grid_in_a_step): the swapped, then the plain tensor-core tiles.
 
+--fma (above one row): only multiply-and-sum tiles, the products summed over the K walk and reduced once
+(kernel_sweep.fma_rows_grid; stop 37, prepared for a GPU).
+
 --lookahead (one row): only tiles that load the next K block before multiplying this one
 (kernel_sweep.lookahead_one_row_grid). Stop 32 (H200): Qwen2.5-0.5B's chain 19.12 -> 17.08 us a layer (gate/up
 and down), the 8B's 114.02 -> 112.03 (o), the 1B's none better than its table.
@@ -39,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernel_sweep import (  # noqa: E402
     MODELS,
     describe,
+    fma_rows_grid,
     graph_us,
     lookahead_one_row_grid,
     narrow_rows_grid,
@@ -78,9 +82,9 @@ class Chain(OpShapes):
     """The projections of `layers` decoder layers of `model`'s shape for `rows` rows, each layer its own
     weights."""
 
-    def __init__(self, model: str, layers: int, rows: int = 1, lookahead: bool = False):
+    def __init__(self, model: str, layers: int, rows: int = 1, lookahead: bool = False, fma: bool = False):
         hidden, inter, heads, kv, hd, bias = MODELS[model]
-        self.rows, self.hidden, self.lookahead = rows, hidden, lookahead
+        self.rows, self.hidden, self.lookahead, self.fma = rows, hidden, lookahead, fma
         gen = torch.Generator(device=DEVICE).manual_seed(0)
         rand = lambda *s, scale=1.0: (torch.randn(*s, device=DEVICE, generator=gen) * scale).to(DTYPE)  # noqa: E731
         qkv_n = (heads + 2 * kv) * hd
@@ -108,6 +112,8 @@ class Chain(OpShapes):
 
     def grid(self, op: str) -> list[configs.SkinnyConfig]:
         _, ns, k = self.shapes[op]
+        if self.rows > 1 and self.fma:
+            return fma_rows_grid(self.rows, k)
         if self.rows > 1:
             # first the tiles that give more programs (stop 37: o was never swept above one row)
             narrow = narrow_rows_grid(sum(ns), k)
@@ -175,6 +181,7 @@ def descend(current: dict, grid, timed, best: float, deadline: float, min_gain: 
                 print(f"  {op} {describe(cfg)} skipped: {str(err).splitlines()[0][:100]}", flush=True)
                 continue
             trials.append(f"{op}\t{describe(cfg)}\t{took:.3f}")
+            print(f"  {op:8} {describe(cfg):32} {took:.3f} {unit}", flush=True)  # what a cut call keeps
             if took < best * (1 - min_gain):
                 current, best = {**current, op: cfg}, took
         print(f"after {op:8}: {best:.3f} {unit}, {op} {describe(current[op])}", flush=True)
@@ -200,6 +207,9 @@ def main() -> int:
     parser.add_argument(
         "--lookahead", action="store_true", help="one row: only configs that load the next K block ahead"
     )
+    parser.add_argument(
+        "--fma", action="store_true", help="above one row: only multiply-and-sum tiles (kernel_sweep.fma_rows_grid)"
+    )
     parser.add_argument("--budget-s", type=float, default=240.0, help="stop trying configs after this long")
     parser.add_argument(
         "--ops", default=",".join(ORDER), help="the ops to sweep, in this order (the others keep the table's)"
@@ -212,7 +222,7 @@ def main() -> int:
         parser.error(f"--ops takes a comma list of {', '.join(ORDER)}")
     start = time.monotonic()
     sm.prepare_split_finish(torch.device(DEVICE))  # the shipped split-K finish (its counters made before capture)
-    chain = Chain(args.model, args.layers, args.rows, args.lookahead)
+    chain = Chain(args.model, args.layers, args.rows, args.lookahead, args.fma)
     current = {op: chain.table_config(op) for op in ORDER}
     baseline = best = chain.layer_us(current)
     print(f"{args.model}: {args.layers} layers, {args.rows} row(s), {chain.weight_bytes / 2**30:.2f} GiB of weights")

@@ -84,6 +84,15 @@ def variants():
         if not dot:  # one row's next K block loaded before this one is multiplied (SkinnyConfig.lookahead)
             ahead = {**flags, "LOOKAHEAD": True}
             yield f"skinny_kernel {ahead}", skinny_kernels.skinny_kernel, ahead, SKINNY_POINTERS
+    # more than one row without tensor cores (skinny_kernels._accumulate_rows): the three modes, split-K or not
+    for mode, split in itertools.product((0, 1, 2), (1, 2)):
+        flags = dict(
+            NORM=0 if mode == 1 else 1, NUM_W=1, HAS_B0=True, HAS_B1=False, HAS_B2=False, MODE=mode,
+            ACT=int(mode == 2), SPLIT=split, USE_DOT=False, IEEE_DOT=False, SWAP=False, EVEN_K=True, OUT_BF16=True,
+            USE_PDL=True, BLOCK_M=8, BLOCK_N=8, BLOCK_K=64, RSTD_CHUNK=128, RSTD_CHUNKS=7, LOOKAHEAD=False,
+            FINISH_HERE=False, FENCE=False,
+        )  # fmt: skip
+        yield f"skinny_kernel (rows, fma) {flags}", skinny_kernels.skinny_kernel, flags, SKINNY_POINTERS
     # the LM head at batch 1 (fused/lm_head.py): no norm, no bias, the heuristic's tile; K a multiple of the
     # block (the 1B's 2,048) or not (Qwen's 896)
     for pdl, even_k in itertools.product((False, True), (True, False)):

@@ -271,6 +271,32 @@ def test_split_finish_setting_names_the_ways_and_refuses_others():
 
 
 @interpreted
+@pytest.mark.parametrize("m", [2, 5])
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_several_rows_without_tensor_cores_sum_each_row_as_one_row_does(m, split_k, force):
+    """skinny_kernels._accumulate_rows: at several rows the products of each row are summed over the K walk
+    and reduced once, as _accumulate_one_row does for one: each row of every op is, bit for bit (the
+    interpreter's float32 sums, float32 out: the order shows), what that row alone gives (reducing each K
+    block as it came, before stop 37, did not), and close to the reference."""
+    x, nw, ws, bs = make(m, torch.float32, ns=(40, 40, 24), seed=m)
+    residual = make(m, torch.float32, k=40, seed=m + 1)[0]
+
+    def every_op(rows):
+        return [
+            *sm.norm_projections(x[rows], nw, 1e-6, "llama", ws, bs),
+            sm.norm_gate_up(x[rows], nw, 1e-6, "llama", ws[0], ws[1], "silu"),
+            sm.linear_residual(x[rows], ws[0], bs[0], residual[rows]),
+        ]
+
+    force(SkinnyConfig(8, 32, split_k=split_k))
+    together = every_op(slice(None))
+    for row in range(m):
+        for got, alone in zip(together, every_op(slice(row, row + 1))):
+            assert torch.equal(got[row : row + 1], alone)
+    assert_rounding_close(together[3], sm.reference_norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[1], "silu"))
+
+
+@interpreted
 @pytest.mark.parametrize("k", [72, 64, 32])  # a ragged last block, two blocks, one block (nothing ahead)
 @pytest.mark.parametrize("split_k", [1, 2])
 def test_one_row_with_the_next_block_loaded_ahead_is_the_same_sum(k, split_k, force):
@@ -528,12 +554,16 @@ GPU_CONFIGS = {
     "swap-split": SkinnyConfig(128, 64, num_stages=6, split_k=2, dot=True, swap=True),
     # kernel_sweep.narrow_rows_grid's smallest tile: 16 weights on the MMA's long side, K in 4 slices
     "swap-narrow": SkinnyConfig(16, 64, num_stages=4, split_k=4, dot=True, swap=True),
+    # several rows without tensor cores, the products summed over the K walk (skinny_kernels._accumulate_rows)
+    "fma-rows": SkinnyConfig(8, 128, num_stages=1),
+    "fma-rows-split": SkinnyConfig(8, 128, num_stages=1, split_k=2),
 }
 # Batch 1 (what fused mode runs for the shapes of the table) with every kind of config; more rows (the
 # opt-in "kernels" program) with the heuristic's. Every case compiles its own kernels: H200, 2026-12-01,
 # the full 40-case cross product took over 3 minutes, some cases ~20 s each (fma tiles at 17-32 rows).
 GPU_CASES = [(1, name) for name in GPU_CONFIGS] + [(m, "heuristic") for m in (3, 8, 17, 32)]
 GPU_CASES += [(m, "swap") for m in (3, 8, 17, 32)] + [(8, "swap-split")] + [(m, "swap-narrow") for m in (8, 32)]
+GPU_CASES += [(m, "fma-rows") for m in (3, 8, 16)] + [(8, "fma-rows-split")]
 
 
 @pytest.mark.cuda

@@ -58,3 +58,17 @@ def test_the_step_sweep_takes_the_ops_it_is_told_and_refuses_others(monkeypatch,
     with pytest.raises(SystemExit) as exit_:
         step_sweep.main()
     assert exit_.value.code == 2 and "--ops takes a comma list of gate_up, down, qkv, o" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rows", [2, 8, 16])
+@pytest.mark.parametrize("k", [896, 4864])
+def test_the_multiply_and_sum_grid_holds_16_to_64_values_a_thread_without_tensor_cores(rows, k):
+    from kernel_sweep import describe, fma_rows_grid, parse_described
+
+    grid = fma_rows_grid(rows, k)
+    assert grid and len(set(grid)) == len(grid)
+    for cfg in grid:
+        assert not cfg.dot and not cfg.lookahead
+        assert 16 <= cfg.block_m(rows) * cfg.block_n * cfg.block_k // (32 * cfg.num_warps) <= 64
+        assert parse_described(describe(cfg)) == cfg
+    assert any(cfg.split_k > 1 for cfg in grid) == (k >= 4096)
