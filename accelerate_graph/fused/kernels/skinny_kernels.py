@@ -81,7 +81,7 @@ def _rows_rstd(
     x_ptr, offs_m, M, K, eps, NORM: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr
 ):  # fmt: skip
     """_row_rstd where the program folds a norm in before its K walk (NORM 1, 2); with a late norm (NORM 3, 4)
-    eps itself, for each row (the walk's squares give the rest: _late_rstd); zeros (unused) without a norm."""
+    eps itself, for each row (the walk's squares give the rest: _late_scaled); zeros (unused) without a norm."""
     if NORM == 1 or NORM == 2:
         rstd = _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M, CHUNK, CHUNKS)
     elif NORM > 2:
@@ -92,9 +92,14 @@ def _rows_rstd(
 
 
 @triton.jit
-def _late_rstd(squares, K, eps_rows):
-    """A late norm's rsqrt(mean(x^2) + eps) of each row, from the squares its K walk summed ([rows, BLOCK_K])."""
-    return tl.rsqrt(tl.sum(squares, axis=1) / K + eps_rows)
+def _late_scaled(acc, acc2, squares, K, eps_rows, NORM: tl.constexpr):
+    """The sums ([rows, BLOCK_N]) as they are without a late norm; with one (NORM > 2), times each row's
+    rsqrt(mean(x^2) + eps), from the squares its K walk summed ([rows, BLOCK_K]) and eps (eps_rows)."""
+    if NORM > 2:
+        scale = tl.rsqrt(tl.sum(squares, axis=1) / K + eps_rows)
+        acc = acc * scale[:, None]
+        acc2 = acc2 * scale[:, None]
+    return acc, acc2
 
 
 @triton.jit
@@ -193,11 +198,7 @@ def _accumulate(
     if SWAP:  # one return: the compiler types every return statement, even behind a constexpr
         acc = tl.trans(acc)
         acc2 = tl.trans(acc2)
-    if NORM > 2:
-        scale = _late_rstd(squares, K, rstd)
-        acc = acc * scale[:, None]
-        acc2 = acc2 * scale[:, None]
-    return acc, acc2
+    return _late_scaled(acc, acc2, squares, K, rstd, NORM)
 
 
 @triton.jit
@@ -279,11 +280,7 @@ def _accumulate_one_row(
             )  # fmt: skip
     acc = tl.sum(wide, axis=1)[None, :]
     acc2 = tl.sum(wide2, axis=1)[None, :]
-    if NORM > 2:
-        scale = _late_rstd(squares, K, rstd)
-        acc = acc * scale[:, None]
-        acc2 = acc2 * scale[:, None]
-    return acc, acc2
+    return _late_scaled(acc, acc2, squares, K, rstd, NORM)
 
 
 @triton.jit
@@ -311,11 +308,7 @@ def _accumulate_rows(
             squares += xf * xf
     acc = tl.sum(wide, axis=2)
     acc2 = tl.sum(wide2, axis=2)
-    if NORM > 2:
-        scale = _late_rstd(squares, K, rstd)
-        acc = acc * scale[:, None]
-        acc2 = acc2 * scale[:, None]
-    return acc, acc2
+    return _late_scaled(acc, acc2, squares, K, rstd, NORM)
 
 
 @triton.jit
