@@ -164,9 +164,17 @@ class Chain(OpShapes):
             layer_program.SKINNY_ABOVE_BATCH_1, layer_program.SKINNY_AT_BATCH_1 = was
 
 
+def ops_named(text: str) -> tuple[str, ...]:
+    """--ops (here and in whole_step_sweep.py): a comma list of ORDER's ops, in the order to sweep them."""
+    ops = tuple(op.strip() for op in text.split(",") if op.strip())
+    if not ops or set(ops) - set(ORDER):
+        raise argparse.ArgumentTypeError(f"--ops takes a comma list of {', '.join(ORDER)}")
+    return ops
+
+
 def descend(current: dict, grid, timed, best: float, deadline: float, min_gain: float, unit: str, ops=ORDER):
-    """Coordinate descent over `ops` (ORDER's, or some of them): for each op in turn every config of grid(op), the others held, timed by
-    timed(configs); one that beats the best by more than min_gain is kept. Stops trying at `deadline`
+    """Coordinate descent over `ops` (ORDER's, or some of them): for each op in turn every config of grid(op),
+    the others held, timed by timed(configs); one that beats the best by more than min_gain is kept. Stops trying at `deadline`
     (time.monotonic). Returns the configs and the trials ("op, config, time" lines)."""
     trials = []
     for op in ops:
@@ -212,14 +220,12 @@ def main() -> int:
     )
     parser.add_argument("--budget-s", type=float, default=240.0, help="stop trying configs after this long")
     parser.add_argument(
-        "--ops", default=",".join(ORDER), help="the ops to sweep, in this order (the others keep the table's)"
+        "--ops", type=ops_named, default=ORDER, help="the ops to sweep, in this order (the others keep the table's)"
     )
     parser.add_argument("--write-configs", type=Path)
     parser.add_argument("--log", type=Path, help="every trial: op, config, us per layer")
     args = parser.parse_args()
-    ops = tuple(op.strip() for op in args.ops.split(",") if op.strip())
-    if not ops or set(ops) - set(ORDER):
-        parser.error(f"--ops takes a comma list of {', '.join(ORDER)}")
+    ops = args.ops
     start = time.monotonic()
     sm.prepare_split_finish(torch.device(DEVICE))  # the shipped split-K finish (its counters made before capture)
     chain = Chain(args.model, args.layers, args.rows, args.lookahead, args.fma)

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kernel_sweep import describe, parse_described, rows_grid_in_a_step  # noqa: E402
 from profile_step import replay_ms  # noqa: E402
-from step_sweep import ORDER, OpShapes, descend, write_chosen  # noqa: E402
+from step_sweep import ORDER, OpShapes, descend, ops_named, write_chosen  # noqa: E402
 
 from accelerate_graph.core.backends import backend_for  # noqa: E402
 from accelerate_graph.core.capture import capture_decode_graphs  # noqa: E402
@@ -105,13 +105,12 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=8, help="with --candidates: configs per op")
     parser.add_argument(
         "--ops",
-        default=",".join(ORDER),
+        type=ops_named,
+        default=ORDER,
         help="the ops to sweep, in this order; some of them: the step as shipped (the others may run cuBLAS)",
     )
     args = parser.parse_args()
-    ops = tuple(op.strip() for op in args.ops.split(",") if op.strip())
-    if not ops or set(ops) - set(ORDER):
-        parser.error(f"--ops takes a comma list of {', '.join(ORDER)}")
+    ops = args.ops
     if args.rows < 1:
         print("error: --rows must be 1 or more.", file=sys.stderr)
         return 2
