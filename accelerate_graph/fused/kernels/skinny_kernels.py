@@ -80,26 +80,12 @@ def _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M: tl.constexpr, CHUNK: tl.constex
 def _rows_rstd(
     x_ptr, offs_m, M, K, eps, NORM: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr
 ):  # fmt: skip
-    """_row_rstd where the program folds a norm in before its K walk (NORM 1, 2); with a late norm (NORM 3, 4)
-    eps itself, for each row (the walk's squares give the rest: _late_scaled); zeros (unused) without a norm."""
-    if NORM == 1 or NORM == 2:
+    """_row_rstd where the program folds a norm in (NORM != 0), zeros (unused) where it does not."""
+    if NORM != 0:
         rstd = _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M, CHUNK, CHUNKS)
-    elif NORM > 2:
-        rstd = tl.zeros([BLOCK_M], tl.float32) + tl.cast(eps, tl.float32)
     else:
         rstd = tl.zeros([BLOCK_M], tl.float32)
     return rstd
-
-
-@triton.jit
-def _late_scaled(acc, acc2, squares, K, eps_rows, NORM: tl.constexpr):
-    """The sums ([rows, BLOCK_N]) as they are without a late norm; with one (NORM > 2), times each row's
-    rsqrt(mean(x^2) + eps), from the squares its K walk summed ([rows, BLOCK_K]) and eps (eps_rows)."""
-    if NORM > 2:
-        scale = tl.rsqrt(tl.sum(squares, axis=1) / K + eps_rows)
-        acc = acc * scale[:, None]
-        acc2 = acc2 * scale[:, None]
-    return acc, acc2
 
 
 @triton.jit
@@ -121,16 +107,9 @@ def _norm_weights(nw_ptr, offs_k, K, NORM: tl.constexpr):
 @triton.jit
 def _normed_by(xv, rstd, nw, NORM: tl.constexpr, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
     """x block after HF's RMSNorm with the norm's weights `nw` (loaded). 1 (Llama, Qwen2): round(x * rstd)
-    then round(* w) in the input dtype; 2 (Gemma): round(x * rstd * (1 + w)) in float32. A late norm (3: Llama's,
-    4: Gemma's; skinny_matmul.NORM_LATE) leaves rstd to the sums: x * w (x * (1 + w)) in float32, unrounded."""
+    then round(* w) in the input dtype; 2 (Gemma): round(x * rstd * (1 + w)) in float32."""
     if NORM == 0:
         y = xv
-    elif NORM > 2:
-        w = nw.to(tl.float32)
-        if NORM == 3:
-            y = xv * w[None, :]
-        else:
-            y = xv * (1.0 + w[None, :])
     else:
         w = nw.to(tl.float32)
         if NORM == 1:
@@ -184,21 +163,18 @@ def _accumulate(
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    squares = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)  # a late norm's (NORM > 2)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        xv, w, w2, xf = _tiles(
+        xv, w, w2 = _tiles(
             x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, k0 + tl.arange(0, BLOCK_K), M, N, K, out_ptr,
             NORM, TWO, EVEN_K, OUT_BF16,
         )  # fmt: skip
         acc = _mac(acc, xv, w, IEEE_DOT, SWAP)
         if TWO:
             acc2 = _mac(acc2, xv, w2, IEEE_DOT, SWAP)
-        if NORM > 2:
-            squares += xf * xf
     if SWAP:  # one return: the compiler types every return statement, even behind a constexpr
         acc = tl.trans(acc)
         acc2 = tl.trans(acc2)
-    return _late_scaled(acc, acc2, squares, K, rstd, NORM)
+    return acc, acc2
 
 
 @triton.jit
@@ -206,12 +182,10 @@ def _tiles(
     x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, offs_k, M, N, K, out_ptr,
     NORM: tl.constexpr, TWO: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
 ):  # fmt: skip
-    """One K block: x's rows (normed, float32), W's rows and, when TWO, W2's (else W again, unread), and x's
-    rows as loaded (float32: a late norm sums their squares)."""
+    """One K block: x's rows (normed, float32), W's rows and, when TWO, W2's (else W again, unread)."""
     xr, nw, w, w2 = _block_loads(x_ptr, nw_ptr, w_ptr, w2_ptr, offs_m, offs_n, offs_k, M, N, K, NORM, TWO, EVEN_K)
-    xf = xr.to(tl.float32)
-    xv = _normed_by(xf, rstd, nw, NORM, OUT_BF16, out_ptr.dtype.element_ty)
-    return xv, w, w2, xf
+    xv = _normed_by(xr.to(tl.float32), rstd, nw, NORM, OUT_BF16, out_ptr.dtype.element_ty)
+    return xv, w, w2
 
 
 @triton.jit
@@ -254,7 +228,6 @@ def _accumulate_one_row(
     out_dtype = out_ptr.dtype.element_ty
     wide = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
     wide2 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    squares = tl.zeros([1, BLOCK_K], tl.float32)  # a late norm's (NORM > 2)
     if LOOKAHEAD:
         xr, nw, w, w2 = _block_loads(
             x_ptr, nw_ptr, w_ptr, w2_ptr, offs_m, offs_n, k_lo + tl.arange(0, BLOCK_K), M, N, K, NORM, TWO, EVEN_K
@@ -263,24 +236,16 @@ def _accumulate_one_row(
             xr_next, nw_next, w_next, w2_next = _block_loads(
                 x_ptr, nw_ptr, w_ptr, w2_ptr, offs_m, offs_n, k0 + tl.arange(0, BLOCK_K), M, N, K, NORM, TWO, EVEN_K
             )  # fmt: skip
-            wide, wide2, squares = _multiply_block(
-                wide, wide2, squares, xr, nw, w, w2, rstd, NORM, TWO, OUT_BF16, out_dtype
-            )  # fmt: skip
+            wide, wide2 = _multiply_block(wide, wide2, xr, nw, w, w2, rstd, NORM, TWO, OUT_BF16, out_dtype)
             xr, nw, w, w2 = xr_next, nw_next, w_next, w2_next
-        wide, wide2, squares = _multiply_block(
-            wide, wide2, squares, xr, nw, w, w2, rstd, NORM, TWO, OUT_BF16, out_dtype
-        )
+        wide, wide2 = _multiply_block(wide, wide2, xr, nw, w, w2, rstd, NORM, TWO, OUT_BF16, out_dtype)
     else:
         for k0 in range(k_lo, k_hi, BLOCK_K):
             xr, nw, w, w2 = _block_loads(
                 x_ptr, nw_ptr, w_ptr, w2_ptr, offs_m, offs_n, k0 + tl.arange(0, BLOCK_K), M, N, K, NORM, TWO, EVEN_K
             )  # fmt: skip
-            wide, wide2, squares = _multiply_block(
-                wide, wide2, squares, xr, nw, w, w2, rstd, NORM, TWO, OUT_BF16, out_dtype
-            )  # fmt: skip
-    acc = tl.sum(wide, axis=1)[None, :]
-    acc2 = tl.sum(wide2, axis=1)[None, :]
-    return _late_scaled(acc, acc2, squares, K, rstd, NORM)
+            wide, wide2 = _multiply_block(wide, wide2, xr, nw, w, w2, rstd, NORM, TWO, OUT_BF16, out_dtype)
+    return tl.sum(wide, axis=1)[None, :], tl.sum(wide2, axis=1)[None, :]
 
 
 @triton.jit
@@ -295,37 +260,28 @@ def _accumulate_rows(
     per block): at 8 rows 1.1-3x slower than the tensor-core tiles in a Qwen2.5-0.5B step (stop 28)."""
     wide = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
     wide2 = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
-    squares = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)  # a late norm's (NORM > 2)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        xv, w, w2, xf = _tiles(
+        xv, w, w2 = _tiles(
             x_ptr, nw_ptr, rstd, w_ptr, w2_ptr, offs_m, offs_n, k0 + tl.arange(0, BLOCK_K), M, N, K, out_ptr,
             NORM, TWO, EVEN_K, OUT_BF16,
         )  # fmt: skip
         wide += xv[:, None, :] * w.to(tl.float32)[None, :, :]
         if TWO:
             wide2 += xv[:, None, :] * w2.to(tl.float32)[None, :, :]
-        if NORM > 2:
-            squares += xf * xf
-    acc = tl.sum(wide, axis=2)
-    acc2 = tl.sum(wide2, axis=2)
-    return _late_scaled(acc, acc2, squares, K, rstd, NORM)
+    return tl.sum(wide, axis=2), tl.sum(wide2, axis=2)
 
 
 @triton.jit
 def _multiply_block(
-    wide, wide2, squares, xr, nw, w, w2, rstd, NORM: tl.constexpr, TWO: tl.constexpr, OUT_BF16: tl.constexpr,
+    wide, wide2, xr, nw, w, w2, rstd, NORM: tl.constexpr, TWO: tl.constexpr, OUT_BF16: tl.constexpr,
     out_dtype: tl.constexpr,
 ):  # fmt: skip
-    """wide (and wide2 when TWO) += the normed x block times W's (W2's) block, element-wise in float32; a late
-    norm's squares += the x block's."""
-    xf = xr.to(tl.float32)
-    xv = _normed_by(xf, rstd, nw, NORM, OUT_BF16, out_dtype)  # [1, BLOCK_K]
+    """wide (and wide2 when TWO) += the normed x block times W's (W2's) block, element-wise in float32."""
+    xv = _normed_by(xr.to(tl.float32), rstd, nw, NORM, OUT_BF16, out_dtype)  # [1, BLOCK_K]
     wide += xv * w.to(tl.float32)
     if TWO:
         wide2 += xv * w2.to(tl.float32)
-    if NORM > 2:
-        squares += xf * xf
-    return wide, wide2, squares
+    return wide, wide2
 
 
 @triton.jit

@@ -46,16 +46,6 @@ except ImportError:  # no triton: the references run everywhere
 # fused-norm-loop).
 NORM_LOADS_AT_ONCE = os.environ.get("CUGRAPH_ACCEL_NORM_LOADS_AT_ONCE", "1") == "1"
 
-# The norm folded in late (CUGRAPH_ACCEL_NORM_LATE=1; off: prepared in stop 37, not yet measured on a GPU).
-# Even in one load, a program's rows' rstd is an L2 round trip between its wait for the previous kernel and
-# its first weight load (the sm_90 PTX: the weights' cp.async prologue comes after the rsqrt). Late, there is
-# no pass before the K walk: the walk multiplies x * w (x * (1 + w) for Gemma) in float32 and sums the x
-# blocks' squares it loads anyway, and the sums are scaled by rsqrt(mean(x^2) + eps) at the end. Not eager's
-# roundings (x * rstd and then * w rounded to the input dtype), one rounding fewer: off by a unit in the last
-# place now and then, inside verify's bound. Only where K is not split (a slice sees part of each row).
-NORM_LATE = os.environ.get("CUGRAPH_ACCEL_NORM_LATE", "0") == "1"
-LATE = 2  # NORM_KINDS' codes plus this: the kernels' late variants
-
 # The final norm's kernel launched with PDL (rms_norm_kernel's USE_PDL) where PDL is active: it starts while
 # the last layer's kernel runs and lets the LM head's kernel start while it runs in turn. H200, 2026-12-02 (stop
 # 33, docs/PERF.md; bench of batch 1, one process each, off/on/off/on): the 1B at 16,384 0.809 / 0.808 / 0.809 /
@@ -207,14 +197,12 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     cfg = cfg or launch_config(op, m, ns, k, x.device)
     outs = [torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device) for n in out_ns]
     block_m = cfg.block_m(m)
+    # the row norm's constexprs only with a norm: else they would compile variants that differ in nothing
+    rstd_chunk, rstd_loads = rstd_chunks(k, block_m, cfg.block_k) if norm_weight is not None else (cfg.block_k, 0)
     n_blocks = [_cdiv(n, cfg.block_n) for n in out_ns]
     m_blocks = _cdiv(m, block_m)
     k_per_split = _cdiv(_cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k  # whole K blocks per slice
     split = _cdiv(k, k_per_split)  # no empty slice
-    norm = NORM_KINDS[norm_kind] + (LATE if NORM_LATE and split == 1 else 0) if norm_weight is not None else 0
-    # the row norm's constexprs only with a norm before the walk: else they would compile variants that
-    # differ in nothing
-    rstd_chunk, rstd_loads = rstd_chunks(k, block_m, cfg.block_k) if norm in NORM_KINDS.values() else (cfg.block_k, 0)
     nt = 2 * ns[0] if gate_up else sum(out_ns)
     ws = torch.empty((split, m, nt), dtype=torch.float32, device=x.device) if split > 1 else x2
     res = residual.reshape(-1, ns[0]).contiguous() if residual is not None else x2
@@ -247,7 +235,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     wrap(skinny_kernels.skinny_kernel)[grid](
         x2, norm_weight if norm_weight is not None else x2, eps, m, k, k_per_split,
         *w_args, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, ws, counters if here else x2, nt,
-        NORM=norm,
+        NORM=NORM_KINDS[norm_kind] if norm_weight is not None else 0,
         USE_DOT=cfg.dot, IEEE_DOT=x.dtype == torch.float32, SWAP=cfg.dot and cfg.swap, EVEN_K=k % cfg.block_k == 0,
         USE_PDL=bool(extra), BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads,
         LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1, FINISH_HERE=here,

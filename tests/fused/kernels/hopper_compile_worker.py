@@ -84,18 +84,6 @@ def variants():
         if not dot:  # one row's next K block loaded before this one is multiplied (SkinnyConfig.lookahead)
             ahead = {**flags, "LOOKAHEAD": True}
             yield f"skinny_kernel {ahead}", skinny_kernels.skinny_kernel, ahead, SKINNY_POINTERS
-    # the late norm (skinny_matmul.NORM_LATE: NORM 3 Llama's, 4 Gemma's): one row (with the next block ahead or
-    # not), several without tensor cores, tensor cores swapped or not
-    for norm, (kind, block_m, block_n, ahead) in itertools.product(
-        (3, 4), (("fma", 1, 8, False), ("fma", 1, 8, True), ("fma", 8, 8, False), ("dot", 16, 32, False), ("swap", 16, 64, False))
-    ):  # fmt: skip
-        flags = dict(
-            NORM=norm, NUM_W=1, HAS_B0=True, HAS_B1=False, HAS_B2=False, MODE=2, ACT=0, SPLIT=1,
-            USE_DOT=kind != "fma", IEEE_DOT=False, SWAP=kind == "swap", EVEN_K=True, OUT_BF16=True, USE_PDL=True,
-            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=128, RSTD_CHUNK=128, RSTD_CHUNKS=0, LOOKAHEAD=ahead,
-            FINISH_HERE=False, FENCE=False,
-        )  # fmt: skip
-        yield f"skinny_kernel (late norm) {flags}", skinny_kernels.skinny_kernel, flags, SKINNY_POINTERS
     # more than one row without tensor cores (skinny_kernels._accumulate_rows): the three modes, split-K or not
     for mode, split in itertools.product((0, 1, 2), (1, 2)):
         flags = dict(
