@@ -146,6 +146,26 @@ def rows_grid_in_a_step(rows: int, k: int) -> list[SkinnyConfig]:
     return swapped_rows_grid() + wide_rows_grid(k)
 
 
+def whole_k_rows_grid(n: int, k: int, sms: int = configs.DEFAULT_SMS) -> list[SkinnyConfig]:
+    """More than one row on tensor cores, each program's K (or its slice's) in one block of 512-1,024: all of a
+    program's loads in flight at once, as the one-row kernels' k1024 tiles have them (Qwen2.5-0.5B's q/k/v ran
+    2.85 us at one row and 5.36 at 8 on tiles that walk K in 4 blocks of 256; H200, stop 38). Blocks of 16-64
+    outputs, swapped or not, 4 or 8 warps, at most 64 KB of weights a tile; split-K where a slice still fills a
+    block of 512 (at most 8 slices); most programs first, at least a third of the multiprocessors busy."""
+    out = []
+    for block_k in (512, 1024):
+        split = -(-k // block_k)  # slices of one whole block each
+        if split > 8:
+            continue
+        for block_n in (16, 32, 64):
+            if block_n * block_k > 32768 or -(-n // block_n) * split < sms // 3:
+                continue
+            for swap in (True, False):
+                for warps in (4, 8):
+                    out.append(SkinnyConfig(block_n, block_k, warps, 1, split_k=split, dot=True, swap=swap))
+    return sorted(out, key=lambda c: -(-(-n // c.block_n) * c.split_k))
+
+
 def grid_for(op: str, m: int, k: int, wide: bool = False, swap: bool = False) -> list[SkinnyConfig]:
     """A small grid: multiply-and-sum at few rows, tensor cores from 8 rows, split-K for long K; `swap`:
     swapped_rows_grid alone above one row."""

@@ -2,8 +2,9 @@
 # Some ops of the skinny kernels swept alone in a chain of layers (step_sweep.py --ops; above one row the narrow
 # tiles first: kernel_sweep.narrow_rows_grid), written into the table, then benched with it and (VERIFY=1)
 # verified, one device call (DEADLINE s, default 575).
-#   SWEEPS   "model:rows:ops:budget_s[:fma] ..." (ops a comma list of qkv, o, gate_up, down; fma: only the
-#            multiply-and-sum tiles, step_sweep.py --fma)
+#   SWEEPS   "model:rows:ops:budget_s[:grid] ..." (ops a comma list of qkv, o, gate_up, down; grid: step_sweep.py
+#            --grid, auto by default; fma: only the multiply-and-sum tiles, whole-k: only tensor-core tiles
+#            holding the whole K walk)
 #   BENCHES  "model:cache[:skinny] ..." (`bench --compare fused --buckets 1,8,16,32`; skinny: the value of
 #            CUGRAPH_ACCEL_SKINNY_BATCHES, auto by default)
 #   VERIFY=1 verify of the 1B at 16,384 and Qwen at 1,024 at buckets 1, 8, 16, 32 and the 8B at 4,096 (lanes
@@ -13,9 +14,8 @@
 # and a third bench, qwen2.5-0.5b:1024:1 (the 1B's batch 8 0.978 -> 0.963 ms, Qwen's 16 0.825 -> 0.789, Qwen's
 # 32 rows skinny 0.924 against cuBLAS's 0.951). Then SWEEPS="qwen2.5-0.5b:8:gate_up,down:70
 # qwen2.5-0.5b:16:gate_up,down:60 llama-3.2-1b:16:down:35" VERIFY=1 (nothing better for Qwen; verify passed).
-# Prepared in stop 37, not run: SWEEPS="qwen2.5-0.5b:8:gate_up,down,qkv,o:100:fma
-# qwen2.5-0.5b:16:gate_up,down,qkv,o:80:fma" BENCHES="qwen2.5-0.5b:1024" VERIFY=1: the multiply-and-sum tiles
-# that reduce once (skinny_kernels._accumulate_rows) against the tensor-core tiles at Qwen's 8 and 16 rows.
+# Stop 38 ran SWEEPS="qwen2.5-0.5b:8:qkv,o,gate_up,down:120:fma qwen2.5-0.5b:16:qkv,o:50:fma": every
+# multiply-and-sum tile lost to the table's tensor-core tiles (trials in benchmarks/trials/*fma*).
 # Usage on the device machine: OUT=/some/dir bash benchmarks/ops_sweep_gpu.sh
 set -uo pipefail
 DEADLINE=${DEADLINE:-575} LOGS=/tmp/ops-sweep SHOW="table configs|after |chosen|wrote|passed|failed|Error|error"
@@ -27,9 +27,9 @@ BENCHES=${BENCHES-"llama-3.2-1b:16384 qwen2.5-0.5b:1024"}
 cp "$TABLE" "$FINAL/skinny_configs.before.json"
 for entry in $SWEEPS; do
   IFS=: read -r model rows ops budget kind <<< "$entry"
-  fma=() && [ "$kind" = fma ] && fma=(--fma)
+  kind=${kind:-auto}
   run "sweep-$model-$rows$kind" 50 $((budget + 50)) python3 benchmarks/step_sweep.py "$model" --rows "$rows" \
-    --ops "$ops" "${fma[@]}" --budget-s "$budget" --write-configs "$TABLE" --log "$FINAL/trials-$model-$rows$kind.tsv"
+    --ops "$ops" --grid "$kind" --budget-s "$budget" --write-configs "$TABLE" --log "$FINAL/trials-$model-$rows$kind.tsv"
 done
 cp "$TABLE" "$FINAL/skinny_configs.json"
 for entry in $BENCHES; do

@@ -16,8 +16,11 @@ fused step's settings (its norm and activation kernels, cuBLAS for the matmuls).
 inductor + cuBLAS" says which is faster; the table is written only where the skinny chain wins. The
 grid there (kernel_sweep.rows_grid_in_a_step): the swapped, then the plain tensor-core tiles.
 
---fma (above one row): only multiply-and-sum tiles, the products summed over the K walk and reduced once
-(kernel_sweep.fma_rows_grid; stop 37, prepared for a GPU).
+--grid fma (above one row): only multiply-and-sum tiles, the products summed over the K walk and reduced
+once (kernel_sweep.fma_rows_grid). Stop 38 (H200): every one lost to the table's tensor-core tiles at
+Qwen2.5-0.5B's 8 and 16 rows (q/k/v +1.2 us a layer at best, gate/up +18).
+--grid whole-k (above one row): only tensor-core tiles whose K block holds a program's whole K walk or slice
+(kernel_sweep.whole_k_rows_grid; stop 38, prepared for a GPU).
 
 --lookahead (one row): only tiles that load the next K block before multiplying this one
 (kernel_sweep.lookahead_one_row_grid). Stop 32 (H200): Qwen2.5-0.5B's chain 19.12 -> 17.08 us a layer (gate/up
@@ -47,6 +50,7 @@ from kernel_sweep import (  # noqa: E402
     lookahead_one_row_grid,
     narrow_rows_grid,
     rows_grid_in_a_step,
+    whole_k_rows_grid,
     wide_one_row_grid,
 )
 
@@ -78,13 +82,16 @@ class OpShapes:
         return configs.config_for(kind, self.rows, ns, k)
 
 
+ROWS_GRIDS = ("auto", "fma", "whole-k")
+
+
 class Chain(OpShapes):
     """The projections of `layers` decoder layers of `model`'s shape for `rows` rows, each layer its own
     weights."""
 
-    def __init__(self, model: str, layers: int, rows: int = 1, lookahead: bool = False, fma: bool = False):
+    def __init__(self, model: str, layers: int, rows: int = 1, lookahead: bool = False, rows_grid: str = "auto"):
         hidden, inter, heads, kv, hd, bias = MODELS[model]
-        self.rows, self.hidden, self.lookahead, self.fma = rows, hidden, lookahead, fma
+        self.rows, self.hidden, self.lookahead, self.rows_grid = rows, hidden, lookahead, rows_grid
         gen = torch.Generator(device=DEVICE).manual_seed(0)
         rand = lambda *s, scale=1.0: (torch.randn(*s, device=DEVICE, generator=gen) * scale).to(DTYPE)  # noqa: E731
         qkv_n = (heads + 2 * kv) * hd
@@ -112,8 +119,10 @@ class Chain(OpShapes):
 
     def grid(self, op: str) -> list[configs.SkinnyConfig]:
         _, ns, k = self.shapes[op]
-        if self.rows > 1 and self.fma:
+        if self.rows > 1 and self.rows_grid == "fma":
             return fma_rows_grid(self.rows, k)
+        if self.rows > 1 and self.rows_grid == "whole-k":
+            return whole_k_rows_grid(sum(ns), k)
         if self.rows > 1:
             # first the tiles that give more programs (stop 37: o was never swept above one row)
             narrow = narrow_rows_grid(sum(ns), k)
@@ -216,7 +225,11 @@ def main() -> int:
         "--lookahead", action="store_true", help="one row: only configs that load the next K block ahead"
     )
     parser.add_argument(
-        "--fma", action="store_true", help="above one row: only multiply-and-sum tiles (kernel_sweep.fma_rows_grid)"
+        "--grid",
+        choices=ROWS_GRIDS,
+        default="auto",
+        help="above one row: auto (narrow, then swapped and plain tensor-core tiles), fma (multiply-and-sum tiles "
+        "only), whole-k (tensor-core tiles holding the whole K walk only)",
     )
     parser.add_argument("--budget-s", type=float, default=240.0, help="stop trying configs after this long")
     parser.add_argument(
@@ -228,7 +241,7 @@ def main() -> int:
     ops = args.ops
     start = time.monotonic()
     sm.prepare_split_finish(torch.device(DEVICE))  # the shipped split-K finish (its counters made before capture)
-    chain = Chain(args.model, args.layers, args.rows, args.lookahead, args.fma)
+    chain = Chain(args.model, args.layers, args.rows, args.lookahead, args.grid)
     current = {op: chain.table_config(op) for op in ORDER}
     baseline = best = chain.layer_us(current)
     print(f"{args.model}: {args.layers} layers, {args.rows} row(s), {chain.weight_bytes / 2**30:.2f} GiB of weights")

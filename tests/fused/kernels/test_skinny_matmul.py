@@ -557,6 +557,10 @@ GPU_CONFIGS = {
     # several rows without tensor cores, the products summed over the K walk (skinny_kernels._accumulate_rows)
     "fma-rows": SkinnyConfig(8, 128, num_stages=1),
     "fma-rows-split": SkinnyConfig(8, 128, num_stages=1, split_k=2),
+    # kernel_sweep.whole_k_rows_grid's: a program's whole K walk (896 and 1,000 of the shapes) in one block,
+    # and K in slices of one block each (the long K of 4,864 and 1,400: 5 and 2 slices)
+    "whole-k": SkinnyConfig(16, 1024, num_stages=1, dot=True, swap=True),
+    "whole-k-plain": SkinnyConfig(32, 512, num_warps=8, num_stages=1, split_k=2, dot=True),
 }
 # Batch 1 (what fused mode runs for the shapes of the table) with every kind of config; more rows (the
 # opt-in "kernels" program) with the heuristic's. Every case compiles its own kernels: H200, 2026-12-01,
@@ -564,6 +568,7 @@ GPU_CONFIGS = {
 GPU_CASES = [(1, name) for name in GPU_CONFIGS] + [(m, "heuristic") for m in (3, 8, 17, 32)]
 GPU_CASES += [(m, "swap") for m in (3, 8, 17, 32)] + [(8, "swap-split")] + [(m, "swap-narrow") for m in (8, 32)]
 GPU_CASES += [(m, "fma-rows") for m in (3, 8, 16)] + [(8, "fma-rows-split")]
+GPU_CASES += [(m, "whole-k") for m in (8, 32)] + [(16, "whole-k-plain")]
 
 
 @pytest.mark.cuda

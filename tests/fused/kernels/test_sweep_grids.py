@@ -72,3 +72,18 @@ def test_the_multiply_and_sum_grid_holds_16_to_64_values_a_thread_without_tensor
         assert 16 <= cfg.block_m(rows) * cfg.block_n * cfg.block_k // (32 * cfg.num_warps) <= 64
         assert parse_described(describe(cfg)) == cfg
     assert any(cfg.split_k > 1 for cfg in grid) == (k >= 4096)
+
+
+@pytest.mark.parametrize(("n", "k"), [(1152, 896), (9728, 896), (896, 4864), (2048, 2048), (2048, 8192)])
+def test_the_whole_k_grid_gives_each_program_its_k_walk_in_one_block(n, k):
+    from kernel_sweep import describe, parse_described, whole_k_rows_grid
+
+    grid = whole_k_rows_grid(n, k)
+    assert grid and len(set(grid)) == len(grid)
+    programs = [-(-n // cfg.block_n) * cfg.split_k for cfg in grid]
+    assert programs == sorted(programs, reverse=True) and min(programs) >= 132 // 3
+    for cfg in grid:
+        assert cfg.dot and cfg.num_stages == 1 and cfg.block_k in (512, 1024)
+        assert (cfg.split_k - 1) * cfg.block_k < k <= cfg.split_k * cfg.block_k  # one block a slice, none empty
+        assert cfg.block_n * cfg.block_k <= 32768
+        assert parse_described(describe(cfg)) == cfg
