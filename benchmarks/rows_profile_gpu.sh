@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in stop 37, not run. Where the step's time grows from one row to 8-32 (issue 16's ratio lines): the
+# Prepared in stop 37, run in stop 38 (docs/PERF.md). Where the step's time grows from one row to 8-32 (issue 16's ratio lines): the
 # Qwen2.5-0.5B chain of a layer's skinny kernels was 17.1 us a layer at one row, 24.2 / 24.6 / 29.7 at 8 / 16 /
 # 32 (step_sweep.py, H200, stop 37), and no config of its grids (narrow tiles, split-K 2-8) did better at 8
 # rows. (1) each op alone at 1, 8, 16 and 32 rows with its table config, against cuBLAS and the copy bandwidth
@@ -29,8 +29,9 @@ done
 for entry in llama-3.2-1b:16384:CUGRAPH_ACCEL_SPLIT_FINISH=here llama-3.2-1b:16384:CUGRAPH_ACCEL_FOLD_COMBINE=1 \
   qwen2.5-0.5b:1024:CUGRAPH_ACCEL_FOLD_COMBINE=1; do
   IFS=: read -r model cache switch <<< "$entry"
-  run "b-$model-${switch#CUGRAPH_ACCEL_}" 60 110 env "$switch" python3 -m cli bench "$model" --compare fused \
-    --context "$cache" --buckets 1,8,16,32 --csv "$FINAL/b-$model-${switch#CUGRAPH_ACCEL_}.csv"
+  tag=${switch#CUGRAPH_ACCEL_} && tag=${tag//=/-}  # no "=" in a name that comes back from the device
+  run "b-$model-$tag" 60 110 env "$switch" python3 -m cli bench "$model" --compare fused \
+    --context "$cache" --buckets 1,8,16,32 --csv "$FINAL/b-$model-$tag.csv"
 done
 cp "$LOGS"/*.log "$FINAL/" 2>/dev/null
 echo "== fused ms by batch, each switch (stop 37's defaults: the 1B 0.785 / 0.963 / 1.006 / 1.076, Qwen 0.572 / 0.766 / 0.787 / 0.923)"

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from accelerate_graph.common.errors import BadOptionError
-from accelerate_graph.fused.kernels import configs, pdl
+from accelerate_graph.fused.kernels import ahead, configs, pdl
 
 try:
     from accelerate_graph.fused.kernels import arrival, skinny_kernels
@@ -187,7 +187,6 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     ("proj", "residual", "gate_up") with `cfg` (default: the table's or the heuristic's, see configs);
     returns the outputs, shaped like x with each weight's N last (one for "residual" and "gate_up").
     benchmarks/kernel_sweep.py calls it with the configs it times."""
-    wrap = torch.library.wrap_triton
     k = x.shape[-1]
     x2 = x.reshape(-1, k).contiguous()
     m = x2.shape[0]
@@ -232,7 +231,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     finish = finish_way(m, launched_now) if split > 1 else None
     counters = _counters_to_finish_here(x2, sum(n_blocks) * m_blocks) if finish == "here" else None
     here = counters is not None
-    wrap(skinny_kernels.skinny_kernel)[grid](
+    ahead.launcher(skinny_kernels.skinny_kernel, grid, wrap=True)(
         x2, norm_weight if norm_weight is not None else x2, eps, m, k, k_per_split,
         *w_args, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, ws, counters if here else x2, nt,
         NORM=NORM_KINDS[norm_kind] if norm_weight is not None else 0,
@@ -244,7 +243,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     )  # fmt: skip
     if split > 1 and not here:
         early = extra if finish != "kernel" else {}
-        wrap(skinny_kernels.finish_kernel)[(sum(n_blocks), m_blocks, 1)](
+        ahead.launcher(skinny_kernels.finish_kernel, (sum(n_blocks), m_blocks, 1), wrap=True)(
             ws, m, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, nt, num_warps=4, USE_PDL=bool(early),
             **flags, **early,
         )  # fmt: skip
@@ -281,7 +280,7 @@ def _rms_norm_body(x: Tensor, norm_weight: Tensor, eps: float, norm_kind: str) -
     out = torch.empty_like(x2)
     block_k = min(1 << max(0, (k - 1).bit_length()), 4096)  # the row in one block up to 4,096
     extra = pdl.launch_options(x.device) if FINAL_NORM_PDL else {}
-    torch.library.wrap_triton(skinny_kernels.rms_norm_kernel)[(x2.shape[0],)](
+    ahead.launcher(skinny_kernels.rms_norm_kernel, (x2.shape[0],), wrap=True)(
         x2, norm_weight, out, float(eps), x2.shape[0], k,
         NORM=NORM_KINDS[norm_kind], OUT_BF16=x.dtype == torch.bfloat16, BLOCK_K=block_k,
         RSTD_CHUNKS=rstd_chunks(k, 1, block_k)[1], USE_PDL=bool(extra), num_warps=4, **extra,
@@ -462,7 +461,7 @@ def launch_qkv_rope_write(
     q_heads, kv_heads = q_size // head_dim, kv_size // head_dim
     grid = ((q_heads + 2 * kv_heads) * (head_dim // 2 // pairs), _cdiv(m, block_m))
     extra = pdl.launch_options(x.device)
-    skinny_kernels.qkv_rope_write_kernel[grid](
+    ahead.launcher(skinny_kernels.qkv_rope_write_kernel, grid)(
         x, norm_weight if norm_weight is not None else x, eps, m, k, w_qkv, b_qkv if b_qkv is not None else x,
         cos, sin, q, keys, values, slot, q_heads, kv_heads,
         keys.stride(0), keys.stride(1), keys.stride(2), values.stride(0), values.stride(1), values.stride(2),

@@ -1,0 +1,79 @@
+"""Our kernels compiled ahead (fused/kernels/ahead.py): launch sites warm instead of running while active."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from accelerate_graph.fused.kernels import ahead
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+class _Kernel:
+    """Stands for a JIT kernel: records launches and warmups."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append(("launch", grid, args, kwargs))
+
+    def warmup(self, *args, grid, **kwargs):
+        self.calls.append(("warmup", grid, args, kwargs))
+
+
+def test_a_launch_runs_the_kernel_unless_compiling_ahead(monkeypatch):
+    kernel = _Kernel()
+    ahead.launcher(kernel, (3, 1))(1, 2, BLOCK=4)
+    monkeypatch.setattr(ahead._state, "on", True, raising=False)
+    ahead.launcher(kernel, (3, 1))(1, 2, BLOCK=4)
+    assert kernel.calls == [("launch", (3, 1), (1, 2), {"BLOCK": 4}), ("warmup", (3, 1), (1, 2), {"BLOCK": 4})]
+
+
+def test_compiling_ahead_is_on_inside_only_and_off_after_an_error():
+    assert not ahead.active()
+    with pytest.raises(ValueError):
+        with ahead.compiling_ahead() as on:
+            assert on and ahead.active()  # triton 3.9 has the async mode (compat test names it)
+            raise ValueError("boom")
+    assert not ahead.active()
+
+
+def test_without_an_async_mode_nothing_compiles_ahead(monkeypatch):
+    from accelerate_graph.compat import triton_internals
+
+    monkeypatch.setattr(triton_internals, "async_compile_mode", lambda pool: None)
+    kernel = _Kernel()
+    with ahead.compiling_ahead() as on:
+        assert not on and not ahead.active()
+        ahead.launcher(kernel, (1,))()
+    assert kernel.calls[0][0] == "launch"
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_gpu_a_kernel_compiled_ahead_is_not_compiled_again_and_computes_right():
+    import triton
+
+    from accelerate_graph.fused.kernels import configs, skinny_matmul
+
+    compiled = []
+    knobs = triton.knobs.runtime
+    was = knobs.jit_post_compile_hook
+    knobs.jit_post_compile_hook = lambda *args, **kwargs: compiled.append(kwargs.get("key"))
+    try:
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        x = torch.randn(5, 320, device="cuda", generator=gen).to(torch.bfloat16)
+        w = (torch.randn(208, 320, device="cuda", generator=gen) * 0.05).to(torch.bfloat16)
+        cfg = configs.SkinnyConfig(16, 64, num_warps=2, num_stages=2, dot=True)  # a variant no other test runs
+        with ahead.compiling_ahead() as on:
+            assert on, "this Triton has no async compile mode: nothing compiles ahead"
+            skinny_matmul.launch("proj", x, None, 0.0, "llama", [w], [None], cfg=cfg)
+        ahead_count = len(compiled)
+        (out,) = skinny_matmul.launch("proj", x, None, 0.0, "llama", [w], [None], cfg=cfg)
+        torch.cuda.synchronize()
+    finally:
+        knobs.jit_post_compile_hook = was
+    assert ahead_count >= 1 and len(compiled) == ahead_count  # the launch found it compiled
+    torch.testing.assert_close(out.float(), (x.float() @ w.float().T), rtol=2e-2, atol=2e-2)
