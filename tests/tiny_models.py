@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import torch
+import transformers
+from packaging.version import Version
 from transformers import AutoConfig, AutoModelForCausalLM
+
+# Falcon's attention (new decoder architecture) picked K and V with index lists (`qkv[..., [-2]]`: a tensor made
+# from host data in every step, a graph hazard) up to transformers 5.24; 5.25 takes them with views instead.
+FALCON_INDEXES_WITH_LISTS = Version(transformers.__version__) < Version("5.25")
 
 # A 2-layer decoder with GQA (4 query heads, 2 KV heads): the shape every tiny test model shares.
 SMALL_DECODER = dict(

@@ -263,28 +263,25 @@ class LaterCapture:
 
 def compile_kernels_ahead(session: DecodeSession, backend: GraphBackend, buckets, contexts) -> float:
     """Under --fuse on a GPU, with CUGRAPH_ACCEL_COMPILE_AHEAD=1: each (bucket, context) step run once, in
-    capture order, with our Triton kernels' launches compiling them instead (fused/kernels/ahead.py): their
-    compilations side by side in a thread pool, overlapping the step's own (inductor's, in turn, as the
-    captures would have run them); the captures' warm-ups then find every kernel compiled. The outputs
-    are not computed: the slots written are rewound, as before each capture. Returns the seconds taken
-    (0.0 where it does not apply), which the first graph's setup time carries."""
+    capture order, with our Triton kernels' launches compiling them instead (`session.fused.compiling_ahead`,
+    fused/kernels/ahead.py): their compilations side by side in a thread pool, overlapping the step's own
+    (inductor's, in turn, as the captures would have run them); the captures' warm-ups then find every
+    kernel compiled. The outputs are not computed: the slots written are rewound, as before each capture.
+    Returns the seconds taken (0.0 where nothing was compiled ahead), which the first graph's setup carries."""
     stream = getattr(backend, "stream", None)  # the CUDA backend's capture stream; the emulation has none
     if session.fused is None or stream is None:
         return 0.0
-    from accelerate_graph.fused.kernels import ahead
-
-    if not ahead.ENABLED:
-        return 0.0
     start = time.perf_counter()
-    with ahead.compiling_ahead() as compiling:
-        if compiling:
-            stream.wait_stream(torch.cuda.current_stream(session.device))
-            with torch.cuda.stream(stream), torch.no_grad():
-                for bucket in capture_order(buckets):
-                    for context in contexts:
-                        session.kv.rewind(0)
-                        session.capture_step(bucket, context)()
-            torch.cuda.current_stream(session.device).wait_stream(stream)
+    with session.fused.compiling_ahead() as compiling:
+        if not compiling:
+            return 0.0
+        stream.wait_stream(torch.cuda.current_stream(session.device))
+        with torch.cuda.stream(stream), torch.no_grad():
+            for bucket in capture_order(buckets):
+                for context in contexts:
+                    session.kv.rewind(0)
+                    session.capture_step(bucket, context)()
+        torch.cuda.current_stream(session.device).wait_stream(stream)
     torch.cuda.synchronize(session.device)
     session.kv.rewind(0)
     return time.perf_counter() - start

@@ -77,3 +77,15 @@ def test_gpu_a_kernel_compiled_ahead_is_not_compiled_again_and_computes_right():
         knobs.jit_post_compile_hook = was
     assert ahead_count >= 1 and len(compiled) == ahead_count  # the launch found it compiled
     torch.testing.assert_close(out.float(), (x.float() @ w.float().T), rtol=2e-2, atol=2e-2)
+
+
+def test_the_fused_step_compiles_nothing_ahead_on_the_cpu_or_with_the_switch_off(monkeypatch):
+    from tiny_models import tiny_decoder
+
+    from accelerate_graph.fused.layers import FusedForward
+
+    fused = FusedForward(tiny_decoder("llama"))
+    for enabled in (False, True):
+        monkeypatch.setattr(ahead, "ENABLED", enabled)
+        with fused.compiling_ahead() as on:
+            assert not on and not ahead.active()  # a CPU model: its ops never launch our kernels
