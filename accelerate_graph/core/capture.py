@@ -272,16 +272,20 @@ def compile_kernels_ahead(session: DecodeSession, backend: GraphBackend, buckets
     if session.fused is None or stream is None:
         return 0.0
     start = time.perf_counter()
-    with session.fused.compiling_ahead() as compiling:
-        if not compiling:
-            return 0.0
-        stream.wait_stream(torch.cuda.current_stream(session.device))
-        with torch.cuda.stream(stream), torch.no_grad():
-            for bucket in capture_order(buckets):
-                for context in contexts:
-                    session.kv.rewind(0)
-                    session.capture_step(bucket, context)()
-        torch.cuda.current_stream(session.device).wait_stream(stream)
+    try:
+        with session.fused.compiling_ahead() as compiling:
+            if not compiling:
+                return 0.0
+            stream.wait_stream(torch.cuda.current_stream(session.device))
+            with torch.cuda.stream(stream), torch.no_grad():
+                for bucket in capture_order(buckets):
+                    for context in contexts:
+                        session.kv.rewind(0)
+                        session.capture_step(bucket, context)()
+            torch.cuda.current_stream(session.device).wait_stream(stream)
+    except Exception as err:  # noqa: BLE001 - the captures meet the same failure, and name its bucket and module
+        if is_out_of_memory(err):
+            raise
     torch.cuda.synchronize(session.device)
     session.kv.rewind(0)
     return time.perf_counter() - start
