@@ -178,6 +178,16 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "indexer_compress_ratio": 4,
     },
     "zaya": {"num_experts_per_tok": 1},
+    # transformers 5.25: the sparse index's heads within a key head's queries, its layers within the two
+    "kolibri1_1": {
+        "index_num_heads": 1,
+        "index_layers": [1],
+        "index_topk": 8,
+        "index_pool_size": 64,
+        "index_compression": 4,
+        "index_num_local_tokens": 4,
+        "index_num_sink_tokens": 2,
+    },
 }
 
 
