@@ -15,7 +15,7 @@ def lines(path: Path) -> list[str]:
     """Each step row, then each contender's setup (capture and compile) summed over its buckets."""
     name = path.stem.removeprefix("bench-")
     out = []
-    setup: dict[str, list[str]] = {}
+    setup: dict[str, list[tuple[str, float]]] = {}  # contender: (bucket, seconds) of each step row
     with path.open(encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
             if row["kind"] == "step":
@@ -24,10 +24,10 @@ def lines(path: Path) -> list[str]:
                     f"{name:5s} {row['contender']:8s} batch {row['bucket']:>2}: {ms:.3f} ms ({ms / floor:.3f}x floor)"
                 )
                 if row.get("setup_seconds"):
-                    setup.setdefault(row["contender"], []).append(f"{row['bucket']}: {float(row['setup_seconds']):.1f}")
-    for contender, parts in setup.items():
-        total = sum(float(part.split(": ")[1]) for part in parts)
-        out.append(f"{name:5s} {contender:8s} setup {total:.1f} s ({', '.join(parts)})")
+                    setup.setdefault(row["contender"], []).append((row["bucket"], float(row["setup_seconds"])))
+    for contender, buckets in setup.items():
+        each = ", ".join(f"{bucket}: {seconds:.1f}" for bucket, seconds in buckets)
+        out.append(f"{name:5s} {contender:8s} setup {sum(s for _, s in buckets):.1f} s ({each})")
     return out
 
 

@@ -2,7 +2,7 @@
 # Prepared in stop 38, not run. Our Triton kernels compiled ahead, side by side (CUGRAPH_ACCEL_COMPILE_AHEAD=1,
 # fused/kernels/ahead.py; core/capture.compile_kernels_ahead): every graph's step run once first with our
 # kernels' launches handing their compilations to a thread pool (Triton's async compile mode), then the
-# captures. Issue 16's setup line: the 1B's four buckets took 22.8-32.0 s against 29.7 (a third of
+# captures. Issue 16's setup line: the 1B's four buckets took 22.9-32.0 s against 29.7 (a third of
 # reduce-overhead's 89.0), stops 35-38. (1) the GPU tests (the triton 3.6 here must have the async mode:
 # test_ahead fails naming it if not); (2) bench --compare fused at 1, 8, 16, 32, each process with caches of
 # its own (cold inductor and Triton caches, as a first run), default then ahead, then ahead then default;

@@ -103,6 +103,15 @@ def swapped_rows_grid() -> list[SkinnyConfig]:
     return out
 
 
+def programs(n: int, block_n: int, split: int) -> int:
+    """Programs a launch of `n` outputs runs per block of rows: blocks of N times slices of K."""
+    return -(-n // block_n) * split
+
+
+def most_programs_first(n: int, grid: list[SkinnyConfig]) -> list[SkinnyConfig]:
+    return sorted(grid, key=lambda c: -programs(n, c.block_n, c.split_k))
+
+
 def narrow_rows_grid(n: int, k: int, sms: int = configs.DEFAULT_SMS) -> list[SkinnyConfig]:
     """More than one row in narrow tiles: where the grids above give 14-32 programs for 132 multiprocessors
     (o: Qwen2.5-0.5B's 896 outputs, the 1B's 2,048; down's long K), blocks of 16-64 outputs, swapped or
@@ -112,11 +121,11 @@ def narrow_rows_grid(n: int, k: int, sms: int = configs.DEFAULT_SMS) -> list[Ski
     for block_n in (16, 32, 64):
         for block_k in (64, 128, 256):
             for split in (1, 2, 4, 8) if k >= 4096 else (1, 2, 4):
-                if split * block_k > k or -(-n // block_n) * split < sms // 3:
+                if split * block_k > k or programs(n, block_n, split) < sms // 3:
                     continue
                 for swap in (True, False):
                     out.append(SkinnyConfig(block_n, block_k, 4, 4, split_k=split, dot=True, swap=swap))
-    return sorted(out, key=lambda c: -(-(-n // c.block_n) * c.split_k))
+    return most_programs_first(n, out)
 
 
 def fma_rows_grid(rows: int, k: int) -> list[SkinnyConfig]:
@@ -141,8 +150,8 @@ def fma_rows_grid(rows: int, k: int) -> list[SkinnyConfig]:
 def rows_grid_in_a_step(rows: int, k: int) -> list[SkinnyConfig]:
     """step_sweep.py's grid above one row, the likeliest first (its budget cuts the end): the weights on the
     MMA's long side, then the plain tensor-core tiles. Multiply-and-sum tiles at 8 rows lost to them in a
-    Qwen2.5-0.5B step by 1.1-3x per op (H200, 2026-12-02, stop 28): not here (step_sweep.py --fma tries the
-    kind that reduces once, fma_rows_grid)."""
+    Qwen2.5-0.5B step by 1.1-3x per op (H200, 2026-12-02, stop 28): not here (step_sweep.py --grid fma tries
+    the kind that reduces once, fma_rows_grid)."""
     return swapped_rows_grid() + wide_rows_grid(k)
 
 
@@ -158,12 +167,12 @@ def whole_k_rows_grid(n: int, k: int, sms: int = configs.DEFAULT_SMS) -> list[Sk
         if split > 8:
             continue
         for block_n in (16, 32, 64):
-            if block_n * block_k > 32768 or -(-n // block_n) * split < sms // 3:
+            if block_n * block_k > 32768 or programs(n, block_n, split) < sms // 3:
                 continue
             for swap in (True, False):
                 for warps in (4, 8):
                     out.append(SkinnyConfig(block_n, block_k, warps, 1, split_k=split, dot=True, swap=swap))
-    return sorted(out, key=lambda c: -(-(-n // c.block_n) * c.split_k))
+    return most_programs_first(n, out)
 
 
 def grid_for(op: str, m: int, k: int, wide: bool = False, swap: bool = False) -> list[SkinnyConfig]:

@@ -183,8 +183,8 @@ def ops_named(text: str) -> tuple[str, ...]:
 
 def descend(current: dict, grid, timed, best: float, deadline: float, min_gain: float, unit: str, ops=ORDER):
     """Coordinate descent over `ops` (ORDER's, or some of them): for each op in turn every config of grid(op),
-    the others held, timed by timed(configs); one that beats the best by more than min_gain is kept. Stops trying at `deadline`
-    (time.monotonic). Returns the configs and the trials ("op, config, time" lines)."""
+    the others held, timed by timed(configs); one that beats the best by more than min_gain is kept. Stops
+    trying at `deadline` (time.monotonic). Returns the configs and the trials ("op, config, time" lines)."""
     trials = []
     for op in ops:
         for cfg in grid(op):
