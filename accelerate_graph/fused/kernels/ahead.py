@@ -7,7 +7,9 @@ compilation (`warmup`: compiled, not run; its outputs stay unwritten) instead of
 async compile mode hands the compilations to a thread pool, one per distinct variant. Triton's compiler
 leaves the GIL for most of its work: 8 sm_90 variants of the skinny kernel took 10.5 s one by one and
 5.9-6.3 s on 2 threads (2-core CPU, stop 38). core/capture.py runs each graph's step once this way
-before capturing any (CUGRAPH_ACCEL_COMPILE_AHEAD=1; off until measured on a GPU).
+before capturing any, with CUGRAPH_ACCEL_COMPILE_AHEAD=1. Off: on the H200 (stop 39, cold caches, four
+buckets) it gained nothing once real launches went to the kernels directly (below): setup the Llama-3.2-1B
+shape 14.8 / 16.8 / 16.6 s against 15.4 / 14.1 / 15.7 off, Qwen2.5-0.5B 11.9 / 16.6 against 14.0 / 17.4.
 """
 
 from __future__ import annotations
@@ -32,13 +34,25 @@ def active() -> bool:
     return getattr(_state, "on", False)
 
 
-def launcher(kernel, grid, wrap: bool = False):
-    """What a launch site calls with the kernel's arguments: `kernel[grid]` (through
-    torch.library.wrap_triton when `wrap`, so that a traced launch is seen), or, while compiling ahead
-    and not traced, the kernel's warmup at `grid`."""
+def traced(tensor) -> bool:
+    """Whether a launch with `tensor` among its arguments is being traced (dynamo, or make_fx's fake and
+    functional tensors when inductor lowers a triton_op), not run."""
+    return type(tensor) is not torch.Tensor or torch.compiler.is_compiling()
+
+
+def launcher(kernel, grid, traced: bool = False):
+    """What a launch site calls with the kernel's arguments: `kernel[grid]`; through
+    torch.library.wrap_triton when `traced`, so that the trace records it; while compiling ahead (and not
+    traced) the kernel's warmup at `grid`. A real launch goes to the kernel directly, not through torch's
+    wrapper: the wrapper adds num_ctas and reorders the options, which are part of Triton's in-memory key
+    (a variant compiled ahead was compiled again at its launch), and launching through it cost setup time:
+    four buckets' setup on the H200 (cold caches) 22.9 / 24.2 -> 15.4 / 14.1 / 15.7 s for the Llama-3.2-1B
+    shape, 26.5 -> 14.0 / 17.4 s for Qwen2.5-0.5B (stop 39, docs/PERF.md)."""
+    if traced:
+        return torch.library.wrap_triton(kernel)[grid]
     if active() and not torch.compiler.is_compiling():
         return functools.partial(kernel.warmup, grid=grid)
-    return (torch.library.wrap_triton(kernel) if wrap else kernel)[grid]
+    return kernel[grid]
 
 
 def workers() -> int:

@@ -227,11 +227,11 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     nb1 = n_blocks[1] if len(n_blocks) > 1 else 0
     grid = (sum(n_blocks), m_blocks, split)
     extra = pdl.launch_options(x.device)
-    launched_now = type(x2) is torch.Tensor and not torch.compiler.is_compiling()  # not traced by inductor
+    launched_now = not ahead.traced(x2)  # not traced by inductor
     finish = finish_way(m, launched_now) if split > 1 else None
     counters = _counters_to_finish_here(x2, sum(n_blocks) * m_blocks) if finish == "here" else None
     here = counters is not None
-    ahead.launcher(skinny_kernels.skinny_kernel, grid, wrap=True)(
+    ahead.launcher(skinny_kernels.skinny_kernel, grid, traced=not launched_now)(
         x2, norm_weight if norm_weight is not None else x2, eps, m, k, k_per_split,
         *w_args, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, ws, counters if here else x2, nt,
         NORM=NORM_KINDS[norm_kind] if norm_weight is not None else 0,
@@ -243,7 +243,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     )  # fmt: skip
     if split > 1 and not here:
         early = extra if finish != "kernel" else {}
-        ahead.launcher(skinny_kernels.finish_kernel, (sum(n_blocks), m_blocks, 1), wrap=True)(
+        ahead.launcher(skinny_kernels.finish_kernel, (sum(n_blocks), m_blocks, 1), traced=not launched_now)(
             ws, m, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, nt, num_warps=4, USE_PDL=bool(early),
             **flags, **early,
         )  # fmt: skip
@@ -280,7 +280,7 @@ def _rms_norm_body(x: Tensor, norm_weight: Tensor, eps: float, norm_kind: str) -
     out = torch.empty_like(x2)
     block_k = min(1 << max(0, (k - 1).bit_length()), 4096)  # the row in one block up to 4,096
     extra = pdl.launch_options(x.device) if FINAL_NORM_PDL else {}
-    ahead.launcher(skinny_kernels.rms_norm_kernel, (x2.shape[0],), wrap=True)(
+    ahead.launcher(skinny_kernels.rms_norm_kernel, (x2.shape[0],), traced=ahead.traced(x2))(
         x2, norm_weight, out, float(eps), x2.shape[0], k,
         NORM=NORM_KINDS[norm_kind], OUT_BF16=x.dtype == torch.bfloat16, BLOCK_K=block_k,
         RSTD_CHUNKS=rstd_chunks(k, 1, block_k)[1], USE_PDL=bool(extra), num_warps=4, **extra,

@@ -31,6 +31,25 @@ def test_a_launch_runs_the_kernel_unless_compiling_ahead(monkeypatch):
     assert kernel.calls == [("launch", (3, 1), (1, 2), {"BLOCK": 4}), ("warmup", (3, 1), (1, 2), {"BLOCK": 4})]
 
 
+def test_a_traced_launch_goes_through_torchs_wrapper_and_never_warms(monkeypatch):
+    kernel, wrapped = _Kernel(), []
+    monkeypatch.setattr(torch.library, "wrap_triton", lambda k: wrapped.append(k) or k)
+    monkeypatch.setattr(ahead._state, "on", True, raising=False)
+    ahead.launcher(kernel, (2,), traced=True)(7)
+    assert wrapped == [kernel] and kernel.calls == [("launch", (2,), (7,), {})]
+    monkeypatch.setattr(ahead._state, "on", False)
+    ahead.launcher(kernel, (2,))(7)  # a real launch: the kernel itself, the key its warmup compiled under
+    assert wrapped == [kernel] and len(kernel.calls) == 2
+
+
+def test_tensor_subclasses_are_traced_and_plain_tensors_are_not():
+    class Tracing(torch.Tensor):  # stands for make_fx's fake and functional tensors
+        pass
+
+    assert not ahead.traced(torch.zeros(2))
+    assert ahead.traced(torch.zeros(2).as_subclass(Tracing))
+
+
 def test_compiling_ahead_is_on_inside_only_and_off_after_an_error():
     assert not ahead.active()
     with pytest.raises(ValueError):
@@ -61,7 +80,9 @@ def test_gpu_a_kernel_compiled_ahead_is_not_compiled_again_and_computes_right():
     compiled = []
     knobs = triton.knobs.runtime
     was = knobs.jit_post_compile_hook
-    knobs.jit_post_compile_hook = lambda *args, **kwargs: compiled.append(kwargs.get("key"))
+    knobs.jit_post_compile_hook = lambda *args, **kwargs: compiled.append(
+        (str(kwargs.get("key"))[-300:], kwargs.get("is_manual_warmup"), kwargs.get("already_compiled"))
+    )
     try:
         gen = torch.Generator(device="cuda").manual_seed(0)
         x = torch.randn(5, 320, device="cuda", generator=gen).to(torch.bfloat16)
@@ -75,7 +96,8 @@ def test_gpu_a_kernel_compiled_ahead_is_not_compiled_again_and_computes_right():
         torch.cuda.synchronize()
     finally:
         knobs.jit_post_compile_hook = was
-    assert ahead_count >= 1 and len(compiled) == ahead_count  # the launch found it compiled
+    # the launch found it compiled (the message shows each compilation's key, warmup flag, cached flag)
+    assert ahead_count >= 1 and len(compiled) == ahead_count, f"ahead {ahead_count}: {compiled}"
     torch.testing.assert_close(out.float(), (x.float() @ w.float().T), rtol=2e-2, atol=2e-2)
 
 
