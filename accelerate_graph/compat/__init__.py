@@ -13,5 +13,4 @@ reaches into an internal directly.
   the per-call lookup of `Module.forward`.
 - transformers_internals: attention and experts implementation names in configs, cache-layer views,
   and the cache index attributes of attention modules.
-- triton_internals: Triton's async compile mode (our kernels compiled side by side, fused/kernels/ahead.py).
 """

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -261,36 +260,6 @@ class LaterCapture:
         return graph
 
 
-def compile_kernels_ahead(session: DecodeSession, backend: GraphBackend, buckets, contexts) -> float:
-    """Under --fuse on a GPU, with CUGRAPH_ACCEL_COMPILE_AHEAD=1: each (bucket, context) step run once, in
-    capture order, with our Triton kernels' launches compiling them instead (`session.fused.compiling_ahead`,
-    fused/kernels/ahead.py): their compilations side by side in a thread pool, overlapping the step's own
-    (inductor's, in turn, as the captures would have run them); the captures' warm-ups then find every
-    kernel compiled. The outputs are not computed: the slots written are rewound, as before each capture.
-    Returns the seconds taken (0.0 where nothing was compiled ahead), which the first graph's setup carries."""
-    stream = getattr(backend, "stream", None)  # the CUDA backend's capture stream; the emulation has none
-    if session.fused is None or stream is None:
-        return 0.0
-    start = time.perf_counter()
-    try:
-        with session.fused.compiling_ahead() as compiling:
-            if not compiling:
-                return 0.0
-            stream.wait_stream(torch.cuda.current_stream(session.device))
-            with torch.cuda.stream(stream), torch.no_grad():
-                for bucket in capture_order(buckets):
-                    for context in contexts:
-                        session.kv.rewind(0)
-                        session.capture_step(bucket, context)()
-            torch.cuda.current_stream(session.device).wait_stream(stream)
-    except Exception as err:  # noqa: BLE001 - the captures meet the same failure, and name its bucket and module
-        if is_out_of_memory(err):
-            raise
-    torch.cuda.synchronize(session.device)
-    session.kv.rewind(0)
-    return time.perf_counter() - start
-
-
 def capture_decode_graphs(
     session: DecodeSession,
     backend: GraphBackend,
@@ -316,7 +285,6 @@ def capture_decode_graphs(
     graphs: dict[tuple[int, int], CapturedGraph] = {}
     dropped: list[int] = []
     held = 0
-    ahead_seconds = compile_kernels_ahead(session, backend, buckets, contexts)
     with frozen_gc():
         for bucket in capture_order(buckets):
             mine: dict[tuple[int, int], CapturedGraph] = {}
@@ -336,9 +304,6 @@ def capture_decode_graphs(
                         f"Lower the largest bucket (now {max(buckets)}), --max-cache-len, or cap graph memory "
                         "with --max-memory.",
                     ) from err
-            if ahead_seconds and mine:  # the compilation ahead is setup too: the first graph's
-                next(iter(mine.values())).stats.seconds += ahead_seconds
-                ahead_seconds = 0.0
             grown = sum(g.stats.memory_bytes for g in mine.values())
             if max_memory_bytes is not None and held + grown > max_memory_bytes:
                 dropped.append(bucket)

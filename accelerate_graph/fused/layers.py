@@ -41,7 +41,7 @@ from accelerate_graph.fused import layer_program
 from accelerate_graph.fused.causal_mask import CausalMaskStandIn
 from accelerate_graph.fused.final_norm import final_norm_kernel
 from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
-from accelerate_graph.fused.kernels import ahead, pdl, skinny_matmul
+from accelerate_graph.fused.kernels import pdl, skinny_matmul
 from accelerate_graph.fused.layer_program import (
     MERGED_OPS,
     REFERENCE_OPS,
@@ -388,14 +388,6 @@ class FusedForward:
         if self.causal_mask is None:
             return contextlib.nullcontext()
         return causal_mask_replaced(self.model, self.causal_mask)
-
-    def compiling_ahead(self) -> contextlib.AbstractContextManager[bool]:
-        """While active (yields True), the step's launches of our Triton kernels compile them side by side
-        instead of running them (fused/kernels/ahead.py); yields False where nothing is compiled ahead (the
-        switch off, no GPU, or a Triton without the async compile mode)."""
-        if not ahead.ENABLED or self.device.type != "cuda":
-            return contextlib.nullcontext(False)
-        return ahead.compiling_ahead()
 
     def __call__(self, *, input_ids, **kwargs):
         batch = input_ids.shape[0]

@@ -643,28 +643,3 @@ def test_create_causal_mask_takes_the_arguments_the_stand_in_knows():
         if name in parameters and parameters[name].default is not plain
     }
     expect(not changed, symbol, HF, f"defaults changed: {changed}")
-
-
-# --- triton --------------------------------------------------------------------------------------------
-
-
-def test_triton_async_compile_mode_is_what_the_jit_consults():
-    from concurrent.futures import ThreadPoolExecutor
-
-    import triton
-    from triton.runtime import jit
-
-    from accelerate_graph.compat import triton_internals
-
-    symbol = "triton.runtime._async_compile.AsyncCompileMode / active_mode"
-    checked = "triton 3.9"
-    with ThreadPoolExecutor(1) as pool, upstream(symbol, checked):
-        mode = triton_internals.async_compile_mode(pool)
-        expect(mode is not None, symbol, checked, f"absent from triton {triton.__version__}")
-        from triton.runtime import _async_compile
-
-        with mode:
-            expect(_async_compile.active_mode.get() is mode, symbol, checked, "entering does not make it active")
-        expect(_async_compile.active_mode.get() is None, symbol, checked, "leaving does not end it")
-        source = inspect.getsource(jit)
-    expect("active_mode.get()" in source, symbol, checked, "triton.runtime.jit no longer consults the mode")

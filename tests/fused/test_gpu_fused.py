@@ -187,26 +187,3 @@ def test_compile_contender_after_a_fused_capture_compiles_whole():
 
     compiled = compile_step(session, 4, before)
     assert compiled.graphs == 1 and compiled.cudagraph_skips == 0
-
-
-def test_kernels_compiled_ahead_leave_the_graphs_replaying_like_eager(monkeypatch):
-    """CUGRAPH_ACCEL_COMPILE_AHEAD=1 (fused/kernels/ahead.py): every graph's step run once first with our
-    kernels compiling instead of running (the skinny kernels at every batch here), then the usual captures;
-    verify judges the graphs as without it, and the first graph's setup carries the pass's time."""
-    from accelerate_graph.core import capture
-    from accelerate_graph.fused import layer_program, layers
-    from accelerate_graph.fused.kernels import ahead
-
-    monkeypatch.setattr(ahead, "ENABLED", True)
-    monkeypatch.setattr(layers, "LAYER_PROGRAM", "merged")
-    monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", "1")
-    monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", frozenset(layer_program.SKINNY_OPS))
-    passes = []
-    original = capture.compile_kernels_ahead
-    monkeypatch.setattr(capture, "compile_kernels_ahead", lambda *a: passes.append(original(*a)) or passes[-1])
-    model = tiny_decoder("qwen2")
-    use_grouped_attention(model)
-    session, graphs = capture_and_verify(model, fused=True)
-    assert len(passes) == 1 and passes[0] > 0  # it ran (this Triton has the async compile mode)
-    assert graphs.captures()[0].seconds >= passes[0]
-    assert session.fused.recompiles == 0

@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from accelerate_graph.common.errors import BadOptionError
-from accelerate_graph.fused.kernels import ahead, pdl
+from accelerate_graph.fused.kernels import pdl
 from accelerate_graph.fused.kernels.arrival import COUNTERS, arrival_counters, fence_gpu
 from accelerate_graph.fused.kernels.pdl import gdc_launch_dependents, gdc_wait
 
@@ -473,7 +473,7 @@ def launch(
     early = pdl.launch_options(query.device)
     parts = preloaded_parts(batch, head_dim, length, mask_kind)
     if parts:  # the bucket in one tile, loaded before the wait: one kernel, no combine
-        ahead.launcher(_decode_preloaded_kernel, (batch * heads, parts))(
+        _decode_preloaded_kernel[(batch * heads, parts)](
             query, key, value, mask_rows, out, heads, length, scale, softcap,
             query.stride(0), query.stride(1), query.stride(3),
             *key.stride(), *value.stride(), *mask_strides,
@@ -491,7 +491,7 @@ def launch(
     if FOLD_COMBINE and not direct and batch * kv_heads <= COUNTERS:
         counters = arrival_counters(query.device)
     fold = counters is not None
-    ahead.launcher(_decode_split_kernel, (batch * kv_heads, splits))(
+    _decode_split_kernel[(batch * kv_heads, splits)](
         query, key, value, mask_rows, out, part_acc, part_m, part_l, counters if fold else part_m,
         kv_heads, length, splits, scale, softcap,
         query.stride(0), query.stride(1), query.stride(3),
@@ -503,7 +503,7 @@ def launch(
         num_warps=config.num_warps, num_stages=stages, **early,
     )  # fmt: skip
     if not direct and not fold:
-        ahead.launcher(_decode_combine_kernel, (batch * heads,))(
+        _decode_combine_kernel[(batch * heads,)](
             out, part_acc, part_m, part_l, heads, splits,
             out.stride(0), out.stride(2), out.stride(3),
             HEAD_DIM=head_dim, BLOCK_D=_block(head_dim), BLOCK_S=max(2, triton.next_power_of_2(splits)),

@@ -17,8 +17,6 @@ import os
 
 import torch
 
-from accelerate_graph.fused.kernels import ahead
-
 try:
     import triton
     import triton.language as tl
@@ -63,9 +61,7 @@ def launch(padding: torch.Tensor, position: torch.Tensor, kv_length: int) -> tor
     if padding.stride(-1) != 1:  # the kernel walks a row's slots one element apart
         padding = padding.contiguous()
     grid = (batch, triton.cdiv(kv_length, BLOCK))
-    ahead.launcher(_decode_mask_kernel, grid)(
-        padding, position, out, kv_length, padding.stride(0), BLOCK=BLOCK, num_warps=4
-    )
+    _decode_mask_kernel[grid](padding, position, out, kv_length, padding.stride(0), BLOCK=BLOCK, num_warps=4)
     return out
 
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from accelerate_graph.common.errors import BadOptionError
-from accelerate_graph.fused.kernels import ahead, configs, pdl
+from accelerate_graph.fused.kernels import configs, pdl
 
 try:
     from accelerate_graph.fused.kernels import arrival, skinny_kernels
@@ -182,6 +182,20 @@ def launch_config(op: str, m, ns: tuple[int, ...], k: int, device: torch.device)
     return configs.config_for(op, m, ns[:1] if op == "gate_up" else ns, k, _sms(device))
 
 
+def _traced(tensor) -> bool:
+    """Whether a launch with `tensor` among its arguments is being traced (dynamo, or make_fx's fake and
+    functional tensors when inductor lowers our triton_ops), not run."""
+    return type(tensor) is not torch.Tensor or torch.compiler.is_compiling()
+
+
+def _launcher(kernel, grid, traced: bool):
+    """`kernel[grid]`, through torch.library.wrap_triton while `traced` (so that the trace records the
+    launch) and only then: through the wrapper a real launch cost setup time, four buckets' setup on the
+    H200 (cold caches) 22.9 / 24.2 -> 15.4 / 14.1 / 15.7 s for the Llama-3.2-1B shape and 26.5 -> 14.0 /
+    17.4 s for Qwen2.5-0.5B with direct launches (stop 39, docs/PERF.md)."""
+    return (torch.library.wrap_triton(kernel) if traced else kernel)[grid]
+
+
 def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, activation="silu", cfg=None):
     """The ops' body on the Triton path: runs skinny_kernel (and finish_kernel under split-K) for `op`
     ("proj", "residual", "gate_up") with `cfg` (default: the table's or the heuristic's, see configs);
@@ -227,11 +241,11 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     nb1 = n_blocks[1] if len(n_blocks) > 1 else 0
     grid = (sum(n_blocks), m_blocks, split)
     extra = pdl.launch_options(x.device)
-    launched_now = not ahead.traced(x2)  # not traced by inductor
+    launched_now = not _traced(x2)  # not traced by inductor
     finish = finish_way(m, launched_now) if split > 1 else None
     counters = _counters_to_finish_here(x2, sum(n_blocks) * m_blocks) if finish == "here" else None
     here = counters is not None
-    ahead.launcher(skinny_kernels.skinny_kernel, grid, traced=not launched_now)(
+    _launcher(skinny_kernels.skinny_kernel, grid, traced=not launched_now)(
         x2, norm_weight if norm_weight is not None else x2, eps, m, k, k_per_split,
         *w_args, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, ws, counters if here else x2, nt,
         NORM=NORM_KINDS[norm_kind] if norm_weight is not None else 0,
@@ -243,7 +257,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     )  # fmt: skip
     if split > 1 and not here:
         early = extra if finish != "kernel" else {}
-        ahead.launcher(skinny_kernels.finish_kernel, (sum(n_blocks), m_blocks, 1), traced=not launched_now)(
+        _launcher(skinny_kernels.finish_kernel, (sum(n_blocks), m_blocks, 1), traced=not launched_now)(
             ws, m, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, nt, num_warps=4, USE_PDL=bool(early),
             **flags, **early,
         )  # fmt: skip
@@ -280,7 +294,7 @@ def _rms_norm_body(x: Tensor, norm_weight: Tensor, eps: float, norm_kind: str) -
     out = torch.empty_like(x2)
     block_k = min(1 << max(0, (k - 1).bit_length()), 4096)  # the row in one block up to 4,096
     extra = pdl.launch_options(x.device) if FINAL_NORM_PDL else {}
-    ahead.launcher(skinny_kernels.rms_norm_kernel, (x2.shape[0],), traced=ahead.traced(x2))(
+    _launcher(skinny_kernels.rms_norm_kernel, (x2.shape[0],), traced=_traced(x2))(
         x2, norm_weight, out, float(eps), x2.shape[0], k,
         NORM=NORM_KINDS[norm_kind], OUT_BF16=x.dtype == torch.bfloat16, BLOCK_K=block_k,
         RSTD_CHUNKS=rstd_chunks(k, 1, block_k)[1], USE_PDL=bool(extra), num_warps=4, **extra,
@@ -461,7 +475,7 @@ def launch_qkv_rope_write(
     q_heads, kv_heads = q_size // head_dim, kv_size // head_dim
     grid = ((q_heads + 2 * kv_heads) * (head_dim // 2 // pairs), _cdiv(m, block_m))
     extra = pdl.launch_options(x.device)
-    ahead.launcher(skinny_kernels.qkv_rope_write_kernel, grid)(
+    skinny_kernels.qkv_rope_write_kernel[grid](
         x, norm_weight if norm_weight is not None else x, eps, m, k, w_qkv, b_qkv if b_qkv is not None else x,
         cos, sin, q, keys, values, slot, q_heads, kv_heads,
         keys.stride(0), keys.stride(1), keys.stride(2), values.stride(0), values.stride(1), values.stride(2),
