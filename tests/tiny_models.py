@@ -24,6 +24,7 @@ TINY_CONFIGS = {
     "llama": dict(**SMALL_DECODER, max_position_embeddings=512),
     "qwen2": dict(**SMALL_DECODER, max_position_embeddings=512),
     "gpt2": dict(n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=512, bos_token_id=0, eos_token_id=0),
+    "mpt": dict(**SMALL_DECODER),  # eager attention only (no sdpa): saved, not tiny_decoder's
 }
 
 

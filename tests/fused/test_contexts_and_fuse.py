@@ -8,8 +8,7 @@ tests (tests/test_gpu_fused.py) prove the compiled step replays correctly.
 
 import pytest
 import torch
-from tiny_models import SMALL_DECODER, tiny_decoder
-from transformers import AutoConfig, AutoModelForCausalLM
+from tiny_models import save_tiny_model, tiny_decoder
 from typer.testing import CliRunner
 
 from accelerate_graph.common.errors import BadOptionError, CaptureError, ReplaySafetyError
@@ -170,9 +169,9 @@ def test_fuse_refuses_a_model_without_its_list_of_layers():
 
 def test_fuse_is_refused_for_a_step_with_eager_islands(tmp_path):
     # MPT's attention reads a host value in every step (an island; falcon's was, up to transformers 5.24)
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(AutoConfig.for_model("mpt", **SMALL_DECODER)).save_pretrained(tmp_path / "mpt")
-    request = CaptureRequest(model=str(tmp_path / "mpt"), buckets=(1, 2), fuse=True, max_cache_len=32)
+    request = CaptureRequest(
+        model=save_tiny_model("mpt", tmp_path / "mpt"), buckets=(1, 2), fuse=True, max_cache_len=32
+    )
     with pytest.raises(
         CaptureError,
         match="--fuse captures the whole step as one graph around its compiled layers, but this plan is piecewise",

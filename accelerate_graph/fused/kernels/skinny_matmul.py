@@ -241,11 +241,11 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     nb1 = n_blocks[1] if len(n_blocks) > 1 else 0
     grid = (sum(n_blocks), m_blocks, split)
     extra = pdl.launch_options(x.device)
-    launched_now = not _traced(x2)  # not traced by inductor
-    finish = finish_way(m, launched_now) if split > 1 else None
+    traced = _traced(x2)
+    finish = finish_way(m, not traced) if split > 1 else None
     counters = _counters_to_finish_here(x2, sum(n_blocks) * m_blocks) if finish == "here" else None
     here = counters is not None
-    _launcher(skinny_kernels.skinny_kernel, grid, traced=not launched_now)(
+    _launcher(skinny_kernels.skinny_kernel, grid, traced=traced)(
         x2, norm_weight if norm_weight is not None else x2, eps, m, k, k_per_split,
         *w_args, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, ws, counters if here else x2, nt,
         NORM=NORM_KINDS[norm_kind] if norm_weight is not None else 0,
@@ -257,7 +257,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     )  # fmt: skip
     if split > 1 and not here:
         early = extra if finish != "kernel" else {}
-        _launcher(skinny_kernels.finish_kernel, (sum(n_blocks), m_blocks, 1), traced=not launched_now)(
+        _launcher(skinny_kernels.finish_kernel, (sum(n_blocks), m_blocks, 1), traced=traced)(
             ws, m, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, nt, num_warps=4, USE_PDL=bool(early),
             **flags, **early,
         )  # fmt: skip
