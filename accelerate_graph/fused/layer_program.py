@@ -15,17 +15,16 @@ result like any other graph.
 from __future__ import annotations
 
 import inspect
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from accelerate_graph.common.errors import BadOptionError
 from accelerate_graph.compat.torch_internals import has_call_hooks
-from accelerate_graph.compat.transformers_internals import static_layer_tensors, static_layer_write
+from accelerate_graph.compat.transformers_internals import static_layer_write
 from accelerate_graph.fused.grouped_attention import grouped_decode_attention
 from accelerate_graph.fused.kernels import configs, skinny_matmul
+from accelerate_graph.settings import SKINNY_OPS, current
 
 # Decoder layers whose forward is the sequence above with a Llama RMSNorm (x * rsqrt, cast, * w),
 # rotate-half rotary embedding, SiLU gated MLP and an optional q/k/v bias. Checked by class name
@@ -75,26 +74,16 @@ KERNEL_OPS = _ops("triton", skinny_matmul.norm_projections, skinny_matmul.linear
 MERGED_QKV, MERGED_QKV_BIAS, MERGED_GATE_UP = "cugraph_qkv_weight", "cugraph_qkv_bias", "cugraph_gate_up_weight"
 
 
-# At batch 1 each projection reads its weights once for one row: a GEMV. Two ways run it:
-# - our skinny kernels (fused/kernels/skinny_matmul.py): the norm folded into q/k/v and gate/up, the
-#   residual add into o and down, each shape at the config benchmarks/step_sweep.py chose inside a chain
-#   of decoder layers on the H200 (skinny_configs.json): the same kernels in every process;
-# - inductor's GEMV reductions (gemv_lowering), whose configs coordinate descent picks anew in each process.
-# H200, 2026-12-01 (profile_step.py, replay per step): Llama-3.1-8B 4.313 ms (inductor's: 4.273-4.495 in
-# five processes), Llama-3.2-1B 0.962 (1.040); but Qwen2.5-0.5B 0.836 (0.798): with short rows the norm each
-# program recomputes costs more than the norm kernel it saves, with heuristic configs. Stop 23 swept Qwen's
-# configs inside a step (step_sweep.py): 0.634 / 0.655 ms against inductor's 0.663 / 0.715 (both orders in
-# one process). So the skinny kernels for every shape the table has a step-swept config for (a shape without
-# one, a --tp shard say, would run the heuristic's config, never measured in a step). CUGRAPH_ACCEL_SKINNY_B1=1
-# runs them for every shape, 0 for none (it reaches every --tp rank).
-SKINNY_AT_BATCH_1 = os.environ.get("CUGRAPH_ACCEL_SKINNY_B1", "auto")
-
-
+# At batch 1 each projection is a GEMV: our skinny kernels (the norm and the residual folded in) at the
+# configs a step sweep chose on the GPU (skinny_configs.json), or inductor's GEMV reductions, whose configs
+# are picked anew in each process. Setting skinny_batch_1 "auto": ours for the shapes the table has (a shape
+# without one, a --tp shard say, would run an untimed heuristic config); "on" every shape, "off" none.
 def skinny_at_batch_1(op: str, ns: tuple[int, ...], k: int) -> bool:
     """Whether a batch-1 call of `op` (output sizes `ns`, reduction `k`) runs the skinny kernels, where the
-    device runs them: the switch, then the table (SKINNY_AT_BATCH_1)."""
-    if SKINNY_AT_BATCH_1 in ("0", "1"):
-        return SKINNY_AT_BATCH_1 == "1"
+    device runs them: the skinny_batch_1 setting (settings.current()), then the table."""
+    chosen = current().skinny_batch_1
+    if chosen != "auto":
+        return chosen == "on"
     return configs.in_table(op, 1, ns, k)
 
 
@@ -116,40 +105,14 @@ def layer_at_batch_1_is_skinny(layer: torch.nn.Module) -> bool:
     return all(skinny_at_batch_1(op, ns, k) for op, ns, k in folded_calls(layer))
 
 
-# Above batch 1 the same kernels can run on tensor cores (rows padded to 16) instead of inductor's kernels
-# and cuBLAS. Measured in a step (H200, 2026-12-01, profile_step.py --ways fused-skinny-batches): the 1B's
-# batch 8 1.225 -> 1.687 ms, its GEMMs 663 -> 1,341 us, half cuBLAS's speed; with the weights on the MMA's
-# long side (configs.SkinnyConfig.swap, stop 23) 926 us, the step 1.263 against 1.183 ms: still off.
-# CUGRAPH_ACCEL_SKINNY_BATCHES=1 runs them for every op at every batch above 1 (the table's configs by row
-# bucket, else the heuristic's; the opaque op picks by the rows it is called with, so one dynamic graph
-# runs each batch bucket with that bucket's config: the 1B's 16-row configs, older untimed tiles, ran its
-# batch 16 at 1.330 ms against 1.037 with the 32-row ones, stop 27), or a comma list of ops
-# (proj, residual, gate_up) for those alone, at every shape and batch; 0 for none. The default, "auto":
-# each op at the shapes and up to the rows of SKINNY_WINS_ABOVE_BATCH_1.
-SKINNY_OPS = ("proj", "residual", "gate_up")
-EVERY_ROW = 1 << 62  # skinny_rows_above_batch_1 of an op the switch names: no limit on the rows
-# (op, outputs, inputs) -> the most rows at which a step ran faster with that op on the skinny kernels than
-# on cuBLAS (cuBLAS's kernels take no part in PDL; down's split-K reduce goes); a batch past it runs cuBLAS,
-# in a graph of its own (dynamo guards on the rows: one more compile, no recompile). H200, profile_step.py,
-# one process per way, replay ms:
-# - stop 27 (2026-12-02), o and down alone at batch 8 / 32: Llama-3.2-1B 1.073 / 1.158 -> 1.011 / 1.125;
-#   Qwen2.5-0.5B 0.892 / 0.966 -> 0.931 / 1.119 and Llama-3.1-8B 4.602 / 4.987 -> 5.468 / 5.706.
-# - stop 28 (2026-12-02), every op, each row bucket's configs swept in a step (step_sweep.py --rows 8 / 16
-#   / 32), batch 8 / 16 / 32: Qwen2.5-0.5B 0.892 / 0.928 / 0.961 (cuBLAS) -> 0.785 / 1.097 / 1.119: up to
-#   8 rows; Llama-3.2-1B 1.011 (o and down) -> 1.042 at batch 8: its q/k/v and gate/up stay on cuBLAS.
-# - stop 29: Qwen's 16 and 32 rows lost PDL's overlap when a batch-1 graph shared the process; stop 30 found
-#   the cause (the multiprocessors' shared-memory split, core/backends/cuda.py carveout_for) and, with one
-#   split above batch 1, timing_gap.py at buckets 1,8,16,32: every op skinny 0.778 / 0.842 / 0.997 at batch 8
-#   / 16 / 32, cuBLAS above 8 rows 0.778 / 0.924 / 0.954: Qwen up to 16 rows. The 1B with every op skinny:
-#   1.030 / 1.363 / 1.521 (its shipped 1.000 / 1.030 / 1.110): unchanged.
-# - stop 31: Qwen's 32-row configs re-swept with that split (step_sweep.py, then whole_step_sweep.py: q/k/v
-#   n16 k128 w8 s3, 1.030 -> 0.992 ms in the sweep's step), then timing_gap.py at 1,8,16,32: every op skinny
-#   0.957 at batch 32 against cuBLAS's 0.958, a tie: 32 rows stay on cuBLAS (fewer compiled variants).
-# - stop 35: the 1B's q/k/v alone added (CUGRAPH_ACCEL_SKINNY_BATCHES=proj,residual, the norm folded in),
-#   bench at 2 / 8 / 32: 0.973 / 1.000 / 1.110 -> 1.000 / 1.024 / 1.298: its q/k/v stays on cuBLAS.
-# - stop 37: Qwen's o and q/k/v swept alone at 16 and 32 rows (step_sweep.py --ops, narrower tiles), bench
-#   at 32: cuBLAS 0.951 -> every op skinny 0.924 ms (split-K's finish in its last slice above 16 rows, stop
-#   36): Qwen up to 32 rows (two graphs, batch 1 and 2-32, where there were three).
+# Above batch 1 the same kernels run on tensor cores (rows padded to 16) in place of cuBLAS only where a
+# whole step measured faster (cuBLAS's kernels take no part in PDL). Setting skinny_batches "auto": each op at
+# the shapes and up to the rows of SKINNY_WINS_ABOVE_BATCH_1; "on" every op at every shape and batch, "off"
+# none, or a comma list of ops for those alone. A batch past an op's limit runs cuBLAS, in a graph of its
+# own (dynamo guards on the rows).
+EVERY_ROW = 1 << 62  # skinny_rows_above_batch_1 of an op the setting names: no limit on the rows
+# (op, outputs, inputs) -> the most rows at which a step ran faster with that op on the skinny kernels
+# (H200, benchmarks/profile_step.py and timing_gap.py, docs/PERF.md).
 SKINNY_WINS_ABOVE_BATCH_1: dict[tuple[str, int, int], int] = {
     ("residual", 2048, 2048): 32,  # Llama-3.2-1B's o
     ("residual", 2048, 8192): 32,  # Llama-3.2-1B's down
@@ -160,35 +123,26 @@ SKINNY_WINS_ABOVE_BATCH_1: dict[tuple[str, int, int], int] = {
 }
 
 
-def ops_above_batch_1(text: str) -> frozenset[str] | None:
-    """CUGRAPH_ACCEL_SKINNY_BATCHES as the ops it names: "0" none, "1" all, a comma list of SKINNY_OPS;
+def ops_above_batch_1(value: str) -> frozenset[str] | None:
+    """The ops a skinny_batches value (as settings.py parsed it) runs above batch 1 at every shape and row;
     None for "auto" (SKINNY_WINS_ABOVE_BATCH_1's shapes and rows)."""
-    if text.strip() == "auto":
+    if value == "auto":
         return None
-    if text.strip() in ("", "0"):
+    if value == "off":
         return frozenset()
-    if text.strip() == "1":
+    if value == "on":
         return frozenset(SKINNY_OPS)
-    named = {name.strip() for name in text.split(",") if name.strip()}
-    unknown = sorted(named - set(SKINNY_OPS))
-    if unknown:
-        raise BadOptionError(
-            f"CUGRAPH_ACCEL_SKINNY_BATCHES={text!r} names {', '.join(unknown)}, not an op of the skinny kernels.",
-            f"Set it to auto, 0, 1 or a comma list of {', '.join(SKINNY_OPS)}.",
-        )
-    return frozenset(named)
-
-
-SKINNY_ABOVE_BATCH_1 = ops_above_batch_1(os.environ.get("CUGRAPH_ACCEL_SKINNY_BATCHES", "auto"))
+    return frozenset(value.split(","))
 
 
 def skinny_rows_above_batch_1(op: str, ns: tuple[int, ...], k: int) -> int:
     """The most rows (above one) at which a call of `op` (output sizes `ns`, reduction `k`) runs the skinny
-    kernels, where the device runs them: EVERY_ROW for the ops SKINNY_ABOVE_BATCH_1 names (0 for the
-    others), by default SKINNY_WINS_ABOVE_BATCH_1's rows for its shapes (0 for the others)."""
-    if SKINNY_ABOVE_BATCH_1 is None:
+    kernels, where the device runs them: EVERY_ROW for the ops the skinny_batches setting names (0 for the
+    others), by default ("auto") SKINNY_WINS_ABOVE_BATCH_1's rows for its shapes (0 for the others)."""
+    ops = ops_above_batch_1(current().skinny_batches)
+    if ops is None:
         return SKINNY_WINS_ABOVE_BATCH_1.get((op, sum(ns), k), 0)
-    return EVERY_ROW if op in SKINNY_ABOVE_BATCH_1 else 0
+    return EVERY_ROW if op in ops else 0
 
 
 def _skinny_at(op: str, ns: tuple[int, ...], k: int, rows) -> bool:
@@ -232,39 +186,6 @@ def _merged_projections(x, norm_weight, eps, weights, biases):
     return tuple(torch.nn.functional.linear(xn, w, b) for w, b in zip(weights, biases))
 
 
-# At batch 1 the skinny q/k/v kernel was followed by an inductor kernel (~1.3 us on the H200) that rotates
-# q and k and writes k and v into the static cache. With the switch, the q/k/v kernel does both in its
-# epilogue (skinny_matmul.norm_qkv_rope_write), one launch a layer fewer. Off: measured slower (H200,
-# 2026-12-02, replay per step at batch 1: Llama-3.2-1B 0.837 -> 0.871 ms, Qwen2.5-0.5B 0.641 -> 0.634; the
-# kernel itself 119 against ~93 us of plain q/k/v GEMVs at the 1B, with the plain GEMV's config, never
-# swept for the epilogue; its cos/sin/slot loads moved before the K walk made it 168 us, reverted: stop 26).
-# CUGRAPH_ACCEL_QKV_WRITES_CACHE=1 turns it on (profile way fused-qkv-writes-cache).
-QKV_WRITES_CACHE = os.environ.get("CUGRAPH_ACCEL_QKV_WRITES_CACHE", "0") == "1"
-
-
-def _qkv_writing_cache(layer, x, cos, sin, cache, ops: LayerOps, advance: bool):
-    """(q [1, Hq, 1, d], the cache's keys, values) with the step's k and v written into them by the merged
-    q/k/v kernel itself (QKV_WRITES_CACHE), where it applies: one row, a plain static layer written here
-    (advance=False), the merged ops on the skinny kernels, a one-pass config (the kernel has no split-K),
-    an even head_dim. None otherwise: the caller projects, rotates and writes as before."""
-    if not (QKV_WRITES_CACHE and ops.merged and not advance) or x.shape[0] != 1:
-        return None
-    attention, norm = layer.self_attn, layer.input_layernorm
-    weight, bias = getattr(attention, MERGED_QKV), getattr(attention, MERGED_QKV_BIAS)
-    n, k, head_dim = int(weight.shape[0]), int(x.shape[-1]), attention.head_dim
-    if head_dim % 2 or cos.numel() != head_dim or sin.numel() != head_dim or not _skinny(x, "proj", (n,)):
-        return None
-    if skinny_matmul.rope_write_config(1, n, k).split_k != 1:
-        return None
-    keys, values, slot = static_layer_tensors(cache.layers[0])
-    q_size, kv_size = attention.q_proj.out_features, attention.k_proj.out_features
-    q = skinny_matmul.norm_qkv_rope_write(
-        x, norm.weight, norm.variance_epsilon, "llama", weight, bias,
-        cos.reshape(1, head_dim), sin.reshape(1, head_dim), keys, values, slot, q_size, kv_size, head_dim,
-    )  # fmt: skip
-    return q.view(1, 1, -1, head_dim).transpose(1, 2), keys, values
-
-
 def _merged_linear_residual(x, weight, bias, residual):
     if _skinny(x, "residual", (int(weight.shape[0]),)):
         return skinny_matmul.linear_residual(x, weight, bias, residual)
@@ -273,9 +194,7 @@ def _merged_linear_residual(x, weight, bias, residual):
 
 # At batch 1, where the skinny kernels do not run, the projections are inductor's GEMVs (gemv_lowering).
 # Gate and up as two GEMVs over the halves of the one weight become one kernel with silu(gate) * up in its
-# epilogue; the split output of one GEMV needs a pointwise kernel after it. H200, 2026-12-01
-# (profile_step.py, replay per step at batch 1): Qwen2.5-0.5B 1.001 -> 0.948 ms, Llama-3.1-8B 5.008 ->
-# 4.782 ms.
+# epilogue; the split output of one GEMV needs a pointwise kernel after it (slower on the H200).
 GATE_UP_APART_AT_BATCH_1 = True
 
 
@@ -433,11 +352,7 @@ def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cach
     batch, tokens, hidden = hidden_states.shape
     x = hidden_states.reshape(batch * tokens, hidden)
     cos, sin = position_embeddings
-    written = _qkv_writing_cache(layer, x, cos, sin, cache, ops, advance)
-    if written is not None:  # projected, rotated and written into the cache by one kernel
-        q, k, v = written
-    else:
-        q, k, v = _projected_rotated_written(layer, x, batch, tokens, cos, sin, cache, ops, advance)
+    q, k, v = _projected_rotated_written(layer, x, batch, tokens, cos, sin, cache, ops, advance)
     out, _ = grouped_decode_attention(attention, q, k, v, attention_mask, scaling=attention.scaling)
     h = _output_projection(attention.o_proj, out.reshape(batch * tokens, -1), x, ops)
     second = layer.post_attention_layernorm

@@ -330,7 +330,6 @@ class FusedForward:
         skinny = self._on_skinny_path()
         if self._batch_1_is_skinny():
             kind += ", skinny GEMV kernels at batch 1"
-            kind += " (q/k/v writing the cache)" if layer_program.QKV_WRITES_CACHE else ""
         above = layer_program.layer_ops_above_batch_1(self.layers[0]) if skinny else {}
         if above:
             kind += f", skinny kernels above batch 1 ({_ops_and_rows(above)})"

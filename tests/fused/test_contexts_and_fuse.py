@@ -453,13 +453,14 @@ def test_kernel_tuning_follows_the_hidden_size_unless_the_environment_says():
 def test_the_fused_step_tunes_only_where_inductor_runs_batch_1s_gemvs(batch_1_skinny, monkeypatch):
     """Where the skinny kernels run every GEMV of batch 1, inductor compiles only small kernels, and the
     step compiles untuned (no gain measured there, and a noisy pick cost the 1B's batch 8 37 us)."""
+    from accelerate_graph import settings
     from accelerate_graph.fused import layers
 
-    monkeypatch.setattr(layers, "TUNE", "auto")
     monkeypatch.setattr(layers, "TUNE_FROM_HIDDEN_SIZE", 1)  # the tiny model's hidden size tunes
     monkeypatch.setattr(layers.FusedForward, "_on_skinny_path", lambda self: True)  # as on a GPU
     monkeypatch.setattr(layers, "layer_at_batch_1_is_skinny", lambda layer: batch_1_skinny)
-    fused = FusedForward(tiny_decoder("llama"), backend="aot_eager")
+    with settings.use(settings.DEFAULTS.replace(inductor_tuning="auto")):
+        fused = FusedForward(tiny_decoder("llama"), backend="aot_eager")
     assert fused.tuned is not batch_1_skinny
     assert ("kernels tuned" in fused.layer_forward_kind()) is not batch_1_skinny
     assert ("skinny GEMV kernels at batch 1" in fused.layer_forward_kind()) is batch_1_skinny

@@ -4,6 +4,7 @@ import pytest
 import torch
 from tiny_models import every_op_up_to, tiny_decoder
 
+from accelerate_graph import settings
 from accelerate_graph.core.backends import backend_for
 from accelerate_graph.core.capture import capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
@@ -15,14 +16,16 @@ pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available()
 GPU = torch.device("cuda:0")
 
 
-def capture_and_verify(model, fused: bool, dtype=torch.bfloat16):
+def capture_and_verify(model, fused: bool, dtype=torch.bfloat16, **changes):
+    """Captured and verified under the default settings with `changes` (settings names)."""
     session = DecodeSession(model.to(GPU, dtype), 4, 64)
-    if fused:
-        torch._dynamo.reset()  # compilations of earlier tests share HF's code objects: count only ours
-        session.fused = FusedForward(session.model, positions=session.kv.storage_len)  # as capture builds it
-        assert session.fused.rotary, "the rotary table is what --fuse runs"
-    graphs = capture_decode_graphs(session, backend_for(GPU), (1, 2, 4), contexts=(16, 32))
-    rows = verify_graphs(graphs, steps=8, prompt_len=6)
+    with settings.use(settings.DEFAULTS.replace(**changes)):
+        if fused:
+            torch._dynamo.reset()  # compilations of earlier tests share HF's code objects: count only ours
+            session.fused = FusedForward(session.model, positions=session.kv.storage_len)  # as capture builds it
+            assert session.fused.rotary, "the rotary table is what --fuse runs"
+        graphs = capture_decode_graphs(session, backend_for(GPU), (1, 2, 4), contexts=(16, 32))
+        rows = verify_graphs(graphs, steps=8, prompt_len=6)
     assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
     return session, graphs
 
@@ -43,44 +46,37 @@ def test_fused_layers_compile_once_per_batch_class_and_replay_like_eager():
     assert len(graphs.graphs) == 9 and session.fused.compile_seconds > 0
 
 
-def test_the_final_norm_kernel_replays_and_verifies(monkeypatch):
+def test_the_final_norm_kernel_replays_and_verifies():
     """The final norm kernel (fused/final_norm.py, on by default): its Triton launch recorded in the graph."""
-    from accelerate_graph.fused import final_norm
-
-    monkeypatch.setattr(final_norm, "FINAL_NORM_KERNEL", True)
     model = tiny_decoder("llama")
     use_grouped_attention(model)
-    session, _ = capture_and_verify(model, fused=True)
+    session, _ = capture_and_verify(model, fused=True, final_norm_kernel=True)
     assert session.fused.final_norm
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
 def test_the_lm_head_kernel_replays_and_verifies(model_type, monkeypatch):
-    """The LM head on the skinny kernels at batch 1 (fused/lm_head.py, CUGRAPH_ACCEL_LM_HEAD_KERNEL=1; auto takes
+    """The LM head on the skinny kernels at batch 1 (fused/lm_head.py, setting lm_head_kernel on; auto takes
     the measured head shapes):
     its PDL launch recorded in the graph, the logits within verify's bound of eager's."""
     from accelerate_graph.fused import lm_head
 
-    monkeypatch.setattr(lm_head, "LM_HEAD_KERNEL", "1")
     heads = []  # the output widths of the skinny op's calls from the head (batch 1's warm-ups and capture)
     original = lm_head.norm_projections
     monkeypatch.setattr(lm_head, "norm_projections", lambda x, *a: heads.append(a[3][0].shape[0]) or original(x, *a))
     model = tiny_decoder(model_type)
     use_grouped_attention(model)
-    session, _ = capture_and_verify(model, fused=True)
+    session, _ = capture_and_verify(model, fused=True, lm_head_kernel="on")
     assert session.fused.lm_head and heads and set(heads) == {model.config.vocab_size}
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
-def test_the_mask_kernel_replays_and_verifies(model_type, monkeypatch):
-    """The one-kernel decode mask (fused/causal_mask.py, CUGRAPH_ACCEL_MASK_KERNEL=1): its Triton launch
-    recorded in the graph, every decode step's mask built by it."""
-    from accelerate_graph.fused import layers
-
-    monkeypatch.setattr(layers, "MASK_KERNEL", True)
+def test_the_mask_kernel_replays_and_verifies(model_type):
+    """The one-kernel decode mask (fused/causal_mask.py, setting mask_kernel on): its Triton launch recorded
+    in the graph, every decode step's mask built by it."""
     model = tiny_decoder(model_type)
     use_grouped_attention(model)
-    session, _ = capture_and_verify(model, fused=True)
+    session, _ = capture_and_verify(model, fused=True, mask_kernel=True)
     assert session.fused.causal_mask.built > 0 and session.fused.causal_mask.fell_back == 0
 
 
@@ -106,18 +102,17 @@ def test_merged_projections_verify_on_gpu(model_type, skinny, monkeypatch):
     """LAYER_PROGRAM "merged" (q/k/v and gate/up one projection each): inductor compiles it, the graphs
     replay it, and verify judges it like any other fused step; at batch 1 with inductor's GEMVs or the
     skinny kernels (the default for the shapes of their table; this model's are not there), and with the skinny
-    kernels at batches 2 and 4 too (SKINNY_ABOVE_BATCH_1, one dynamic graph for both), or only o and down
+    kernels at batches 2 and 4 too (setting skinny_batches, one dynamic graph for both), or only o and down
     there (q/k/v and gate/up on cuBLAS)."""
-    from accelerate_graph.fused import layer_program, layers
+    from accelerate_graph.fused import layers
     from accelerate_graph.fused.layer_program import MERGED_QKV
 
     monkeypatch.setattr(layers, "LAYER_PROGRAM", "merged")
-    monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", "0" if skinny == "none" else "1")
-    above = {"every-batch": layer_program.SKINNY_OPS, "residual-above-1": ("residual",)}.get(skinny, ())
-    monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", frozenset(above))
+    at_one = "off" if skinny == "none" else "on"
+    above = {"every-batch": "on", "residual-above-1": "residual"}.get(skinny, "off")
     model = tiny_decoder(model_type)
     use_grouped_attention(model)
-    session, _ = capture_and_verify(model, fused=True)
+    session, _ = capture_and_verify(model, fused=True, skinny_batch_1=at_one, skinny_batches=above)
     assert session.fused.programmed and getattr(model.model.layers[0].self_attn, MERGED_QKV) is not None
 
 
@@ -135,36 +130,16 @@ def test_a_row_limit_splits_the_batches_above_1_in_two_graphs(model_type, monkey
         skinny_matmul, "launch", lambda op, x, *a, **k: rows.append(x.shape[0]) or launch(op, x, *a, **k)
     )
     monkeypatch.setattr(layers, "LAYER_PROGRAM", "merged")
-    monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", "0")
-    monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", None)
     model = tiny_decoder(model_type)
     monkeypatch.setattr(layer_program, "SKINNY_WINS_ABOVE_BATCH_1", every_op_up_to(model.config, 2))
     use_grouped_attention(model)
-    session, _ = capture_and_verify(model, fused=True)
+    chosen = {"skinny_batch_1": "off", "skinny_batches": "auto"}
+    session, _ = capture_and_verify(model, fused=True, **chosen)
     assert (session.fused.graphs, session.fused.recompiles) == (3, 0)  # batch 1; batch 2; batch 4
-    assert "every op up to 2 rows" in session.fused.layer_forward_kind()
+    with settings.use(settings.DEFAULTS.replace(**chosen)):
+        assert "every op up to 2 rows" in session.fused.layer_forward_kind()
     concrete = {int(r) for r in rows if isinstance(r, int)}  # the opaque (PDL) op sees real rows
     assert 4 not in concrete and (2 in concrete or not session.fused.pdl)
-
-
-@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
-def test_the_qkv_kernel_writing_the_cache_verifies(model_type, monkeypatch):
-    """QKV_WRITES_CACHE (prepared, off by default): at batch 1 the merged q/k/v kernel rotates q and k and
-    writes k and v into the cache itself (skinny_matmul.norm_qkv_rope_write, an opaque op mutating the
-    cache); the graphs replay it and verify judges it like any other fused step."""
-    from accelerate_graph.fused import layer_program, layers
-    from accelerate_graph.fused.kernels import skinny_matmul
-
-    launches = []
-    launch = skinny_matmul.launch_qkv_rope_write
-    monkeypatch.setattr(skinny_matmul, "launch_qkv_rope_write", lambda *a, **k: launches.append(1) or launch(*a, **k))
-    monkeypatch.setattr(layers, "LAYER_PROGRAM", "merged")
-    monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", "1")
-    monkeypatch.setattr(layer_program, "QKV_WRITES_CACHE", True)
-    model = tiny_decoder(model_type)
-    use_grouped_attention(model)
-    session, _ = capture_and_verify(model, fused=True)
-    assert session.fused.programmed and launches, "the kernel writing the cache never ran"
 
 
 def test_compile_contender_after_a_fused_capture_compiles_whole():

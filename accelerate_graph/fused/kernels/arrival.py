@@ -1,5 +1,5 @@
-"""Arrival counters: the last program of a group to finish runs the group's second pass itself (the
-attention's combine, split-K's finish) instead of a second kernel.
+"""Arrival counters: the last program of a group to finish runs the group's second pass itself (split-K's
+finish, skinny_matmul) instead of a second kernel.
 
 Each program stores its part, fences (`fence_gpu`), counts itself in with an acq_rel atomic and, if it
 arrived last, resets the counter to zero and reads the others' parts from L2 (`.cg` loads). One zeroed

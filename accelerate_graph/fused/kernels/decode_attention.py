@@ -36,10 +36,9 @@ import torch
 import triton
 import triton.language as tl
 
-from accelerate_graph.common.errors import BadOptionError
 from accelerate_graph.fused.kernels import pdl
-from accelerate_graph.fused.kernels.arrival import COUNTERS, arrival_counters, fence_gpu
 from accelerate_graph.fused.kernels.pdl import gdc_launch_dependents, gdc_wait
+from accelerate_graph.settings import current
 
 OP_NAME = "cugraph_accel::decode_attention"
 CONFIG_FILE = Path(__file__).with_name("attention_configs.json")
@@ -52,47 +51,10 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 NO_MASK, BOOL_MASK, ADDITIVE_MASK = 0, 1, 2
 
-# Split over the context, the last program of a (row, K/V head) to finish combines the splits itself
-# (an arrival counter per row and head) instead of a second kernel: one launch fewer per layer. Off: on the
-# H200 (2026-12-01, benchmarks/fold_combine_gpu.sh) it was slower at batch 1 on every model (8B 4.241 ->
-# 4.305 ms, Llama-3.2-1B 0.883 -> 0.951, Qwen2.5-0.5B 0.742 -> 0.864), faster only at the 8B's batches 8
-# and 32 (4.891 -> 4.770, 5.269 -> 5.209). CUGRAPH_ACCEL_FOLD_COMBINE=1 turns it on.
-FOLD_COMBINE = os.environ.get("CUGRAPH_ACCEL_FOLD_COMBINE", "0") == "1"
-
-
 # A context bucket of at most PRELOADED_MAX_ELEMENTS / head_dim slots (256 at a head dim of 64) with HF's
-# boolean mask, at batch 1: one kernel, no split to combine, whose programs load the mask, K and V before their
-# PDL wait (`_decode_preloaded_kernel`), the way the published conventional step of Llama-3.2-1B does
-# (docs/PERF.md stop 34, item 1). On the H200 (2026-12-03) it took the 1B's batch 1 from 0.802 to 0.783 ms
-# and Qwen2.5-0.5B's from 0.592 to 0.571 (4 parts; 2 parts: 0.784 / 0.577), and lost at batch 8 (0.998 ->
-# 1.193 ms, 0.774 -> 0.898): each program reads its query head's whole K tile, so a group of query heads reads
-# the same K again, from L2 at batch 1, from memory at batch 8. CUGRAPH_ACCEL_ATTENTION_PRELOADED: "0" off,
-# or how many parts of the head dimension a query head's output is split into (programs: rows x query heads
-# x parts; default 4); CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH: the largest batch it runs at (default 1).
-def preloaded_setting(text: str) -> int:
-    """CUGRAPH_ACCEL_ATTENTION_PRELOADED as parts of the head dimension: 0 (off) or a power of two."""
-    value = text.strip() or "0"
-    if not value.isdigit() or int(value) & (int(value) - 1):
-        raise BadOptionError(
-            f"CUGRAPH_ACCEL_ATTENTION_PRELOADED={text!r} is not 0 or a power of two.",
-            "Set it to 0 (off) or to 1, 2 or 4 (parts of the head dimension each program takes), or unset it.",
-        )
-    return int(value)
-
-
-def preloaded_batch_setting(text: str) -> int:
-    """CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH: the largest batch the preloaded kernel runs at (1 or more)."""
-    value = text.strip()
-    if not value.isdigit() or int(value) < 1:
-        raise BadOptionError(
-            f"CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH={text!r} is not a batch size.",
-            "Set it to the largest batch the preloaded attention should run at (1, the default, or more), or unset it.",
-        )
-    return int(value)
-
-
-PRELOADED_PARTS = preloaded_setting(os.environ.get("CUGRAPH_ACCEL_ATTENTION_PRELOADED", "4"))
-PRELOADED_MAX_BATCH = preloaded_batch_setting(os.environ.get("CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH", "1"))
+# boolean mask, at small batches (settings attention_preloaded, attention_preloaded_batch): one kernel, no split
+# to combine, whose programs load the mask, K and V before their PDL wait (`_decode_preloaded_kernel`). Each
+# program reads its query head's whole K tile, so larger batches, rereading K from memory, lose with it.
 PRELOADED_MAX_ELEMENTS = 256 * 64  # slots x head dim of one program's K tile (registers: 8 warps)
 
 
@@ -139,7 +101,7 @@ def config_table(configs: dict[str, DecodeConfig], device: str) -> str:
 
 @triton.jit
 def _decode_split_kernel(
-    Q, K, V, Mask, Out, PartAcc, PartM, PartL, Counters,
+    Q, K, V, Mask, Out, PartAcc, PartM, PartL,
     kv_heads, length, splits, scale, softcap,
     stride_qb, stride_qh, stride_qd,
     stride_kb, stride_kh, stride_kl, stride_kd,
@@ -150,12 +112,10 @@ def _decode_split_kernel(
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
     MASK_KIND: tl.constexpr, MASK_PER_HEAD: tl.constexpr, SOFTCAP: tl.constexpr,
     DIRECT: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr, USE_PDL: tl.constexpr,
-    FOLD: tl.constexpr = False, FENCE: tl.constexpr = False,
 ):  # fmt: skip
     """One (row of the batch, K/V head, split of the context): its GROUP query heads against the
-    split's slots; the normalised output (DIRECT) or the split's partial (acc, max, sum). FOLD: the last
-    split program of the row and head to finish then combines the partials (FENCE: GPU-wide fences around
-    its arrival; off only under the interpreter, which runs programs one by one)."""
+    split's slots; the normalised output (DIRECT) or the split's partial (acc, max, sum) for
+    `_decode_combine_kernel`."""
     if USE_PDL:  # launched early (fused/kernels/pdl.py): the query and this step's K/V slot come from before
         gdc_wait()
         gdc_launch_dependents()
@@ -253,49 +213,6 @@ def _decode_split_kernel(
         tl.store(PartL + part_rows, l_i, mask=row_ok)
         a_ptrs = PartAcc + part_rows[:, None] * HEAD_DIM + dims[None, :]
         tl.store(a_ptrs, acc, mask=row_ok[:, None] & d_ok[None, :])
-        if FOLD:
-            first_part = part_rows - split
-            if FENCE:  # every thread's partials visible GPU-wide before its program counts itself in
-                fence_gpu(rows)
-            tl.debug_barrier()
-            arrived = tl.atomic_add(Counters + program, 1, sem="acq_rel", scope="gpu")
-            if arrived == splits - 1:  # the last to arrive: every other split's partials are written
-                if FENCE:
-                    fence_gpu(rows)
-                tl.atomic_xchg(Counters + program, 0, sem="relaxed", scope="gpu")  # zero for the next launch
-                _combine_group(
-                    Out, PartAcc, PartM, PartL, first_part, splits, batch, heads, row_ok, dims, d_ok,
-                    stride_ob, stride_oh, stride_od, HEAD_DIM, BLOCK_G, BLOCK_D,
-                )  # fmt: skip
-
-
-@triton.jit
-def _combine_group(
-    Out, PartAcc, PartM, PartL, first_part, splits, batch, heads, row_ok, dims, d_ok,
-    stride_ob, stride_oh, stride_od,
-    HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    """The combine kernel's sums for one group of query heads, split by split: weight each split's
-    partial by exp(its max - the overall max) and normalise by the weighted sum. Loads bypass L1 (.cg):
-    the partials were written by other programs, on other multiprocessors."""
-    m_all = tl.full([BLOCK_G], float("-inf"), tl.float32)
-    for part in range(0, splits):
-        m_all = tl.maximum(
-            m_all, tl.load(PartM + first_part + part, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
-        )
-    m_safe = tl.where(m_all == float("-inf"), 0.0, m_all)
-    total = tl.zeros([BLOCK_G], tl.float32)
-    out = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-    for part in range(0, splits):
-        m = tl.load(PartM + first_part + part, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
-        weight = tl.exp(m - m_safe)  # a split with nothing to attend: 0
-        total += weight * tl.load(PartL + first_part + part, mask=row_ok, other=0.0, cache_modifier=".cg")
-        a_ptrs = PartAcc + (first_part + part)[:, None] * HEAD_DIM + dims[None, :]
-        acc = tl.load(a_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0, cache_modifier=".cg")
-        out += weight[:, None] * acc
-    out = out / tl.where(total == 0.0, 1.0, total)[:, None]
-    o_ptrs = Out + batch * stride_ob + heads[:, None] * stride_oh + dims[None, :] * stride_od
-    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
 
 @triton.jit
@@ -367,10 +284,11 @@ def _decode_preloaded_kernel(
 
 def preloaded_parts(batch: int, head_dim: int, length: int, mask_kind: int) -> int:
     """How many head-dimension parts `_decode_preloaded_kernel` splits each query head into here; 0 where it
-    does not run (off, a batch over PRELOADED_MAX_BATCH, not a boolean mask, a bucket over
-    PRELOADED_MAX_ELEMENTS, parts wider than the head)."""
-    parts = PRELOADED_PARTS
-    if parts <= 0 or batch > PRELOADED_MAX_BATCH or mask_kind != BOOL_MASK:
+    does not run (attention_preloaded 0, a batch over attention_preloaded_batch, not a boolean mask, a bucket
+    over PRELOADED_MAX_ELEMENTS, parts wider than the head). Settings: settings.current()."""
+    chosen = current()
+    parts = chosen.attention_preloaded
+    if parts <= 0 or batch > chosen.attention_preloaded_batch or mask_kind != BOOL_MASK:
         return 0
     if parts & (parts - 1) or parts > _block(head_dim):
         return 0
@@ -487,22 +405,17 @@ def launch(
     part_acc = query.new_empty((batch, heads, splits, head_dim) if not direct else (1,), dtype=torch.float32)
     part_m = query.new_empty((batch, heads, splits) if not direct else (1,), dtype=torch.float32)
     part_l = torch.empty_like(part_m)
-    counters = None
-    if FOLD_COMBINE and not direct and batch * kv_heads <= COUNTERS:
-        counters = arrival_counters(query.device)
-    fold = counters is not None
     _decode_split_kernel[(batch * kv_heads, splits)](
-        query, key, value, mask_rows, out, part_acc, part_m, part_l, counters if fold else part_m,
+        query, key, value, mask_rows, out, part_acc, part_m, part_l,
         kv_heads, length, splits, scale, softcap,
         query.stride(0), query.stride(1), query.stride(3),
         *key.stride(), *value.stride(), *mask_strides,
         out.stride(0), out.stride(2), out.stride(3),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_G=_block(group), BLOCK_D=_block(head_dim), BLOCK_L=block_l,
         MASK_KIND=mask_kind, MASK_PER_HEAD=mask_strides[1] != 0, SOFTCAP=softcap > 0, DIRECT=direct, UPCAST=upcast, IEEE=upcast,
-        USE_PDL=bool(early), FOLD=fold, FENCE=fold and not INTERPRETED,
-        num_warps=config.num_warps, num_stages=stages, **early,
+        USE_PDL=bool(early), num_warps=config.num_warps, num_stages=stages, **early,
     )  # fmt: skip
-    if not direct and not fold:
+    if not direct:
         _decode_combine_kernel[(batch * heads,)](
             out, part_acc, part_m, part_l, heads, splits,
             out.stride(0), out.stride(2), out.stride(3),
@@ -540,16 +453,10 @@ def _op(
     return _decode_attention(query, key, value, mask, scale, softcap)
 
 
-# An opaque op (inductor calls it at run time; our graphs capture its launches), not a triton_op that
-# inductor traces into. As a triton_op on the H200 (2026-12-01) it replayed wrong inside the compiled
-# layers (the 8B's logits 1.4 relative error; reads out of bounds for Qwen2.5-0.5B at batch 8), while
-# its eager GPU tests passed. Suspected: the stride arguments were read from the inputs as traced, and
-# inductor only keeps the inputs' stride order for a user kernel (triton_kernel_default_layout_constraint),
-# not the strides; called at run time, the launch reads the strides the tensors have. (The interpreter,
-# for the CPU tests, needs an opaque op anyway: inductor cannot trace interpreted kernels.)
-# flexible_layout: the kernel takes any strides. Without the tag inductor gives a custom op inputs in the
-# strides they were traced with, and copied the whole K/V cache of every layer into a contiguous buffer
-# before each call (H200: 197 us per 8B step at 1,024 slots, growing with the cache; seen on the CPU too).
+# An opaque op (inductor calls it at run time; our graphs capture its launches), not a triton_op that inductor
+# traces into: traced, its launch read the strides the inputs had while tracing, not the ones they have, and
+# replayed wrong; and the interpreter (CPU tests) cannot be traced. flexible_layout: the kernel takes any
+# strides; without the tag inductor copied every layer's whole K/V cache into a contiguous buffer each call.
 decode_attention = torch.library.custom_op(OP_NAME, _op, mutates_args=(), tags=(torch.Tag.flexible_layout,))
 
 

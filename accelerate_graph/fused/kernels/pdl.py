@@ -1,7 +1,6 @@
 """Programmatic dependent launch (PDL, Hopper and later) for the fused step's kernels: ours (the skinny
 matmuls, the decode attention, the final norm) and inductor's (fused.layers asks inductor for it where
-`active`). On by default since the H200 measured it (2026-12-01, batch-1 replay: Llama-3.2-1B 0.961 -> 0.902
-ms, Qwen2.5-0.5B 0.795 -> 0.762, Llama-3.1-8B 4.317 -> 4.265; docs/PERF.md); CUGRAPH_ACCEL_PDL=0 turns it off.
+`active`). On by default (setting `pdl`): it shortens the replay of every measured model (docs/PERF.md).
 
 A kernel launched with PDL may start while the kernel before it still runs: it does what does not depend
 on that kernel (the skinny matmuls ask L2 for their first block of weights), then `gdc_wait()` until that
@@ -11,12 +10,10 @@ for it as usual, and one of ours after a kernel that never calls launch_dependen
 that one ends. Inside a CUDA graph the launches keep their attribute (CUDA 12.3+).
 """
 
-import os
-
 import torch
 
-# CUGRAPH_ACCEL_SKINNY_PDL: this switch's name while only the skinny matmuls had it
-ENABLED = os.environ.get("CUGRAPH_ACCEL_PDL", os.environ.get("CUGRAPH_ACCEL_SKINNY_PDL", "1")) != "0"
+from accelerate_graph import settings
+
 FROM_CAPABILITY = (9, 0)  # PDL is a Hopper feature
 
 try:  # triton >= 3.4
@@ -39,10 +36,15 @@ def _takes_pdl(index: int) -> bool:
     return _CAPABLE[index]
 
 
+def enabled() -> bool:
+    """The `pdl` setting of the forward being compiled, captured or run (settings.current())."""
+    return settings.current().pdl
+
+
 def active(device) -> bool:
-    """Whether kernels on `device` launch with PDL: it is on, triton has the gdc functions, and the device is
-    a CUDA GPU of compute capability 9.0 or later. Read at each call, so a benchmark can switch ENABLED."""
-    if not (ENABLED and HAS_GDC and device.type == "cuda"):
+    """Whether kernels on `device` launch with PDL: the setting is on, triton has the gdc functions, and the
+    device is a CUDA GPU of compute capability 9.0 or later. Read at each call (under settings.use)."""
+    if not (enabled() and HAS_GDC and device.type == "cuda"):
         return False
     return _takes_pdl(device.index if device.index is not None else torch.cuda.current_device())
 

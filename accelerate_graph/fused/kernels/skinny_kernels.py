@@ -3,9 +3,8 @@
 One kernel serves the three ops (MODE): 0 projections (1-3 weights, program id picks the weight), 1 one
 projection plus the residual, 2 gate and up read side by side then act(gate) * up. A program owns BLOCK_N
 output columns of BLOCK_M rows and walks K (its share of K when split-K is on: then it writes float32
-partial sums and `finish_kernel` adds them and runs the epilogue). `qkv_rope_write_kernel` is the merged
-q/k/v projection with the rotary embedding and the cache write in its epilogue, its own entry point over the
-same helpers (so skinny_kernel's variants stay as they were).
+partial sums, and `finish_kernel` or the block's last slice to finish adds them and runs the epilogue).
+`rms_norm_kernel` is the RMSNorm alone, with the projections' rstd and roundings (the step's final norm).
 
 Arithmetic is done in float32 on values loaded `.to(tl.float32)`, and roundings to the output dtype go
 through `_round`, bit arithmetic that rounds to nearest even like the GPU: the Triton interpreter (CPU
@@ -61,17 +60,13 @@ def _squares(x_ptr, offs_m, offs_k, M, K):
 
 @triton.jit
 def _row_rstd(x_ptr, offs_m, M, K, eps, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr):
-    """rsqrt(mean(x^2) + eps) of each row, in float32 (x rows are short: every program recomputes it).
-    CHUNKS > 0: the rows in CHUNKS loads of CHUNK columns (CHUNK * CHUNKS >= K), unrolled, every load issued
-    before the first sum waits for one; 0: a loop over K in blocks of CHUNK, one L2 round trip after
-    another (1B: 8 at gate/up, 8B: 32) before the program's first weight load (skinny_matmul.NORM_LOADS_AT_ONCE)."""
+    """rsqrt(mean(x^2) + eps) of each row, in float32 (x rows are short: every program recomputes it): the
+    rows in CHUNKS loads of CHUNK columns (CHUNK * CHUNKS >= K, skinny_matmul.rstd_chunks), unrolled, every
+    load issued before the first sum waits for one."""
+    tl.static_assert(CHUNKS > 0, "the row norm's loads: skinny_matmul.rstd_chunks")
     squares = tl.zeros([BLOCK_M, CHUNK], tl.float32)
-    if CHUNKS > 0:
-        for c in tl.static_range(CHUNKS):
-            squares += _squares(x_ptr, offs_m, c * CHUNK + tl.arange(0, CHUNK), M, K)
-    else:
-        for k0 in range(0, K, CHUNK):
-            squares += _squares(x_ptr, offs_m, k0 + tl.arange(0, CHUNK), M, K)
+    for c in tl.static_range(CHUNKS):
+        squares += _squares(x_ptr, offs_m, c * CHUNK + tl.arange(0, CHUNK), M, K)
     # the cast: inductor's generated launches pass Python floats as fp64, which would make the rows fp64
     return tl.rsqrt(tl.sum(squares, axis=1) / K + tl.cast(eps, tl.float32))
 
@@ -256,8 +251,7 @@ def _accumulate_rows(
 ):  # fmt: skip
     """More than one row without tensor cores: _accumulate_one_row's way for BLOCK_M rows, the products summed
     element-wise in a [BLOCK_M, BLOCK_N, BLOCK_K] float32 tile over the whole K walk and reduced across lanes
-    once at the end. Until stop 37 each K block was reduced across lanes as it came (a [BLOCK_M, BLOCK_N] sum
-    per block): at 8 rows 1.1-3x slower than the tensor-core tiles in a Qwen2.5-0.5B step (stop 28)."""
+    once at the end (a cross-lane sum per K block was several times slower at 8 rows)."""
     wide = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
     wide2 = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
@@ -505,81 +499,3 @@ def finish_kernel(
                     ws_ptr, offs_m, pid_n - NB0 - NB1, M, N2, N0 + N1, NT, o2, b2, b2, res_ptr, HAS_B2, False, MODE,
                     ACT, SPLIT, OUT_BF16, BLOCK_M, BLOCK_N, False,
                 )  # fmt: skip
-
-
-@triton.jit
-def _store_pair(base, offs_m, row_stride, j, HALF: tl.constexpr, mask, out1, out2):
-    """out1 at columns j and out2 at j + HALF of rows offs_m from `base` (row_stride apart, columns adjacent)."""
-    at = base + offs_m[:, None].to(tl.int64) * row_stride + j[None, :]
-    tl.store(at, out1.to(base.dtype.element_ty), mask=mask)
-    tl.store(at + HALF, out2.to(base.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def qkv_rope_write_kernel(
-    x_ptr, nw_ptr, eps, M, K, w_ptr, b_ptr, cos_ptr, sin_ptr, q_ptr, keys_ptr, values_ptr, slot_ptr,
-    Q_HEADS, KV_HEADS, k_row, k_head, k_slot, v_row, v_head, v_slot,
-    HAS_B: tl.constexpr, NORM: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, USE_PDL: tl.constexpr,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    RSTD_CHUNK: tl.constexpr, RSTD_CHUNKS: tl.constexpr,
-):  # fmt: skip
-    """The merged q/k/v projection (norm folded in, one pass over K: no split-K) with the rotary embedding
-    and the cache write in its epilogue. Rotary partners are columns j and j + HEAD_DIM/2 of one head, so
-    a program owns BLOCK_N first-half rows of one head and their partners, read side by side like gate and
-    up (`_accumulate`'s TWO). Heads in the merged weight's order: q (rotated, to q_ptr [M, Q_HEADS *
-    HEAD_DIM]), k (rotated, to keys[m, head, slot, :]), v (to values[m, head, slot, :]); `slot` is read
-    from the cache's position tensor. Roundings are eager's: the projection, each rotary product, the sum.
-    Grid ((Q_HEADS + 2 KV_HEADS) * HEAD_DIM / 2 / BLOCK_N, blocks of M)."""
-    HALF: tl.constexpr = HEAD_DIM // 2
-    tl.static_assert(HALF % BLOCK_N == 0, "a program's rows lie in one half of one head")
-    BLOCKS_PER_HEAD: tl.constexpr = HALF // BLOCK_N
-    pid = tl.program_id(0)
-    head = pid // BLOCKS_PER_HEAD
-    j0 = (pid % BLOCKS_PER_HEAD) * BLOCK_N
-    j = j0 + tl.arange(0, BLOCK_N)  # first-half columns of the head
-    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row0 = head * HEAD_DIM  # the head's first row in the merged weight (and bias)
-    first = w_ptr + row0 * K
-    second = first + HALF * K
-    if USE_PDL:  # as skinny_kernel: the weights first, then wait for x
-        _prefetch_first_block(first + j0 * K, 0, 0, BLOCK_N, K, K, BLOCK_N, BLOCK_K)
-        _prefetch_first_block(second + j0 * K, 0, 0, BLOCK_N, K, K, BLOCK_N, BLOCK_K)
-        gdc_wait()
-        gdc_launch_dependents()
-    rstd = _rows_rstd(x_ptr, offs_m, M, K, eps, NORM, BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
-    acc1, acc2 = _accumulate(
-        x_ptr, nw_ptr, rstd, first, second, offs_m, j, M, HALF, K, 0, K, q_ptr,
-        NORM, True, False, False, False, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, False,
-    )  # fmt: skip
-    out_dtype = q_ptr.dtype.element_ty
-    if HAS_B:
-        acc1 += tl.load(b_ptr + row0 + j).to(tl.float32)[None, :]
-        acc2 += tl.load(b_ptr + row0 + HALF + j).to(tl.float32)[None, :]
-    x1 = _round(acc1, OUT_BF16, out_dtype)  # the projection's output, as eager rounds it
-    x2 = _round(acc2, OUT_BF16, out_dtype)
-    mask = (offs_m[:, None] < M) & (j[None, :] < HALF)
-    if head < Q_HEADS + KV_HEADS:  # q or k: q * cos + rotate_half(q) * sin, rotate_half(q) = (-q2, q1)
-        at = offs_m[:, None] * HEAD_DIM + j[None, :]
-        cos1 = tl.load(cos_ptr + at, mask=mask, other=0.0).to(tl.float32)
-        sin1 = tl.load(sin_ptr + at, mask=mask, other=0.0).to(tl.float32)
-        cos2 = tl.load(cos_ptr + at + HALF, mask=mask, other=0.0).to(tl.float32)
-        sin2 = tl.load(sin_ptr + at + HALF, mask=mask, other=0.0).to(tl.float32)
-        out1 = _round(
-            _round(x1 * cos1, OUT_BF16, out_dtype) - _round(x2 * sin1, OUT_BF16, out_dtype), OUT_BF16, out_dtype
-        )
-        out2 = _round(
-            _round(x2 * cos2, OUT_BF16, out_dtype) + _round(x1 * sin2, OUT_BF16, out_dtype), OUT_BF16, out_dtype
-        )
-    else:
-        out1 = x1
-        out2 = x2
-    if head < Q_HEADS:
-        _store_pair(q_ptr + row0, offs_m, Q_HEADS * HEAD_DIM, j, HALF, mask, out1, out2)
-    else:
-        slot = tl.load(slot_ptr).to(tl.int64)
-        if head < Q_HEADS + KV_HEADS:
-            at_slot = keys_ptr + (head - Q_HEADS).to(tl.int64) * k_head + slot * k_slot
-            _store_pair(at_slot, offs_m, k_row, j, HALF, mask, out1, out2)
-        else:
-            at_slot = values_ptr + (head - Q_HEADS - KV_HEADS).to(tl.int64) * v_head + slot * v_slot
-            _store_pair(at_slot, offs_m, v_row, j, HALF, mask, out1, out2)

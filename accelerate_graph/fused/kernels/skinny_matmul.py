@@ -5,9 +5,7 @@ bucket, each weight read once per call, float32 accumulation, and the neighbours
   (q, k, v) in one launch, no concatenated copy of the weights.
 - `linear_residual(x, weight, bias, residual)`: residual + x @ W^T (o_proj, down_proj).
 - `norm_gate_up(x, norm_weight, eps, norm_kind, w_gate, w_up, activation)`: act(xn @ Wg^T) * (xn @ Wu^T).
-- `norm_qkv_rope_write(x, norm_weight, eps, norm_kind, w_qkv, b_qkv, cos, sin, keys, values, slot, ...)`: the
-  merged q/k/v projection, q and k rotated, k and v written into the static cache at `slot`; returns q. An
-  opaque op mutating the cache (no triton_op twin), prepared behind layer_program.QKV_WRITES_CACHE.
+- `rms_norm(x, norm_weight, eps, norm_kind)`: the RMSNorm alone (the step's final norm).
 
 Each rounds like eager HF in the input dtype (see the `reference_*` functions, which are the definition).
 They are `torch.ops.cugraph_accel.*` (torch.library.triton_op): inductor sees through them and a CUDA
@@ -17,15 +15,12 @@ interpreter was on at import: the tests).
 """
 
 # no `from __future__ import annotations`: torch.library infers the op schemas from the annotations
-import dataclasses
-import os
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from accelerate_graph.common.errors import BadOptionError
 from accelerate_graph.fused.kernels import configs, pdl
 
 try:
@@ -38,47 +33,9 @@ except ImportError:  # no triton: the references run everywhere
 # under PDL the public functions below call the opaque twins of the ops (`*_pdl`): inductor calls those,
 # and they launch the kernels themselves, at run time (inside our graph capture).
 
-# Each program of a projection with the norm folded in computes its rows' rstd before its first weight
-# load. With the switch the rows are read in one load (a few unrolled ones above 4,096 values), not one
-# L2 round trip per K block in a loop: the 8B's gate/up walks 32 blocks of 128 before its K loop starts.
-# Measured in stop 24 (docs/PERF.md), skinny kernels a step at batch 1: the 8B -55 us, the 1B -7, Qwen -3
-# (predicted -100..-200, -20..-40, ~-10): on. CUGRAPH_ACCEL_NORM_LOADS_AT_ONCE=0 runs the loop (profile way
-# fused-norm-loop).
-NORM_LOADS_AT_ONCE = os.environ.get("CUGRAPH_ACCEL_NORM_LOADS_AT_ONCE", "1") == "1"
-
-# The final norm's kernel launched with PDL (rms_norm_kernel's USE_PDL) where PDL is active: it starts while
-# the last layer's kernel runs and lets the LM head's kernel start while it runs in turn. H200, 2026-12-02 (stop
-# 33, docs/PERF.md; bench of batch 1, one process each, off/on/off/on): the 1B at 16,384 0.809 / 0.808 / 0.809 /
-# 0.808 ms, Qwen2.5-0.5B 0.595 / 0.595. CUGRAPH_ACCEL_FINAL_NORM_PDL=0 launches it plainly (for measuring).
-FINAL_NORM_PDL = os.environ.get("CUGRAPH_ACCEL_FINAL_NORM_PDL", "1") != "0"
-
-# Split-K's second pass (the partials added, then the epilogue) where a config splits K: in the shipped table
-# the 1B's and Qwen2.5-0.5B's down above batch 1, one more launch a layer (stop 35's profile: 30 us a step
-# at the 1B's batch 2, and a boundary PDL did not overlap). CUGRAPH_ACCEL_SPLIT_FINISH: "kernel",
-# finish_kernel launched plainly; "pdl", finish_kernel launched with PDL (it waits for the partials, then
-# lets the next kernel launch); "here", no second kernel: the last slice of each block to finish sums the
-# partials (arrival.py; a launch traced into an inductor graph, or one whose counters would first be made
-# inside a graph capture, keeps finish_kernel); "auto" (default), "here" above FINISH_HERE_ABOVE_ROWS rows,
-# else "pdl". The same sums in the same order every way: bit for bit. H200, 2026-12-03 (docs/PERF.md stop
-# 36), fused ms at batch 8 / 16 / 32, kernel / pdl / here: the 1B 1.000 / 1.033 / 1.111, 0.979 / 1.012 /
-# 1.094, 0.986 / 1.016 / 1.074 (a second process: 0.978 / 1.011 / 1.093 and 0.986 / 1.016 / 1.074); Qwen
-# (split up to 16 rows) 0.773 / 0.835, 0.764 / 0.824, 0.772 / 0.839.
-SPLIT_FINISHES = ("auto", "kernel", "pdl", "here")
+# Split-K's second pass (the partials added, then the epilogue) where a config splits K: above this many rows
+# the last slice of each block to finish runs it (arrival.py); at fewer, finish_kernel (with PDL where active).
 FINISH_HERE_ABOVE_ROWS = 16
-
-
-def split_finish_setting(text: str) -> str:
-    """CUGRAPH_ACCEL_SPLIT_FINISH as one of SPLIT_FINISHES."""
-    value = text.strip() or "auto"
-    if value not in SPLIT_FINISHES:
-        raise BadOptionError(
-            f"CUGRAPH_ACCEL_SPLIT_FINISH={text!r} is not a way to finish split-K.",
-            f"Set it to one of {', '.join(SPLIT_FINISHES)}, or unset it.",
-        )
-    return value
-
-
-SPLIT_FINISH = split_finish_setting(os.environ.get("CUGRAPH_ACCEL_SPLIT_FINISH", "auto"))
 
 NORM_KINDS = {"llama": 1, "gemma": 2}
 ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
@@ -166,12 +123,10 @@ def _cdiv(a, b):
     return (a + b - 1) // b
 
 
-def rstd_chunks(k: int, block_m: int, block_k: int) -> tuple[int, int]:
-    """(columns a load, loads) for the projections' row norms. NORM_LOADS_AT_ONCE: the rows in one load up
-    to 4,096 values a program (a float32 register tile of at most 32 values a thread at 4 warps), in a few
-    unrolled loads otherwise; else a loop over K in blocks of block_k (loads 0)."""
-    if not NORM_LOADS_AT_ONCE:
-        return block_k, 0
+def rstd_chunks(k: int, block_m: int) -> tuple[int, int]:
+    """(columns a load, loads) for the row norms: the rows in one load up to 4,096 values a program (a float32
+    register tile of at most 32 values a thread at 4 warps), in a few unrolled loads otherwise, all issued
+    before the first sum waits for one (not one L2 round trip per K block before the first weight load)."""
     chunk = min(1 << max(0, (k - 1).bit_length()), max(64, 4096 // block_m))
     return chunk, _cdiv(k, chunk)
 
@@ -190,9 +145,7 @@ def _traced(tensor) -> bool:
 
 def _launcher(kernel, grid, traced: bool):
     """`kernel[grid]`, through torch.library.wrap_triton while `traced` (so that the trace records the
-    launch) and only then: through the wrapper a real launch cost setup time, four buckets' setup on the
-    H200 (cold caches) 22.9 / 24.2 -> 15.4 / 14.1 / 15.7 s for the Llama-3.2-1B shape and 26.5 -> 14.0 /
-    17.4 s for Qwen2.5-0.5B with direct launches (stop 39, docs/PERF.md)."""
+    launch) and only then: through the wrapper a real launch costs seconds of setup (docs/PERF.md)."""
     return (torch.library.wrap_triton(kernel) if traced else kernel)[grid]
 
 
@@ -211,7 +164,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     outs = [torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device) for n in out_ns]
     block_m = cfg.block_m(m)
     # the row norm's constexprs only with a norm: else they would compile variants that differ in nothing
-    rstd_chunk, rstd_loads = rstd_chunks(k, block_m, cfg.block_k) if norm_weight is not None else (cfg.block_k, 0)
+    rstd_chunk, rstd_loads = rstd_chunks(k, block_m) if norm_weight is not None else (cfg.block_k, 0)
     n_blocks = [_cdiv(n, cfg.block_n) for n in out_ns]
     m_blocks = _cdiv(m, block_m)
     k_per_split = _cdiv(_cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k  # whole K blocks per slice
@@ -242,8 +195,8 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     grid = (sum(n_blocks), m_blocks, split)
     extra = pdl.launch_options(x.device)
     traced = _traced(x2)
-    finish = finish_way(m, not traced) if split > 1 else None
-    counters = _counters_to_finish_here(x2, sum(n_blocks) * m_blocks) if finish == "here" else None
+    in_last_slice = split > 1 and finishes_in_last_slice(m, not traced)
+    counters = _counters_to_finish_here(x2, sum(n_blocks) * m_blocks) if in_last_slice else None
     here = counters is not None
     _launcher(skinny_kernels.skinny_kernel, grid, traced=traced)(
         x2, norm_weight if norm_weight is not None else x2, eps, m, k, k_per_split,
@@ -256,28 +209,25 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **extra,
     )  # fmt: skip
     if split > 1 and not here:
-        early = extra if finish != "kernel" else {}
         _launcher(skinny_kernels.finish_kernel, (sum(n_blocks), m_blocks, 1), traced=traced)(
-            ws, m, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, nt, num_warps=4, USE_PDL=bool(early),
-            **flags, **early,
+            ws, m, *b_args, *o_args, *n_args, n_blocks[0], nb1, res, nt, num_warps=4, USE_PDL=bool(extra),
+            **flags, **extra,
         )  # fmt: skip
     return outs
 
 
 def prepare_split_finish(device: torch.device) -> None:
-    """Make the arrival counters now, where split-K finishes in its last slice on `device`: before any
-    capture (one made inside a capture would not be), so that the captured launches finish that way."""
-    if SPLIT_FINISH in ("here", "auto") and arrival is not None and device.type == "cuda":
+    """Make the arrival counters of `device` now, before any capture (one made inside a capture would not
+    be), so that the captured launches above FINISH_HERE_ABOVE_ROWS rows finish split-K in their last slice."""
+    if arrival is not None and device.type == "cuda":
         arrival.arrival_counters(device)
 
 
-def finish_way(rows, launched_now: bool = True) -> str:
-    """How a split-K launch of `rows` rows finishes (SPLIT_FINISH, "auto" resolved). A launch inductor traces
-    (not `launched_now`) never finishes "here" (it would keep the counters in its graph as a constant), and
-    its rows may be symbolic: "auto" gives it "pdl" without comparing them (no guard)."""
-    if SPLIT_FINISH != "auto":
-        return SPLIT_FINISH if launched_now or SPLIT_FINISH != "here" else "pdl"
-    return "here" if launched_now and rows > FINISH_HERE_ABOVE_ROWS else "pdl"
+def finishes_in_last_slice(rows, launched_now: bool = True) -> bool:
+    """Whether a split-K launch of `rows` rows finishes in its last slice (else finish_kernel, with PDL where
+    active). A launch inductor traces (not `launched_now`) never does (it would keep the counters in its graph
+    as a constant), and its rows may be symbolic: it is not compared with them (no guard)."""
+    return launched_now and rows > FINISH_HERE_ABOVE_ROWS
 
 
 def _counters_to_finish_here(x2: Tensor, blocks: int) -> Optional[Tensor]:
@@ -293,11 +243,11 @@ def _rms_norm_body(x: Tensor, norm_weight: Tensor, eps: float, norm_kind: str) -
     x2 = x.reshape(-1, k).contiguous()
     out = torch.empty_like(x2)
     block_k = min(1 << max(0, (k - 1).bit_length()), 4096)  # the row in one block up to 4,096
-    extra = pdl.launch_options(x.device) if FINAL_NORM_PDL else {}
+    extra = pdl.launch_options(x.device)
     _launcher(skinny_kernels.rms_norm_kernel, (x2.shape[0],), traced=_traced(x2))(
         x2, norm_weight, out, float(eps), x2.shape[0], k,
         NORM=NORM_KINDS[norm_kind], OUT_BF16=x.dtype == torch.bfloat16, BLOCK_K=block_k,
-        RSTD_CHUNKS=rstd_chunks(k, 1, block_k)[1], USE_PDL=bool(extra), num_warps=4, **extra,
+        RSTD_CHUNKS=rstd_chunks(k, 1)[1], USE_PDL=bool(extra), num_warps=4, **extra,
     )  # fmt: skip
     return out.reshape(x.shape)
 
@@ -405,10 +355,7 @@ def norm_gate_up(
     return _op("norm_gate_up", x)(x, norm_weight, eps, norm_kind, w_gate, w_up, activation)
 
 
-# ---------------------------------------------------------------- q/k/v writing the cache
-# At batch 1 the fused step ran, per layer, the q/k/v GEMV, then an inductor kernel (~1.3 us on the H200)
-# that rotates q and k and writes k and v into the static cache. `norm_qkv_rope_write` does both in the
-# GEMV's epilogue (skinny_kernels.qkv_rope_write_kernel): layer_program.QKV_WRITES_CACHE, off by default.
+# ---------------------------------------------------------------- rotary embedding (layer_program's)
 
 
 def rotate_half(x: Tensor) -> Tensor:
@@ -420,140 +367,3 @@ def rotate_half(x: Tensor) -> Tensor:
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """HF's rotate-half rotary embedding of x, in x's dtype: each product rounded, then the sum."""
     return (x * cos) + (rotate_half(x) * sin)
-
-
-def reference_norm_qkv_rope_write(
-    x, norm_weight, eps, norm_kind, w_qkv, b_qkv, cos, sin, keys, values, slot, q_size, kv_size, head_dim
-) -> Tensor:
-    """HF's sequence in x's dtype: the merged projection (reference_norm_projections), split into q, k, v,
-    `q * cos + rotate_half(q) * sin` (each product rounded, then the sum, as eager), k and v written into
-    keys/values [rows, kv_heads, slots, head_dim] at `slot` (index_copy_, as StaticLayer.update). Returns
-    the rotated q, [rows, q_size]."""
-    rows = x.shape[0]
-    (qkv,) = reference_norm_projections(x, norm_weight, eps, norm_kind, [w_qkv], [b_qkv])
-    q, k, v = qkv.split((q_size, kv_size, kv_size), dim=-1)
-    heads = lambda t: t.reshape(rows, 1, -1, head_dim).transpose(1, 2)  # noqa: E731 - [rows, H, 1, d]
-    cos, sin = cos.reshape(rows, 1, 1, head_dim), sin.reshape(rows, 1, 1, head_dim)
-    q, k, v = heads(q), heads(k), heads(v)
-    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-    keys.index_copy_(2, slot.reshape(1), k)
-    values.index_copy_(2, slot.reshape(1), v)
-    return q.transpose(1, 2).reshape(rows, q_size)
-
-
-def rope_pairs(block_n: int, head_dim: int) -> int:
-    """Rotary pairs a program of qkv_rope_write_kernel owns: half the config's rows (each pair is two rows,
-    so a program reads as many rows, and the grid has as many programs, as the config swept for the merged
-    projection), rounded down to a power of two that divides head_dim / 2 (a program's rows lie in one
-    head)."""
-    half, pairs = head_dim // 2, 1
-    while pairs * 2 <= block_n // 2 and half % (pairs * 2) == 0:
-        pairs *= 2
-    return pairs
-
-
-def rope_write_config(m, n: int, k: int, sms: int = configs.DEFAULT_SMS) -> configs.SkinnyConfig:
-    """The merged projection's config (the table's or the heuristic's). Its rows run on float32
-    multiply-and-sum whatever the config says (the op serves the batch-1 GEMV; tl.dot would need 16 pairs
-    a program). The kernel has no split-K: a caller keeps the separate ops where split_k > 1."""
-    return configs.config_for("proj", m, (n,), k, sms)
-
-
-def launch_qkv_rope_write(
-    x, norm_weight, eps, norm_kind, w_qkv, b_qkv, cos, sin, keys, values, slot, q_size, kv_size, head_dim, cfg=None
-) -> Tensor:
-    """norm_qkv_rope_write's body on the Triton path: one launch of qkv_rope_write_kernel, one pass over K
-    (a split_k in `cfg` is not applied)."""
-    m, k = x.shape
-    cfg = cfg or rope_write_config(m, int(w_qkv.shape[0]), k, _sms(x.device))
-    block_m = dataclasses.replace(cfg, dot=False).block_m(m)
-    pairs = rope_pairs(cfg.block_n, head_dim)
-    q = torch.empty((m, q_size), dtype=x.dtype, device=x.device)
-    x = x.contiguous()
-    cos, sin = cos.reshape(m, head_dim).contiguous(), sin.reshape(m, head_dim).contiguous()
-    rstd_chunk, rstd_loads = rstd_chunks(k, block_m, cfg.block_k) if norm_weight is not None else (cfg.block_k, 0)
-    q_heads, kv_heads = q_size // head_dim, kv_size // head_dim
-    grid = ((q_heads + 2 * kv_heads) * (head_dim // 2 // pairs), _cdiv(m, block_m))
-    extra = pdl.launch_options(x.device)
-    skinny_kernels.qkv_rope_write_kernel[grid](
-        x, norm_weight if norm_weight is not None else x, eps, m, k, w_qkv, b_qkv if b_qkv is not None else x,
-        cos, sin, q, keys, values, slot, q_heads, kv_heads,
-        keys.stride(0), keys.stride(1), keys.stride(2), values.stride(0), values.stride(1), values.stride(2),
-        HAS_B=b_qkv is not None, NORM=NORM_KINDS[norm_kind] if norm_weight is not None else 0,
-        EVEN_K=k % cfg.block_k == 0, OUT_BF16=x.dtype == torch.bfloat16, USE_PDL=bool(extra), HEAD_DIM=head_dim,
-        BLOCK_M=block_m, BLOCK_N=pairs, BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
-    )  # fmt: skip
-    return q
-
-
-def _norm_qkv_rope_write_body(
-    x: Tensor,
-    norm_weight: Optional[Tensor],
-    eps: float,
-    norm_kind: str,
-    w_qkv: Tensor,
-    b_qkv: Optional[Tensor],
-    cos: Tensor,
-    sin: Tensor,
-    keys: Tensor,
-    values: Tensor,
-    slot: Tensor,
-    q_size: int,
-    kv_size: int,
-    head_dim: int,
-) -> Tensor:
-    args = (x, norm_weight, eps, norm_kind, w_qkv, b_qkv, cos, sin, keys, values, slot, q_size, kv_size, head_dim)
-    if not runs_triton(x):
-        return reference_norm_qkv_rope_write(*args)
-    return launch_qkv_rope_write(*args)
-
-
-# Opaque, launched at run time (so with PDL where it is on, like the `*_pdl` twins; and the interpreter,
-# which inductor cannot trace, runs in the CPU tests), mutating the cache in place: the functionalised graph
-# writes keys/values back into the graph inputs, which inductor turns into the op's own write (no copy of
-# the cache: tests/fused/kernels/test_qkv_writes_cache.py reads the generated code). flexible_layout: any strides,
-# so inductor does not copy the cache (a view of a larger one, see fused.layers) into a contiguous buffer.
-torch.library.custom_op(
-    "cugraph_accel::norm_qkv_rope_write",
-    _norm_qkv_rope_write_body,
-    mutates_args=("keys", "values"),
-    tags=(torch.Tag.flexible_layout,),
-).register_fake(lambda x, nw, eps, kind, w, b, cos, sin, keys, values, slot, q_size, kv, d: _rows_by(x, q_size))
-
-
-def norm_qkv_rope_write(
-    x: Tensor,
-    norm_weight: Optional[Tensor],
-    eps: float,
-    norm_kind: str,
-    w_qkv: Tensor,
-    b_qkv: Optional[Tensor],
-    cos: Tensor,
-    sin: Tensor,
-    keys: Tensor,
-    values: Tensor,
-    slot: Tensor,
-    q_size: int,
-    kv_size: int,
-    head_dim: int,
-) -> Tensor:
-    """RMSNorm of x's rows [rows, K], the merged q/k/v projection (w_qkv [q_size + 2 kv_size, K], b_qkv),
-    the rotary embedding of q and k (rotate-half, cos/sin [rows, head_dim] in x's dtype), and k and v
-    written into keys/values [rows, kv_heads, slots, head_dim] at `slot` (a one-element int tensor: the
-    static cache's position). Returns q [rows, q_size]; rounds like reference_norm_qkv_rope_write."""
-    _check(x, [w_qkv], norm_weight, norm_kind)
-    rows = x.shape[0]
-    heads_fit = head_dim % 2 == 0 and q_size % head_dim == 0 and kv_size % head_dim == 0
-    if x.dim() != 2 or not heads_fit or w_qkv.shape[0] != q_size + 2 * kv_size:
-        raise ValueError(f"x {tuple(x.shape)}, w_qkv {tuple(w_qkv.shape)} do not fit q {q_size}, k/v {kv_size}")
-    for cache in (keys, values):
-        if cache.shape[0] != rows or cache.shape[1] * head_dim != kv_size or cache.shape[3] != head_dim:
-            raise ValueError(f"a cache of shape {tuple(cache.shape)} does not fit {rows} rows of k/v {kv_size}")
-        if cache.dtype != x.dtype or cache.stride(3) != 1:
-            raise ValueError(f"the cache must be {x.dtype} with adjacent head_dim values")
-    if cos.numel() != rows * head_dim or sin.numel() != rows * head_dim or slot.numel() != 1:
-        raise ValueError(f"cos/sin must hold [{rows}, {head_dim}] values and slot one, got {tuple(cos.shape)}")
-    return torch.ops.cugraph_accel.norm_qkv_rope_write(
-        x, norm_weight, eps, norm_kind, w_qkv, b_qkv, cos, sin, keys, values, slot, q_size, kv_size, head_dim
-    )

@@ -18,5 +18,5 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     except ImportError:
         pass  # no triton: the tests that need it skip
     else:
-        if not kernels.INTERPRETED:  # imported earlier in this session, before the switch
+        if not kernels.INTERPRETED:  # imported earlier in this process, before the switch
             importlib.reload(kernels)

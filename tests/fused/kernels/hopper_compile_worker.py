@@ -47,20 +47,15 @@ SKINNY_POINTERS = {
     "ws_ptr": "*fp32",
     "counters_ptr": "*i32",
 }
-QKV_ROPE_WRITE_POINTERS = {
-    **{n: "*bf16" for n in ("x_ptr", "nw_ptr", "w_ptr", "b_ptr", "cos_ptr", "sin_ptr", "q_ptr")},
-    **{n: "*bf16" for n in ("keys_ptr", "values_ptr")},
-    "slot_ptr": "*i64",  # StaticLayer.cumulative_length
-}
 ATTENTION_POINTERS = {
     "Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16",
-    "PartAcc": "*fp32", "PartM": "*fp32", "PartL": "*fp32", "Counters": "*i32",
+    "PartAcc": "*fp32", "PartM": "*fp32", "PartL": "*fp32",
 }  # fmt: skip
 
 
 def variants():
     """(description, kernel, constexprs, pointers) for each variant the launches can ask for."""
-    # PDL with tensor cores too (the kernels above batch 1, SKINNY_ABOVE_BATCH_1)
+    # PDL with tensor cores too (the kernels above batch 1, setting skinny_batches)
     # swap: the weights on the MMA's long side, 64 rows (Hopper's warpgroup MMA)
     for mode, kind, split, weights, pdl in itertools.product(
         (0, 1, 2), ("fma", "dot", "swap"), (1, 2), (1, 3), (False, True)
@@ -72,13 +67,13 @@ def variants():
             NORM=0 if mode == 1 else 1, NUM_W=weights, HAS_B0=True, HAS_B1=True, HAS_B2=False, MODE=mode,
             ACT=int(mode == 2), SPLIT=split, USE_DOT=dot, IEEE_DOT=False, SWAP=kind == "swap", EVEN_K=not dot,
             OUT_BF16=True, USE_PDL=pdl, BLOCK_M=16 if dot else 1, BLOCK_N=64 if kind == "swap" else 32, BLOCK_K=128,
-            RSTD_CHUNK=256 if dot else 2048, RSTD_CHUNKS=(8 if dot else 2) if pdl else 0,  # 0: the loop
+            RSTD_CHUNK=256 if dot else 2048, RSTD_CHUNKS=8 if dot else 2,
             LOOKAHEAD=False, FINISH_HERE=False, FENCE=False,
         )  # fmt: skip
         kernels = [skinny_kernels.skinny_kernel] + ([skinny_kernels.finish_kernel] if split > 1 else [])
         for kernel in kernels:
             yield f"{kernel.fn.__name__} {_only(kernel, flags)}", kernel, _only(kernel, flags), SKINNY_POINTERS
-        if split > 1:  # split-K finished by each block's last slice (skinny_matmul.SPLIT_FINISH "here")
+        if split > 1:  # split-K finished by each block's last slice (above skinny_matmul.FINISH_HERE_ABOVE_ROWS)
             here = {**flags, "FINISH_HERE": True, "FENCE": True}
             yield f"skinny_kernel {here}", skinny_kernels.skinny_kernel, here, SKINNY_POINTERS
         if not dot:  # one row's next K block loaded before this one is multiplied (SkinnyConfig.lookahead)
@@ -102,19 +97,11 @@ def variants():
             BLOCK_K=256, RSTD_CHUNK=256, RSTD_CHUNKS=0, LOOKAHEAD=False, FINISH_HERE=False, FENCE=False,
         )  # fmt: skip
         yield f"skinny_kernel (LM head) {flags}", skinny_kernels.skinny_kernel, flags, SKINNY_POINTERS
-    # the final norm (skinny_matmul.rms_norm): one block or a loop of blocks, launched early (PDL) or not
-    for block_k, pdl in itertools.product((1024, 4096), (False, True)):
-        flags = dict(NORM=1, OUT_BF16=True, BLOCK_K=block_k, RSTD_CHUNKS=1 if block_k == 4096 else 0, USE_PDL=pdl)
+    # the final norm (skinny_matmul.rms_norm): the row in one block (K up to 4,096) or a loop of 4,096-value
+    # blocks with the rstd in two loads (8,192), launched early (PDL) or not
+    for (block_k, rstd_loads), pdl in itertools.product(((1024, 1), (4096, 2)), (False, True)):
+        flags = dict(NORM=1, OUT_BF16=True, BLOCK_K=block_k, RSTD_CHUNKS=rstd_loads, USE_PDL=pdl)
         yield f"rms_norm_kernel {flags}", skinny_kernels.rms_norm_kernel, flags, SKINNY_POINTERS
-    # q/k/v with the rotary embedding and the cache write (skinny_matmul.norm_qkv_rope_write): BLOCK_N pairs
-    blocks = ((4, 1), (16, 4))  # (pairs, rows): the batch-1 GEMV, and a few rows
-    for head_dim, bias, pdl, (pairs, block_m) in itertools.product((64, 128), (False, True), (False, True), blocks):
-        flags = dict(
-            HAS_B=bias, NORM=1, EVEN_K=True, OUT_BF16=True, USE_PDL=pdl, HEAD_DIM=head_dim, BLOCK_M=block_m,
-            BLOCK_N=pairs, BLOCK_K=1024 if block_m == 1 else 128, RSTD_CHUNK=2048 if block_m == 1 else 512,
-            RSTD_CHUNKS=1 if pdl else 0,
-        )  # fmt: skip
-        yield f"qkv_rope_write_kernel {flags}", skinny_kernels.qkv_rope_write_kernel, flags, QKV_ROPE_WRITE_POINTERS
     block = lambda n: max(16, triton.next_power_of_2(n))  # noqa: E731
     for (mask_kind, direct, softcap), (group, head_dim), pdl in itertools.product(
         [(0, True, False), (1, True, False), (2, False, True), (1, False, False)], [(7, 64), (4, 128)], (False, True)
@@ -123,16 +110,14 @@ def variants():
         flags = dict(
             GROUP=group, HEAD_DIM=head_dim, BLOCK_G=block(group), BLOCK_D=block(head_dim), BLOCK_L=64,
             MASK_KIND=mask_kind, MASK_PER_HEAD=False, SOFTCAP=softcap, DIRECT=direct, UPCAST=False, IEEE=False,
-            USE_PDL=pdl, FOLD=False, FENCE=False,
+            USE_PDL=pdl,
         )  # fmt: skip
         kernel = decode_attention._decode_split_kernel
         yield f"decode split {flags}", kernel, flags, {**ATTENTION_POINTERS, "Mask": mask}
-        if not direct:  # the combine folded in: arrival counter, GPU-wide fences, the last program combines
-            folded = {**flags, "FOLD": True, "FENCE": True}
-            yield f"decode split {folded}", kernel, folded, {**ATTENTION_POINTERS, "Mask": mask}
+        if not direct:
             flags = dict(HEAD_DIM=head_dim, BLOCK_D=block(head_dim), BLOCK_S=4, USE_PDL=pdl)
             yield f"decode combine {flags}", decode_attention._decode_combine_kernel, flags, ATTENTION_POINTERS
-    # the bucket in one tile, loaded before the wait (CUGRAPH_ACCEL_ATTENTION_PRELOADED): the 1B's and Qwen's
+    # the bucket in one tile, loaded before the wait (setting attention_preloaded): the 1B's and Qwen's
     # bucket of 256 at a head dim of 64, the 8B's 128 at 128; bool masks only
     for (group, head_dim, block_t, parts), pdl, softcap in itertools.product(
         [(4, 64, 256, 2), (7, 64, 256, 1), (4, 128, 128, 4)], (False, True), (False, True)

@@ -16,8 +16,8 @@ os.environ["TRITON_INTERPRET"] = "1"
 import torch  # noqa: E402
 from attention_cases import Attention, inputs, reference  # noqa: E402
 
+from accelerate_graph import settings  # noqa: E402
 from accelerate_graph.fused import grouped_attention  # noqa: E402
-from accelerate_graph.fused.kernels import arrival  # noqa: E402
 from accelerate_graph.fused.kernels import decode_attention as kernel  # noqa: E402
 
 
@@ -25,18 +25,16 @@ def run_case(case: dict) -> dict:
     query, key, value, mask = inputs(case)
     scale, softcap = query.shape[-1] ** -0.5, case.get("softcap", 0.0)
     config = kernel.DecodeConfig(block_l=case["block_l"], num_warps=4, splits=case["splits"])
-    kernel.FOLD_COMBINE = bool(case.get("fold"))  # the split kernel combines its own partials
-    kernel.PRELOADED_PARTS = case.get("preloaded", 0)  # the bucket in one tile, loaded before the wait
-    kernel.PRELOADED_MAX_BATCH = query.shape[0]  # at the case's batch, whatever the default's limit
     mask_kind = (
         kernel.NO_MASK if mask is None else kernel.BOOL_MASK if mask.dtype == torch.bool else kernel.ADDITIVE_MASK
     )
-    preloaded = kernel.preloaded_parts(query.shape[0], query.shape[3], key.shape[2], mask_kind)
-    try:
+    # the bucket in one tile, loaded before the wait, where the case asks: at its batch, whatever the default's
+    chosen = settings.DEFAULTS.replace(
+        attention_preloaded=case.get("preloaded", 0), attention_preloaded_batch=query.shape[0]
+    )
+    with settings.use(chosen):
+        preloaded = kernel.preloaded_parts(query.shape[0], query.shape[3], key.shape[2], mask_kind)
         out = kernel.launch(query, key, value, mask, scale, softcap, config)
-    finally:
-        kernel.FOLD_COMBINE = False
-        kernel.PRELOADED_PARTS, kernel.PRELOADED_MAX_BATCH = 0, 1
     expected = reference(query, key, value, mask, scale, softcap)
     live = torch.ones(query.shape[0], dtype=torch.bool)
     if case.get("dead_row") is not None:
@@ -46,8 +44,6 @@ def run_case(case: dict) -> dict:
         "dtype": str(out.dtype).removeprefix("torch."),
         "vs_reference": (out.float() - expected)[live].abs().max().item(),
         "dead_rows_max": out[~live].float().abs().max().item() if (~live).any() else 0.0,
-        # arrival counters the folded kernel left non-zero: the next launch would combine too early
-        "counters_left": sum(int(c.count_nonzero()) for c in arrival._counters.values()),
         "preloaded_parts": preloaded,  # > 0: _decode_preloaded_kernel ran, not the split kernel
     }
     if not softcap:  # the matmul path has no softcapping (it falls back to sdpa, which refuses it)
@@ -98,9 +94,8 @@ def model_logits() -> dict:
     session = DecodeSession(model, 4, 64)
     cases = [(4, 32), (2, 16), (4, 64), (1, 16), (3, 32)]
     prompt = torch.randint(0, 256, (4, 6), generator=torch.Generator().manual_seed(1))
-    grouped_attention.TRITON_DECODE = False
-    matmul = session.first_steps(prompt, cases)
-    grouped_attention.TRITON_DECODE = True
+    with settings.use(settings.DEFAULTS.replace(triton_attention=False)):
+        matmul = session.first_steps(prompt, cases)
     calls = []
     original = kernel.launch
 
@@ -110,9 +105,10 @@ def model_logits() -> dict:
         return original(*args, **kwargs)
 
     kernel.launch = counted
-    eager = session.first_steps(prompt, cases)
-    fused = FusedForward(model, backend="aot_eager")
-    compiled = session.first_steps(prompt, cases, fused)
+    with settings.use(settings.DEFAULTS.replace(triton_attention=True)):
+        eager = session.first_steps(prompt, cases)
+        fused = FusedForward(model, backend="aot_eager")
+        compiled = session.first_steps(prompt, cases, fused)
     return {
         "kernel_calls": len(calls),
         "eager_vs_matmul": max((a - b).abs().max().item() for a, b in zip(eager, matmul)),
@@ -139,10 +135,10 @@ def cache_reads() -> dict:
     grouped_attention.use_grouped_attention(model)
     session = DecodeSession(model, 2, 64)
     prompt = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(1))
-    grouped_attention.TRITON_DECODE = True
-    fused = FusedForward(model, backend="inductor")
-    with inductor_config_patched({"force_disable_caches": True}):  # its FX graph cache does not key on op tags
-        _, code = inductor_generated_code(session.first_steps, prompt, [(2, 32)], fused)
+    with settings.use(settings.DEFAULTS.replace(triton_attention=True)):
+        fused = FusedForward(model, backend="inductor")
+        with inductor_config_patched({"force_disable_caches": True}):  # its FX graph cache does not key on op tags
+            _, code = inductor_generated_code(session.first_steps, prompt, [(2, 32)], fused)
     calls = []
     for source in code:
         for found in re.finditer(r"cugraph_accel\.(decode_attention\w*)\.default\(", source):

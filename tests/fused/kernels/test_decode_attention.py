@@ -17,8 +17,8 @@ import torch
 from attention_cases import Attention, inputs, reference
 from cuda_graphs import captured
 
+from accelerate_graph import settings
 from accelerate_graph.fused import grouped_attention
-from accelerate_graph.fused.kernels import arrival
 from accelerate_graph.fused.kernels import decode_attention as kernel
 
 HERE = Path(__file__).resolve().parent
@@ -61,16 +61,8 @@ CASES = [
     case("bf16-additive", 3, "32/8", 128, 256, "additive", 2, 64, dtype="bfloat16"),
     case("fp16-bool", 3, "14/2", 128, 100, "bool", 1, 32, dtype="float16"),
 ]
-# The same splits with the combine folded into the split kernel (FOLD_COMBINE): the last program of each
-# row and K/V head to arrive combines; empty splits, masked rows, softcapping and bf16 included.
-FOLDED = [
-    "b3-14/2-d64-L100-bool-split4", "b1-14/2-d128-L1024-bool-split16", "b3-32/8-d128-L16-bool-more-splits-than-blocks",
-    "b1-32/8-d128-L1024-additive-split4", "b8-8/8-d64-L100-bool-split2", "sliding-window-in-mask",
-    "padded-row-masked-everywhere", "softcap", "bf16-additive",
-]  # fmt: skip
-CASES += [{**c, "id": c["id"] + "-folded", "fold": True} for c in CASES if c["id"] in FOLDED]
-# The bucket in one tile, mask, K and V loaded before the PDL wait (CUGRAPH_ACCEL_ATTENTION_PRELOADED, the value
-# the parts of the head dimension): boolean masks of buckets up to 256 slots at a head dim of 64, 128 at 128.
+# The bucket in one tile, mask, K and V loaded before the PDL wait (setting attention_preloaded, the value the
+# parts of the head dimension): boolean masks of buckets up to 256 slots at a head dim of 64, 128 at 128.
 PRELOADED = [
     {**case("b1-32/8-d64-L256-bool-preloaded", 1, "32/8", 64, 256, "bool", 1, 64), "preloaded": 2},
     {**case("b3-14/2-d64-L100-bool-preloaded", 3, "14/2", 64, 100, "bool", 1, 64), "preloaded": 2},
@@ -116,7 +108,6 @@ def test_kernel_matches_the_reference_and_the_matmul_path(case_results, spec):
     dtype = spec.get("dtype", "float32")
     assert got["shape"] == [spec["b"], 1, spec["hq"], spec["d"]] and got["dtype"] == dtype
     assert got["dead_rows_max"] == 0.0  # a row with nothing to attend gives zeros (the matmul path: NaN)
-    assert got["counters_left"] == 0  # every launch leaves the folded kernel's arrival counters at zero
     assert (got["preloaded_parts"] > 0) == ("preloaded" in spec), got  # the kernel the case is about ran
     if dtype == "float32":
         assert got["vs_reference"] < 2e-5, got
@@ -153,17 +144,16 @@ def test_grouped_attention_runs_the_kernel_when_switched_on():
     assert (got["graphs"], got["recompiles"]) == (2, 0), got
 
 
-def test_switch_is_on_and_cpu_tensors_keep_the_matmul_path(monkeypatch):
-    on = os.environ.get("CUGRAPH_ACCEL_TRITON_ATTENTION", "1") != "0"
-    assert grouped_attention.TRITON_DECODE is on  # on since measured on the H200 (docs/PERF.md, stop 16)
-    monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
+def test_the_kernel_is_on_by_default_and_cpu_tensors_keep_the_matmul_path(monkeypatch):
+    assert settings.DEFAULTS.triton_attention  # on since measured on the H200 (docs/PERF.md)
     # this folder's conftest may have turned the interpreter on for this process (triton not yet imported)
     monkeypatch.setattr(grouped_attention, "_INTERPRETED", False)
     monkeypatch.setattr(
         kernel, "launch", lambda *a, **k: pytest.fail("the kernel ran on CPU tensors without the interpreter")
     )
     query, key, value, mask = inputs(dict(b=2, hq=14, hkv=2, d=64, L=16, mask="bool"))
-    out, _ = grouped_attention.grouped_decode_attention(Attention().eval(), query, key, value, mask, 0.0, 0.125)
+    with settings.use(settings.DEFAULTS.replace(triton_attention=True)):
+        out, _ = grouped_attention.grouped_decode_attention(Attention().eval(), query, key, value, mask, 0.0, 0.125)
     torch.testing.assert_close(out, reference(query, key, value, mask, 0.125, 0.0), rtol=1e-5, atol=1e-5)
 
 
@@ -182,47 +172,39 @@ def test_configs_come_from_the_sweeps_file_else_the_heuristic(tmp_path, monkeypa
     assert kernel.heuristic_config(8, batch_one=False).splits == 2
 
 
-@pytest.mark.parametrize("text", ["3", "two", "-2"])
-def test_a_bad_preloaded_setting_says_what_to_set(text):
-    from accelerate_graph.common.errors import BadOptionError
-
-    with pytest.raises(BadOptionError, match="CUGRAPH_ACCEL_ATTENTION_PRELOADED="):
-        kernel.preloaded_setting(text)
-    assert [kernel.preloaded_setting(t) for t in ("", "0", "1", "2", "4")] == [0, 0, 1, 2, 4]
+def preloaded(parts: int, max_batch: int = 1):
+    """The settings with the preloaded attention at `parts` parts up to batch `max_batch`."""
+    return settings.use(settings.DEFAULTS.replace(attention_preloaded=parts, attention_preloaded_batch=max_batch))
 
 
-@pytest.mark.parametrize("text", ["0", "", "one", "-1"])
-def test_a_bad_preloaded_batch_says_what_to_set(text):
-    from accelerate_graph.common.errors import BadOptionError
-
-    with pytest.raises(BadOptionError, match="CUGRAPH_ACCEL_ATTENTION_PRELOADED_BATCH="):
-        kernel.preloaded_batch_setting(text)
-    assert [kernel.preloaded_batch_setting(t) for t in ("1", " 8 ")] == [1, 8]
-
-
-def test_the_preloaded_kernel_takes_short_buckets_with_a_boolean_mask_only(monkeypatch):
-    monkeypatch.setattr(kernel, "PRELOADED_PARTS", 2)
-    assert kernel.preloaded_parts(1, 64, 256, kernel.BOOL_MASK) == 2  # the 1B's and Qwen's bucket of 256
-    assert kernel.preloaded_parts(1, 64, 257, kernel.BOOL_MASK) == 0  # 512 slots: the split kernel
-    assert kernel.preloaded_parts(1, 128, 128, kernel.BOOL_MASK) == 2 and kernel.preloaded_parts(1, 128, 256, 1) == 0
-    assert kernel.preloaded_parts(1, 64, 256, kernel.ADDITIVE_MASK) == 0
-    assert kernel.preloaded_parts(1, 64, 256, kernel.NO_MASK) == 0
-    monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", 1)
-    assert kernel.preloaded_parts(2, 64, 256, kernel.BOOL_MASK) == 0  # it lost at batch 8 (re-read K per head)
-    monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", 4)
-    assert kernel.preloaded_parts(4, 64, 256, kernel.BOOL_MASK) == 2
-    monkeypatch.setattr(kernel, "PRELOADED_PARTS", 0)
-    assert kernel.preloaded_parts(1, 64, 256, kernel.BOOL_MASK) == 0  # off
+def test_the_preloaded_kernel_takes_short_buckets_with_a_boolean_mask_only():
+    with preloaded(2):
+        assert kernel.preloaded_parts(1, 64, 256, kernel.BOOL_MASK) == 2  # the 1B's and Qwen's bucket of 256
+        assert kernel.preloaded_parts(1, 64, 257, kernel.BOOL_MASK) == 0  # 512 slots: the split kernel
+        assert kernel.preloaded_parts(1, 128, 128, kernel.BOOL_MASK) == 2
+        assert kernel.preloaded_parts(1, 128, 256, kernel.BOOL_MASK) == 0
+        assert kernel.preloaded_parts(1, 64, 256, kernel.ADDITIVE_MASK) == 0
+        assert kernel.preloaded_parts(1, 64, 256, kernel.NO_MASK) == 0
+        assert kernel.preloaded_parts(2, 64, 256, kernel.BOOL_MASK) == 0  # above its batch (it rereads K per head)
+    with preloaded(2, max_batch=4):
+        assert kernel.preloaded_parts(4, 64, 256, kernel.BOOL_MASK) == 2
+    with preloaded(0):
+        assert kernel.preloaded_parts(1, 64, 256, kernel.BOOL_MASK) == 0  # off
 
 
-@pytest.mark.skipif(
-    any(name.startswith("CUGRAPH_ACCEL_ATTENTION_PRELOADED") for name in os.environ), reason="set in the environment"
-)
 def test_the_preloaded_kernel_runs_at_batch_1_with_4_parts_by_default():
-    """The measured default (docs/PERF.md stop 34): 4 parts at batch 1 only."""
-    assert (kernel.PRELOADED_PARTS, kernel.PRELOADED_MAX_BATCH) == (4, 1)
-    assert kernel.preloaded_parts(1, 64, 256, kernel.BOOL_MASK) == 4
-    assert kernel.preloaded_parts(8, 64, 256, kernel.BOOL_MASK) == 0
+    """The measured default (docs/PERF.md): 4 parts at batch 1 only."""
+    with settings.use(settings.DEFAULTS):
+        assert kernel.preloaded_parts(1, 64, 256, kernel.BOOL_MASK) == 4
+        assert kernel.preloaded_parts(8, 64, 256, kernel.BOOL_MASK) == 0
+
+
+@pytest.mark.parametrize("text", ["3", "two", "-2"])
+def test_a_bad_preloaded_setting_is_one_clear_error(text):
+    from accelerate_graph.common.errors import BadOptionError
+
+    with pytest.raises(BadOptionError, match="attention_preloaded"):
+        settings.from_text({"attention_preloaded": text}, "--set")
 
 
 def test_unsupported_inputs_are_refused():
@@ -246,14 +228,13 @@ GPU_CASES = [c for c in CASES if "dtype" not in c] + [
 @needs_cuda
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("spec", GPU_CASES, ids=[c["id"] for c in GPU_CASES])
-def test_gpu_kernel_matches_the_matmul_path(spec, dtype, monkeypatch):
-    monkeypatch.setattr(kernel, "PRELOADED_PARTS", spec.get("preloaded", 0))
-    monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", spec["b"])  # the case's batch, whatever the default's
+def test_gpu_kernel_matches_the_matmul_path(spec, dtype):
     spec = {**spec, "dtype": dtype}
     query, key, value, mask = inputs(spec, "cuda")
     scale, softcap = query.shape[-1] ** -0.5, spec.get("softcap", 0.0)
     config = kernel.DecodeConfig(block_l=spec["block_l"], num_warps=4, splits=spec["splits"])
-    out = kernel.launch(query, key, value, mask, scale, softcap, config).float()
+    with preloaded(spec.get("preloaded", 0), max_batch=spec["b"]):  # the case's batch, whatever the default's
+        out = kernel.launch(query, key, value, mask, scale, softcap, config).float()
     expected = reference(query, key, value, mask, scale, softcap)
     live = torch.ones(spec["b"], dtype=torch.bool, device="cuda")
     if spec.get("dead_row") is not None:
@@ -320,28 +301,27 @@ def assert_like_the_matmul_path(got, want):
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.parametrize(
-    ("batch", "early", "fold", "preloaded"),
-    [
-        (1, False, False, 0), (4, False, False, 0), (1, True, False, 0), (1, True, True, 0), (4, False, True, 0),
-        (1, True, False, 2), (4, True, False, 2), (4, False, False, 1),
-    ],
-    ids=["b1", "b4", "b1-pdl", "b1-pdl-folded", "b4-folded", "b1-pdl-preloaded", "b4-pdl-preloaded", "b4-preloaded"],
+    ("batch", "early", "parts"),
+    [(1, False, 0), (4, False, 0), (1, True, 0), (1, True, 2), (4, True, 2), (4, False, 1)],
+    ids=["b1", "b4", "b1-pdl", "b1-pdl-preloaded", "b4-pdl-preloaded", "b4-preloaded"],
 )  # fmt: skip
-def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, fold, preloaded):
+def test_gpu_kernel_inside_inductor_and_a_cuda_graph(batch, early, parts):
     """Inductor compiles the op with the layer's own kernels; one compilation serves every context
     length; a CUDA graph of the compiled step replays it with new inputs like the matmul path; also with
     the kernels launched early (PDL), where a wait in the wrong place would read the query or the slot
-    just written before they are there; with the combine folded into the split kernel, where a
-    program that combined before the others' partials were visible would be off (its counters must be
-    back at zero after every launch); and with the bucket in one tile loaded before the wait
-    (`preloaded`), where the step's slot, written by the kernel in front, must be read again after it."""
-    from accelerate_graph.compat.torch_internals import dynamo_graph_count
-    from accelerate_graph.fused.kernels import pdl
+    just written before they are there; and with the bucket in one tile loaded before the wait
+    (`parts` of the preloaded kernel), where the step's slot, written by the kernel in front, must be read
+    again after it."""
+    chosen = settings.DEFAULTS.replace(
+        pdl=early, attention_preloaded=parts, attention_preloaded_batch=batch, triton_attention=True
+    )
+    with settings.use(chosen):
+        _compiled_and_captured_like_the_matmul_path(batch, chosen)
 
-    monkeypatch.setattr(pdl, "ENABLED", early)
-    monkeypatch.setattr(kernel, "FOLD_COMBINE", fold)
-    monkeypatch.setattr(kernel, "PRELOADED_PARTS", preloaded)
-    monkeypatch.setattr(kernel, "PRELOADED_MAX_BATCH", batch)
+
+def _compiled_and_captured_like_the_matmul_path(batch, chosen):
+    from accelerate_graph.compat.torch_internals import dynamo_graph_count
+
     torch._dynamo.reset()
     layer = GpuLayer(batch)
     cache_k, cache_v, weight = layer.cache_k, layer.cache_v, layer.weight
@@ -357,12 +337,10 @@ def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, 
     def check(run, args):
         """`run` with the kernel against the matmul path, from the same cache contents."""
         before = cache_k.clone(), cache_v.clone()
-        monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
         got = run().clone()
         cache_k.copy_(before[0]), cache_v.copy_(before[1])
-        monkeypatch.setattr(grouped_attention, "TRITON_DECODE", False)
-        want = layer_like(*args[:3], cache_k, cache_v, *args[3:], weight)
-        monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
+        with settings.use(chosen.replace(triton_attention=False)):
+            want = layer_like(*args[:3], cache_k, cache_v, *args[3:], weight)
         assert_like_the_matmul_path(got, want)
 
     before = dynamo_graph_count()
@@ -373,14 +351,11 @@ def test_gpu_kernel_inside_inductor_and_a_cuda_graph(monkeypatch, batch, early, 
 
     # a CUDA graph of the compiled step over static buffers, replayed with new contents
     static = arguments(128, 90)
-    monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
     graph, static_out = captured(lambda: compiled(*static[:3], cache_k, cache_v, *static[3:], weight))
     for now in (95, 110, 127):
         for buffer, value in zip(static, arguments(128, now)):
             buffer.copy_(value)
         check(lambda: (graph.replay(), static_out)[1], static)
-    assert not fold or arrival._counters, "the folded kernel never ran"
-    assert all(int(c.count_nonzero()) == 0 for c in arrival._counters.values())
 
 
 @pytest.mark.cuda
@@ -396,15 +371,15 @@ def test_gpu_fused_tiny_model_with_the_kernel_verifies(monkeypatch):
     from accelerate_graph.verify.against_eager import verify_graphs
 
     torch._dynamo.reset()
-    monkeypatch.setattr(grouped_attention, "TRITON_DECODE", True)
     traced = []
     original = kernel.launch
     monkeypatch.setattr(kernel, "launch", lambda *a, **k: traced.append(1) or original(*a, **k))
     model = tiny_decoder("llama", num_attention_heads=8, num_key_value_heads=2)
     grouped_attention.use_grouped_attention(model)
     session = DecodeSession(model.to("cuda", torch.bfloat16), 4, 64)
-    session.fused = FusedForward(session.model)
-    graphs = capture_decode_graphs(session, backend_for(torch.device("cuda:0")), (1, 2, 4), contexts=(16, 32))
+    with settings.use(settings.DEFAULTS.replace(triton_attention=True)):
+        session.fused = FusedForward(session.model)
+        graphs = capture_decode_graphs(session, backend_for(torch.device("cuda:0")), (1, 2, 4), contexts=(16, 32))
     assert traced, "the compiled layers never reached the kernel"
     rows = verify_graphs(graphs, steps=8, prompt_len=6)
     assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from cuda_graphs import captured
 
+from accelerate_graph import settings
 from accelerate_graph.fused import layer_program
 from accelerate_graph.fused.kernels import configs, pdl
 from accelerate_graph.fused.kernels import skinny_matmul as sm
@@ -116,17 +117,11 @@ def test_norm_projections(m, path, bias_and_norm, force):
 
 @interpreted
 @pytest.mark.parametrize("m", [1, 32])
-@pytest.mark.parametrize("at_once", [True, False], ids=["loads-at-once", "loop"])
-def test_the_row_norm_in_unrolled_loads_or_a_loop(m, at_once, force, monkeypatch):
-    """Each program's rstd reads x's rows in rstd_chunks' loads (NORM_LOADS_AT_ONCE): one up to 4,096 values
-    a program, several above (32 rows of 300: three loads of 128 columns, the last masked); or in a loop
-    over K blocks."""
+def test_the_row_norm_in_unrolled_loads(m, force):
+    """Each program's rstd reads x's rows in rstd_chunks' loads: one up to 4,096 values a program, several
+    above (32 rows of 300: three loads of 128 columns, the last masked)."""
     k = 300
-    monkeypatch.setattr(sm, "NORM_LOADS_AT_ONCE", at_once)
-    if at_once:
-        assert sm.rstd_chunks(k, 32, 64) == (128, 3) and sm.rstd_chunks(k, 1, 64) == (512, 1)
-    else:
-        assert sm.rstd_chunks(k, 32, 64) == (64, 0)
+    assert sm.rstd_chunks(k, 32) == (128, 3) and sm.rstd_chunks(k, 1) == (512, 1)
     force(SkinnyConfig(16, 64))
     x, nw, ws, bs = make(m, torch.bfloat16, k=k, ns=(40, 40, 24), seed=3)
     got = sm.norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[1], "silu")
@@ -136,11 +131,9 @@ def test_the_row_norm_in_unrolled_loads_or_a_loop(m, at_once, force, monkeypatch
 @interpreted
 @pytest.mark.parametrize("k", [K, 5000])  # 5,000: two blocks of 4,096, the second masked
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "float32"])
-@pytest.mark.parametrize("at_once", [True, False], ids=["loads-at-once", "loop"])
-def test_rms_norm_kernel_rounds_like_the_reference(k, dtype, at_once, monkeypatch):
+def test_rms_norm_kernel_rounds_like_the_reference(k, dtype):
     """The step's final norm in one launch: HF's RMSNorm up to the float32 sum's order (which can move
     rstd by an ulp and, rarely, a rounding), rows in any leading shape."""
-    monkeypatch.setattr(sm, "NORM_LOADS_AT_ONCE", at_once)
     x, nw, _, _ = make(6, dtype, k=k, ns=(8,))
     x = x.reshape(2, 3, k)
     got = sm.rms_norm(x, nw, 1e-5)
@@ -151,7 +144,7 @@ def test_rms_norm_kernel_rounds_like_the_reference(k, dtype, at_once, monkeypatc
 @interpreted
 def test_rms_norm_kernel_is_recorded_by_the_cpu_emulation_of_graphs():
     """A kernel launched beside the dispatcher would be invisible to the emulation (it records aten and
-    registered ops): its output would replay as the fresh garbage of torch.empty (CI, stop 21)."""
+    registered ops): its output would replay as the fresh garbage of torch.empty."""
     from accelerate_graph.core.backends.emulated import EmulatedBackend
 
     x, nw, _, _ = make(3, torch.float32, ns=(8,))
@@ -225,49 +218,39 @@ def test_split_k_matches_one_pass(op, k, path, force):
 
 @interpreted
 @pytest.mark.parametrize("path", ["fma-bf16", "swap-fp32"])
-def test_split_k_finished_by_its_last_slice_is_the_finish_kernel_bit_for_bit(path, force, monkeypatch):
-    """SPLIT_FINISH "here": no finish_kernel, the last slice of each block to arrive sums the partials (in
-    split order) and runs the epilogue: each op gives what the finish kernel gives, bit for bit, and every
-    launch leaves the arrival counters at zero (else the next launch would finish a block too early)."""
+@pytest.mark.parametrize("rows", [5, 20], ids=["finish-kernel", "last-slice"])
+def test_split_k_finishes_like_the_reference_and_leaves_the_counters_zero(path, rows, force):
+    """Split-K's finish: finish_kernel up to FINISH_HERE_ABOVE_ROWS rows, above them the last slice of each
+    block to arrive (arrival counters). Each op rounds like the reference, and every launch leaves the
+    counters at zero (else the next launch would finish a block too early): run twice."""
     from accelerate_graph.fused.kernels import arrival
 
     dtype, kind = PATHS[path]
     force(SkinnyConfig(16, 32, split_k=3, **kind))
-    x, nw, ws, bs = make(5, dtype, k=72, ns=(40, 40, 24), seed=3)
-    residual = make(5, dtype, k=40, seed=4)[0]
-
-    def every_op():
-        return [
+    x, nw, ws, bs = make(rows, dtype, k=72, ns=(40, 40, 24), seed=3)
+    residual = make(rows, dtype, k=40, seed=4)[0]
+    want = [
+        *sm.reference_norm_projections(x, nw, 1e-6, "llama", ws, bs),
+        sm.reference_norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[1], "silu"),
+        sm.reference_linear_residual(x, ws[0], bs[0], residual),
+    ]
+    arrival._counters.pop(torch.device("cpu"), None)
+    for _ in range(2):
+        got = [
             *sm.norm_projections(x, nw, 1e-6, "llama", ws, bs),
             sm.norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[1], "silu"),
             sm.linear_residual(x, ws[0], bs[0], residual),
         ]
-
-    finishes = {}
-    for finish in ("kernel", "here", "here"):  # twice: the counters the first launches left must be zero
-        monkeypatch.setattr(sm, "SPLIT_FINISH", finish)
-        finishes[finish] = every_op()
+        for g, r in zip(got, want):
+            assert_rounding_close(g, r)
         assert all(int(c.count_nonzero()) == 0 for c in arrival._counters.values())
-    assert torch.device("cpu") in arrival._counters, "no launch finished its split-K itself"
-    for got, want in zip(finishes["here"], finishes["kernel"]):
-        assert torch.equal(got, want)
-    assert_rounding_close(finishes["here"][4], sm.reference_linear_residual(x, ws[0], bs[0], residual))
+    made = torch.device("cpu") in arrival._counters
+    assert made == (rows > sm.FINISH_HERE_ABOVE_ROWS), "the counters serve the launches above the rows only"
 
 
-def test_split_finish_setting_names_the_ways_and_refuses_others():
-    from accelerate_graph.common.errors import BadOptionError
-
-    assert [sm.split_finish_setting(t) for t in ("kernel", " pdl", "here", "auto", "")] == [
-        "kernel",
-        "pdl",
-        "here",
-        "auto",
-        "auto",
-    ]
-    assert [sm.finish_way(rows) for rows in (8, 16, 17, 32)] == ["pdl", "pdl", "here", "here"]
-    assert sm.finish_way(32, launched_now=False) == "pdl"  # a traced launch keeps finish_kernel
-    with pytest.raises(BadOptionError, match="CUGRAPH_ACCEL_SPLIT_FINISH='1'"):
-        sm.split_finish_setting("1")
+def test_split_k_finishes_in_its_last_slice_above_the_rows_unless_traced():
+    assert [sm.finishes_in_last_slice(rows) for rows in (8, 16, 17, 32)] == [False, False, True, True]
+    assert not sm.finishes_in_last_slice(32, launched_now=False)  # a traced launch keeps finish_kernel
 
 
 @interpreted
@@ -277,7 +260,7 @@ def test_several_rows_without_tensor_cores_sum_each_row_as_one_row_does(m, split
     """skinny_kernels._accumulate_rows: at several rows the products of each row are summed over the K walk
     and reduced once, as _accumulate_one_row does for one: each row of every op is, bit for bit (the
     interpreter's float32 sums, float32 out: the order shows), what that row alone gives (reducing each K
-    block as it came, before stop 37, did not), and close to the reference."""
+    block as it came would not), and close to the reference."""
     x, nw, ws, bs = make(m, torch.float32, ns=(40, 40, 24), seed=m)
     residual = make(m, torch.float32, k=40, seed=m + 1)[0]
 
@@ -345,17 +328,16 @@ def test_misuse_is_refused_with_the_argument_named():
         sm.norm_gate_up(x, nw, 1e-6, "llama", ws[0], ws[0], "relu")
 
 
-def test_the_ops_above_batch_1_are_read_from_their_switch():
+def test_the_ops_above_batch_1_are_read_from_their_setting():
     from accelerate_graph.common.errors import BadOptionError
-    from accelerate_graph.fused import layer_program
 
-    assert layer_program.ops_above_batch_1("auto") is None  # the default: o and down at the measured shapes
-    assert layer_program.ops_above_batch_1("0") == frozenset()
-    assert layer_program.ops_above_batch_1("1") == frozenset(layer_program.SKINNY_OPS)
-    assert layer_program.ops_above_batch_1(" residual, gate_up ") == {"residual", "gate_up"}
-    with pytest.raises(BadOptionError, match="names down, not an op") as raised:
-        layer_program.ops_above_batch_1("residual,down")
-    assert "proj, residual, gate_up" in raised.value.hint
+    parsed = lambda text: settings.from_text({"skinny_batches": text}, "--set").skinny_batches  # noqa: E731
+    assert layer_program.ops_above_batch_1(parsed("auto")) is None  # the default: the shapes that won
+    assert layer_program.ops_above_batch_1(parsed("0")) == frozenset()
+    assert layer_program.ops_above_batch_1(parsed("on")) == frozenset(layer_program.SKINNY_OPS)
+    assert layer_program.ops_above_batch_1(parsed(" residual, gate_up ")) == {"residual", "gate_up"}
+    with pytest.raises(BadOptionError, match="skinny_batches"):
+        parsed("residual,down")
 
 
 def decodes_like_hf(model, session, prompt, cases, expected) -> None:
@@ -376,8 +358,8 @@ def decodes_like_hf(model, session, prompt, cases, expected) -> None:
 def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model_type, monkeypatch, tmp_path):
     """layer_program's merged ops at batch 1: the skinny kernels for the shapes their table has (the four
     folded ops of every layer, one row each, decoding like HF's forward), every shape when forced, inductor's
-    way otherwise; above batch 1 only the ops SKINNY_ABOVE_BATCH_1 names (then at every shape, whatever the
-    batch-1 rule says), by default o and down at the shapes that won in a step; decoding like HF's forward."""
+    way otherwise; above batch 1 only the ops skinny_batches names (then at every shape, whatever the
+    batch-1 rule says), by default the shapes that won in a step; decoding like HF's forward."""
     from tiny_models import every_op_up_to, grouped_decode_cases
 
     from accelerate_graph.fused import layer_program
@@ -400,41 +382,41 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
     all_four = [("proj", 1), ("residual", 1), ("gate_up", 1), ("residual", 1)] * layers
     at_two = [("proj", 2), ("residual", 2), ("gate_up", 2), ("residual", 2)] * layers
     missing = tmp_path / "missing.json"
-    NONE, EVERY = frozenset(), frozenset(layer_program.SKINNY_OPS)
-    regimes = [  # (SKINNY_AT_BATCH_1, SKINNY_ABOVE_BATCH_1, table, launches)
-        ("auto", NONE, missing, []),
-        ("auto", NONE, table, all_four),
-        ("1", NONE, missing, all_four),
-        ("0", NONE, table, []),
-        ("0", EVERY, table, at_two),
-        ("1", EVERY, missing, at_two + all_four),
-        ("0", frozenset({"residual"}), table, [("residual", 2), ("residual", 2)] * layers),
-        ("0", None, table, []),  # the default: this model's o and down are not among the shapes that won
+    every_op = ",".join(layer_program.SKINNY_OPS)
+    regimes = [  # (skinny_batch_1, skinny_batches, table, launches)
+        ("auto", "off", missing, []),
+        ("auto", "off", table, all_four),
+        ("on", "off", missing, all_four),
+        ("off", "off", table, []),
+        ("off", "on", table, at_two),
+        ("on", "on", missing, at_two + all_four),
+        ("off", "residual", table, [("residual", 2), ("residual", 2)] * layers),
+        ("off", "auto", table, []),  # the default: this model's o and down are not among the shapes that won
     ]
-    for mode, above, table_path, want in regimes:
+    for at_one_setting, above, table_path, want in regimes:
         launches.clear()
-        monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", mode)
-        monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", above)
         monkeypatch.setattr(configs, "TABLE_PATH", table_path)
-        decodes_like_hf(model, session, prompt, cases, expected)
-        assert launches == want, (mode, above, table_path.name)
-        every = {op: layer_program.EVERY_ROW for op in above or ()}
-        assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == every
-        at_one = any(rows == 1 for _, rows in want)
-        assert layer_program.layer_at_batch_1_is_skinny(model.model.layers[0]) == at_one  # what notes say
+        with settings.use(settings.DEFAULTS.replace(skinny_batch_1=at_one_setting, skinny_batches=above)):
+            decodes_like_hf(model, session, prompt, cases, expected)
+            assert launches == want, (at_one_setting, above, table_path.name)
+            named = {"on": every_op, "off": "", "auto": ""}.get(above, above)
+            every = {op: layer_program.EVERY_ROW for op in named.split(",") if op}
+            assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == every
+            at_one = any(rows == 1 for _, rows in want)
+            assert layer_program.layer_at_batch_1_is_skinny(model.model.layers[0]) == at_one  # what notes say
     # the default at shapes that won in a step, up to their rows: o and down at 2 rows, nothing else
-    monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", None)
     won = {("residual", hidden, hidden): 4, ("residual", hidden, inter): 4}
-    for limits, want in [(2, at_two), (8, at_two)]:  # every op, up to 2 or to 8 rows
+    with settings.use(settings.DEFAULTS.replace(skinny_batch_1="off", skinny_batches="auto")):
+        for limits, want in [(2, at_two), (8, at_two)]:  # every op, up to 2 or to 8 rows
+            launches.clear()
+            monkeypatch.setattr(layer_program, "SKINNY_WINS_ABOVE_BATCH_1", {**won, **every_op_up_to(text, limits)})
+            decodes_like_hf(model, session, prompt, cases, expected)
+            assert launches == want
         launches.clear()
-        monkeypatch.setattr(layer_program, "SKINNY_WINS_ABOVE_BATCH_1", {**won, **every_op_up_to(text, limits)})
+        monkeypatch.setattr(layer_program, "SKINNY_WINS_ABOVE_BATCH_1", won)
         decodes_like_hf(model, session, prompt, cases, expected)
-        assert launches == want
-    launches.clear()
-    monkeypatch.setattr(layer_program, "SKINNY_WINS_ABOVE_BATCH_1", won)
-    decodes_like_hf(model, session, prompt, cases, expected)
-    assert launches == [("residual", 2), ("residual", 2)] * layers
-    assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == {"residual": 4}
+        assert launches == [("residual", 2), ("residual", 2)] * layers
+        assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == {"residual": 4}
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
@@ -450,21 +432,19 @@ def test_batches_share_a_class_where_the_same_calls_run_the_skinny_kernels(model
     layer = model.model.layers[0]
     calls = frozenset(layer_program.folded_calls(layer))
     o_and_down = frozenset(c for c in calls if c[0] == "residual")
-    monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", None)
-    monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", "0")
     limits = every_op_up_to(model.config, 8)
     limits.update({(op, n[0], k): 32 for op, n, k in o_and_down})
     monkeypatch.setattr(layer_program, "SKINNY_WINS_ABOVE_BATCH_1", limits)
-    at = {rows: layer_program.skinny_calls_at(layer, rows) for rows in (1, 2, 8, 9, 16, 32, 33)}
+    with settings.use(settings.DEFAULTS.replace(skinny_batch_1="off", skinny_batches="auto")):
+        at = {rows: layer_program.skinny_calls_at(layer, rows) for rows in (1, 2, 8, 9, 16, 32, 33)}
+        assert layer_program.layer_ops_above_batch_1(layer) == {"proj": 8, "gate_up": 8, "residual": 32}
     assert at[1] == frozenset()  # batch 1 follows its own rule
     assert at[2] == at[8] == calls
     assert at[9] == at[16] == at[32] == o_and_down
     assert at[33] == frozenset()
-    assert layer_program.layer_ops_above_batch_1(layer) == {"proj": 8, "gate_up": 8, "residual": 32}
-    monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", frozenset({"gate_up"}))
-    assert {layer_program.skinny_calls_at(layer, rows) for rows in (2, 33, 1000)} == {
-        frozenset(c for c in calls if c[0] == "gate_up")
-    }
+    with settings.use(settings.DEFAULTS.replace(skinny_batch_1="off", skinny_batches="gate_up")):
+        classes = {layer_program.skinny_calls_at(layer, rows) for rows in (2, 33, 1000)}
+    assert classes == {frozenset(c for c in calls if c[0] == "gate_up")}
 
 
 @pytest.mark.parametrize("name", ["norm_projections", "linear_residual", "norm_gate_up"])
@@ -594,12 +574,9 @@ def test_gpu_bf16_against_the_reference(m, cfg_name, shape, monkeypatch):
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.parametrize(("m", "k"), [(1, 2048), (1, 8192), (8, 2048), (32, 896)])
-@pytest.mark.parametrize("at_once", [True, False], ids=["loads-at-once", "loop"])
-def test_gpu_row_norm_in_loads_at_once_or_a_loop_against_the_reference(m, k, at_once, monkeypatch):
-    """NORM_LOADS_AT_ONCE (on since stop 24; off is the loop over K blocks): the table's or the heuristic's
-    configs with each program's rows read in rstd_chunks' unrolled loads (one at 1 row up to 4,096 values,
-    two at 8,192; 8 at 8 rows)."""
-    monkeypatch.setattr(sm, "NORM_LOADS_AT_ONCE", at_once)
+def test_gpu_row_norm_in_unrolled_loads_against_the_reference(m, k):
+    """The table's or the heuristic's configs with each program's rows read in rstd_chunks' unrolled loads
+    (one at 1 row up to 4,096 values, two at 8,192; 8 at 8 rows)."""
     x, nw, ws, bs = make(m, torch.bfloat16, "cuda", k=k, ns=(k, 256, 256), seed=m)
     for g, r in zip(
         sm.norm_projections(x, nw, 1e-6, "llama", ws, bs), sm.reference_norm_projections(x, nw, 1e-6, "llama", ws, bs)
@@ -691,18 +668,17 @@ def test_gpu_one_row_with_the_next_block_ahead_is_the_plain_sum_bit_for_bit(hidd
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.skipif(not pdl.HAS_GDC, reason="needs triton's gdc functions")
-def test_gpu_pdl_launches_replay_what_plain_launches_compute(monkeypatch):
-    """CUGRAPH_ACCEL_PDL: the kernels launched with PDL (prefetch, wait, early launch of the next)
+def test_gpu_pdl_launches_replay_what_plain_launches_compute():
+    """Setting pdl: the kernels launched with PDL (prefetch, wait, early launch of the next)
     inside a compiled layer and a CUDA graph compute what plain launches do, bit for bit, over several
     inputs: a wait in the wrong place would read a half-written x or residual."""
     layer = TinyLayer().to("cuda", torch.bfloat16).eval()
     static_in = torch.randn(1, 1, 256, device="cuda", dtype=torch.bfloat16)
     graphs = {}
     for early in (False, True):
-        monkeypatch.setattr(pdl, "ENABLED", early)
         torch._dynamo.reset()
         compiled = torch.compile(layer, backend="inductor", fullgraph=True)
-        with torch.no_grad():
+        with torch.no_grad(), settings.use(settings.DEFAULTS.replace(pdl=early)):
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
@@ -726,11 +702,11 @@ def test_gpu_pdl_launches_replay_what_plain_launches_compute(monkeypatch):
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.parametrize(("hidden", "inter", "rows"), [(2048, 8192, 8), (896, 4864, 16), (2048, 8192, 32)])
-def test_gpu_split_k_finishes_replay_the_same_bits(hidden, inter, rows, monkeypatch):
-    """The three ways to finish split-K (SPLIT_FINISH: finish_kernel plain or with PDL, or the last slice of
-    each block) on down's shapes at the rows the table splits them (the 1B's, Qwen's), each captured in a
-    CUDA graph behind gate/up and replayed over several inputs: the same bits as a plain launch. A finish
-    reading a partial before its slice wrote it, or counters left non-zero, would not."""
+def test_gpu_split_k_finish_replays_what_direct_launches_compute(hidden, inter, rows, monkeypatch):
+    """Split-K's finish (finish_kernel with PDL up to FINISH_HERE_ABOVE_ROWS rows, the last slice of each
+    block above) on down's shapes at the rows the table splits them (the 1B's, Qwen's), captured in a CUDA
+    graph behind gate/up and replayed over several inputs: the bits of direct launches and close to the
+    reference. A finish reading a partial before its slice wrote it, or counters left non-zero, would not."""
     from accelerate_graph.fused.kernels import arrival
 
     gen = torch.Generator(device="cuda").manual_seed(rows)
@@ -745,25 +721,21 @@ def test_gpu_split_k_finishes_replay_the_same_bits(hidden, inter, rows, monkeypa
     def down_after_gate_up():
         return sm.linear_residual(sm.norm_gate_up(x, nw, 1e-6, "llama", wg, wu, "silu"), wd, None, x)
 
-    graphs = {}
-    for finish in ("kernel", "pdl", "here"):
-        monkeypatch.setattr(sm, "SPLIT_FINISH", finish)
-        graphs[finish] = captured(down_after_gate_up)
+    sm.prepare_split_finish(x.device)
+    graph, out = captured(down_after_gate_up)
     for _ in range(4):
         x.copy_(torch.randn(rows, hidden, device="cuda", generator=gen))
-        results = {}
-        for finish, (graph, out) in graphs.items():
-            graph.replay()
-            torch.cuda.synchronize()
-            results[finish] = out.clone()
-            assert all(int(c.count_nonzero()) == 0 for c in arrival._counters.values()), finish
-        assert torch.equal(results["pdl"], results["kernel"]) and torch.equal(results["here"], results["kernel"])
-    assert x.device in arrival._counters, "no launch finished its split-K itself"
+        graph.replay()
+        torch.cuda.synchronize()
+        assert all(int(c.count_nonzero()) == 0 for c in arrival._counters.values())
+        assert torch.equal(out, down_after_gate_up())
+        gated = sm.reference_norm_gate_up(x, nw, 1e-6, "llama", wg, wu, "silu")
+        assert_rounding_close(out, sm.reference_linear_residual(gated, wd, None, x), ulps=4)
 
 
 def test_a_real_launch_goes_to_the_kernel_and_a_traced_one_through_torchs_wrapper(monkeypatch):
-    """A launch not traced calls the kernel itself: through torch's wrapper four buckets' setup took 8-12 s
-    longer on the H200 (stop 39). A traced one must go through it, or the trace would not record it."""
+    """A launch not traced calls the kernel itself: through torch's wrapper the setup takes seconds longer.
+    A traced one must go through it, or the trace would not record it."""
 
     class Kernel:
         def __init__(self):
@@ -787,7 +759,7 @@ def test_a_real_launch_goes_to_the_kernel_and_a_traced_one_through_torchs_wrappe
 
 def test_pdl_is_active_on_hopper_gpus_only_and_can_be_turned_off(monkeypatch):
     """PDL is on by default, for CUDA devices of compute capability 9.0 and up (an A100 would refuse the
-    launch attribute); CUGRAPH_ACCEL_PDL=0 (ENABLED) turns it off everywhere."""
+    launch attribute); the pdl setting off turns it off everywhere."""
     capability = {}
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: capability["now"])
     monkeypatch.setattr(pdl, "HAS_GDC", True)
@@ -798,30 +770,37 @@ def test_pdl_is_active_on_hopper_gpus_only_and_can_be_turned_off(monkeypatch):
         found[name] = pdl.active(torch.device("cuda", 0))
     assert found == {"a100": False, "h200": True, "b200": True}
     assert not pdl.active(torch.device("cpu"))
-    monkeypatch.setattr(pdl, "ENABLED", False)
-    assert not pdl.active(torch.device("cuda", 0))
+    with settings.use(settings.DEFAULTS.replace(pdl=False)):
+        assert not pdl.enabled() and not pdl.active(torch.device("cuda", 0))
+    assert pdl.enabled() and pdl.active(torch.device("cuda", 0))
     pdl._CAPABLE.clear()
 
 
 def test_the_kernel_choices_trace_inside_a_compiled_layer_without_a_break(monkeypatch):
-    """The skinny table and PDL are asked while dynamo traces a layer: a file read or a functools.cache
-    there broke the graph (and printed dynamo's warnings into `bench`'s output, H200 2026-12-01)."""
+    """The skinny table, the settings and PDL are asked while dynamo traces a layer: a file read or a
+    functools.cache there broke the graph (and printed dynamo's warnings into `bench`'s output). Other
+    settings under settings.use give another graph, not the first one's choices."""
     monkeypatch.setattr(pdl, "HAS_GDC", True)
     monkeypatch.setitem(pdl._CAPABLE, 0, True)  # as fused.layers leaves it on an H200, before compiling
     gpu = torch.device("cuda", 0)
 
     def choices(x):
-        skinny = layer_program.skinny_at_batch_1("proj", (6144,), 4096)
-        return x + int(skinny) + 2 * int(pdl.active(gpu))
+        skinny = layer_program.skinny_at_batch_1("proj", (6144,), 4096)  # the 8B's q/k/v: in the table
+        every_row = layer_program.skinny_rows_above_batch_1("gate_up", (6144,), 4096) == layer_program.EVERY_ROW
+        return x + int(skinny) + 2 * int(pdl.active(gpu)) + 4 * int(every_row)
 
     torch._dynamo.reset()
-    assert torch.compile(choices, backend="eager", fullgraph=True)(torch.zeros(1)).item() == 3
+    compiled = torch.compile(choices, backend="eager", fullgraph=True)
+    with settings.use(settings.DEFAULTS):
+        assert compiled(torch.zeros(1)).item() == 3
+    with settings.use(settings.DEFAULTS.replace(pdl=False, skinny_batch_1="off", skinny_batches="gate_up")):
+        assert compiled(torch.zeros(1)).item() == 4
 
 
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.skipif(not pdl.HAS_GDC, reason="needs triton's gdc functions")
-def test_gpu_final_norm_launched_early_replays_what_plain_launches_compute(monkeypatch):
+def test_gpu_final_norm_launched_early_replays_what_plain_launches_compute():
     """The step's end at batch 1 under PDL: the last layer's down (linear_residual), the final norm, the LM
     head (one weight, no norm), each launched early. Replayed in a CUDA graph over several inputs, bit for bit
     what plain launches give: a final norm reading its input before the kernel in front finished would not."""
@@ -839,8 +818,8 @@ def test_gpu_final_norm_launched_early_replays_what_plain_launches_compute(monke
 
     graphs = {}
     for early in (False, True):
-        monkeypatch.setattr(pdl, "ENABLED", early)
-        graphs[early] = captured(end_of_step)
+        with settings.use(settings.DEFAULTS.replace(pdl=early)):
+            graphs[early] = captured(end_of_step)
     for _ in range(4):
         act.copy_(torch.randn(1, inter, device="cuda", generator=gen))
         residual.copy_(torch.randn(1, hidden, device="cuda", generator=gen))
