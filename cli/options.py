@@ -86,6 +86,15 @@ AllReduceOpt = Annotated[
         "the group's own collective).",
     ),
 ]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="NAME=VALUE",
+        help="Set one engine setting for this run, e.g. --set pdl=off (repeatable; `cugraph-accel settings` "
+        "lists them). Wins over the environment's CUGRAPH_ACCEL_<NAME> and a plan's recorded settings.",
+    ),
+]
 TpOpt = Annotated[
     int | None,
     typer.Option(

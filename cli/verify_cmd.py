@@ -16,6 +16,7 @@ from .options import (
     ModelArg,
     PlanOpt,
     PromptLenOpt,
+    SetOpt,
     TpOpt,
     buckets_or_none,
 )
@@ -57,6 +58,7 @@ def verify(
     tp: TpOpt = None,
     allreduce: AllReduceOpt = None,
     repeat: RepeatOpt = 1,
+    assignments: SetOpt = None,
 ) -> None:
     """Re-capture from the plan (or MODEL) and prove every replay is as close to a float32 reference as eager.
 
@@ -84,17 +86,26 @@ def verify(
     from accelerate_graph.verify.cases import plan_cases, uncovered
     from accelerate_graph.verify.criterion import CRITERION_LINE, criterion_summary
 
-    from .common import prepare_with_progress, report_memory, request_for
+    from .common import prepare_with_progress, report_memory, request_for, settings_assignments
     from .tables import verify_table
 
     out = Output(json)
     if json not in (None, STDOUT):
         check_writable(json, "JSON results", force)
-    request, source = request_for(model, plan, out, buckets=buckets_or_none(buckets), prompt_len=prompt_len, tp=tp)
+    request, source = request_for(
+        model,
+        plan,
+        out,
+        settings_assignments(assignments, allreduce),
+        buckets=buckets_or_none(buckets),
+        prompt_len=prompt_len,
+        tp=tp,
+    )
+    engine = request.settings.as_dict()
     prepared = prepare_with_progress(request, out, source)
     if prepared.graphs is None:
         out.line("the plan runs the decode step eagerly: there is no graph to verify.")
-        out.emit_json({"passed": True, "rows": [], "mode": "eager", "notes": prepared.notes})
+        out.emit_json({"passed": True, "rows": [], "mode": "eager", "settings": engine, "notes": prepared.notes})
         return
     graphs = prepared.graphs
     cases = plan_cases(graphs.buckets, graphs.contexts, steps, prepared.plan.prompt_len)
@@ -135,6 +146,7 @@ def verify(
             "notes": notes,
             "memory": memory,
             "seconds": dict(clock.seconds),
+            "settings": engine,
         }
     )
     if failed:
