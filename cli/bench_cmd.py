@@ -177,6 +177,7 @@ def bench(
     from .common import request_for, settings_assignments
     from .tp import plan_tp, spread
 
+    chosen = settings_assignments(assignments, allreduce)
     out = Output(json)
     settings = BenchSettings(
         compare=parse_compare(compare),
@@ -204,7 +205,7 @@ def bench(
         model,
         plan,
         out,
-        settings_assignments(assignments, allreduce),
+        chosen,
         buckets=bucket_sizes,
         device=str(target),
         attn=attn,

@@ -89,7 +89,10 @@ def capture(
       cugraph-accel capture qwen2.5-0.5b --fuse --set pdl=off  # one engine setting changed (recorded in the plan)
     """
     arguments = dict(locals())
+    from .common import settings_assignments
     from .tp import spread
+
+    chosen = settings_assignments(assignments, allreduce)
 
     if spread(capture, arguments, tp or 1, device):
         return
@@ -101,11 +104,11 @@ def capture(
     from accelerate_graph.models.recipes import DEFAULT_RECIPE
     from accelerate_graph.pipeline import CaptureRequest
 
-    from .common import prepare_with_progress, report_memory, resolve_settings, settings_assignments
+    from .common import prepare_with_progress, report_memory, resolve_settings
     from .tables import capture_table
 
     out = Output(json)
-    engine = resolve_settings(settings_assignments(assignments, allreduce))
+    engine = resolve_settings(chosen)
     path = plan or DEFAULT_PLAN_PATH
     check_writable(path, "plan", force, replaces="plan")
     if json not in (None, STDOUT):

@@ -36,12 +36,15 @@ class PlanSource:
 
 
 def settings_assignments(assignments: list[str] | None, allreduce: str | None = None) -> dict[str, str]:
-    """--set NAME=VALUE options (and --allreduce KIND, the allreduce setting) as text by setting name."""
+    """--set NAME=VALUE options (and --allreduce KIND, the allreduce setting) as text by setting name;
+    checked with the environment's, so that a bad one is refused before any work."""
     from accelerate_graph import settings
 
     given = {"allreduce": allreduce} if allreduce is not None else {}
     settings.from_text(given, "--allreduce")  # a bad kind is named as the user wrote it
-    return {**given, **settings.parse_assignments(assignments or [])}
+    given.update(settings.parse_assignments(assignments or []))
+    settings.resolve(given)
+    return given
 
 
 def resolve_settings(assignments: dict[str, str], recorded: dict | None = None):

@@ -80,7 +80,10 @@ def generate(
       cugraph-accel generate recipes/llama-3.1-8b.yaml --tp 2 --input-ids 1,15,27
     """
     arguments = dict(locals())
+    from .common import settings_assignments
     from .tp import plan_device, plan_tp, spread
+
+    chosen = settings_assignments(assignments, allreduce)
 
     arguments["tp"] = tp = plan_tp(tp, model, plan)
     if tp > 1 and temperature > 0 and seed is None:
@@ -112,7 +115,7 @@ def generate(
     from accelerate_graph.generate.run import GenerateJob, generation_report
     from accelerate_graph.generate.sampling import Sampling
 
-    from .common import prepare_with_progress, request_for, settings_assignments
+    from .common import prepare_with_progress, request_for
 
     sampling = Sampling(temperature, top_k, top_p, seed).check()
     wanted = collect_prompts(prompt, prompts, input_ids)
@@ -122,7 +125,7 @@ def generate(
     overrides = dict(buckets=buckets_or_none(buckets), max_cache_len=max_cache_len, revision=revision)
     if model is not None and plan is None:
         overrides.update(dtype=dtype, device=device, fuse=fuse or None, emulate=emulate or None)
-    request, source = request_for(model, plan, out, settings_assignments(assignments, allreduce), tp=tp, **overrides)
+    request, source = request_for(model, plan, out, chosen, tp=tp, **overrides)
     request.lazy = True  # each graph captured on first use: the first token waits only for its own
     stamps.append(("imported", time.time()))
     prepared = prepare_with_progress(request, out, source, stamps)

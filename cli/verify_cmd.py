@@ -75,7 +75,10 @@ def verify(
       cugraph-accel verify llama-3.1-8b --repeat 5   # five checks with new inputs, one load and capture
     """
     arguments = dict(locals())
+    from .common import settings_assignments
     from .tp import plan_device, plan_tp, spread
+
+    chosen = settings_assignments(assignments, allreduce)
 
     arguments["tp"] = tp = plan_tp(tp, model, plan)
     if tp > 1 and spread(verify, arguments, tp, plan_device(model, plan)):
@@ -86,7 +89,7 @@ def verify(
     from accelerate_graph.verify.cases import plan_cases, uncovered
     from accelerate_graph.verify.criterion import CRITERION_LINE, criterion_summary
 
-    from .common import prepare_with_progress, report_memory, request_for, settings_assignments
+    from .common import prepare_with_progress, report_memory, request_for
     from .tables import verify_table
 
     out = Output(json)
@@ -96,7 +99,7 @@ def verify(
         model,
         plan,
         out,
-        settings_assignments(assignments, allreduce),
+        chosen,
         buckets=buckets_or_none(buckets),
         prompt_len=prompt_len,
         tp=tp,
