@@ -76,7 +76,7 @@ class Prepared:
     preflight: str = ""  # what the memory preflight checked, or why it was skipped
 
     def memory_bound(self, steps: int = 3, extra: dict | None = None, graph_bytes: int = 0) -> MemoryBudget:
-        """The stated bound on this session's peak device memory after checks of `steps` steps."""
+        """The stated bound on the decode session's peak device memory after checks of `steps` steps."""
         if self.graphs is not None:
             graph_bytes += sum(c.memory_bytes for c in self.graphs.captures())
         fuse = self.plan.fuse or self.session.fused is not None

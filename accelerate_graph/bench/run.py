@@ -67,9 +67,8 @@ def context_request(request: CaptureRequest, context: int | None) -> CaptureRequ
 
 def fused_alone(request: CaptureRequest, settings: BenchSettings) -> CaptureRequest:
     """With fused the only contender, the plan is what `capture --fuse` makes: no plain graphs captured
-    first (less time and memory). Timing no longer depends on it: every capture of a process shares one
-    stream since stop 26 (core/backends/cuda.py; before, the fused step captured after the plan's graphs
-    replayed 20-120 us slower on the H200)."""
+    first (less time and memory). Timing does not depend on it: every capture of a process shares one
+    stream (core/backends/cuda.py capture_stream)."""
     if [c.name for c in settings.contenders] == ["fused"]:
         return replace(request, fuse=True)
     return request

@@ -105,7 +105,7 @@ def join(world_size: int, device: torch.device) -> RankInfo:
         torch.cuda.set_device(device)
         from accelerate_graph.core.backends.cuda import claim_capture_stream  # CUDA only
 
-        claim_capture_stream(device)  # before NCCL's streams run work (the order bias, docs/PERF.md stop 26)
+        claim_capture_stream(device)  # before NCCL's streams run work (core/backends/cuda.py capture_stream)
     backend = "nccl" if device.type == "cuda" else "gloo"
     timeout = timeout_seconds()
     try:

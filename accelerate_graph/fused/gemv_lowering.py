@@ -28,18 +28,13 @@ from accelerate_graph.compat.torch_internals import (
 
 aten = torch.ops.aten
 
-# Store a GEMV's input vector before the reduction reads it, so that whatever computed it (silu(gate) *
-# up, a norm) runs once, in its producer's kernel, instead of once per output row inside the reduction:
-# inlined, the 8B down_proj recomputed silu(gate) * up over all 14,336 inputs for each of its 4,096
-# rows and ran at ~2 TB/s. Stored (H200, 2026-12-01, kernel time per batch-1 step): Qwen2.5-0.5B
-# 1,034 -> 929 us, Llama-3.2-1B 1,286 -> 1,207 us, Llama-3.1-8B 5,089 (down_proj on cuBLAS) -> 5,106 us
-# (down_proj a GEMV at 3.9 TB/s, as fast as cuBLAS), 8B at tp 2 4.395 -> 3.701 ms per replayed step.
-# The gemv_materialize setting (on by default) is read at the compilation (gemv_at_batch_1's argument).
+# Under the gemv_materialize setting (on by default) a GEMV's input vector is stored before the reduction
+# reads it, so whatever computed it (silu(gate) * up, a norm) runs once in its producer's kernel, not once
+# per output row inside the reduction (inlined, the 8B down_proj ran at ~2 TB/s). Set per compilation.
 _materialize = [True]
 
 # Keep cuBLAS for large projections that reduce over more elements than they produce (K > N and at
-# least LONG_REDUCTION_ELEMENTS). Needed while the inputs were inlined (5,888 -> 5,391 us for the 8B
-# step, 2026-11-30); with stored inputs the GEMV is as fast, so off.
+# least LONG_REDUCTION_ELEMENTS): off, since with stored inputs the GEMV is as fast.
 CUBLAS_FOR_LONG_REDUCTIONS = False
 LONG_REDUCTION_ELEMENTS = 2**25  # 33.5M: the 8B down_proj has 58.7M, Phi-3-mini's 25.2M, Llama-3.2-1B's 16.8M
 

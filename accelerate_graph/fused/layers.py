@@ -60,12 +60,8 @@ from accelerate_graph.fused.rotary_table import rotary_tables
 # benchmarks/profile_step.py can measure the step without them.
 GEMV_AT_BATCH_1 = True
 
-# Our graphs, not inductor's; no padding of matmuls, whose pass guarded on the context length
-# (`17 <= context`: a recompilation for a 16-slot bucket, seen on the H200).
-# Combo kernels: independent pointwise kernels of one graph run as one launch; in the merged program the
-# q rotary, the k rotary + cache write and the v cache write of each layer (3 -> 1). H200, 2026-12-01
-# (benchmarks/profile_step.py): Qwen2.5-0.5B replay 1.001 -> 0.935 ms at batch 1 (393 -> 345 kernels),
-# 1.264 -> 1.204 ms at batch 8.
+# Our graphs, not inductor's; no padding of matmuls (its pass guards on the context length: a recompilation
+# per context bucket); combo kernels run each layer's rotary and cache writes as one launch instead of three.
 INDUCTOR_SETTINGS = {"triton.cudagraphs": False, "shape_padding": False, "combo_kernels": True}
 
 # Coordinate-descent tuning: at compile time inductor benchmarks configs next to its heuristic's choice
@@ -228,11 +224,8 @@ def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int
 # Which forward the covered layers run (layer_program.py): "merged" (q/k/v and gate/up one projection
 # each over weights concatenated once, HF's rounding), "kernels" (its Triton kernels where the device has
 # them, else HF's forward), "torch" (its torch reference ops) or "hf" (HF's forward).
-# "merged" since the H200 (2026-12-01): Qwen2.5-0.5B batch 8 replays 1.513 -> 1.268 ms (242 -> 170 cuBLAS
-# calls), the 8B's batch 32 benches 6.12 -> 5.59 ms; batch 1 is unchanged (its projections are inductor's
-# GEMVs either way). Hooks run only on o_proj and down_proj (layer_program.program_for). The "kernels" reached
-# 28-73% of copy bandwidth at the 8B shapes, slower than cuBLAS at most (2026-11-30, docs/PERF.md).
-# A switch so benchmarks/profile_step.py can measure each.
+# "merged": fewer, larger matmuls above batch 1 (Qwen2.5-0.5B batch 8 1.513 -> 1.268 ms, H200). A switch so
+# benchmarks/profile_step.py can measure each.
 LAYER_PROGRAM = "merged"
 
 

@@ -1,4 +1,4 @@
-"""Issue 14: what a new user and a fault hunter hit in the first hour (each case failed before its fix).
+"""What a new user and a fault hunter hit in the first hour (each case failed before its fix).
 
 docs/RELIABILITY.md ("First hour") lists every case with its test.
 """
