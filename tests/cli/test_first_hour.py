@@ -168,7 +168,7 @@ def test_debug_works_after_the_subcommand():
     assert "Traceback" not in plain.stderr  # --debug is for one invocation only
 
 
-@pytest.mark.parametrize("command", ["capture", "verify", "bench", "generate", "zoo", "recipes", None])
+@pytest.mark.parametrize("command", ["capture", "verify", "bench", "generate", "zoo", "recipes", "settings", None])
 def test_each_commands_help_shows_examples(command):
     result = runner.invoke(app, [command, "--help"] if command else ["--help"])
     assert result.exit_code == 0 and "Examples" in result.stdout
