@@ -155,3 +155,20 @@ def test_an_environment_typo_is_one_clear_line():
 def test_allreduce_is_the_setting_and_a_bad_kind_is_named_as_given():
     line = one_error(invoke("capture", "tiny", "--allreduce", "ring", *SMALL), 2)
     assert line.startswith("error: --allreduce sets allreduce to 'ring', which is not auto, nccl or oneshot.")
+
+
+def test_generate_and_bench_json_carry_the_settings_and_bench_names_those_changed():
+    small = ["--buckets", "1", "--max-cache-len", "32", "--device", "cpu"]
+    result = invoke("generate", "tiny", *small, "--input-ids", "1,2,3", "--max-new-tokens", "2",
+                    "--set", "mask_kernel=off", "--json", "-")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["settings"] == settings.DEFAULTS.replace(mask_kernel=False).as_dict()
+    timed = ["--buckets", "1", "--device", "cpu", "--context", "32", "--context-buckets", "full", "--allow-cpu",
+             "--steps", "5", "--warmup", "0"]  # fmt: skip
+    result = invoke("bench", "tiny", *timed, "--set", "pdl=off", "--set", "rotary_table=off", env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "pdl off, rotary_table off" in result.stdout
+    result = invoke("bench", "tiny", *timed, "--json", "-")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["settings"] == settings.DEFAULTS.as_dict() and report["run"]["model"] == "tiny"
