@@ -109,9 +109,9 @@ class BenchReport:
     environment: dict
     bandwidth: Bandwidth
     run: dict  # what was measured and how: model, dtype, attention, contenders, steps
-    settings: dict = field(default_factory=dict)  # the engine settings (accelerate_graph.settings), every value
     contexts: list[ContextInfo] = field(default_factory=list)
     rows: list[BenchRow] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)  # the engine settings (accelerate_graph.settings), every value
 
     def to_dict(self) -> dict:
         bandwidth = {**asdict(self.bandwidth), "gb_per_s": self.bandwidth.gb_per_s}

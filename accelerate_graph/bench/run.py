@@ -250,7 +250,7 @@ def _run_bench(request: CaptureRequest, settings: BenchSettings, hooks: BenchHoo
         if contender.on_start is not None:
             contender.on_start(device, request.inductor_cache)
     hooks.stage("measuring memory bandwidth (the floor's denominator)")
-    report = BenchReport(environment, measure_bandwidth(device), {}, request.settings.as_dict())
+    report = BenchReport(environment, measure_bandwidth(device), {}, settings=request.settings.as_dict())
     for context in settings.contexts or (None,):
         info, rows, described = _one_context(request, context, settings, report.bandwidth, hooks)
         report.contexts.append(info)
