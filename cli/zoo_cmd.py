@@ -158,7 +158,9 @@ def zoo(
         def advance(result: ZooResult) -> None:
             progress.update(task, advance=1, description=f"{result.model_type}: {result.status}")
 
-        results = run_zoo(chosen, target, emulate, steps, isolated, workers, timeout, advance, engine)
+        results = run_zoo(
+            chosen, target, emulate, steps, isolated, workers, timeout, on_result=advance, settings=engine
+        )
     out.show(zoo_table(results))
     disagreements = hazard_disagreements(results, other) if other is not None else []
     for line in disagreements:
