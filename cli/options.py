@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from accelerate_graph.settings import ENV_PREFIX
+
 # core/plan.py's default, repeated so that --help needs no torch (a test checks they agree)
 DEFAULT_PLAN_PATH = Path("cugraph-accel.plan.yaml")
 
@@ -92,7 +94,7 @@ SetOpt = Annotated[
         "--set",
         metavar="NAME=VALUE",
         help="Set one engine setting for this run, e.g. --set pdl=off (repeatable; `cugraph-accel settings` "
-        "lists them). Wins over the environment's CUGRAPH_ACCEL_<NAME> and a plan's recorded settings.",
+        f"lists them). Wins over the environment's {ENV_PREFIX}<NAME> and a plan's recorded settings.",
     ),
 ]
 TpOpt = Annotated[

@@ -16,9 +16,9 @@ def settings(json: JsonOpt = None, force: ForceFlag = False) -> None:
     """List the engine's settings: name, default, allowed values, why, and the environment's value where it
     sets one.
 
-    Each is set for one run with `--set NAME=VALUE` (capture, verify, bench, generate) or for every run
-    with the environment variable CUGRAPH_ACCEL_<NAME>; `capture` records them in the plan, and replaying
-    a plan uses the recorded ones unless told otherwise.
+    Each is set for one run with `--set NAME=VALUE` (capture, verify, bench, generate, zoo) or for every
+    run with its environment variable (`--json` names each); `capture` records them in the plan, and
+    replaying a plan uses the recorded ones unless told otherwise.
 
     Examples:
 
@@ -35,7 +35,7 @@ def settings(json: JsonOpt = None, force: ForceFlag = False) -> None:
         check_writable(json, "JSON results", force)
     from_environment = engine_settings.from_environment()
     resolved = engine_settings.from_text(from_environment, "The environment")  # a bad value: one line, exit 2
-    table = Table(title="engine settings (--set NAME=VALUE, or CUGRAPH_ACCEL_<NAME>)")
+    table = Table(title=f"engine settings (--set NAME=VALUE, or {engine_settings.ENV_PREFIX}<NAME>)")
     for column in ("name", "default", "allowed", "environment", "why"):
         table.add_column(column, overflow="fold")
     listed = []
