@@ -13,12 +13,11 @@ from .output import STDOUT, Output
 
 @guarded
 def settings(json: JsonOpt = None, force: ForceFlag = False) -> None:
-    """List the engine's settings: name, default, allowed values, why, and the environment's value where it
-    sets one.
+    """List the engine's settings: default, allowed values, why, and the environment's value if set.
 
-    Each is set for one run with `--set NAME=VALUE` (capture, verify, bench, generate, zoo) or for every
-    run with its environment variable (`--json` names each); `capture` records them in the plan, and
-    replaying a plan uses the recorded ones unless told otherwise.
+    `--set NAME=VALUE` sets one for a run; its environment variable (see --json) for every run.
+
+    `capture` records them in the plan; replaying a plan uses those unless told otherwise.
 
     Examples:
 
