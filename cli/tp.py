@@ -41,7 +41,7 @@ def _unguarded(command: Callable, **kwargs) -> None:
 def spread(command: Callable, arguments: dict, tp: int, device: str) -> bool:
     """False: run the body here. Otherwise run `command` on `tp` ranks and end this process with the
     run's exit code (a failure as one line): the ranks are gone, nothing of ours is left to finalize,
-    and the interpreter's own finalization of torch alone took 8 s on a loaded 2-core machine."""
+    and the interpreter's own finalization of torch alone can take seconds."""
     if tp <= 1:
         return False
     from accelerate_graph import settings

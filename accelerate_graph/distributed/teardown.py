@@ -88,8 +88,8 @@ def leave_group(healthy: bool, timeout_s: float = TEARDOWN_TIMEOUT_S) -> bool:
 
 def end_process(code: int) -> None:
     """End this rank now with `code`, after a bounded teardown. The interpreter's own finalization
-    (module teardown, library destructors, NCCL's among them) is skipped: on this 2-core CI machine
-    it alone took 10 s and more, and it is where a hang at exit would live."""
+    (module teardown, library destructors, NCCL's among them) is skipped: on a loaded machine it alone
+    can take 10 s and more, and it is where a hang at exit would live."""
     release_process_resources()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -482,9 +482,9 @@ def test_the_cli_starts_without_torch():
 
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["capture", "--help"]])
 def test_version_and_help_answer_within_a_second(argv):
-    """Measured as the child's CPU time (user + system), best of three: wall time on this shared
-    2-core machine swings several-fold with the other jobs' load, CPU time does not (the imports of
-    torch and transformers took about 4 s of it before)."""
+    """Measured as the child's CPU time (user + system), best of three: wall time on a shared
+    machine swings several-fold with the other jobs' load, CPU time does not (importing torch and
+    transformers would take seconds of it)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     best = float("inf")
     for _ in range(3):

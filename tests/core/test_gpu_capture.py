@@ -1,4 +1,4 @@
-"""Real CUDA graphs on the GPU (skipped without CUDA; run on the device machine)."""
+"""Real CUDA graphs on the GPU (skipped without CUDA; run on a GPU machine)."""
 
 import pytest
 import torch
