@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from accelerate_graph import settings as engine_settings
 from accelerate_graph.common.devices import dtype_name, resolve_device, resolve_dtype
 from accelerate_graph.common.environment import environment_info
 from accelerate_graph.common.errors import BadOptionError, CaptureError, VerificationError
@@ -50,6 +51,7 @@ class CaptureRequest:
     inductor_cache: str | None = None  # where --fuse keeps compiled kernels (beside the plan)
     tp: int = 1  # tensor-parallel ranks; above 1 this process is one of them (distributed.launch)
     lazy: bool = False  # capture each graph on its first use (generate: the first token waits for fewer)
+    settings: engine_settings.Settings | None = None  # the engine's settings; None: those in use now
 
 
 @dataclass
@@ -74,7 +76,7 @@ class Prepared:
     preflight: str = ""  # what the memory preflight checked, or why it was skipped
 
     def memory_bound(self, steps: int = 3, extra: dict | None = None, graph_bytes: int = 0) -> MemoryBudget:
-        """The stated bound on this session's peak device memory after checks of `steps` steps."""
+        """The stated bound on the decode session's peak device memory after checks of `steps` steps."""
         if self.graphs is not None:
             graph_bytes += sum(c.memory_bytes for c in self.graphs.captures())
         fuse = self.plan.fuse or self.session.fused is not None
@@ -166,7 +168,15 @@ def _quick_check(graphs: DecodeGraphs, prompt_len: int) -> None:
 
 
 def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
-    hooks = hooks or Hooks()
+    """Load, detect, capture and check what `request` asks for, under its settings (which the request
+    then holds: the graphs' later replays and eager runs go on under them)."""
+    if request.settings is None:
+        request.settings = engine_settings.current()
+    with engine_settings.use(request.settings):
+        return _prepare(request, hooks or Hooks())
+
+
+def _prepare(request: CaptureRequest, hooks: Hooks) -> Prepared:
     if request.mode not in REQUEST_MODES:
         raise BadOptionError(f"--mode {request.mode!r} is not one of {', '.join(REQUEST_MODES)}.")
     device = resolve_device(request.device)
@@ -199,7 +209,7 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         # dynamic batch (a broadcast of the batch size in the cache write, seen on the H200)
         use_grouped_attention(loaded.model)
         loaded.attn = "grouped"
-    layout = split_for_ranks(loaded, request.tp)
+    layout = split_for_ranks(loaded, request.tp, request.settings)
     hooks.loaded(loaded)
     notes = list(loaded.notes)  # fixes are shown with the region plan
     buckets, cache_len, prompt_len = _settings(request, loaded, notes)
@@ -271,11 +281,12 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
         fingerprint=model_fingerprint(loaded.reference, loaded.kind, loaded.revision),
         tp=request.tp,
         tp_layout=layout,
+        settings=request.settings.recorded(),
     )
     return Prepared(loaded, plan, graphs, session, notes, decision.hazards, checked)
 
 
-def split_for_ranks(loaded: LoadedModel, tp: int) -> list[dict]:
+def split_for_ranks(loaded: LoadedModel, tp: int, settings: engine_settings.Settings) -> list[dict]:
     """Under --tp N: split the model by its tensor-parallel plan; every rank's layout, in rank order."""
     if tp <= 1:
         return []
@@ -288,7 +299,7 @@ def split_for_ranks(loaded: LoadedModel, tp: int) -> list[dict]:
     check_can_split(loaded.model, tp, loaded.reference)
     if loaded.random_weights:
         share_rank0_weights(loaded.model)
-    mine = shard_model(loaded.model, info.rank, tp, loaded.reference, requested_all_reduce())
+    mine = shard_model(loaded.model, info.rank, tp, loaded.reference, requested_all_reduce(settings))
     loaded.notes.append(
         f"tensor parallel over {tp} ranks: {mine['split_layers']} layers split, "
         f"{mine['attention_heads']} attention heads and {mine['kv_heads']} KV heads per rank, "
@@ -309,7 +320,7 @@ def _start_fusing(session: DecodeSession, request: CaptureRequest) -> None:
     from accelerate_graph.fused.layers import FusedForward, use_cache_dir
 
     use_cache_dir(request.inductor_cache)
-    session.fused = FusedForward(session.model, positions=session.kv.storage_len)
+    session.fused = FusedForward(session.model, positions=session.kv.storage_len, settings=request.settings)
 
 
 def capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:
@@ -317,6 +328,13 @@ def capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:
     compiled by inductor, with grouped-query decode attention where the plan uses sdpa, over the plan's
     buckets and context buckets, one compilation. The session's own step keeps its attention, so the
     other contenders run what the plan runs."""
+    if request.settings is None:
+        request.settings = engine_settings.current()
+    with engine_settings.use(request.settings):
+        return _capture_fused(prepared, request)
+
+
+def _capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:
     plan, session = prepared.plan, prepared.session
     if plan.mode != "full":
         raise CaptureError(
@@ -337,7 +355,8 @@ def capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:
 
 
 def request_from_plan(plan: Plan, **overrides) -> CaptureRequest:
-    """Re-capture what a plan describes; `overrides` (e.g. buckets) take precedence when not None."""
+    """Re-capture what a plan describes, under the settings it records; `overrides` (e.g. buckets, or
+    settings resolved over the plan's) take precedence when not None."""
     request = CaptureRequest(
         model=plan.model,
         buckets=tuple(plan.buckets),
@@ -351,6 +370,7 @@ def request_from_plan(plan: Plan, **overrides) -> CaptureRequest:
         contexts=tuple(plan.contexts),
         fuse=plan.fuse,
         tp=plan.tp,
+        settings=engine_settings.from_recorded(plan.settings, "the plan"),
     )
     for key, value in overrides.items():
         if value is not None:

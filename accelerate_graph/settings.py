@@ -12,14 +12,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from accelerate_graph.common.errors import BadOptionError
 
 ENV_PREFIX = "CUGRAPH_ACCEL_"
 # Process variables of the multi-GPU launcher and of the test suite, not settings: never reported unknown.
-PROCESS_VARIABLES = frozenset({"TP_WORKER", "DIST_TIMEOUT", "REALSIZE"})
+PROCESS_VARIABLES = frozenset({"TP_WORKER", "DIST_TIMEOUT", "REALSIZE", "FULL_ZOO"})
+# Set in every tensor-parallel rank (the command runs its body, not the launcher); named here, where the
+# CLI can read it without importing torch.
+TP_WORKER_ENV = ENV_PREFIX + "TP_WORKER"
+# Earlier names of settings, named in the error a stale variable gets.
+RENAMED = {"skinny_b1": "skinny_batch_1", "tune": "inductor_tuning", "skinny_pdl": "pdl"}
 
 AUTO_ON_OFF = ("auto", "on", "off")
 SKINNY_OPS = ("proj", "residual", "gate_up")
@@ -40,7 +45,7 @@ def _choice(*choices: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         value = aliases.get(text.strip().lower(), text.strip().lower())
         if value not in choices:
-            raise ValueError(" or ".join(choices))
+            raise ValueError(f"{', '.join(choices[:-1])} or {choices[-1]}")
         return value
 
     return parse
@@ -164,17 +169,27 @@ DEFAULTS = Settings()
 
 
 def unknown_name(name: str, source: str) -> BadOptionError:
+    if name.lower() in RENAMED:
+        new = BY_NAME[RENAMED[name.lower()]]
+        return BadOptionError(
+            f"{source} names {name!r}, a setting since renamed {new.name!r}.",
+            f"Use {new.env} or --set {new.name}=VALUE.",
+        )
     return BadOptionError(
         f"{source} names no setting {name!r}.",
         f"Settings: {', '.join(BY_NAME)} (see `cugraph-accel settings`).",
     )
 
 
+def _key(name: str) -> str:
+    return name.strip().lower().replace("-", "_")
+
+
 def from_text(values: Mapping[str, str], source: str, base: Any = DEFAULTS) -> Any:
     """`base` with the named settings parsed from text; an unknown name or a bad value is one clear error."""
     changes = {}
     for name, text in values.items():
-        key = name.strip().lower().replace("-", "_")
+        key = _key(name)
         if key not in BY_NAME:
             raise unknown_name(name, source)
         changes[key] = _parse(BY_NAME[key], text, source)
@@ -183,10 +198,10 @@ def from_text(values: Mapping[str, str], source: str, base: Any = DEFAULTS) -> A
 
 def from_recorded(values: Mapping[str, Any], source: str, base: Any = DEFAULTS) -> Any:
     """Settings as a plan recorded them (typed values); an unknown name is an error naming it."""
-    return from_text({name: _as_text(value) for name, value in values.items()}, source, base)
+    return from_text({name: as_text(value) for name, value in values.items()}, source, base)
 
 
-def _as_text(value: Any) -> str:
+def as_text(value: Any) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     return str(value)
@@ -209,6 +224,16 @@ def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]
     return found
 
 
+def environment_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """An on/off setting as the environment sets it, False where it is unset or not on/off: for what must
+    work before (or while) a command resolves its settings, such as showing a traceback."""
+    environ = os.environ if environ is None else environ
+    try:
+        return bool(BY_NAME[name].parse(environ.get(BY_NAME[name].env, "off") or "off"))
+    except ValueError:
+        return False
+
+
 def parse_assignments(assignments: list[str] | tuple[str, ...]) -> dict[str, str]:
     """`--set NAME=VALUE` options as text by name."""
     out = {}
@@ -228,21 +253,30 @@ def resolve(
     """Defaults, then a plan's recorded settings, then the environment, then explicit assignments."""
     settings = DEFAULTS
     if recorded:
-        settings = from_recorded(recorded, "The plan")
+        settings = from_recorded(recorded, "the plan")
     settings = from_text(from_environment(environ), "The environment", settings)
     return from_text(dict(assignments or {}), "--set", settings)
 
 
-def to_environment(settings: Any) -> dict[str, str]:
-    """The environment that gives another process (a tensor-parallel rank) these settings."""
-    return {BY_NAME[name].env: _as_text(value) for name, value in settings.as_dict().items()}
+def to_environment(settings: Any, names: Iterable[str] | None = None) -> dict[str, str]:
+    """The environment that gives another process (a tensor-parallel rank) these settings (only the
+    `names` among them, where given)."""
+    values = settings.as_dict()
+    keys = values if names is None else [_key(name) for name in names]
+    return {BY_NAME[name].env: as_text(values[name]) for name in keys}
+
+
+def summary(settings: Any) -> str:
+    """The settings that differ from the defaults, as `pdl off, smem_carveout 50`; "defaults" where none do."""
+    changed = settings.differing()
+    return ", ".join(f"{name} {as_text(value)}" for name, value in changed.items()) or "defaults"
 
 
 def describe_difference(made_with: Mapping[str, Any], now: Any) -> str | None:
     """One line naming the settings a plan was made with that this run changes, or None."""
     now_values = now.recorded()
     changed = [
-        f"{name} {_as_text(value)} -> {_as_text(now_values[name])}"
+        f"{name} {as_text(value)} -> {as_text(now_values[name])}"
         for name, value in made_with.items()
         if name in now_values and now_values[name] != value
     ]
@@ -257,6 +291,22 @@ _CURRENT: list[Any] = [DEFAULTS]
 def current() -> Any:
     """The settings of the fused forward being compiled, captured or run (the defaults outside one)."""
     return _CURRENT[-1]
+
+
+@contextlib.contextmanager
+def scope() -> Iterator[None]:
+    """Settings `enter`ed inside the block are current until it ends (a CLI command's, for the rest of it)."""
+    depth = len(_CURRENT)
+    try:
+        yield
+    finally:
+        del _CURRENT[depth:]
+
+
+def enter(settings: Any) -> Any:
+    """`settings` as current() until the enclosing `scope()` ends."""
+    _CURRENT.append(settings)
+    return settings
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ from .options import (
     JsonOpt,
     ModelArg,
     PlanOpt,
+    SetOpt,
     TpOpt,
     buckets_or_none,
     contexts_or_auto,
@@ -143,6 +144,7 @@ def bench(
     force: ForceFlag = False,
     tp: TpOpt = None,
     allreduce: AllReduceOpt = None,
+    assignments: SetOpt = None,
 ) -> None:
     """Time the decode step per bucket and contender against the hardware floor (median, p10, p90).
 
@@ -159,6 +161,8 @@ def bench(
       cugraph-accel bench qwen2.5-0.5b --compare graph,fused,compile --attn grouped --context 1024,4096
 
       cugraph-accel bench --allow-cpu --steps 5 --json -      # JSON on stdout, on a CPU-only machine
+
+      cugraph-accel bench --set smem_carveout=off             # the plan's graphs under one setting changed
     """
     arguments = dict(locals())
     from accelerate_graph.bench.options import parse_cache_lengths, parse_compare
@@ -170,9 +174,10 @@ def bench(
     from accelerate_graph.distributed.rank import is_main_rank
 
     from .bench_tables import bench_tables
-    from .common import request_for
+    from .common import request_for, settings_assignments
     from .tp import plan_tp, spread
 
+    chosen = settings_assignments(assignments, allreduce)
     out = Output(json)
     settings = BenchSettings(
         compare=parse_compare(compare),
@@ -200,6 +205,7 @@ def bench(
         model,
         plan,
         out,
+        chosen,
         buckets=bucket_sizes,
         device=str(target),
         attn=attn,

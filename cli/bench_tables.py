@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from accelerate_graph import settings as engine_settings
 from accelerate_graph.bench.contenders import CONTENDERS, GENERATE, STEP, Contender, SetupColumn, contender_named
 from accelerate_graph.bench.results import BASELINE, BenchReport, BenchRow
 from accelerate_graph.bench.timing import DRIFT_LIMIT
@@ -13,7 +14,7 @@ from .generate_bench_table import end_to_end_table
 
 
 def environment_table(report: BenchReport) -> Table:
-    env, settings, bandwidth = report.environment, report.settings, report.bandwidth
+    env, settings, bandwidth = report.environment, report.run, report.bandwidth
     table = Table(title="benchmark environment", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
@@ -42,6 +43,7 @@ def environment_table(report: BenchReport) -> Table:
             f"batch sizes {settings.get('buckets')}; "
             + ", ".join(f"cache {c.cache_len} (prompt {c.prompt_len})" for c in report.contexts),
         ),
+        ("settings", engine_settings.summary(engine_settings.from_recorded(report.settings, "the report"))),
     ]
     for what, value in rows:
         table.add_row(what, value)

@@ -25,6 +25,7 @@ from .options import (
     PlanOpt,
     PromptLenOpt,
     RevisionOpt,
+    SetOpt,
     TpOpt,
     buckets_or_none,
     contexts_or_auto,
@@ -69,6 +70,7 @@ def capture(
     force: ForceFlag = False,
     tp: TpOpt = None,
     allreduce: AllReduceOpt = None,
+    assignments: SetOpt = None,
 ) -> None:
     """Capture decode graphs for MODEL (default: the built-in `tiny` recipe) and write a plan.
 
@@ -83,9 +85,14 @@ def capture(
       cugraph-accel capture qwen2.5-0.5b --fuse --attn grouped --max-cache-len 4096
 
       cugraph-accel capture --json capture.json               # also the plan and timings as JSON
+
+      cugraph-accel capture qwen2.5-0.5b --fuse --set pdl=off  # one engine setting changed (recorded in the plan)
     """
     arguments = dict(locals())
+    from .common import settings_assignments
     from .tp import spread
+
+    chosen = settings_assignments(assignments, allreduce)
 
     if spread(capture, arguments, tp or 1, device):
         return
@@ -97,10 +104,11 @@ def capture(
     from accelerate_graph.models.recipes import DEFAULT_RECIPE
     from accelerate_graph.pipeline import CaptureRequest
 
-    from .common import prepare_with_progress, report_memory
+    from .common import prepare_with_progress, report_memory, resolve_settings
     from .tables import capture_table
 
     out = Output(json)
+    engine = resolve_settings(chosen)
     path = plan or DEFAULT_PLAN_PATH
     check_writable(path, "plan", force, replaces="plan")
     if json not in (None, STDOUT):
@@ -126,6 +134,7 @@ def capture(
         fuse=fuse,
         inductor_cache=str(kernels) if fuse else None,
         tp=tp or 1,
+        settings=engine,
     )
     prepared = prepare_with_progress(request, out)
     if prepared.graphs:
@@ -140,4 +149,12 @@ def capture(
     if is_main_rank():
         write_plan(prepared.plan, path)
     out.line(f"plan written to {path}; next: cugraph-accel verify" + (f" --plan {path}" if plan else ""))
-    out.emit_json({"plan_path": str(path), "plan": asdict(prepared.plan), "notes": prepared.notes, "memory": memory})
+    out.emit_json(
+        {
+            "plan_path": str(path),
+            "plan": asdict(prepared.plan),
+            "settings": engine.as_dict(),
+            "notes": prepared.notes,
+            "memory": memory,
+        }
+    )

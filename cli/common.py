@@ -35,17 +35,40 @@ class PlanSource:
         check_plan_matches_model(self.plan, loaded.model, self.path)
 
 
+def settings_assignments(assignments: list[str] | None, allreduce: str | None = None) -> dict[str, str]:
+    """--set NAME=VALUE options (and --allreduce KIND, the allreduce setting) as text by setting name;
+    checked with the environment's, so that a bad one is refused before any work."""
+    from accelerate_graph import settings
+
+    given = {"allreduce": allreduce} if allreduce is not None else {}
+    settings.from_text(given, "--allreduce")  # a bad kind is named as the user wrote it
+    given.update(settings.parse_assignments(assignments or []))
+    settings.resolve(given)
+    return given
+
+
+def resolve_settings(assignments: dict[str, str], recorded: dict | None = None):
+    """The command's settings (the defaults, a plan's `recorded` ones, the environment, then
+    `assignments`), current for the rest of the command."""
+    from accelerate_graph import settings
+
+    return settings.enter(settings.resolve(assignments, recorded=recorded))
+
+
 def request_for(
-    model: str | None, plan_path: Path | None, out: Output, **overrides
+    model: str | None, plan_path: Path | None, out: Output, assignments: dict[str, str], **overrides
 ) -> tuple[CaptureRequest, PlanSource | None]:
-    """MODEL wins; else --plan; else ./cugraph-accel.plan.yaml."""
+    """MODEL wins; else --plan; else ./cugraph-accel.plan.yaml. The request's settings are `assignments`
+    over the environment over the plan's; one line says which of the plan's they change."""
+    from accelerate_graph import settings
     from accelerate_graph.common.errors import PlanError
     from accelerate_graph.core.plan import check_plan_compatible, read_plan
     from accelerate_graph.models.fingerprint import check_plan_model
     from accelerate_graph.pipeline import CaptureRequest, request_from_plan
 
     if model is not None and plan_path is None:
-        return CaptureRequest(model=model, **{k: v for k, v in overrides.items() if v is not None}), None
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return CaptureRequest(model=model, settings=resolve_settings(assignments), **given), None
     path = plan_path or DEFAULT_PLAN_PATH
     plan = read_plan(path)
     if model is not None and not _same_model(model, plan.model):
@@ -54,8 +77,12 @@ def request_for(
         )
     check_plan_compatible(plan, overrides.get("device"))
     check_plan_model(plan, path)
+    resolved = resolve_settings(assignments, recorded=plan.settings)
     out.line(f"graphs cannot cross processes: re-capturing from plan {path}")
-    request = request_from_plan(plan, **overrides)
+    made_with = settings.from_recorded(plan.settings, "the plan").recorded()
+    if changed := settings.describe_difference(made_with, resolved):
+        out.note(changed)
+    request = request_from_plan(plan, settings=resolved, **overrides)
     if plan.fuse:  # the kernels compiled at capture time, beside the plan
         from accelerate_graph.fused.layers import inductor_cache_dir
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import typer
 
+from accelerate_graph import settings
 from accelerate_graph.common.debug import DEBUG_ENV, debug_enabled, set_debug  # noqa: F401 - re-exported for the CLI
 from accelerate_graph.common.errors import RUNTIME_EXIT, CugraphAccelError, first_line
 
@@ -53,7 +54,8 @@ def guarded(command: Callable) -> Callable:
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
-            return command(*args, **kwargs)
+            with settings.scope():  # the settings a command resolves are current until it returns
+                return command(*args, **kwargs)
         except typer.Exit:
             raise
         except KeyboardInterrupt:

@@ -21,6 +21,7 @@ from .options import (
     ModelArg,
     PlanOpt,
     RevisionOpt,
+    SetOpt,
     TpOpt,
     buckets_or_none,
 )
@@ -64,6 +65,7 @@ def generate(
     force: ForceFlag = False,
     tp: TpOpt = None,
     allreduce: AllReduceOpt = None,
+    assignments: SetOpt = None,
 ) -> None:
     """Generate text for prompts: eager prefill, then one graph replay per new token.
 
@@ -78,7 +80,10 @@ def generate(
       cugraph-accel generate recipes/llama-3.1-8b.yaml --tp 2 --input-ids 1,15,27
     """
     arguments = dict(locals())
+    from .common import settings_assignments
     from .tp import plan_device, plan_tp, spread
+
+    chosen = settings_assignments(assignments, allreduce)
 
     arguments["tp"] = tp = plan_tp(tp, model, plan)
     if tp > 1 and temperature > 0 and seed is None:
@@ -120,7 +125,7 @@ def generate(
     overrides = dict(buckets=buckets_or_none(buckets), max_cache_len=max_cache_len, revision=revision)
     if model is not None and plan is None:
         overrides.update(dtype=dtype, device=device, fuse=fuse or None, emulate=emulate or None)
-    request, source = request_for(model, plan, out, tp=tp, **overrides)
+    request, source = request_for(model, plan, out, chosen, tp=tp, **overrides)
     request.lazy = True  # each graph captured on first use: the first token waits only for its own
     stamps.append(("imported", time.time()))
     prepared = prepare_with_progress(request, out, source, stamps)
@@ -133,6 +138,7 @@ def generate(
     stamps.append(("first token", generation.first_token_unix))
     report = generation_report(generation, tokens, job)
     report["startup_unix"] = [[stage, at] for stage, at in stamps]  # where the time to first token went
+    report["settings"] = request.settings.as_dict()
     if prepared.graphs is not None:  # what each graph's capture took (inside the stages above, or later)
         report["captures"] = [vars(c) for c in prepared.graphs.captures()]
     _summary(report, out, show_text=len(tokens.ids) > 1)

@@ -18,6 +18,7 @@ from .capture_cmd import capture
 from .errors import DEBUG_ENV
 from .generate_cmd import generate
 from .recipes_cmd import recipes
+from .settings_cmd import settings
 from .verify_cmd import verify
 from .zoo_cmd import zoo
 
@@ -32,6 +33,8 @@ Examples:
   cugraph-accel bench --json results.json                 # --json - prints the JSON instead
 
   cugraph-accel recipes
+
+  cugraph-accel settings                                  # the engine's settings; --set NAME=VALUE changes one
 """
 
 app = typer.Typer(
@@ -63,5 +66,5 @@ def main(
     # --debug was taken out of the command line (wherever it stood) by DebugAnywhereGroup
 
 
-for command in (capture, verify, bench, generate, recipes, zoo):
+for command in (capture, verify, bench, generate, recipes, settings, zoo):
     app.command(cls=CheckedCommand)(command)

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from accelerate_graph.settings import ENV_PREFIX
+
 # core/plan.py's default, repeated so that --help needs no torch (a test checks they agree)
 DEFAULT_PLAN_PATH = Path("cugraph-accel.plan.yaml")
 
@@ -84,6 +86,15 @@ AllReduceOpt = Annotated[
         help="Under --tp: how the ranks sum each row-wise layer: auto (default: oneshot on CUDA, else nccl), "
         "nccl, or oneshot (one kernel over peer-mapped buffers, torch's symmetric memory; CUDA only, else "
         "the group's own collective).",
+    ),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="NAME=VALUE",
+        help="Set one engine setting for this run, e.g. --set pdl=off (repeatable; `cugraph-accel settings` "
+        f"lists them). Wins over the environment's {ENV_PREFIX}<NAME> and a plan's recorded settings.",
     ),
 ]
 TpOpt = Annotated[

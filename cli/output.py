@@ -16,6 +16,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from accelerate_graph.settings import TP_WORKER_ENV
+
 STDOUT = "-"
 # Without a terminal (a log file, a pipe) rich would squeeze tables into 80 columns and cut numbers
 # to `0.0e+…`: a fixed, wide width keeps every number whole.
@@ -35,7 +37,7 @@ def _main_rank() -> bool:
     ranks = sys.modules.get("accelerate_graph.distributed.rank")
     if ranks is not None:
         return ranks.is_main_rank()
-    return os.environ.get("CUGRAPH_ACCEL_TP_WORKER") != "1" or os.environ.get("RANK", "0") == "0"
+    return os.environ.get(TP_WORKER_ENV) != "1" or os.environ.get("RANK", "0") == "0"
 
 
 def json_text(data: dict) -> str:

@@ -19,6 +19,7 @@ import typer
 
 from accelerate_graph.common.errors import PlanError
 
+from .common import settings_assignments
 from .errors import debug_enabled, describe
 from .options import DEFAULT_PLAN_PATH
 
@@ -40,11 +41,11 @@ def _unguarded(command: Callable, **kwargs) -> None:
 def spread(command: Callable, arguments: dict, tp: int, device: str) -> bool:
     """False: run the body here. Otherwise run `command` on `tp` ranks and end this process with the
     run's exit code (a failure as one line): the ranks are gone, nothing of ours is left to finalize,
-    and the interpreter's own finalization of torch alone took 8 s on a loaded 2-core machine."""
+    and the interpreter's own finalization of torch alone can take seconds."""
     if tp <= 1:
         return False
+    from accelerate_graph import settings
     from accelerate_graph.common.devices import resolve_device
-    from accelerate_graph.distributed.all_reduce import KIND_ENV, check_kind
     from accelerate_graph.distributed.launch import run_on_ranks
     from accelerate_graph.distributed.rank import check_world_fits, in_rank
     from accelerate_graph.distributed.teardown import end_process
@@ -52,8 +53,9 @@ def spread(command: Callable, arguments: dict, tp: int, device: str) -> bool:
     if in_rank():
         return False
     check_world_fits(tp, resolve_device(device).type)
-    if arguments.get("allreduce"):  # the ranks (ours, or torchrun's: this process) read it at the split
-        os.environ[KIND_ENV] = check_kind(arguments["allreduce"])
+    # the ranks resolve their settings as this process would: --set given here reaches them in the environment
+    assignments = settings_assignments(arguments.get("assignments"), arguments.get("allreduce"))
+    os.environ.update(settings.to_environment(settings.resolve(assignments), names=assignments))
     # `arguments` is the command's locals(): keep its parameters, not names it imported before calling us
     parameters = inspect.signature(command.__wrapped__).parameters
     arguments = {name: value for name, value in arguments.items() if name in parameters}

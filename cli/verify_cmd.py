@@ -16,6 +16,7 @@ from .options import (
     ModelArg,
     PlanOpt,
     PromptLenOpt,
+    SetOpt,
     TpOpt,
     buckets_or_none,
 )
@@ -57,6 +58,7 @@ def verify(
     tp: TpOpt = None,
     allreduce: AllReduceOpt = None,
     repeat: RepeatOpt = 1,
+    assignments: SetOpt = None,
 ) -> None:
     """Re-capture from the plan (or MODEL) and prove every replay is as close to a float32 reference as eager.
 
@@ -73,7 +75,10 @@ def verify(
       cugraph-accel verify llama-3.1-8b --repeat 5   # five checks with new inputs, one load and capture
     """
     arguments = dict(locals())
+    from .common import settings_assignments
     from .tp import plan_device, plan_tp, spread
+
+    chosen = settings_assignments(assignments, allreduce)
 
     arguments["tp"] = tp = plan_tp(tp, model, plan)
     if tp > 1 and spread(verify, arguments, tp, plan_device(model, plan)):
@@ -90,11 +95,20 @@ def verify(
     out = Output(json)
     if json not in (None, STDOUT):
         check_writable(json, "JSON results", force)
-    request, source = request_for(model, plan, out, buckets=buckets_or_none(buckets), prompt_len=prompt_len, tp=tp)
+    request, source = request_for(
+        model,
+        plan,
+        out,
+        chosen,
+        buckets=buckets_or_none(buckets),
+        prompt_len=prompt_len,
+        tp=tp,
+    )
+    engine = request.settings.as_dict()
     prepared = prepare_with_progress(request, out, source)
     if prepared.graphs is None:
         out.line("the plan runs the decode step eagerly: there is no graph to verify.")
-        out.emit_json({"passed": True, "rows": [], "mode": "eager", "notes": prepared.notes})
+        out.emit_json({"passed": True, "rows": [], "mode": "eager", "settings": engine, "notes": prepared.notes})
         return
     graphs = prepared.graphs
     cases = plan_cases(graphs.buckets, graphs.contexts, steps, prepared.plan.prompt_len)
@@ -135,6 +149,7 @@ def verify(
             "notes": notes,
             "memory": memory,
             "seconds": dict(clock.seconds),
+            "settings": engine,
         }
     )
     if failed:

@@ -12,7 +12,7 @@ from rich.table import Table
 from accelerate_graph.common.errors import BadOptionError
 
 from .errors import guarded
-from .options import DeviceOpt, EmulateFlag, ForceFlag, JsonOpt
+from .options import DeviceOpt, EmulateFlag, ForceFlag, JsonOpt, SetOpt
 from .output import STDOUT, Output
 
 if TYPE_CHECKING:
@@ -112,6 +112,7 @@ def zoo(
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     compare: CompareOpt = None,
     force: ForceFlag = False,
+    assignments: SetOpt = None,
 ) -> None:
     """Capture and verify a tiny random model of every decoder-only causal-LM type; print the matrix.
 
@@ -124,6 +125,8 @@ def zoo(
       cugraph-accel zoo --device cuda --workers 8 --markdown docs/ZOO.md --json zoo.json
 
       cugraph-accel zoo --types llama --device cpu --json -   # the JSON document on stdout
+
+      cugraph-accel zoo --device cuda --set smem_carveout=off  # every entry under one setting changed
     """
     from accelerate_graph.common.atomic_io import check_writable
     from accelerate_graph.common.devices import resolve_device
@@ -138,6 +141,9 @@ def zoo(
     )
     from accelerate_graph.zoo.run import run_zoo
 
+    from .common import resolve_settings, settings_assignments
+
+    engine = resolve_settings(settings_assignments(assignments))
     out = Output(json)
     for path, what in ((markdown, "markdown"), (None if json == STDOUT else json, "JSON results")):
         if path is not None:
@@ -152,7 +158,9 @@ def zoo(
         def advance(result: ZooResult) -> None:
             progress.update(task, advance=1, description=f"{result.model_type}: {result.status}")
 
-        results = run_zoo(chosen, target, emulate, steps, isolated, workers, timeout, on_result=advance)
+        results = run_zoo(
+            chosen, target, emulate, steps, isolated, workers, timeout, on_result=advance, settings=engine
+        )
     out.show(zoo_table(results))
     disagreements = hazard_disagreements(results, other) if other is not None else []
     for line in disagreements:
@@ -163,7 +171,7 @@ def zoo(
         "generated": now_utc(),
         "backend": "emulated graphs" if emulate or target.type != "cuda" else "CUDA graphs",
     }
-    out.emit_json(json_document(results, environment, steps))
+    out.emit_json({**json_document(results, environment, steps), "settings": engine.as_dict()})
     if markdown is not None:
         write_zoo_markdown(results, markdown, environment, steps, disagreements)
         out.line(f"matrix written to {markdown}")

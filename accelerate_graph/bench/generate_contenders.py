@@ -1,4 +1,4 @@
-"""How the end-to-end contenders of `generate` (issue 15; registered in bench/contenders/) are timed:
+"""How the end-to-end contenders of `generate` (registered in bench/contenders/) are timed:
 whole calls, per new token, like hf-generate:
 
 - generate: our native loop (eager prefill, graph replays, the next token chosen on the device);

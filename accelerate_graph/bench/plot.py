@@ -66,8 +66,8 @@ def plot_figure(report: BenchReport):
         _draw_context(axes, report, cache_len, floor_label)
     axes_list[0].set_ylabel("ms per decode step (median)")
     axes_list[-1].legend(fontsize="small")
-    model = report.settings.get("model", "?")
-    figure.suptitle(f"decode latency: {model}, {report.settings.get('dtype', '?')} on {gpu if on_gpu else 'the CPU'}")
+    model = report.run.get("model", "?")
+    figure.suptitle(f"decode latency: {model}, {report.run.get('dtype', '?')} on {gpu if on_gpu else 'the CPU'}")
     return figure
 
 

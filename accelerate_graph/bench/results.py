@@ -8,7 +8,7 @@ from accelerate_graph.bench.contenders.base import GENERATE, STEP
 from accelerate_graph.bench.floor import Bandwidth
 from accelerate_graph.bench.timing import Latency
 
-BENCH_FORMAT = "cugraph-accel-bench/1"
+BENCH_FORMAT = "cugraph-accel-bench/2"  # 2: the run's description moved from "settings" to "run"
 BASELINE = {STEP: "eager", GENERATE: "hf-generate"}  # what each kind's speedup is measured against
 
 
@@ -108,9 +108,10 @@ class ContextInfo:
 class BenchReport:
     environment: dict
     bandwidth: Bandwidth
-    settings: dict
+    run: dict  # what was measured and how: model, dtype, attention, contenders, steps
     contexts: list[ContextInfo] = field(default_factory=list)
     rows: list[BenchRow] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)  # the engine settings (accelerate_graph.settings), every value
 
     def to_dict(self) -> dict:
         bandwidth = {**asdict(self.bandwidth), "gb_per_s": self.bandwidth.gb_per_s}
@@ -118,6 +119,7 @@ class BenchReport:
             "format": BENCH_FORMAT,
             "environment": self.environment,
             "bandwidth": bandwidth,
+            "run": self.run,
             "settings": self.settings,
             "contexts": [asdict(c) for c in self.contexts],
             "rows": [r.record() for r in self.rows],

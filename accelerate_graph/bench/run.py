@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from accelerate_graph import settings as engine_settings
 from accelerate_graph.bench.compiled_step import COMPILE_MODE, forget_compiled
 from accelerate_graph.bench.contenders import Contender, chosen_contenders
 from accelerate_graph.bench.contenders.base import ContextRun, Tier
@@ -66,9 +67,8 @@ def context_request(request: CaptureRequest, context: int | None) -> CaptureRequ
 
 def fused_alone(request: CaptureRequest, settings: BenchSettings) -> CaptureRequest:
     """With fused the only contender, the plan is what `capture --fuse` makes: no plain graphs captured
-    first (less time and memory). Timing no longer depends on it: every capture of a process shares one
-    stream since stop 26 (core/backends/cuda.py; before, the fused step captured after the plan's graphs
-    replayed 20-120 us slower on the H200)."""
+    first (less time and memory). Timing does not depend on it: every capture of a process shares one
+    stream (core/backends/cuda.py capture_stream)."""
     if [c.name for c in settings.contenders] == ["fused"]:
         return replace(request, fuse=True)
     return request
@@ -236,14 +236,21 @@ def release(device: torch.device) -> None:
 
 
 def run_bench(request: CaptureRequest, settings: BenchSettings, hooks: BenchHooks | None = None) -> BenchReport:
-    hooks = hooks or BenchHooks()
+    """Every context and contender of `settings`, under the request's engine settings (None: those in use)."""
+    if request.settings is None:
+        request.settings = engine_settings.current()
+    with engine_settings.use(request.settings):
+        return _run_bench(request, settings, hooks or BenchHooks())
+
+
+def _run_bench(request: CaptureRequest, settings: BenchSettings, hooks: BenchHooks) -> BenchReport:
     device = resolve_device(request.device)
     environment = bench_environment(device)
     for contender in settings.contenders:
         if contender.on_start is not None:
             contender.on_start(device, request.inductor_cache)
     hooks.stage("measuring memory bandwidth (the floor's denominator)")
-    report = BenchReport(environment, measure_bandwidth(device), {})
+    report = BenchReport(environment, measure_bandwidth(device), {}, settings=request.settings.as_dict())
     for context in settings.contexts or (None,):
         info, rows, described = _one_context(request, context, settings, report.bandwidth, hooks)
         report.contexts.append(info)
@@ -251,7 +258,7 @@ def run_bench(request: CaptureRequest, settings: BenchSettings, hooks: BenchHook
         release(device)
     fill_speedups(report.rows)
     environment["sm_clock_mhz_end"] = sm_clock_mhz(device)
-    report.settings = {
+    report.run = {
         **described,
         "compare": list(settings.compare),
         "steps": settings.steps,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
+from accelerate_graph import settings
 
-DEBUG_ENV = "CUGRAPH_ACCEL_DEBUG"
+DEBUG_ENV = settings.BY_NAME["debug"].env
 _flag = False
 
 
@@ -15,4 +15,6 @@ def set_debug(enabled: bool) -> None:
 
 
 def debug_enabled() -> bool:
-    return _flag or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    """--debug, the debug setting of the settings in use, or the environment's (read even before a command
+    resolves its settings, so that a failure to resolve them shows its traceback too)."""
+    return _flag or settings.current().debug or settings.environment_flag("debug")

@@ -30,8 +30,7 @@ PIECEWISE_HINT = "Use --mode piecewise to run that module eagerly, or --mode eag
 
 def capture_order(buckets) -> list[int]:
     """The batch buckets in the order capture_decode_graphs captures them: largest first, so smaller graphs
-    reuse the pool the largest grew. (Batch 1 first was measured in stop 29-30: it cost batch 1 and 8 more
-    than it gave 16 and 32; what 16 and 32 lost was the shared-memory split, core/backends/cuda.py.) A
+    reuse the pool the largest grew (batch 1 first cost batch 1 and 8 more than it gave 16 and 32). A
     lazy capture (LaterCapture, generate's) takes each graph when first used instead."""
     return sorted(buckets, reverse=True)
 

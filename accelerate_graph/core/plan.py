@@ -14,16 +14,18 @@ from pathlib import Path
 
 import yaml
 
+from accelerate_graph import settings as engine_settings
 from accelerate_graph.common.atomic_io import atomic_write_text
 from accelerate_graph.common.devices import DTYPE_NAMES, resolve_device
 from accelerate_graph.common.environment import environment_info, major_minor
-from accelerate_graph.common.errors import DeviceError, PlanError, first_line
+from accelerate_graph.common.errors import BadOptionError, DeviceError, PlanError, first_line
 
 PLAN_FORMAT = "cugraph-accel-plan/1"
 DEFAULT_PLAN_PATH = Path("cugraph-accel.plan.yaml")
 # What a plan runs: one graph per bucket, graph segments around eager islands, or no graph at all.
 MODES = ("full", "piecewise", "eager")
 ATTENTIONS = ("sdpa", "eager", "grouped")  # grouped: sdpa for the prompt, grouped-query decode attention
+RECAPTURE = "Re-run `cugraph-accel capture`."
 
 
 @dataclass
@@ -50,6 +52,7 @@ class Plan:
     fingerprint: dict = field(default_factory=dict)  # models/fingerprint.py: who the model was at capture
     tp: int = 1  # tensor-parallel ranks (world size); device is rank 0's
     tp_layout: list = field(default_factory=list)  # per rank: device, heads, KV heads, weight bytes
+    settings: dict = field(default_factory=dict)  # the engine settings it was captured under; {}: the defaults
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     format: str = PLAN_FORMAT
 
@@ -87,6 +90,10 @@ class Plan:
         for ok, problem in checks:
             if not ok:
                 raise PlanError(f"the plan's {problem}.", "Re-run `cugraph-accel capture`.")
+        try:
+            engine_settings.from_recorded(self.settings, "the plan")
+        except BadOptionError as err:
+            raise PlanError(err.message, RECAPTURE) from None
 
 
 def _is_region(region) -> bool:
@@ -103,7 +110,7 @@ FIELD_TYPES = {
     "attn": str, "mode": str, "buckets": list, "max_cache_len": int, "prompt_len": int, "regions": list,
     "captures": list, "environment": dict, "revision": (str, type(None)), "backend": str, "created": str,
     "format": str, "fixes": list, "contexts": list, "fuse": bool, "fingerprint": dict, "tp": int,
-    "tp_layout": list,
+    "tp_layout": list, "settings": dict,
 }  # fmt: skip
 
 

@@ -9,8 +9,8 @@ again. It is our own custom op, functional (a new tensor out), so a CUDA graph r
 and inductor (--fuse) calls it as an opaque kernel. Messages above the buffer (a prompt's prefill),
 and any run off CUDA, take the plain collective of the process group inside the same op.
 
-The kind is chosen per process by `CUGRAPH_ACCEL_ALLREDUCE` (auto, the default, nccl or oneshot), which
-`--allreduce` sets before the ranks start, so ranks launched by torchrun choose the same way. `auto` is
+The kind is the allreduce setting (auto, the default, nccl or oneshot; `--allreduce KIND` sets it), which
+the launcher passes to every rank in its environment, so ranks launched by torchrun choose the same way. `auto` is
 oneshot on CUDA, where it was faster at every batch (8B, 2 H200s, 2026-11-30: 4.34 / 4.53 / 5.10 ms
 fused at batch 1 / 8 / 32 against NCCL's 4.69 / 4.97 / 5.55), and NCCL (or gloo) elsewhere or when any
 rank cannot map the peers' buffers (the ranks agree on it, or their collectives would not match).
@@ -23,10 +23,10 @@ import os
 import torch
 import torch.distributed as dist
 
+from accelerate_graph import settings as engine_settings
 from accelerate_graph.common.errors import BadOptionError, DistributedError, first_line
 
 KINDS = ("auto", "nccl", "oneshot")
-KIND_ENV = "CUGRAPH_ACCEL_ALLREDUCE"
 ONE_SHOT_MAX_BYTES = 1 << 20  # per message: 128 rows of a 4096-wide model in bf16; larger ones take NCCL
 ALIGN_BYTES = 16  # the kernel's vector width: input and buffer must share this alignment
 
@@ -44,9 +44,9 @@ def check_kind(kind: str) -> str:
     return kind
 
 
-def requested_kind() -> str:
-    """What this process was asked for: CUGRAPH_ACCEL_ALLREDUCE, else auto."""
-    return check_kind(os.environ.get(KIND_ENV, "") or "auto")
+def requested_kind(settings: engine_settings.Settings | None = None) -> str:
+    """What the allreduce setting asks for (`settings`, else the settings in use)."""
+    return check_kind((settings or engine_settings.current()).allreduce)
 
 
 def turn_off_multicast() -> None:

@@ -14,11 +14,12 @@ import torch
 import torch.distributed as dist
 
 from accelerate_graph.common.errors import BadOptionError, DeviceError, DistributedError
+from accelerate_graph.settings import TP_WORKER_ENV
 
 TIMEOUT_ENV = "CUGRAPH_ACCEL_DIST_TIMEOUT"  # seconds the rendezvous (and any collective) may wait
 DEFAULT_TIMEOUT_S = 300.0
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-WORKER_ENV = "CUGRAPH_ACCEL_TP_WORKER"  # set in every rank: the command runs its body, not the launcher
+WORKER_ENV = TP_WORKER_ENV  # set in every rank: the command runs its body, not the launcher
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def join(world_size: int, device: torch.device) -> RankInfo:
         torch.cuda.set_device(device)
         from accelerate_graph.core.backends.cuda import claim_capture_stream  # CUDA only
 
-        claim_capture_stream(device)  # before NCCL's streams run work (the order bias, docs/PERF.md stop 26)
+        claim_capture_stream(device)  # before NCCL's streams run work (core/backends/cuda.py capture_stream)
     backend = "nccl" if device.type == "cuda" else "gloo"
     timeout = timeout_seconds()
     try:

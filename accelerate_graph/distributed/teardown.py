@@ -1,7 +1,7 @@
 """Leave the process group in the order that cannot hang, and never wait for it without a bound.
 
 Seen on two H200s: after capturing graphs with NCCL all-reduces inside, destroy_process_group()
-hung at exit until the process was killed (330 s; PyTorch issue 115388 is the same class: a
+hung at exit until the process was killed (330 s; pytorch/pytorch#115388 is the same class: a
 communicator torn down while graphs that hold its kernels, or unfinished work, still exist).
 So: drop the graphs first, finish the device's queued work, meet at a barrier (only when every rank
 is healthy: a dead peer would keep it waiting), destroy the group in a helper thread, and if that
@@ -34,7 +34,7 @@ def live_instances(cls: type) -> list:
 
 def _reset_cuda_graphs() -> int:
     """Reset every CUDA graph still alive: a graph holding NCCL kernels makes ncclCommDestroy hang
-    (PyTorch issue 115388), and a reference kept by a cycle or a library would keep it alive."""
+    (pytorch/pytorch#115388), and a reference kept by a cycle or a library would keep it alive."""
     if not torch.cuda.is_available():
         return 0
     graphs = live_instances(torch.cuda.CUDAGraph)
@@ -88,8 +88,8 @@ def leave_group(healthy: bool, timeout_s: float = TEARDOWN_TIMEOUT_S) -> bool:
 
 def end_process(code: int) -> None:
     """End this rank now with `code`, after a bounded teardown. The interpreter's own finalization
-    (module teardown, library destructors, NCCL's among them) is skipped: on this 2-core CI machine
-    it alone took 10 s and more, and it is where a hang at exit would live."""
+    (module teardown, library destructors, NCCL's among them) is skipped: on a loaded machine it alone
+    can take 10 s and more, and it is where a hang at exit would live."""
     release_process_resources()
     sys.stdout.flush()
     sys.stderr.flush()

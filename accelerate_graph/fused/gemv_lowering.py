@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,18 +28,13 @@ from accelerate_graph.compat.torch_internals import (
 
 aten = torch.ops.aten
 
-# Store a GEMV's input vector before the reduction reads it, so that whatever computed it (silu(gate) *
-# up, a norm) runs once, in its producer's kernel, instead of once per output row inside the reduction:
-# inlined, the 8B down_proj recomputed silu(gate) * up over all 14,336 inputs for each of its 4,096
-# rows and ran at ~2 TB/s. Stored (H200, 2026-12-01, kernel time per batch-1 step): Qwen2.5-0.5B
-# 1,034 -> 929 us, Llama-3.2-1B 1,286 -> 1,207 us, Llama-3.1-8B 5,089 (down_proj on cuBLAS) -> 5,106 us
-# (down_proj a GEMV at 3.9 TB/s, as fast as cuBLAS), 8B at tp 2 4.395 -> 3.701 ms per replayed step.
-# CUGRAPH_ACCEL_GEMV_MATERIALIZE=0 turns it off for a benchmark: the environment reaches every --tp rank.
-MATERIALIZE_INPUT = os.environ.get("CUGRAPH_ACCEL_GEMV_MATERIALIZE", "1") == "1"
+# Under the gemv_materialize setting (on by default) a GEMV's input vector is stored before the reduction
+# reads it, so whatever computed it (silu(gate) * up, a norm) runs once in its producer's kernel, not once
+# per output row inside the reduction (inlined, the 8B down_proj ran at ~2 TB/s). Set per compilation.
+_materialize = [True]
 
 # Keep cuBLAS for large projections that reduce over more elements than they produce (K > N and at
-# least LONG_REDUCTION_ELEMENTS). Needed while the inputs were inlined (5,888 -> 5,391 us for the 8B
-# step, 2026-11-30); with stored inputs the GEMV is as fast, so off.
+# least LONG_REDUCTION_ELEMENTS): off, since with stored inputs the GEMV is as fast.
 CUBLAS_FOR_LONG_REDUCTIONS = False
 LONG_REDUCTION_ELEMENTS = 2**25  # 33.5M: the 8B down_proj has 58.7M, Phi-3-mini's 25.2M, Llama-3.2-1B's 16.8M
 
@@ -65,7 +59,7 @@ def mm_as_reduction(mat1, mat2, original=None):
     """A one-row `mm` on a GPU as a multiply-and-sum; anything else as inductor decomposes it
     (`original`), or not at all."""
     if _as_gemv(mat1, mat2):
-        if MATERIALIZE_INPUT:
+        if _materialize[-1]:
             mat1 = inductor_materialized(mat1)
         # in float32 like inductor's own (pw_cast_for_opmath): bf16 products would each be rounded
         return (mat1.unsqueeze(2).float() * mat2.unsqueeze(0).float()).sum(dim=1).to(mat1.dtype)
@@ -94,19 +88,24 @@ def _decompose_mm(original):
 
 
 @contextlib.contextmanager
-def gemv_at_batch_1(enabled: bool) -> Iterator[None]:
+def gemv_at_batch_1(enabled: bool, materialize: bool = True) -> Iterator[None]:
     """Inductor lowers one-row matmuls, with or without a bias, to GEMV reductions while this is
-    active (and `enabled`); what is compiled keeps its kernels after."""
+    active (and `enabled`), their input stored first where `materialize`; what is compiled keeps its
+    kernels after."""
     if not enabled:
         yield
         return
     makers = {aten.addmm.default: _decompose_addmm, aten.mm.default: _decompose_mm}
     # inductor's cache keys do not see decomposition tables: a tag with this file's hash keeps a graph
     # compiled without this lowering, or with another version of it, from being reused for one with it
-    # the settings too: a benchmark changes them between compilations in one process
-    settings = (CUBLAS_FOR_LONG_REDUCTIONS, LONG_REDUCTION_ELEMENTS, MATERIALIZE_INPUT)
-    with (
-        inductor_decompositions_replaced(makers),
-        inductor_cache_tagged(("cugraph-accel-gemv", _source_hash(), settings)),
-    ):
-        yield
+    # the settings too: two compilations in one process may differ in them
+    settings = (CUBLAS_FOR_LONG_REDUCTIONS, LONG_REDUCTION_ELEMENTS, materialize)
+    _materialize.append(materialize)
+    try:
+        with (
+            inductor_decompositions_replaced(makers),
+            inductor_cache_tagged(("cugraph-accel-gemv", _source_hash(), settings)),
+        ):
+            yield
+    finally:
+        _materialize.pop()

@@ -6,7 +6,7 @@ times over (7x for Qwen2.5's 14/2). For one query token the grouped form is two 
 the query heads of a group become rows of one matmul against their shared K/V head. Steps with more
 than one token (the prompt) and features this form does not cover fall back to HF's sdpa.
 
-With TRITON_DECODE on (the default), a CUDA decode step runs one Triton kernel instead (fused/kernels/
+With the triton_attention setting on (the default), a CUDA decode step runs one Triton kernel instead (fused/kernels/
 decode_attention.py: K/V read once per group, masked blocks skipped, softcapping too); the matmul path
 stays the fallback and the reference its numerics are tested against.
 """
@@ -24,15 +24,13 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import AttentionInterface
 
 from accelerate_graph.compat.transformers_internals import attention_implementations
+from accelerate_graph.settings import current
 
 GROUPED = "cugraph_grouped"  # the name of our attention in AttentionInterface and the model's config
 _UNSUPPORTED = ("softcap", "s_aux", "sinks", "head_mask")  # kwargs that ask for more than softmax(qk)v
 
-# The Triton decode kernel in place of the matmuls, on CUDA; CUGRAPH_ACCEL_TRITON_ATTENTION=0 keeps the
-# matmuls for a run. On since the H200 measured it (2026-12-01, docs/PERF.md stop 16): the 8B's fused
-# step 4.357 -> 4.273-4.476 ms at batch 1 (two processes; tuning varies), 4.969 -> 4.806-4.871 at 8,
-# 5.495 -> 5.213-5.296 at 32; its fused verify 19 of 19 runs, worst 1.03x eager's error; 53 GPU tests pass.
-TRITON_DECODE = os.environ.get("CUGRAPH_ACCEL_TRITON_ATTENTION", "1") != "0"
+# The Triton decode kernel is on by default since the H200 measured it (2026-12-01): the 8B's fused step
+# 4.969 -> 4.806-4.871 ms at batch 8, 5.495 -> 5.213-5.296 at 32; triton_attention off keeps the matmuls.
 _TRITON = importlib.util.find_spec("triton") is not None
 # Under the Triton interpreter (CPU tests) the kernel runs on CPU tensors too.
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -40,7 +38,7 @@ _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 def _triton_decode(module, query, key, value, attention_mask, dropout, scaling, kwargs):
     """The Triton kernel's output [b, 1, Hq, d], or None where it does not apply."""
-    if not (TRITON_DECODE and _TRITON and (query.is_cuda or _INTERPRETED)):
+    if not (current().triton_attention and _TRITON and (query.is_cuda or _INTERPRETED)):
         return None
     if any(kwargs.get(name) is not None for name in _UNSUPPORTED if name != "softcap") or (module.training and dropout):
         return None

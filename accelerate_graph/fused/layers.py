@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from transformers.cache_utils import Cache
 
+from accelerate_graph import settings as engine_settings
 from accelerate_graph.common.errors import DROP_FUSE, CaptureError
 from accelerate_graph.compat import torch_internals
 from accelerate_graph.compat.transformers_internals import (
@@ -59,51 +60,36 @@ from accelerate_graph.fused.rotary_table import rotary_tables
 # benchmarks/profile_step.py can measure the step without them.
 GEMV_AT_BATCH_1 = True
 
-# Our graphs, not inductor's; no padding of matmuls, whose pass guarded on the context length
-# (`17 <= context`: a recompilation for a 16-slot bucket, seen on the H200).
-# Combo kernels: independent pointwise kernels of one graph run as one launch; in the merged program the
-# q rotary, the k rotary + cache write and the v cache write of each layer (3 -> 1). H200, 2026-12-01
-# (benchmarks/profile_step.py): Qwen2.5-0.5B replay 1.001 -> 0.935 ms at batch 1 (393 -> 345 kernels),
-# 1.264 -> 1.204 ms at batch 8.
+# Our graphs, not inductor's; no padding of matmuls (its pass guards on the context length: a recompilation
+# per context bucket); combo kernels run each layer's rotary and cache writes as one launch instead of three.
 INDUCTOR_SETTINGS = {"triton.cudagraphs": False, "shape_padding": False, "combo_kernels": True}
 
 # Coordinate-descent tuning: at compile time inductor benchmarks configs next to its heuristic's choice
-# for each kernel and keeps the fastest. It pays where the GEMVs are long. H200, 2026-12-01, replay per
-# step at batch 1: the 8B 4.662 -> 4.280 ms (its gate/up GEMV 3.2 -> 4.5 TB/s), Llama-3.2-1B 1.152 ->
-# 1.077; but Qwen2.5-0.5B (hidden 896) 0.883 -> 1.041. So it runs from a hidden size of
-# TUNE_FROM_HIDDEN_SIZE, for ~15 s more compiling. Its results are not read back from inductor's cache
-# (`autotune_local_cache`): torch 2.11 restored tuned configs as slower ones (docs/PERF.md), so every new
-# process tunes again. Where the skinny kernels run batch 1's GEMVs, inductor compiles only small norm,
-# SiLU and rotary kernels: tuning them bought nothing (H200, 2026-12-02, untuned against tuned: the 8B
-# 4.128 / 4.545 against 4.127 / 4.570 ms at batch 1 / 8, the 1B 0.812 / 1.077 against 0.815 / 1.068) and a
-# noisy pick cost 37 us of the 1B's batch 8 (docs/PERF.md, stop 25): no tuning there.
-# CUGRAPH_ACCEL_TUNE=1 / 0 forces it on / off (it reaches every --tp rank).
+# for each kernel and keeps the fastest. It pays where the GEMVs are long (H200, batch 1: the 8B 4.662 ->
+# 4.280 ms, Llama-3.2-1B 1.152 -> 1.077) and costs where they are short (Qwen2.5-0.5B, hidden 896: 0.883 ->
+# 1.041), so under inductor_tuning "auto" it runs from a hidden size of TUNE_FROM_HIDDEN_SIZE, and not where
+# the skinny kernels run batch 1's GEMVs (it then tunes only small kernels, for nothing). Its results are
+# not read back from inductor's cache: torch 2.11 restored tuned configs as slower ones (docs/PERF.md).
 TUNE_SETTINGS = {"coordinate_descent_tuning": True, "autotune_local_cache": False}
 # inductor's kernels launched with PDL, like ours, where fused/kernels/pdl.py says the GPU takes it
 PDL_SETTINGS = {"triton.enable_pdl": True}
 TUNE_FROM_HIDDEN_SIZE = 2048
-TUNE = os.environ.get("CUGRAPH_ACCEL_TUNE", "auto")
-# The rotary module's cos/sin gathered from a table it filled once (rotary_table.py): one kernel a step
-# instead of ~9. CUGRAPH_ACCEL_ROTARY_TABLE=0 keeps HF's module.
-ROTARY_TABLE = os.environ.get("CUGRAPH_ACCEL_ROTARY_TABLE", "1") == "1"
-# The decode step's attention mask as one kernel instead of HF's ~11 (fused/causal_mask.py). H200,
-# 2026-12-02, replay per step, one process each way: the 1B 0.837 -> 0.822 ms at batch 1, Qwen 0.641 ->
-# 0.625 (batch 8 0.918 -> 0.894). CUGRAPH_ACCEL_MASK_KERNEL=0 keeps HF's create_causal_mask.
-MASK_KERNEL = os.environ.get("CUGRAPH_ACCEL_MASK_KERNEL", "1") == "1"
 
 
-def tunes_at(hidden_size: int) -> bool:
-    """Whether layers of this hidden size compile with coordinate-descent tuning (TUNE, above)."""
-    if TUNE in ("0", "1"):
-        return TUNE == "1"
+def tunes_at(hidden_size: int, tuning: str) -> bool:
+    """Whether layers of this hidden size compile with coordinate-descent tuning under the inductor_tuning
+    setting `tuning` (auto, on or off)."""
+    if tuning != "auto":
+        return tuning == "on"
     return hidden_size >= TUNE_FROM_HIDDEN_SIZE
 
 
-def tune_pays(model: torch.nn.Module, batch_1_skinny: bool = False) -> bool:
-    """Whether the fused layers of `model` compile with coordinate-descent tuning (TUNE, above): from the
-    hidden size where it pays, unless the skinny kernels run batch 1's GEMVs (`batch_1_skinny`)."""
+def tune_pays(model: torch.nn.Module, tuning: str, batch_1_skinny: bool = False) -> bool:
+    """Whether the fused layers of `model` compile with coordinate-descent tuning: from the hidden size
+    where it pays, unless the skinny kernels run batch 1's GEMVs (`batch_1_skinny`); `tuning` on or off
+    decides alone."""
     hidden = int(getattr(model.config.get_text_config(), "hidden_size", 0) or 0)
-    return tunes_at(hidden) and (TUNE == "1" or not batch_1_skinny)
+    return tunes_at(hidden, tuning) and (tuning == "on" or not batch_1_skinny)
 
 
 def inductor_settings(pdl_on: bool, tuned: bool) -> dict:
@@ -238,11 +224,8 @@ def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int
 # Which forward the covered layers run (layer_program.py): "merged" (q/k/v and gate/up one projection
 # each over weights concatenated once, HF's rounding), "kernels" (its Triton kernels where the device has
 # them, else HF's forward), "torch" (its torch reference ops) or "hf" (HF's forward).
-# "merged" since the H200 (2026-12-01): Qwen2.5-0.5B batch 8 replays 1.513 -> 1.268 ms (242 -> 170 cuBLAS
-# calls), the 8B's batch 32 benches 6.12 -> 5.59 ms; batch 1 is unchanged (its projections are inductor's
-# GEMVs either way). Hooks run only on o_proj and down_proj (layer_program.program_for). The "kernels" reached
-# 28-73% of copy bandwidth at the 8B shapes, slower than cuBLAS at most (2026-11-30, docs/PERF.md).
-# A switch so benchmarks/profile_step.py can measure each.
+# "merged": fewer, larger matmuls above batch 1 (Qwen2.5-0.5B batch 8 1.513 -> 1.268 ms, H200). A switch so
+# benchmarks/profile_step.py can measure each.
 LAYER_PROGRAM = "merged"
 
 
@@ -274,9 +257,20 @@ class FusedForward:
     refusal_hint = DROP_FUSE  # what capture and the quick check tell a user whose --fuse failed
 
     def __init__(
-        self, model: torch.nn.Module, backend: str = "inductor", ops: LayerOps | None = None, positions: int = 0
+        self,
+        model: torch.nn.Module,
+        backend: str = "inductor",
+        ops: LayerOps | None = None,
+        positions: int = 0,
+        settings: engine_settings.Settings | None = None,
     ):
-        """`positions`: how many positions the step's cache holds (its rotary table's rows); 0: no table."""
+        """`positions`: how many positions the step's cache holds (its rotary table's rows); 0: no table.
+        `settings`: the engine settings it compiles, captures and runs under (None: those in use now)."""
+        self.settings = settings if settings is not None else engine_settings.current()
+        with engine_settings.use(self.settings):
+            self._build(model, backend, ops, positions)
+
+    def _build(self, model: torch.nn.Module, backend: str, ops: LayerOps | None, positions: int) -> None:
         self.model = model
         self.backend = backend
         self.layers = decoder_layers(model)
@@ -284,9 +278,9 @@ class FusedForward:
         self.ops = ops if ops is not None else default_ops(model)
         self.programmed = self.ops is not None and all(program_for(layer) for layer in self.layers)
         self.device = next(model.parameters()).device
-        self.tuned = tune_pays(model, self._batch_1_is_skinny())
+        self.tuned = tune_pays(model, self.settings.inductor_tuning, self._batch_1_is_skinny())
         self.pdl = pdl.active(self.device)
-        self.settings = inductor_settings(self.pdl, self.tuned)
+        self.inductor_options = inductor_settings(self.pdl, self.tuned)
         if self.programmed and self.ops.merged:
             for layer in self.layers:
                 merge_projections(layer)
@@ -299,15 +293,15 @@ class FusedForward:
         self._layer_calls = 0  # in the current call: a step that never calls its layers is refused
         self._unadvanced: list[torch.Tensor] = []  # in the current call: positions the layers left to us
         # built here, before any capture: a graph keeps the table's address
-        self.rotary = rotary_tables(model, positions) if ROTARY_TABLE and positions else {}
+        self.rotary = rotary_tables(model, positions) if self.settings.rotary_table and positions else {}
         if self._on_skinny_path():
             skinny_matmul.prepare_split_finish(self.device)  # split-K's arrival counters: the same reason
         # the final RMSNorm as one kernel, where the layer program's norms are its kind (fused/final_norm.py)
         self.final_norm = final_norm_kernel(model, self.layers[0].input_layernorm) if self.programmed else {}
         # the LM head's batch-1 call on the skinny kernels, for the head shapes measured faster (fused/lm_head.py)
-        self.lm_head = lm_head_kernel(model) if self.programmed else {}
+        self.lm_head = lm_head_kernel(model, self.settings.lm_head_kernel) if self.programmed else {}
         # HF's create_causal_mask, or the one-kernel mask where it is exact (fused/causal_mask.py)
-        self.causal_mask = CausalMaskStandIn(hf_create_causal_mask()) if MASK_KERNEL else None
+        self.causal_mask = CausalMaskStandIn(hf_create_causal_mask()) if self.settings.mask_kernel else None
 
     def _on_skinny_path(self) -> bool:
         """The merged layer program on a CUDA device: where the skinny kernels may run."""
@@ -326,6 +320,10 @@ class FusedForward:
     def layer_forward_kind(self) -> str:
         """What the fused step runs (what inductor compiles for each layer, the rotary table, the final norm
         kernel), for the notes a user reads."""
+        with engine_settings.use(self.settings):
+            return self._kind()
+
+    def _kind(self) -> str:
         kind = f"the layer program, {self.ops.name}" if self.programmed else "HF's layer forward"
         skinny = self._on_skinny_path()
         if self._batch_1_is_skinny():
@@ -379,8 +377,8 @@ class FusedForward:
         if self.backend != "inductor":
             return contextlib.nullcontext()
         stack = contextlib.ExitStack()
-        stack.enter_context(torch_internals.inductor_config_patched(self.settings))
-        stack.enter_context(gemv_at_batch_1(GEMV_AT_BATCH_1 and batch == 1))
+        stack.enter_context(torch_internals.inductor_config_patched(self.inductor_options))
+        stack.enter_context(gemv_at_batch_1(GEMV_AT_BATCH_1 and batch == 1, self.settings.gemv_materialize))
         return stack
 
     def _mask_replaced(self):
@@ -389,6 +387,10 @@ class FusedForward:
         return causal_mask_replaced(self.model, self.causal_mask)
 
     def __call__(self, *, input_ids, **kwargs):
+        with engine_settings.use(self.settings):  # compiles and captures read the settings of this forward
+            return self._call(input_ids=input_ids, **kwargs)
+
+    def _call(self, *, input_ids, **kwargs):
         batch = input_ids.shape[0]
         # for this call only: eager runs stay eager
         compiled = {layer: self._layer_forward(layer, index, batch) for index, layer in enumerate(self.layers)}

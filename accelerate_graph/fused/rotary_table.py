@@ -2,7 +2,7 @@
 
 HF's rotary module recomputes cos and sin for the step's positions on every call: positions times the
 inverse frequencies, a cat, cos, sin, two scales and two casts, ~9 small eager kernels between the
-embedding and the first layer (H200 profile of Llama-3.2-1B at batch 1, docs/PERF.md stop 20). In the
+embedding and the first layer (H200 profile of Llama-3.2-1B at batch 1, docs/PERF.md). In the
 fused step they become one gather from a table that the module itself filled once, for every position the
 cache holds.
 

@@ -46,9 +46,13 @@ def _same_signature(wrapper, original):
 class Accelerated:
     """The handle `accelerate()` returns: `counts`, `graphs`, `undo()`; also a context manager."""
 
-    def __init__(self, model: torch.nn.Module, graphs, undo_extra=()):
+    def __init__(self, model: torch.nn.Module, graphs, undo_extra=(), settings=None):
         from transformers.modeling_outputs import CausalLMOutputWithPast
 
+        from accelerate_graph import settings as engine_settings
+
+        self.settings = settings if settings is not None else engine_settings.current()
+        self._use = engine_settings.use
         self.model = model
         self.graphs = graphs
         self.session = graphs.session
@@ -93,6 +97,10 @@ class Accelerated:
         return None
 
     def _generate(self, *args, **kwargs):
+        with self._use(self.settings):  # its eager prefill reads them as the captured steps did
+            return self._generate_here(*args, **kwargs)
+
+    def _generate_here(self, *args, **kwargs):
         reason = self._refusal(args, kwargs)
         if reason is not None:
             self.counts.eager_call(reason)
@@ -187,10 +195,17 @@ def accelerate(
     mode: str = "auto",
     contexts: tuple[int, ...] | None = None,
     emulate: bool = False,
+    settings=None,
 ) -> Accelerated:
     """Capture decode graphs for `model` (already loaded, on its device) and route its `generate()`'s
-    decode steps through them. Returns a handle; `handle.undo()` (or leaving `with`) restores the model."""
+    decode steps through them. Returns a handle; `handle.undo()` (or leaving `with`) restores the model.
+    `settings`: the engine settings (accelerate_graph.settings) to capture and run under; None, those in
+    use now (the defaults, unless inside `settings.use(...)`)."""
+    from accelerate_graph import settings as engine_settings
     from accelerate_graph.generate.graphs_for_model import capture_for_model
 
-    graphs, undo_extra = capture_for_model(model, tuple(buckets), max_cache_len, fuse, mode, contexts, emulate)
-    return Accelerated(model, graphs, undo_extra)
+    settings = settings if settings is not None else engine_settings.current()
+    graphs, undo_extra = capture_for_model(
+        model, tuple(buckets), max_cache_len, fuse, mode, contexts, emulate, settings
+    )
+    return Accelerated(model, graphs, undo_extra, settings)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import torch
 
+from accelerate_graph import settings as engine_settings
 from accelerate_graph.common.errors import BadOptionError, CaptureError, VerificationError
 
 
@@ -17,9 +18,15 @@ def capture_for_model(
     mode: str,
     contexts: tuple[int, ...] | None,
     emulate: bool,
+    settings: engine_settings.Settings,
 ) -> tuple[object, list[Callable[[], None]]]:
-    """Detect, fix, capture and check, as `capture` does; returns the graphs and what undoes the
-    changes made to the model (its attention under `fuse`)."""
+    """Detect, fix, capture and check, as `capture` does, under `settings`; returns the graphs and what
+    undoes the changes made to the model (its attention under `fuse`)."""
+    with engine_settings.use(settings):
+        return _capture(model, buckets, max_cache_len, fuse, mode, contexts, emulate, settings)
+
+
+def _capture(model, buckets, max_cache_len, fuse, mode, contexts, emulate, settings):
     from accelerate_graph.core.backends import backend_for
     from accelerate_graph.core.buckets import resolve_contexts
     from accelerate_graph.core.capture import capture_decode_graphs
@@ -38,7 +45,7 @@ def capture_for_model(
     if decision.regions.mode == "eager":
         raise CaptureError(f"no graph can be captured for this model: {decision.regions.reason}")
     if fuse:
-        undo.append(_start_fusing(session, decision.regions.mode))
+        undo.append(_start_fusing(session, decision.regions.mode, settings))
     islands = [model.get_submodule(path) for path in decision.regions.islands]
     graphs = capture_decode_graphs(
         session,
@@ -58,12 +65,12 @@ def capture_for_model(
     return graphs, undo
 
 
-def _start_fusing(session, mode: str) -> Callable[[], None]:
+def _start_fusing(session, mode: str, settings: engine_settings.Settings) -> Callable[[], None]:
     from accelerate_graph.fused.grouped_attention import use_grouped_attention
     from accelerate_graph.fused.layers import FusedForward
 
     if mode != "full":
         raise CaptureError(f"fuse=True needs the whole step in one graph, but this model's plan is {mode}.")
     undo = use_grouped_attention(session.model)
-    session.fused = FusedForward(session.model, positions=session.kv.storage_len)
+    session.fused = FusedForward(session.model, positions=session.kv.storage_len, settings=settings)
     return undo

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedConfig
 
+from accelerate_graph import settings as engine_settings
 from accelerate_graph.common.devices import resolve_device
 from accelerate_graph.common.errors import UnsupportedModelError
 from accelerate_graph.core.backends import backend_for
@@ -184,11 +185,15 @@ def _child_command(model_type: str, device: torch.device | str, emulate: bool, s
     return command + (["--emulate"] if emulate else [])
 
 
-def _child_env() -> dict[str, str]:
-    """The parent's environment, with this package importable whether or not it is installed."""
+def _child_env(settings: engine_settings.Settings) -> dict[str, str]:
+    """The parent's environment and `settings`, with this package importable whether or not it is installed."""
     root = str(Path(__file__).resolve().parents[2])
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, *[p for p in paths if p != root]])}
+    return {
+        **os.environ,
+        **engine_settings.to_environment(settings),
+        "PYTHONPATH": os.pathsep.join([root, *[p for p in paths if p != root]]),
+    }
 
 
 def _crashed(model_type: str, stderr: str, why: str, seconds: float) -> ZooResult:
@@ -200,9 +205,15 @@ def _crashed(model_type: str, stderr: str, why: str, seconds: float) -> ZooResul
 
 
 def run_isolated(
-    model_type: str, device: torch.device | str, emulate: bool = False, steps: int = 8, timeout: float = ENTRY_TIMEOUT_S
+    model_type: str,
+    device: torch.device | str,
+    emulate: bool = False,
+    steps: int = 8,
+    timeout: float = ENTRY_TIMEOUT_S,
+    settings: engine_settings.Settings | None = None,
 ) -> ZooResult:
-    """run_zoo_entry in a child process: a crash, a poisoned CUDA context or a hang ends only the child."""
+    """run_zoo_entry in a child process (under `settings`, None: those in use): a crash, a poisoned CUDA
+    context or a hang ends only the child."""
     start = time.perf_counter()
     try:
         done = subprocess.run(
@@ -210,7 +221,7 @@ def run_isolated(
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=_child_env(),
+            env=_child_env(settings if settings is not None else engine_settings.current()),
         )
     except subprocess.TimeoutExpired as err:
         stderr = err.stderr.decode(errors="replace") if isinstance(err.stderr, bytes) else (err.stderr or "")
@@ -235,8 +246,11 @@ def run_zoo(
     workers: int = 1,
     timeout: float = ENTRY_TIMEOUT_S,
     on_result: Callable[[ZooResult], None] = lambda result: None,
+    settings: engine_settings.Settings | None = None,
 ) -> list[ZooResult]:
-    """Every type in `types`, in order; not decoder-only ones come back "skipped" without running."""
+    """Every type in `types`, in order, under `settings` (None: those in use); not decoder-only ones come
+    back "skipped" without running."""
+    settings = settings if settings is not None else engine_settings.current()
     device = torch.device(device)
     skipped = skipped_model_types()
 
@@ -244,9 +258,10 @@ def run_zoo(
         if model_type in skipped:
             result = ZooResult(model_type, "skipped", reason=skipped[model_type])
         elif isolate:
-            result = run_isolated(model_type, device, emulate, steps, timeout)
+            result = run_isolated(model_type, device, emulate, steps, timeout, settings)
         else:
-            result = run_zoo_entry(model_type, device, emulate, steps)
+            with engine_settings.use(settings):
+                result = run_zoo_entry(model_type, device, emulate, steps)
         on_result(result)
         return result
 
@@ -269,7 +284,8 @@ def _main(argv: Sequence[str] | None = None) -> None:
     def report(stage: str) -> None:
         print(f"{STAGE_MARK} {stage}", file=sys.stderr, flush=True)
 
-    result = run_zoo_entry(args.one, resolve_device(args.device), args.emulate, args.steps, report=report)
+    with engine_settings.use(engine_settings.resolve()):  # the parent passes its settings in the environment
+        result = run_zoo_entry(args.one, resolve_device(args.device), args.emulate, args.steps, report=report)
     if args.json:
         print(json.dumps(asdict(result)), flush=True)
     else:

@@ -157,7 +157,7 @@ def test_json_document(tmp_path):
     path = tmp_path / "out" / "bench.json"
     write_json(fake_report(), path)
     data = json.loads(path.read_text())
-    assert data["format"] == "cugraph-accel-bench/1"
+    assert data["format"] == "cugraph-accel-bench/2"
     assert data["bandwidth"]["gb_per_s"] == pytest.approx(20.0)
     assert {
         "context",
@@ -258,5 +258,5 @@ def test_fused_alone_prepares_what_capture_fuse_makes_and_times_those_graphs(mon
     report = run_bench(request, BenchSettings(compare=("fused",), steps=5, warmup=1))
     rows = [(r.contender, r.batch) for r in report.rows]
     assert rows == [("fused", 1), ("fused", 2)]
-    assert report.settings["attn"] == "grouped"  # the fused plan's attention, as capture --fuse writes it
+    assert report.run["attn"] == "grouped"  # the fused plan's attention, as capture --fuse writes it
     assert any("inductor compiled the decoder layers" in note for note in report.contexts[0].notes)

@@ -1,4 +1,4 @@
-"""The bench contenders on a real GPU (skipped without CUDA; run on the device machine)."""
+"""The bench contenders on a real GPU (skipped without CUDA; run on a GPU machine)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 14: what a new user and a fault hunter hit in the first hour (each case failed before its fix).
+"""What a new user and a fault hunter hit in the first hour (each case failed before its fix).
 
 docs/RELIABILITY.md ("First hour") lists every case with its test.
 """
@@ -168,7 +168,7 @@ def test_debug_works_after_the_subcommand():
     assert "Traceback" not in plain.stderr  # --debug is for one invocation only
 
 
-@pytest.mark.parametrize("command", ["capture", "verify", "bench", "generate", "zoo", "recipes", None])
+@pytest.mark.parametrize("command", ["capture", "verify", "bench", "generate", "zoo", "recipes", "settings", None])
 def test_each_commands_help_shows_examples(command):
     result = runner.invoke(app, [command, "--help"] if command else ["--help"])
     assert result.exit_code == 0 and "Examples" in result.stdout
@@ -482,9 +482,9 @@ def test_the_cli_starts_without_torch():
 
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["capture", "--help"]])
 def test_version_and_help_answer_within_a_second(argv):
-    """Measured as the child's CPU time (user + system), best of three: wall time on this shared
-    2-core machine swings several-fold with the other jobs' load, CPU time does not (the imports of
-    torch and transformers took about 4 s of it before)."""
+    """Measured as the child's CPU time (user + system), best of three: wall time on a shared
+    machine swings several-fold with the other jobs' load, CPU time does not (importing torch and
+    transformers would take seconds of it)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     best = float("inf")
     for _ in range(3):

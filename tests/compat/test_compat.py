@@ -211,7 +211,7 @@ def test_inductor_config_patched_with_the_fused_settings():
     from accelerate_graph.fused.layers import INDUCTOR_SETTINGS as SHIPPED
     from accelerate_graph.fused.layers import PDL_SETTINGS, TUNE_SETTINGS
 
-    # large models (or CUGRAPH_ACCEL_TUNE=1) add tuning, Hopper GPUs PDL
+    # large models (or the setting inductor_tuning on) add tuning, Hopper GPUs PDL
     INDUCTOR_SETTINGS = {**SHIPPED, **TUNE_SETTINGS, **PDL_SETTINGS}
     symbol = f"torch._inductor.config.patch({INDUCTOR_SETTINGS})"
     import torch._inductor.config as config

@@ -1,27 +1,30 @@
-"""CUGRAPH_ACCEL_SMEM_CARVEOUT: which graphs' kernel nodes ask for which shared-memory split."""
+"""The smem_carveout setting: which graphs' kernel nodes ask for which shared-memory split."""
 
 import pytest
 
+from accelerate_graph import settings
 from accelerate_graph.common.errors import BadOptionError
 from accelerate_graph.core.backends import cuda as cuda_backend
-from accelerate_graph.core.backends.cuda import carveout_for, carveout_policy
+from accelerate_graph.core.backends.cuda import carveout_for
 
 
 def test_auto_gives_one_split_above_batch_1_and_the_drivers_elsewhere():
-    auto = carveout_policy("auto")
-    assert [auto(batch) for batch in (0, 1, 2, 8, 32)] == [None, None, 100, 100, 100]
-    assert [carveout_for(batch) for batch in (1, 16)] == [None, 100]  # the default, nothing set
+    assert settings.DEFAULTS.smem_carveout == "auto"
+    assert [carveout_for("auto", batch) for batch in (0, 1, 2, 8, 32)] == [None, None, 100, 100, 100]
 
 
 def test_off_and_a_percent_apply_to_every_graph():
-    assert [carveout_policy("off")(batch) for batch in (1, 16)] == [None, None]
-    assert [carveout_policy(" 50 ")(batch) for batch in (0, 1, 16)] == [50, 50, 50]
+    assert [carveout_for("off", batch) for batch in (1, 16)] == [None, None]
+    percent = settings.resolve({"smem_carveout": " 50 "}, environ={}).smem_carveout
+    assert [carveout_for(percent, batch) for batch in (0, 1, 16)] == [50, 50, 50]
 
 
 @pytest.mark.parametrize("text", ["101", "-1", "max", ""])
-def test_anything_else_is_one_line_naming_the_variable(text):
-    with pytest.raises(BadOptionError, match="CUGRAPH_ACCEL_SMEM_CARVEOUT=.* is not auto, off or a percent"):
-        carveout_policy(text)
+def test_anything_else_is_one_line_naming_the_setting(text):
+    with pytest.raises(BadOptionError, match=r"^--set sets smem_carveout to .*, which is not auto, off or a percent"):
+        settings.resolve({"smem_carveout": text}, environ={})
+    with pytest.raises(BadOptionError, match=r"^The environment sets smem_carveout to .*, which is not auto, off"):
+        settings.resolve(environ={"CUGRAPH_ACCEL_SMEM_CARVEOUT": text})
 
 
 class FakeGraph:

@@ -1,4 +1,4 @@
-"""Real CUDA graphs on the GPU (skipped without CUDA; run on the device machine)."""
+"""Real CUDA graphs on the GPU (skipped without CUDA; run on a GPU machine)."""
 
 import pytest
 import torch
@@ -71,7 +71,7 @@ def test_cli_capture_verify_on_gpu(tmp_path):
 
 def test_every_backend_of_a_device_captures_on_one_stream(tiny_model_dir):
     """A graph captured on another stream than the process's first side stream replays slower under PDL
-    (docs/PERF.md, stop 26): every backend of a device, and "cuda" and "cuda:0", take the same stream, and
+    (docs/PERF.md): every backend of a device, and "cuda" and "cuda:0", take the same stream, and
     a second capture on it still replays what eager computes."""
     claim_capture_stream(GPU)  # what a --tp rank does first: a kernel on it, and idle after
     assert capture_stream(GPU).query()
@@ -86,7 +86,7 @@ def test_every_backend_of_a_device_captures_on_one_stream(tiny_model_dir):
 
 def test_graphs_above_batch_1_ask_for_one_shared_memory_split(tiny_model_dir, monkeypatch):
     """Every kernel node of a graph above batch 1 asks for carveout 100 (read back from the runtime), batch 1's
-    keep the driver's, and the graphs still replay what eager computes (docs/PERF.md, stop 30)."""
+    keep the driver's, and the graphs still replay what eager computes (docs/PERF.md)."""
     asked: list[tuple[int, int]] = []
     real = cuda_backend.prefer_shared_memory
 

@@ -30,7 +30,7 @@ def test_phi3_cache_of_32_rows_and_4096_slots_is_51_gb():
 
 
 def test_phi3_batch_32_at_4096_fits_an_h200_beside_its_weights(monkeypatch):
-    """The failing case of issue 13: 141 GB, 7.6 GB of weights. The need beyond the weights must be one
+    """Phi-3-mini at batch 32 and cache 4096 on an H200: 141 GB, 7.6 GB of weights. The need beyond the weights must be one
     cache and change, not the three or four caches the old snapshots made."""
     with_free(monkeypatch, 140 * 10**9 - 7_642_000_000)
     line = preflight(phi3(), torch.bfloat16, CUDA, (1, 8, 32), 4096, 128)

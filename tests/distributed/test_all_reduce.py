@@ -10,22 +10,23 @@ import torch
 import torch.distributed as dist
 from tp_runs import run
 
+from accelerate_graph import settings
 from accelerate_graph.common.errors import BadOptionError
 from accelerate_graph.distributed import all_reduce
 
 PACKAGE = Path(__file__).resolve().parents[2] / "accelerate_graph"
+KIND_ENV = settings.BY_NAME["allreduce"].env
 
 
-def test_the_kind_comes_from_the_environment_and_is_checked(monkeypatch):
-    monkeypatch.delenv(all_reduce.KIND_ENV, raising=False)
-    assert all_reduce.requested_kind() == "auto"
-    monkeypatch.setenv(all_reduce.KIND_ENV, "oneshot")
-    assert all_reduce.requested_kind() == "oneshot"
-    monkeypatch.setenv(all_reduce.KIND_ENV, "ring")
-    with pytest.raises(
-        BadOptionError, match=r"^--allreduce 'ring' is not one of auto, nccl, oneshot\. Use --allreduce nccl\.$"
-    ):
-        all_reduce.requested_kind()
+def test_the_kind_comes_from_the_settings_and_is_checked():
+    assert all_reduce.requested_kind() == "auto"  # the defaults, outside any settings.use
+    oneshot = settings.DEFAULTS.replace(allreduce="oneshot")
+    assert all_reduce.requested_kind(oneshot) == "oneshot"
+    with settings.use(oneshot):
+        assert all_reduce.requested_kind() == "oneshot"
+    assert settings.resolve(environ={KIND_ENV: "nccl"}).allreduce == "nccl"
+    with pytest.raises(BadOptionError, match=r"^The environment sets allreduce to 'ring', which is not auto, nccl or"):
+        settings.resolve(environ={KIND_ENV: "ring"})
 
 
 def test_auto_is_the_groups_own_collective_off_cuda():
@@ -40,12 +41,12 @@ def test_auto_is_the_groups_own_collective_off_cuda():
 def test_every_rank_inherits_the_choice_and_runs_with_multicast_off(tmp_path):
     """Our launcher turns NVLink multicast off in every rank (NCCL, torch's symmetric memory, NVSHMEM),
     even where the caller's environment turned it on."""
-    env = {all_reduce.KIND_ENV: "oneshot", "NCCL_NVLS_ENABLE": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "0"}
+    env = {KIND_ENV: "oneshot", "NCCL_NVLS_ENABLE": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "0"}
     result = run(["tests/scripts/tp_rank_env.py", str(tmp_path)], env=env)
     assert result.code == 0, result.stdout[-3000:]
     for rank in (0, 1):
         seen = json.loads((tmp_path / f"rank{rank}.json").read_text())
-        assert seen == {all_reduce.KIND_ENV: "oneshot", **all_reduce.NO_MULTICAST_ENV}, seen
+        assert seen == {KIND_ENV: "oneshot", **all_reduce.NO_MULTICAST_ENV, "resolved": "oneshot"}, seen
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """--tp 2 on two GPUs: NCCL all-reduces inside the CUDA graphs, replay equal to tensor-parallel eager,
-and every process gone within 10 s of the work ending (the destroy_process_group hang of issue 17)."""
+and every process gone within 10 s of the work ending (destroy_process_group once hung at exit)."""
 
 from __future__ import annotations
 

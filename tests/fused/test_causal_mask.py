@@ -14,10 +14,10 @@ from accelerate_graph.compat import torch_internals
 from accelerate_graph.core.backends import EmulatedBackend
 from accelerate_graph.core.capture import capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
-from accelerate_graph.fused import layers
 from accelerate_graph.fused.causal_mask import CausalMaskStandIn
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
 from accelerate_graph.fused.layers import FusedForward
+from accelerate_graph.settings import DEFAULTS
 from accelerate_graph.verify.against_eager import verify_graphs
 
 HF = masking_utils.create_causal_mask
@@ -181,16 +181,15 @@ def _one_step(session: DecodeSession, fused: FusedForward, prompt: torch.Tensor,
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
-def test_the_fused_step_decodes_the_same_with_the_mask_kernel(model_type, monkeypatch):
+def test_the_fused_step_decodes_the_same_with_the_mask_kernel(model_type):
     torch._dynamo.reset()
     session = _session(model_type, rows=2)
     use_grouped_attention(session.model)
     session.attention_mask[1, :2] = 0  # a left-padded row
     prompt = torch.randint(0, 100, (2, 6))
-    monkeypatch.setattr(layers, "MASK_KERNEL", True)
     on = FusedForward(session.model, backend="aot_eager", positions=session.kv.storage_len)
-    monkeypatch.setattr(layers, "MASK_KERNEL", False)
-    off = FusedForward(session.model, backend="aot_eager", positions=session.kv.storage_len)
+    without = DEFAULTS.replace(mask_kernel=False)
+    off = FusedForward(session.model, backend="aot_eager", positions=session.kv.storage_len, settings=without)
     assert "mask kernel" in on.layer_forward_kind() and off.causal_mask is None
     for batch, context in ((2, 16), (1, 64)):
         logits_on, cache_on, positions_on = _one_step(session, on, prompt, batch, context)
@@ -203,9 +202,9 @@ def test_the_fused_step_decodes_the_same_with_the_mask_kernel(model_type, monkey
     assert sys.modules[type(session.model.model).__module__].create_causal_mask is HF
 
 
-def test_a_fused_capture_with_the_mask_kernel_verifies(monkeypatch):
+def test_a_fused_capture_with_the_mask_kernel_verifies():
     torch._dynamo.reset()
-    monkeypatch.setattr(layers, "MASK_KERNEL", True)
+    assert DEFAULTS.mask_kernel  # on by default
     session = _session("qwen2", rows=2)
     use_grouped_attention(session.model)
     session.fused = FusedForward(session.model, backend="aot_eager", positions=session.kv.storage_len)
@@ -236,12 +235,12 @@ class _OpsBySource(torch_internals.DispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _ops_of_a_step(monkeypatch, mask_kernel: bool) -> _OpsBySource:
-    monkeypatch.setattr(layers, "MASK_KERNEL", mask_kernel)
+def _ops_of_a_step(mask_kernel: bool) -> _OpsBySource:
     torch._dynamo.reset()
     session = _session("llama", rows=1)
     use_grouped_attention(session.model)
-    session.fused = FusedForward(session.model, backend="aot_eager", positions=session.kv.storage_len)
+    chosen = DEFAULTS.replace(mask_kernel=mask_kernel)
+    session.fused = FusedForward(session.model, backend="aot_eager", positions=session.kv.storage_len, settings=chosen)
     step = session.capture_step(1, None)
     session.kv.rewind(8)
     with torch.no_grad():
@@ -252,9 +251,9 @@ def _ops_of_a_step(monkeypatch, mask_kernel: bool) -> _OpsBySource:
     return seen
 
 
-def test_the_mask_costs_one_op_instead_of_hfs_eleven(monkeypatch):
-    hfs = _ops_of_a_step(monkeypatch, mask_kernel=False)
-    ours = _ops_of_a_step(monkeypatch, mask_kernel=True)
+def test_the_mask_costs_one_op_instead_of_hfs_eleven():
+    hfs = _ops_of_a_step(mask_kernel=False)
+    ours = _ops_of_a_step(mask_kernel=True)
     computing = [op for op in hfs.mask_ops if "unsqueeze" not in op]  # views launch nothing
     assert len(computing) >= 11, hfs.mask_ops
     assert ours.mask_ops == ["cugraph_accel.decode_causal_mask.default"]

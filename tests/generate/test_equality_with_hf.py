@@ -12,6 +12,7 @@ from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.generate.dropin import accelerate
 from accelerate_graph.generate.loop import NativeLoop
 from accelerate_graph.models.loading import load_model
+from accelerate_graph.settings import DEFAULTS
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17], [18], [19, 20, 21]]  # 5 rows: two chunks of 4
 NEW = 24
@@ -134,13 +135,19 @@ def test_accelerate_is_exposed_without_importing_torch_eagerly():
 
 def test_drop_in_with_fuse_equals_hf_and_undo_restores_the_attention(tiny_model_dir):
     """accelerate(fuse=True): the layers compiled by inductor (its CPU code here), grouped decode
-    attention, replayed inside HF generate(); undo switches the attention back to sdpa."""
+    attention, replayed inside HF generate(), under the settings given; undo switches the attention back
+    to sdpa."""
     torch._dynamo.reset()
     model = load(tiny_model_dir("qwen2"))
     prompts = PROMPTS[:3]
     expected = hf_greedy(model, prompts)
-    with accelerate(model, buckets=(4,), max_cache_len=64, contexts=(), fuse=True, emulate=True) as handle:
-        assert handle.session.fused is not None and model.config._attn_implementation == "cugraph_grouped"
+    chosen = DEFAULTS.replace(mask_kernel=False, rotary_table=False)
+    with accelerate(
+        model, buckets=(4,), max_cache_len=64, contexts=(), fuse=True, emulate=True, settings=chosen
+    ) as handle:
+        fused = handle.session.fused
+        assert fused is not None and model.config._attn_implementation == "cugraph_grouped"
+        assert handle.settings is fused.settings is chosen and fused.causal_mask is None and not fused.rotary
         assert hf_greedy(model, prompts) == expected
         assert handle.counts.graph_steps == NEW - 1
     assert model.config._attn_implementation == "sdpa"

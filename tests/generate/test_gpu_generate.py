@@ -1,4 +1,4 @@
-"""generate on a real GPU (skipped without CUDA; run on the device machine): float32 greedy equality
+"""generate on a real GPU (skipped without CUDA; run on a GPU machine): float32 greedy equality
 with HF generate() for the native loop and the drop-in, and the bf16 agreement rate, reported."""
 
 from __future__ import annotations

@@ -81,8 +81,8 @@ def test_short_bench_no_row_under_its_floor(recipe):
 
 
 def test_phi3_batch_32_at_cache_4096_fits_one_gpu():
-    """Issue 13: `bench --compare graph,fused --buckets 1,8,32 --context 4096` ran out of memory on a
-    141 GB H200 (whole-cache snapshots: three more 51.5 GB caches); one cache, one session now."""
+    """`bench --compare graph,fused --buckets 1,8,32 --context 4096` fits a 141 GB H200: one cache and one
+    decode session for every contender, not whole-cache snapshots (three more 51.5 GB caches)."""
     settings = BenchSettings(compare=("graph", "fused"), contexts=(4096,), steps=10, warmup=3)
     report = run_bench(CaptureRequest(model="phi-3-mini-4k", device="cuda", dtype="bf16", buckets=BUCKETS), settings)
     memory = report.contexts[0].memory

@@ -1,5 +1,5 @@
-"""Two ranks started by our launcher write what they see of the all-reduce choice and of NVLink
-multicast's switches. Run by tests/distributed/test_all_reduce.py: argv = output folder."""
+"""Two ranks started by our launcher write what they see of the allreduce setting (in the environment,
+and resolved) and of NVLink multicast's switches. Run by tests/distributed/test_all_reduce.py: argv = output folder."""
 
 import json
 import os
@@ -7,14 +7,16 @@ from pathlib import Path
 
 import typer
 
-from accelerate_graph.distributed.all_reduce import KIND_ENV, NO_MULTICAST_ENV
+from accelerate_graph import settings
+from accelerate_graph.distributed.all_reduce import NO_MULTICAST_ENV
 from accelerate_graph.distributed.launch import run_on_ranks
 from cli.errors import guarded
 from cli.tp import classify
 
 
 def rank_body(folder: str) -> None:
-    seen = {name: os.environ.get(name) for name in [KIND_ENV, *NO_MULTICAST_ENV]}
+    seen = {name: os.environ.get(name) for name in [settings.BY_NAME["allreduce"].env, *NO_MULTICAST_ENV]}
+    seen["resolved"] = settings.resolve().allreduce
     Path(folder, f"rank{os.environ['RANK']}.json").write_text(json.dumps(seen))
 
 

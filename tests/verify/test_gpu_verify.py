@@ -1,4 +1,4 @@
-"""The criterion on real CUDA graphs in bf16 (skipped without CUDA; run on the device machine)."""
+"""The criterion on real CUDA graphs in bf16 (skipped without CUDA; run on a GPU machine)."""
 
 import copy
 

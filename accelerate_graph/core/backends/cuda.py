@@ -6,17 +6,17 @@ is replayed at once so the island sees real inputs, and the island runs eagerly 
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
-from accelerate_graph.common.errors import BadOptionError, CaptureError, first_line, is_out_of_memory
+from accelerate_graph.common.errors import CaptureError, first_line, is_out_of_memory
 from accelerate_graph.compat.cuda_driver import prefer_shared_memory
 from accelerate_graph.core.backends.base import CaptureStats, Step
 from accelerate_graph.core.backends.islands import IslandCall, island_hooks
+from accelerate_graph.settings import Settings, current
 
 
 class CudaGraph:
@@ -39,30 +39,16 @@ class CudaGraph:
 
 
 # Every kernel node of a graph above batch 1 asks for the largest shared-memory split (carveout 100): a
-# multiprocessor changes its split between L1 and shared memory only once drained, which PDL's early launch
-# cannot overlap, and these graphs mix kernels asking for 0 to 225 KiB with the driver choosing each one's
-# split. H200, stop 30 (Qwen2.5-0.5B, every op skinny, buckets 1,8,16,32, replay ms): the driver's splits
-# 0.623 / 0.779 / 1.093 / 1.118 at batch 1 / 8 / 16 / 32, one split for all 0.624 / 0.778 / 0.842 / 0.997;
-# batch 1 keeps the driver's (100 there: 0.642, and the 1B's 0.810 -> 0.832). Stop 29's "batch-1 bias" (16
-# and 32 rows as if without PDL once a batch-1 graph was captured after them) was this.
-# CUGRAPH_ACCEL_SMEM_CARVEOUT: "auto" (that), "off" (the driver's everywhere) or a percent for every graph.
-def carveout_policy(text: str) -> Callable[[int], int | None]:
-    """CUGRAPH_ACCEL_SMEM_CARVEOUT as a function of a graph's batch (0: not a decode step) to the carveout
-    its kernel nodes ask for (None: the driver's choice)."""
-    text = text.strip()
-    if text == "auto":
-        return lambda batch: 100 if batch > 1 else None
-    if text == "off":
-        return lambda batch: None
-    if text.isdigit() and int(text) <= 100:
-        return lambda batch: int(text)
-    raise BadOptionError(
-        f"CUGRAPH_ACCEL_SMEM_CARVEOUT={text!r} is not auto, off or a percent from 0 to 100.",
-        "Unset it (auto) or set it to off or a number from 0 to 100.",
-    )
-
-
-carveout_for = carveout_policy(os.environ.get("CUGRAPH_ACCEL_SMEM_CARVEOUT", "auto"))
+# multiprocessor changes its split only once drained, which PDL's early launches cannot overlap (H200,
+# Qwen2.5-0.5B at batch 16: 1.093 -> 0.842 ms a replay); batch 1 is faster with the driver's splits.
+def carveout_for(setting: str, batch: int) -> int | None:
+    """The carveout the kernel nodes of a graph of `batch` (0: not a decode step) ask for under the
+    smem_carveout setting ("auto", "off" or a percent); None: the driver's choice."""
+    if setting == "auto":
+        return 100 if batch > 1 else None
+    if setting == "off":
+        return None
+    return int(setting)
 
 
 def graph_asking(carveout: int | None) -> torch.cuda.CUDAGraph:
@@ -81,7 +67,7 @@ def instantiate_asking(graph: torch.cuda.CUDAGraph, carveout: int | None) -> Non
     except RuntimeError as err:  # a runtime before CUDA 12.4: slower under PDL, not wrong
         warnings.warn(
             f"graphs keep the driver's shared-memory split ({first_line(err)}); "
-            "set CUGRAPH_ACCEL_SMEM_CARVEOUT=off to skip asking.",
+            "set the setting smem_carveout to off to skip asking.",
             stacklevel=3,
         )
     graph.instantiate()
@@ -123,11 +109,8 @@ class _SegmentRecorder:
             self._open = None
 
 
-# One capture stream per device for the whole process. On the H200 a graph captured on any stream but the
-# first side stream that ran work in the process replays slower under PDL: same kernels, less overlap
-# (Qwen2.5-0.5B's fused step 0.625 -> 0.641 ms at batch 1, 0.886 -> 1.005 at batch 8; no difference with
-# PDL off). So bench's fused graphs, captured after the plan's by a second backend, ran slower than
-# `capture --fuse`'s; sharing the stream removed it (0.622 / 0.888; docs/PERF.md, stop 26).
+# One capture stream per device for the whole process: on the H200 a graph captured on any stream but the
+# first side stream that ran work replays slower under PDL (Qwen2.5-0.5B fused, batch 8: 0.886 -> 1.005 ms).
 _CAPTURE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
 
 
@@ -141,9 +124,8 @@ def capture_stream(device: torch.device) -> torch.cuda.Stream:
 
 def claim_capture_stream(device: torch.device) -> None:
     """Run a kernel on the capture stream now, so that it is the process's first side stream to run work
-    (which stop 26's cases say is what replays fast). For processes where another stream would otherwise
-    come first: a tensor-parallel rank, before NCCL's communicators run on their own streams. Prepared
-    with stop 26's evidence from one GPU; not yet measured under --tp."""
+    (what replays fast, above). For processes where another stream would otherwise come first: a
+    tensor-parallel rank, before NCCL's communicators run on their own streams."""
     stream = capture_stream(device)
     with torch.cuda.stream(stream):
         torch.zeros(1, device=device)
@@ -155,8 +137,9 @@ class CudaGraphBackend:
 
     name = "cuda-graph"
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, settings: Settings | None = None):
         self.device = device
+        self.carveout_setting = (settings or current()).smem_carveout
         self.pool = torch.cuda.graph_pool_handle()
         self.stream = capture_stream(device)
 
@@ -175,7 +158,7 @@ class CudaGraphBackend:
         # Capture frees the allocator's cache first, so the difference below is the pool's growth alone.
         torch.cuda.empty_cache()
         reserved_before = torch.cuda.memory_reserved(self.device)
-        recorder = _SegmentRecorder(self.pool, carveout_for(batch))
+        recorder = _SegmentRecorder(self.pool, carveout_for(self.carveout_setting, batch))
         try:
             with torch.cuda.stream(self.stream), torch.no_grad():
                 with island_hooks(islands, recorder.enter_island, recorder.exit_island):
