@@ -18,6 +18,7 @@ from .capture_cmd import capture
 from .errors import DEBUG_ENV
 from .generate_cmd import generate
 from .recipes_cmd import recipes
+from .tune_cmd import tune
 from .verify_cmd import verify
 from .zoo_cmd import zoo
 
@@ -63,5 +64,5 @@ def main(
     # --debug was taken out of the command line (wherever it stood) by DebugAnywhereGroup
 
 
-for command in (capture, verify, bench, generate, recipes, zoo):
+for command in (capture, verify, bench, generate, recipes, zoo, tune):
     app.command(cls=CheckedCommand)(command)
