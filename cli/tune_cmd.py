@@ -59,7 +59,7 @@ def tune_table(report: TuneReport) -> Table:
             f"{result.before_us:.2f}",
             f"{result.chosen_us:.2f}",
             f"{result.inductor_us:.2f}",
-            "yes" if result.written else "no (inductor faster)",
+            "yes" if result.written else "no: inductor's is faster",
             "\n".join(f"{op} {describe(cfg)}" for op, cfg in result.chosen.items()),
         )
     return table
@@ -77,8 +77,9 @@ def tune(
 ) -> None:
     """Sweep the skinny kernels' configs for MODEL's shapes on this GPU and write its tuning table.
 
-    Later runs on a GPU of the same name read the table (the bench header names it). Configs that lose to
-    inductor's kernels and cuBLAS are not written.
+    Later runs on a GPU of the same name read the table (the bench header names it). At batch 1 the fused step
+    runs the skinny kernels for the shapes the table has: there configs that lose to inductor's kernels and
+    cuBLAS are not written.
 
     Examples:
 
@@ -97,5 +98,5 @@ def tune(
     if report.added or report.changed:
         output.line(f"written: {report.path} ({report.added} entries added, {report.changed} changed)")
     else:
-        output.line(f"nothing written to {report.path}: no configs beat inductor's kernels and cuBLAS")
+        output.line(f"nothing new for {report.path}")
     output.emit_json(report.to_dict())

@@ -65,8 +65,7 @@ class Chain:
                 "qkv_bias": rand(qkv_n) if "qkv" in shapes.biases else None,
                 "o": rand(hidden, o_k, scale=o_k**-0.5),
                 "o_bias": rand(hidden) if "o" in shapes.biases else None,
-                "gate": rand(inter, hidden, scale=hidden**-0.5),
-                "up": rand(inter, hidden, scale=hidden**-0.5),
+                "gate_up": rand(2 * inter, hidden, scale=hidden**-0.5),  # gate's rows, then up's
                 "down": rand(hidden, inter, scale=inter**-0.5),
                 "down_bias": rand(hidden) if "down" in shapes.biases else None,
                 "norm1": rand(hidden, scale=0.1) + 1,
@@ -77,8 +76,8 @@ class Chain:
         self.x = rand(rows, hidden)
         self.attention = rand(rows, o_k)  # stands for the attention's output, which o reads
 
-    def run(self, cfgs: dict[str, SkinnyConfig]) -> None:
-        """The chain on the skinny kernels, each op (ORDER's names) at its config in `cfgs`."""
+    def run(self, cfgs: dict[str, SkinnyConfig]) -> torch.Tensor:
+        """The chain on the skinny kernels, each op (ORDER's names) at its config in `cfgs`: the last hidden."""
         from accelerate_graph.fused.kernels import skinny_matmul as sm
 
         eps, h = self.shapes.eps, self.x
@@ -86,41 +85,41 @@ class Chain:
             sm.launch("proj", h, layer["norm1"], eps, "llama", [layer["qkv"]], [layer["qkv_bias"]], cfg=cfgs["qkv"])
             o = [layer["o"]], [layer["o_bias"]]
             h2 = sm.launch("residual", self.attention, None, 0.0, "llama", *o, residual=h, cfg=cfgs["o"])[0]
-            gate_up = [layer["gate"], layer["up"]], [None, None]
+            gate_up = list(layer["gate_up"].chunk(2)), [None, None]
             g = sm.launch("gate_up", h2, layer["norm2"], eps, "llama", *gate_up, cfg=cfgs["gate_up"])[0]
             down = [layer["down"]], [layer["down_bias"]]
             h = sm.launch("residual", g, None, 0.0, "llama", *down, residual=h2, cfg=cfgs["down"])[0]
+        return h
 
     def layer_us(self, cfgs: dict[str, SkinnyConfig]) -> float:
         """Microseconds per layer of the skinny chain at `cfgs`, replayed as one CUDA graph."""
         return graph_us(lambda: self.run(cfgs), self.rows, self.layers_count)
 
+    def torch_chain(self, h: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The same chain as the fused step runs it without the skinny kernels: the norms, SiLU and residual adds
+        in torch (the skinny kernels' references, which round alike), the matmuls F.linear (q/k/v and gate/up one
+        each, as the layer program merges them). Returns the last hidden and every q/k/v projection."""
+        from accelerate_graph.fused.kernels.skinny_matmul import reference_rms_norm
+
+        linear, eps = torch.nn.functional.linear, self.shapes.eps
+        projections = []  # returned, so that inductor keeps every q/k/v matmul (the chain never reads them)
+        for layer in self.layers:
+            projections.append(
+                linear(reference_rms_norm(h, layer["norm1"], eps, "llama"), layer["qkv"], layer["qkv_bias"])
+            )
+            h2 = h + linear(attention, layer["o"], layer["o_bias"])
+            gate, up = linear(reference_rms_norm(h2, layer["norm2"], eps, "llama"), layer["gate_up"]).chunk(2, dim=-1)
+            h = h2 + linear(torch.nn.functional.silu(gate) * up, layer["down"], layer["down_bias"])
+        return h, projections
+
     def inductor_layer_us(self) -> float:
-        """Microseconds per layer of the same chain as the fused step runs it without the skinny kernels: the
-        norms, SiLU and residual adds compiled by inductor with the fused step's settings, cuBLAS for the
-        matmuls (q/k/v and gate/up one matmul each, as the layer program merges them)."""
+        """Microseconds per layer of torch_chain compiled by inductor with the fused step's settings."""
         from accelerate_graph.compat import torch_internals
         from accelerate_graph.fused import layers as fused_layers
         from accelerate_graph.fused.kernels import pdl
-        from accelerate_graph.fused.kernels.skinny_matmul import reference_rms_norm
-
-        F = torch.nn.functional
-        eps = self.shapes.eps
-        merged = [(torch.cat([layer["gate"], layer["up"]]), layer) for layer in self.layers]
-
-        def chain(h, attention):
-            projections = []  # returned, so that inductor keeps every q/k/v matmul (the chain never reads them)
-            for gate_up, layer in merged:
-                projections.append(
-                    F.linear(reference_rms_norm(h, layer["norm1"], eps, "llama"), layer["qkv"], layer["qkv_bias"])
-                )
-                h2 = h + F.linear(attention, layer["o"], layer["o_bias"])
-                gate, up = F.linear(reference_rms_norm(h2, layer["norm2"], eps, "llama"), gate_up).chunk(2, dim=-1)
-                h = h2 + F.linear(F.silu(gate) * up, layer["down"], layer["down_bias"])
-            return h, projections
 
         settings = fused_layers.inductor_settings(pdl.active(self.device), fused_layers.tunes_at(self.shapes.hidden))
         with torch_internals.inductor_config_patched(settings):
-            compiled = torch.compile(chain, fullgraph=True, dynamic=False)
+            compiled = torch.compile(self.torch_chain, fullgraph=True, dynamic=False)
             compiled(self.x, self.attention)  # compiles (and tunes) outside the timed graph
             return graph_us(lambda: compiled(self.x, self.attention), self.rows, self.layers_count)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from accelerate_graph.fused.kernels import configs
 from accelerate_graph.fused.kernels.configs import SkinnyConfig
 from accelerate_graph.tune import grids
-from accelerate_graph.tune.model_shapes import ORDER, LayerShapes
+from accelerate_graph.tune.model_shapes import LayerShapes
 
 MIN_GAIN = 0.005  # relative: below this a timing difference is noise
 
@@ -48,8 +48,9 @@ def descend(
 @dataclasses.dataclass
 class BucketResult:
     """One row bucket: the configs before (the table in use, else the heuristic) and chosen, the chain's
-    microseconds per layer with each and on inductor's kernels and cuBLAS; `written`: whether the chosen
-    configs go into the table (where it has a shape at batch 1, the fused step runs the skinny kernels)."""
+    microseconds per layer with each and on inductor's kernels and cuBLAS. `written`: whether the chosen configs
+    go into the table: at one row only when they beat inductor's (a shape the table has at batch 1 runs the
+    skinny kernels there); above, always (the table gives only the config, layer_program decides where they run)."""
 
     rows: int
     before: dict[str, SkinnyConfig]
@@ -62,10 +63,10 @@ class BucketResult:
 
     @property
     def written(self) -> bool:
-        return self.chosen_us < self.inductor_us
+        return self.rows > 1 or self.chosen_us < self.inductor_us
 
     def entries(self) -> dict[str, SkinnyConfig]:
-        return {self.keys[op]: self.chosen[op] for op in ORDER} if self.written else {}
+        return {self.keys[op]: cfg for op, cfg in self.chosen.items()} if self.written else {}
 
 
 def table_configs(shapes: LayerShapes, rows: int, sms: int) -> dict[str, SkinnyConfig]:
