@@ -77,9 +77,9 @@ def tune(
 ) -> None:
     """Sweep the skinny kernels' configs for MODEL's shapes on this GPU and write its tuning table.
 
-    Later runs on a GPU of the same name read the table (the bench header names it). At batch 1 the fused step
-    runs the skinny kernels for the shapes the table has: there configs that lose to inductor's kernels and
-    cuBLAS are not written.
+    Later runs on a GPU of this name read it; the bench header names the table that served.
+
+    At batch 1 only configs that beat inductor's kernels and cuBLAS are written.
 
     Examples:
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -109,13 +110,15 @@ def run_tune(
     say(f"{name}: {model}, row buckets {','.join(map(str, buckets))}, {budget_s:g} s of trials")
     results = []
     start = time.monotonic()
-    for index, rows in enumerate(buckets):
-        share = (budget_s - (time.monotonic() - start)) / (len(buckets) - index)
-        chain = Chain(shapes, rows, device)
-        say(f"{rows} row(s): {chain.layers_count} layers in the chain")
-        results.append(tune_bucket(chain, sms, time.monotonic() + max(0.0, share)))
-        del chain
-        torch.cuda.empty_cache()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="no tuning table")  # what this run is making
+        for index, rows in enumerate(buckets):
+            share = (budget_s - (time.monotonic() - start)) / (len(buckets) - index)
+            chain = Chain(shapes, rows, device)
+            say(f"{rows} row(s): {chain.layers_count} layers in the chain")
+            results.append(tune_bucket(chain, sms, time.monotonic() + max(0.0, share)))
+            del chain
+            torch.cuda.empty_cache()
     report = TuneReport(name, shapes, results, path)
     chosen = {key: cfg for result in results for key, cfg in result.entries().items()}
     if chosen:

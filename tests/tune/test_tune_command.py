@@ -55,6 +55,13 @@ def test_tune_refuses_on_the_cpu_in_one_line():
     assert "CUDA GPU" in line
 
 
+def test_the_help_states_the_default_budget_without_importing_torch():
+    from accelerate_graph.tune.run import DEFAULT_BUDGET_S
+    from cli.tune_cmd import DEFAULT_BUDGET_S as SHOWN
+
+    assert SHOWN == DEFAULT_BUDGET_S
+
+
 def test_tune_refuses_buckets_the_table_does_not_keep():
     line = one_error_line(invoke("tune", "tiny", "--buckets", "1,4"), USAGE_EXIT)
     assert "1,8,16,32" in line
