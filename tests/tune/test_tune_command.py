@@ -95,3 +95,9 @@ def test_tune_writes_the_table_a_second_process_reads(tiny_model_dir, tmp_path):
     )  # fmt: skip
     assert read_back.returncode == 0, read_back.stderr
     assert json.loads(read_back.stdout.splitlines()[-1])["path"] == str(path)
+
+
+def test_tunes_help_shows_examples_and_the_json_option():
+    result = invoke("tune", "--help")
+    assert result.exit_code == 0 and "Examples" in result.stdout and "cugraph-accel tune" in result.stdout
+    assert "--json" in result.stdout and "--budget-s" in result.stdout and "--out" in result.stdout
