@@ -76,6 +76,18 @@ def gpu_at_hand() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
+def _announcer(rows: int, say: Callable[[str], None]) -> Callable:
+    """A sweep's trial callback that says when it starts on an op's grid (a long sweep is not silent)."""
+    last: list[str] = []
+
+    def heard(op: str, cfg, took) -> None:
+        if last != [op]:
+            last[:] = [op]
+            say(f"{rows} row(s): trying {op}'s configs")
+
+    return heard
+
+
 def swept_with() -> dict[str, str]:
     import triton
 
@@ -116,7 +128,7 @@ def run_tune(
             share = (budget_s - (time.monotonic() - start)) / (len(buckets) - index)
             chain = Chain(shapes, rows, device)
             say(f"{rows} row(s): {chain.layers_count} layers in the chain")
-            results.append(tune_bucket(chain, sms, time.monotonic() + max(0.0, share)))
+            results.append(tune_bucket(chain, sms, time.monotonic() + max(0.0, share), _announcer(rows, say)))
             del chain
             torch.cuda.empty_cache()
     report = TuneReport(name, shapes, results, path)
