@@ -124,9 +124,11 @@ def test_the_lookup_traces_under_dynamo_without_a_graph_break():
         return x - 1
 
     torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, backend="eager")
     try:
         with configs.use_device("Test GPU"):
-            got = torch.compile(step, fullgraph=True, backend="eager")(torch.zeros(2))
+            assert compiled(torch.zeros(2)).tolist() == [8.0, 8.0]
+        with pytest.warns(UserWarning, match="no tuning table"), configs.use_device("Other GPU"):
+            assert compiled(torch.zeros(2)).tolist() == [-1.0, -1.0]  # another name: traced again, not reused
     finally:
         torch._dynamo.reset()
-    assert got.tolist() == [8.0, 8.0]

@@ -125,8 +125,8 @@ NO_TABLE_WARNING = (
     "no tuning table for {device}: the fused step uses inductor's kernels; run `cugraph-accel tune MODEL` to make one"
 )
 
-# Plain dicts, read outside tracing (a file stat under dynamo breaks a compiled layer): _device_name loads a
-# device's table as a side effect, and dynamo runs it as a constant (torch.compiler.assume_constant_result).
+# Plain dicts and lists, filled outside tracing (a file stat under dynamo breaks a compiled layer): use_device
+# reads the tables on entry, _cuda_device_name as a constant dynamo runs while tracing.
 _NAMES: dict[int, str] = {}  # CUDA device index -> its name
 _TABLES: dict[str, tuple[dict[str, SkinnyConfig], TableInUse]] = {}  # device name -> entries, which table
 _NAMED: list[str] = []  # use_device's names, innermost last
@@ -148,34 +148,44 @@ def _load(device_name: str) -> None:
     _TABLES[device_name] = (entries, found)
 
 
+def _notice(device_name: str) -> None:
+    """`device_name`'s tables read, and a device without one told so (once a process)."""
+    _load(device_name)
+    if _TABLES[device_name][1].origin == "none" and device_name not in _WARNED:
+        _WARNED.add(device_name)
+        warnings.warn(NO_TABLE_WARNING.format(device=device_name), stacklevel=5)
+
+
 @torch.compiler.assume_constant_result
-def _device_name() -> str:
-    """The name whose tables serve now ("" on the CPU without use_device), its table loaded."""
-    if _NAMED:
-        name = _NAMED[-1]
-    elif torch.cuda.is_available():
-        index = torch.cuda.current_device()
-        if index not in _NAMES:
-            _NAMES[index] = torch.cuda.get_device_name(index)
-        name = _NAMES[index]
-    else:
+def _cuda_device_name() -> str:
+    """The current CUDA device's name ("" without CUDA), its tables read: a constant to dynamo, which runs it
+    while tracing (the device of a process does not change under a compiled layer)."""
+    if not torch.cuda.is_available():
         return ""
-    _load(name)
-    if _TABLES[name][1].origin == "none" and name not in _WARNED:
-        _WARNED.add(name)
-        warnings.warn(NO_TABLE_WARNING.format(device=name), stacklevel=4)
-    return name
+    index = torch.cuda.current_device()
+    if index not in _NAMES:
+        _NAMES[index] = torch.cuda.get_device_name(index)
+    _notice(_NAMES[index])
+    return _NAMES[index]
 
 
 def _entries() -> dict[str, SkinnyConfig]:
-    name = _device_name()
+    if _NAMED:  # use_device read the tables on entry; dynamo guards on the name
+        name = _NAMED[-1]
+        if name not in _TABLES:  # forget_tables inside use_device
+            _notice(name)
+    else:
+        name = _cuda_device_name()
     return _TABLES[name][0] if name else _NO_ENTRIES
 
 
 def table_in_use(device_name: str | None = None) -> TableInUse:
     """Which table serves `device_name` (default: the current device, or use_device's name): for the bench
     header and --json results."""
-    name = _device_name() if device_name is None else device_name
+    if device_name is not None:
+        name = device_name
+    else:
+        name = _NAMED[-1] if _NAMED else _cuda_device_name()
     if not name:
         return TableInUse("", "none")
     _load(name)
@@ -185,6 +195,7 @@ def table_in_use(device_name: str | None = None) -> TableInUse:
 @contextlib.contextmanager
 def use_device(device_name: str) -> Iterator[None]:
     """The tables of `device_name` serve for the duration, whatever device runs (the CPU: the tests)."""
+    _notice(device_name)
     _NAMED.append(device_name)
     try:
         yield
