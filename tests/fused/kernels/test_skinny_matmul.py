@@ -394,12 +394,16 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
     qkv = (text.num_attention_heads + 2 * text.num_key_value_heads) * head_dim
     swept = {("proj", (qkv,), hidden), ("residual", (hidden,), hidden), ("gate_up", (inter,), hidden)}
     swept.add(("residual", (hidden,), inter))
-    table = tmp_path / "table.json"
-    configs.write_table({configs.table_key(op, 1, ns, k): SkinnyConfig(8, 64) for op, ns, k in swept}, table, "test")
+    from accelerate_graph.tune.table import merge_into
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    entries = {configs.table_key(op, 1, ns, k): SkinnyConfig(8, 64) for op, ns, k in swept}
+    merge_into(configs.user_table_path("Test GPU"), entries, "Test GPU", {})
+    configs.forget_tables()
+    table, missing = "Test GPU", "GPU without a table"  # the device names whose tables serve
     assert [batch for batch, _ in cases] == [2, 1]
     all_four = [("proj", 1), ("residual", 1), ("gate_up", 1), ("residual", 1)] * layers
     at_two = [("proj", 2), ("residual", 2), ("gate_up", 2), ("residual", 2)] * layers
-    missing = tmp_path / "missing.json"
     NONE, EVERY = frozenset(), frozenset(layer_program.SKINNY_OPS)
     regimes = [  # (SKINNY_AT_BATCH_1, SKINNY_ABOVE_BATCH_1, table, launches)
         ("auto", NONE, missing, []),
@@ -411,17 +415,18 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
         ("0", frozenset({"residual"}), table, [("residual", 2), ("residual", 2)] * layers),
         ("0", None, table, []),  # the default: this model's o and down are not among the shapes that won
     ]
-    for mode, above, table_path, want in regimes:
+    for mode, above, device_name, want in regimes:
         launches.clear()
         monkeypatch.setattr(layer_program, "SKINNY_AT_BATCH_1", mode)
         monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", above)
-        monkeypatch.setattr(configs, "TABLE_PATH", table_path)
-        decodes_like_hf(model, session, prompt, cases, expected)
-        assert launches == want, (mode, above, table_path.name)
-        every = {op: layer_program.EVERY_ROW for op in above or ()}
-        assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == every
-        at_one = any(rows == 1 for _, rows in want)
-        assert layer_program.layer_at_batch_1_is_skinny(model.model.layers[0]) == at_one  # what notes say
+        with configs.use_device(device_name):
+            decodes_like_hf(model, session, prompt, cases, expected)
+            assert launches == want, (mode, above, device_name)
+            every = {op: layer_program.EVERY_ROW for op in above or ()}
+            assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == every
+            at_one = any(rows == 1 for _, rows in want)
+            assert layer_program.layer_at_batch_1_is_skinny(model.model.layers[0]) == at_one  # what notes say
+    configs.forget_tables()
     # the default at shapes that won in a step, up to their rows: o and down at 2 rows, nothing else
     monkeypatch.setattr(layer_program, "SKINNY_ABOVE_BATCH_1", None)
     won = {("residual", hidden, hidden): 4, ("residual", hidden, inter): 4}
