@@ -19,6 +19,7 @@ from .errors import DEBUG_ENV
 from .generate_cmd import generate
 from .recipes_cmd import recipes
 from .settings_cmd import settings
+from .tune_cmd import tune
 from .verify_cmd import verify
 from .zoo_cmd import zoo
 
@@ -66,5 +67,5 @@ def main(
     # --debug was taken out of the command line (wherever it stood) by DebugAnywhereGroup
 
 
-for command in (capture, verify, bench, generate, recipes, settings, zoo):
+for command in (capture, verify, bench, generate, recipes, settings, tune, zoo):
     app.command(cls=CheckedCommand)(command)

@@ -7,6 +7,7 @@ import subprocess
 import torch
 
 from accelerate_graph.common.environment import environment_info
+from accelerate_graph.fused.kernels.configs import table_in_use
 
 UNKNOWN = "unknown"
 
@@ -39,6 +40,7 @@ def bench_environment(device: torch.device) -> dict:
     info["device"] = str(device)
     if device.type == "cuda":
         info["gpu_memory_bytes"] = torch.cuda.get_device_properties(device).total_memory
+        info["tuning_table"] = table_in_use(torch.cuda.get_device_name(device)).as_dict()
     info["sm_clock_mhz_start"] = sm_clock_mhz(device)
     info["sm_clock_mhz_end"] = UNKNOWN
     return info

@@ -1,14 +1,29 @@
-"""Launch configs of the skinny matmuls: a table per (op, row bucket, output sizes, K), written by
-benchmarks/kernel_sweep.py on a GPU into skinny_configs.json, and a heuristic for shapes it lacks."""
+"""Launch configs of the skinny matmuls: a tuning table per GPU, keyed by (op, row bucket, output sizes, K), and
+a heuristic for shapes a table lacks.
+
+Configs are the GPU's: the tables of the current CUDA device's name serve, the user's (written by `cugraph-accel
+tune MODEL` under $XDG_CACHE_HOME/cugraph-accel/tuning/) entries over those of the one shipped in tables/. A GPU
+with neither has no table: `in_table` is False everywhere, so the fused step runs inductor's kernels and cuBLAS,
+and one warning says how to make a table. On the CPU (the Triton interpreter) no device has a name: `use_device`
+names one, so that its tables serve."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import json
+import os
+import re
+import warnings
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-TABLE_PATH = Path(__file__).with_name("skinny_configs.json")
+import torch
+
+from accelerate_graph.common.errors import CugraphAccelError
+
+SHIPPED_DIR = Path(__file__).with_name("tables")
+TABLE_PREFIX = "skinny-"
 M_BUCKETS = (1, 8, 16, 32)  # the sweep's row counts; a call takes the smallest bucket >= its rows
 OPS = ("proj", "residual", "gate_up")
 DEFAULT_SMS = 132  # H200's multiprocessors: what CPU (interpreter) calls assume
@@ -46,47 +61,162 @@ def table_key(op: str, bucket: int, ns: tuple[int, ...], k: int) -> str:
     return f"{op}|m{bucket}|n{'+'.join(str(n) for n in ns)}|k{k}"
 
 
+class TableError(CugraphAccelError):
+    """A tuning table that cannot be read."""
+
+
+def table_file_name(device_name: str) -> str:
+    """`skinny-<device>.json`, the device name as torch reports it with spaces (and anything unsafe in a file
+    name) as `_`: `skinny-NVIDIA_H200.json`."""
+    return TABLE_PREFIX + re.sub(r"[^A-Za-z0-9._-]", "_", device_name.strip()) + ".json"
+
+
+def user_tables_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where `cugraph-accel tune` writes: $XDG_CACHE_HOME/cugraph-accel/tuning (default ~/.cache)."""
+    cache = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache).expanduser() / "cugraph-accel" / "tuning"
+
+
+def user_table_path(device_name: str, environ: Mapping[str, str] = os.environ) -> Path:
+    return user_tables_dir(environ) / table_file_name(device_name)
+
+
+def shipped_table_path(device_name: str) -> Path:
+    return SHIPPED_DIR / table_file_name(device_name)
+
+
 def read_table(path: Path) -> dict[str, SkinnyConfig]:
+    """The entries of the table at `path` ({} when there is none)."""
     if not path.exists():
         return {}
-    entries = json.loads(path.read_text(encoding="utf-8")).get("entries", {})
-    return {key: SkinnyConfig(**fields) for key, fields in entries.items()}
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8")).get("entries", {})
+        return {key: SkinnyConfig(**fields) for key, fields in entries.items()}
+    except (OSError, ValueError, TypeError, AttributeError) as err:
+        raise TableError(
+            f"the tuning table {path} cannot be read ({str(err).splitlines()[0][:120]}).",
+            "Delete it, or run `cugraph-accel tune MODEL --force` to write a new one.",
+        ) from err
 
 
-# Each table read once. A plain dict, not functools.cache: dynamo traces the lookup inside a compiled layer
-# without a warning, and the shipped table is read here, at import, not under tracing (a file stat breaks it).
-_TABLES: dict[Path, dict[str, SkinnyConfig]] = {TABLE_PATH: read_table(TABLE_PATH)}
+@dataclasses.dataclass(frozen=True)
+class TableInUse:
+    """Which table serves a device: origin "user" (its entries over the shipped table's, `shipped`, if there is
+    one), "shipped" or "none" (then `path` is None)."""
+
+    device: str
+    origin: str
+    path: Path | None = None
+    shipped: Path | None = None
+
+    def as_dict(self) -> dict:
+        paths = {"path": self.path, "shipped": self.shipped}
+        return {"device": self.device, "origin": self.origin} | {k: str(v) if v else None for k, v in paths.items()}
+
+    def describe(self) -> str:
+        if self.path is None:
+            where = f"for {self.device}" if self.device else "for the CPU"
+            return f"none {where}: the fused step uses inductor's kernels"
+        over = f", over the shipped {self.shipped.name}" if self.shipped else ""
+        return f"{self.origin} {self.path}{over}"
 
 
-def _table(path: Path) -> dict[str, SkinnyConfig]:
-    if path not in _TABLES:
-        _TABLES[path] = read_table(path)
-    return _TABLES[path]
+NO_TABLE_WARNING = (
+    "no tuning table for {device}: the fused step uses inductor's kernels; run `cugraph-accel tune MODEL` to make one"
+)
+
+# Plain dicts and lists, filled outside tracing (a file stat under dynamo breaks a compiled layer): use_device
+# reads the tables on entry, _cuda_device_name as a constant dynamo runs while tracing.
+_NAMES: dict[int, str] = {}  # CUDA device index -> its name
+_TABLES: dict[str, tuple[dict[str, SkinnyConfig], TableInUse]] = {}  # device name -> entries, which table
+_NAMED: list[str] = []  # use_device's names, innermost last
+_WARNED: set[str] = set()  # devices told they have no table: once a process
+_NO_ENTRIES: dict[str, SkinnyConfig] = {}
+
+
+def _load(device_name: str) -> None:
+    if device_name in _TABLES:
+        return
+    user, shipped = user_table_path(device_name), shipped_table_path(device_name)
+    entries = {**read_table(shipped), **read_table(user)}  # the user's entries over the shipped ones
+    if user.exists():
+        found = TableInUse(device_name, "user", user, shipped if shipped.exists() else None)
+    elif shipped.exists():
+        found = TableInUse(device_name, "shipped", shipped)
+    else:
+        found = TableInUse(device_name, "none")
+    _TABLES[device_name] = (entries, found)
+
+
+def _notice(device_name: str) -> None:
+    """`device_name`'s tables read, and a device without one told so (once a process)."""
+    _load(device_name)
+    if _TABLES[device_name][1].origin == "none" and device_name not in _WARNED:
+        _WARNED.add(device_name)
+        warnings.warn(NO_TABLE_WARNING.format(device=device_name), stacklevel=5)
+
+
+@torch.compiler.assume_constant_result
+def _cuda_device_name() -> str:
+    """The current CUDA device's name ("" without CUDA), its tables read: a constant to dynamo, which runs it
+    while tracing (the device of a process does not change under a compiled layer)."""
+    if not torch.cuda.is_available():
+        return ""
+    index = torch.cuda.current_device()
+    if index not in _NAMES:
+        _NAMES[index] = torch.cuda.get_device_name(index)
+    _notice(_NAMES[index])
+    return _NAMES[index]
+
+
+def _entries() -> dict[str, SkinnyConfig]:
+    if _NAMED:  # use_device read the tables on entry; dynamo guards on the name
+        name = _NAMED[-1]
+        if name not in _TABLES:  # forget_tables inside use_device
+            _notice(name)
+    else:
+        name = _cuda_device_name()
+    return _TABLES[name][0] if name else _NO_ENTRIES
+
+
+def table_in_use(device_name: str | None = None) -> TableInUse:
+    """Which table serves `device_name` (default: the current device, or use_device's name): for the bench
+    header and --json results."""
+    if device_name is not None:
+        name = device_name
+    else:
+        name = _NAMED[-1] if _NAMED else _cuda_device_name()
+    if not name:
+        return TableInUse("", "none")
+    _load(name)
+    return _TABLES[name][1]
 
 
 @contextlib.contextmanager
-def entries_replaced(entries: dict[str, SkinnyConfig]):
-    """The shipped table read with `entries` in it, for the duration: benchmarks/whole_step_sweep.py tries
-    configs in a captured step (the opaque op under PDL reads its config when it runs, so a capture after
-    this takes them; a compiled triton_op kept the configs it was traced with)."""
-    table = _table(TABLE_PATH)
-    saved = dict(table)
-    table.update(entries)
+def use_device(device_name: str) -> Iterator[None]:
+    """The tables of `device_name` serve for the duration, whatever device runs (the CPU: the tests)."""
+    _notice(device_name)
+    _NAMED.append(device_name)
     try:
         yield
     finally:
-        table.clear()
-        table.update(saved)
+        _NAMED.pop()
+
+
+def forget_tables() -> None:
+    """Read the tables again at the next lookup (after `tune` wrote one, or the cache folder changed). A layer
+    compiled before keeps the decisions it was traced with."""
+    _TABLES.clear()
 
 
 def in_table(op: str, m, ns: tuple[int, ...], k: int) -> bool:
     """Whether the table has a config swept for this shape (else config_for falls back to the heuristic)."""
-    return table_key(op, m_bucket(m), ns, k) in _table(TABLE_PATH)
+    return table_key(op, m_bucket(m), ns, k) in _entries()
 
 
 def config_for(op: str, m, ns: tuple[int, ...], k: int, sms: int = DEFAULT_SMS) -> SkinnyConfig:
     """The table's config for this shape, else the heuristic's."""
-    found = _table(TABLE_PATH).get(table_key(op, m_bucket(m), ns, k))
+    found = _entries().get(table_key(op, m_bucket(m), ns, k))
     return found if found is not None else heuristic(op, m, ns, k, sms)
 
 
@@ -106,14 +236,3 @@ def heuristic(op: str, m, ns: tuple[int, ...], k: int, sms: int = DEFAULT_SMS) -
             block_n = candidate
             break
     return SkinnyConfig(block_n, block_k, num_warps=4, num_stages=4 if dot else 2, dot=dot, swap=dot)
-
-
-def write_table(
-    entries: dict[str, SkinnyConfig], path: Path, device: str, written_by: str = "benchmarks/kernel_sweep.py"
-) -> None:
-    body = {
-        "device": device,
-        "written_by": written_by,
-        "entries": {key: dataclasses.asdict(cfg) for key, cfg in sorted(entries.items())},
-    }
-    path.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")

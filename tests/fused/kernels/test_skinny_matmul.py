@@ -376,14 +376,18 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
     qkv = (text.num_attention_heads + 2 * text.num_key_value_heads) * head_dim
     swept = {("proj", (qkv,), hidden), ("residual", (hidden,), hidden), ("gate_up", (inter,), hidden)}
     swept.add(("residual", (hidden,), inter))
-    table = tmp_path / "table.json"
-    configs.write_table({configs.table_key(op, 1, ns, k): SkinnyConfig(8, 64) for op, ns, k in swept}, table, "test")
+    from accelerate_graph.tune.table import merge_into
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    entries = {configs.table_key(op, 1, ns, k): SkinnyConfig(8, 64) for op, ns, k in swept}
+    merge_into(configs.user_table_path("Test GPU"), entries, "Test GPU", {})
+    configs.forget_tables()
+    table, missing = "Test GPU", "GPU without a table"  # the device names whose tables serve
     assert [batch for batch, _ in cases] == [2, 1]
     all_four = [("proj", 1), ("residual", 1), ("gate_up", 1), ("residual", 1)] * layers
     at_two = [("proj", 2), ("residual", 2), ("gate_up", 2), ("residual", 2)] * layers
-    missing = tmp_path / "missing.json"
     every_op = ",".join(layer_program.SKINNY_OPS)
-    regimes = [  # (skinny_batch_1, skinny_batches, table, launches)
+    regimes = [  # (skinny_batch_1, skinny_batches, the device whose table serves, launches)
         ("auto", "off", missing, []),
         ("auto", "off", table, all_four),
         ("on", "off", missing, all_four),
@@ -393,17 +397,20 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
         ("off", "residual", table, [("residual", 2), ("residual", 2)] * layers),
         ("off", "auto", table, []),  # the default: this model's o and down are not among the shapes that won
     ]
-    for at_one_setting, above, table_path, want in regimes:
+    for at_one_setting, above, device_name, want in regimes:
         launches.clear()
-        monkeypatch.setattr(configs, "TABLE_PATH", table_path)
-        with settings.use(settings.DEFAULTS.replace(skinny_batch_1=at_one_setting, skinny_batches=above)):
+        with (
+            configs.use_device(device_name),
+            settings.use(settings.DEFAULTS.replace(skinny_batch_1=at_one_setting, skinny_batches=above)),
+        ):
             decodes_like_hf(model, session, prompt, cases, expected)
-            assert launches == want, (at_one_setting, above, table_path.name)
+            assert launches == want, (at_one_setting, above, device_name)
             named = {"on": every_op, "off": "", "auto": ""}.get(above, above)
             every = {op: layer_program.EVERY_ROW for op in named.split(",") if op}
             assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == every
             at_one = any(rows == 1 for _, rows in want)
             assert layer_program.layer_at_batch_1_is_skinny(model.model.layers[0]) == at_one  # what notes say
+    configs.forget_tables()
     # the default at shapes that won in a step, up to their rows: o and down at 2 rows, nothing else
     won = {("residual", hidden, hidden): 4, ("residual", hidden, inter): 4}
     with settings.use(settings.DEFAULTS.replace(skinny_batch_1="off", skinny_batches="auto")):
@@ -501,14 +508,21 @@ def test_block_rows_and_buckets():
 
 
 def test_table_round_trip_and_lookup(tmp_path, monkeypatch):
-    path = tmp_path / "t.json"
+    from accelerate_graph.tune.table import merge_into
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     key = configs.table_key("residual", 8, (4096,), 14336)
     cfg = SkinnyConfig(32, 256, num_warps=8, num_stages=4, split_k=2, dot=True)
-    configs.write_table({key: cfg}, path, "test")
-    assert configs._table(path) == {key: cfg}
-    monkeypatch.setattr(configs, "TABLE_PATH", path)
-    assert configs.config_for("residual", 5, (4096,), 14336) == cfg  # 5 rows: bucket 8
-    assert configs.config_for("residual", 9, (4096,), 14336) == configs.heuristic("residual", 9, (4096,), 14336)
+    merge_into(configs.user_table_path("Test GPU"), {key: cfg}, "Test GPU", {})
+    assert configs.read_table(configs.user_table_path("Test GPU")) == {key: cfg}
+    configs.forget_tables()
+    try:
+        with configs.use_device("Test GPU"):
+            assert configs.config_for("residual", 5, (4096,), 14336) == cfg  # 5 rows: bucket 8
+            heuristic = configs.heuristic("residual", 9, (4096,), 14336)
+            assert configs.config_for("residual", 9, (4096,), 14336) == heuristic
+    finally:
+        configs.forget_tables()
 
 
 def test_heuristic_gives_every_multiprocessor_a_program_on_8b_shapes():
@@ -791,10 +805,11 @@ def test_the_kernel_choices_trace_inside_a_compiled_layer_without_a_break(monkey
 
     torch._dynamo.reset()
     compiled = torch.compile(choices, backend="eager", fullgraph=True)
-    with settings.use(settings.DEFAULTS):
-        assert compiled(torch.zeros(1)).item() == 3
-    with settings.use(settings.DEFAULTS.replace(pdl=False, skinny_batch_1="off", skinny_batches="gate_up")):
-        assert compiled(torch.zeros(1)).item() == 4
+    with configs.use_device("NVIDIA H200"):  # the shipped table, which has the 8B's q/k/v at batch 1
+        with settings.use(settings.DEFAULTS):
+            assert compiled(torch.zeros(1)).item() == 3
+        with settings.use(settings.DEFAULTS.replace(pdl=False, skinny_batch_1="off", skinny_batches="gate_up")):
+            assert compiled(torch.zeros(1)).item() == 4
 
 
 @pytest.mark.cuda

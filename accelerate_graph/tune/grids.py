@@ -1,0 +1,102 @@
+"""The configs `tune` tries for one op: the kinds that won somewhere on the H200 (one row: multiply-and-sum
+tiles, with and without the next K block loaded ahead; more rows: tensor-core tiles, narrow ones first)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from accelerate_graph.fused.kernels.configs import DEFAULT_SMS, SkinnyConfig
+
+
+def wide_one_row_grid(k: int) -> list[SkinnyConfig]:
+    """One row (a GEMV): blocks of 8-64 outputs over K blocks of 128-1,024 (4 or 8 warps), and inductor's
+    kind of GEMV config, 1-4 outputs over K blocks of 1,024-4,096 (4-16 warps); the float32 tile
+    [BLOCK_N, BLOCK_K] 8 to 64 values a thread; split-K 2 and 4 for long reductions."""
+    shapes = [(n, bk, w, s) for n in (8, 16, 32, 64) for bk in (128, 256, 512, 1024) for w in (4, 8) for s in (2, 4)]
+    shapes += [(n, bk, w, s) for n in (1, 2, 4) for bk in (1024, 2048, 4096) for w in (4, 8, 16) for s in (1, 2)]
+    out = [SkinnyConfig(n, bk, w, s) for n, bk, w, s in shapes if 8 * 32 * w <= n * bk <= 64 * 32 * w]
+    if k >= 8192:
+        out += [SkinnyConfig(16, 512, 4, s, split_k=split) for split in (2, 4) for s in (2, 3)]
+    return out
+
+
+def lookahead_one_row_grid(k: int) -> list[SkinnyConfig]:
+    """One row with the next K block loaded ahead (SkinnyConfig.lookahead): wide_one_row_grid's tiles that
+    walk K in two blocks or more and hold at most 32 values a thread (two blocks live in registers), one
+    num_stages each (Triton does not pipeline these loops: the stages change nothing)."""
+    seen, out = set(), []
+    for cfg in wide_one_row_grid(k):
+        tile = (cfg.block_n, cfg.block_k, cfg.num_warps, cfg.split_k)
+        per_split = -(-k // cfg.split_k)
+        if tile in seen or cfg.block_n * cfg.block_k > 32 * 32 * cfg.num_warps or per_split < 2 * cfg.block_k:
+            continue
+        seen.add(tile)
+        out.append(dataclasses.replace(cfg, lookahead=True))
+    return out
+
+
+def swapped_rows_grid() -> list[SkinnyConfig]:
+    """More than one row, the weights on the MMA's long side (`swap`, cuBLAS's 128x8 and 64x8 tiles): blocks of
+    32-128 outputs, K blocks of 64-256, deep pipelines, split-K 2 and 4."""
+    shapes = [(64, 128, 4, 4), (64, 128, 4, 6), (64, 256, 4, 3), (128, 64, 4, 6), (128, 128, 4, 4)]
+    shapes += [(128, 128, 8, 4), (128, 64, 8, 8), (32, 256, 4, 4)]
+    out = [SkinnyConfig(n, bk, w, s, dot=True, swap=True) for n, bk, w, s in shapes]
+    out += [
+        SkinnyConfig(n, bk, 4, 4, split_k=x, dot=True, swap=True) for n, bk in ((64, 128), (128, 128)) for x in (2, 4)
+    ]
+    return out
+
+
+def plain_rows_grid(k: int) -> list[SkinnyConfig]:
+    """More than one row on tensor cores (rows padded to 16): blocks of 16-128 outputs over K blocks of 64-256,
+    4 or 8 warps, 3 or 4 stages; split-K 2 and 4 for long reductions."""
+    out = [
+        SkinnyConfig(n, bk, w, s, dot=True)
+        for n in (16, 32, 64, 128)
+        for bk in (64, 128, 256)
+        for w in (4, 8)
+        for s in (3, 4)
+        if n * bk <= 16384
+    ]
+    if k >= 8192:
+        out += [SkinnyConfig(n, 256, 4, 3, split_k=split, dot=True) for n in (32, 64) for split in (2, 4)]
+    return out
+
+
+def programs(n: int, block_n: int, split: int) -> int:
+    """Programs a launch of `n` outputs runs per block of rows: blocks of N times slices of K."""
+    return -(-n // block_n) * split
+
+
+def narrow_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
+    """More than one row in narrow tiles, for shapes whose wide tiles leave most multiprocessors idle (few
+    outputs, a long K): blocks of 16-64 outputs, swapped or not, cut in K too (split-K up to 4, 8 from a K of
+    4,096), those that give the most programs first, at least a third of the multiprocessors busy."""
+    out = []
+    for block_n in (16, 32, 64):
+        for block_k in (64, 128, 256):
+            for split in (1, 2, 4, 8) if k >= 4096 else (1, 2, 4):
+                if split * block_k > k or programs(n, block_n, split) < sms // 3:
+                    continue
+                for swap in (True, False):
+                    out.append(SkinnyConfig(block_n, block_k, 4, 4, split_k=split, dot=True, swap=swap))
+    return sorted(out, key=lambda c: -programs(n, c.block_n, c.split_k))
+
+
+def grid(rows: int, n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
+    """What `tune` tries for an op of `n` outputs over `k` at `rows` rows, the likeliest first (the budget cuts
+    the end): one row, the lookahead tiles then the others; more rows, the narrow tiles, then the swapped,
+    then the plain tensor-core tiles."""
+    if rows == 1:
+        ordered = lookahead_one_row_grid(k) + wide_one_row_grid(k)
+    else:
+        ordered = narrow_rows_grid(n, k, sms) + swapped_rows_grid() + plain_rows_grid(k)
+    return list(dict.fromkeys(ordered))
+
+
+def describe(cfg: SkinnyConfig) -> str:
+    """One short line: "n64 k128 w4 s4 x1 swap", "n16 k256 w4 s2 x1 fma ahead"."""
+    kind = ("swap" if cfg.swap else "dot") if cfg.dot else "fma"
+    return f"n{cfg.block_n} k{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} x{cfg.split_k} {kind}" + (
+        " ahead" if cfg.lookahead else ""
+    )

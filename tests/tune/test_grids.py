@@ -1,0 +1,61 @@
+"""The configs `tune` tries: the kinds that won somewhere, the likeliest first."""
+
+from __future__ import annotations
+
+import pytest
+
+from accelerate_graph.fused.kernels import configs
+from accelerate_graph.tune import grids
+
+
+@pytest.mark.parametrize("k", [896, 2048, 8192])
+def test_the_lookahead_grid_holds_two_blocks_in_registers_and_walks_k(k):
+    grid = grids.lookahead_one_row_grid(k)
+    assert grid and len(set(grid)) == len(grid)
+    for cfg in grid:
+        assert cfg.lookahead and not cfg.dot
+        assert cfg.block_n * cfg.block_k <= 32 * 32 * cfg.num_warps  # values a thread, per block
+        assert -(-k // cfg.split_k) >= 2 * cfg.block_k  # a next block to load ahead
+
+
+@pytest.mark.parametrize("n, k", [(896, 896), (2048, 2048), (1152, 896), (896, 4864), (4864, 896)])
+def test_the_narrow_grid_gives_a_third_of_the_multiprocessors_work_most_programs_first(n, k):
+    grid = grids.narrow_rows_grid(n, k, sms=132)
+    programs = [-(-n // c.block_n) * c.split_k for c in grid]
+    assert grid and len(set(grid)) == len(grid)
+    assert min(programs) >= 132 // 3 and programs == sorted(programs, reverse=True)
+    assert all(c.dot and c.split_k * c.block_k <= k for c in grid)
+    assert {c.swap for c in grid} == {True, False} and max(c.split_k for c in grid) == (8 if k >= 4096 else 4)
+
+
+def test_one_row_tries_the_lookahead_tiles_first_then_the_others():
+    grid = grids.grid(1, 4864, 896)
+    ahead = [c.lookahead for c in grid]
+    assert ahead[0] and not ahead[-1] and ahead == sorted(ahead, reverse=True)
+    assert not any(c.dot for c in grid) and len(set(grid)) == len(grid)
+
+
+@pytest.mark.parametrize("rows", [8, 16, 32])
+def test_more_rows_try_tensor_cores_alone_narrow_tiles_first(rows):
+    grid = grids.grid(rows, 896, 4864)
+    narrow = grids.narrow_rows_grid(896, 4864)
+    assert grid[: len(narrow)] == narrow
+    assert grid and all(c.dot and not c.lookahead for c in grid) and len(set(grid)) == len(grid)
+    assert {c.swap for c in grid} == {True, False}
+
+
+def test_the_shipped_tables_configs_are_of_the_kinds_tune_tries():
+    """Every config the shipped H200 table holds is a kind the grids produce (one row: multiply-and-sum, with
+    or without lookahead; more rows: tensor cores), so re-tuning on an H200 can find them again."""
+    for key, cfg in configs.read_table(configs.shipped_table_path("NVIDIA H200")).items():
+        one_row = key.split("|")[1] == "m1"
+        assert cfg.dot != one_row, key
+        assert not cfg.lookahead or one_row, key
+
+
+def test_describe_is_one_short_line():
+    cfg = configs.SkinnyConfig(16, 256, 4, 2, lookahead=True)
+    assert grids.describe(cfg) == "n16 k256 w4 s2 x1 fma ahead"
+    assert (
+        grids.describe(configs.SkinnyConfig(64, 128, 4, 4, split_k=2, dot=True, swap=True)) == "n64 k128 w4 s4 x2 swap"
+    )

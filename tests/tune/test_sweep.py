@@ -1,0 +1,46 @@
+"""The coordinate descent of `tune`, timed here by a model of the chain instead of a GPU."""
+
+from __future__ import annotations
+
+import time
+
+from accelerate_graph.fused.kernels.configs import SkinnyConfig
+from accelerate_graph.tune.sweep import BucketResult, descend
+
+SLOW, FAST, FASTER = SkinnyConfig(16, 128), SkinnyConfig(32, 128), SkinnyConfig(64, 128)
+REFUSED = SkinnyConfig(128, 1024)
+COST = {SLOW: 10.0, FAST: 8.0, FASTER: 7.0}
+
+
+def chain_time(cfgs) -> float:
+    if REFUSED in cfgs.values():
+        raise RuntimeError("out of resource: shared memory")
+    return sum(COST[c] for c in cfgs.values())
+
+
+def test_each_op_keeps_the_fastest_config_with_the_others_held():
+    start = {"gate_up": SLOW, "down": SLOW}
+    heard = []
+    chosen, took = descend(
+        start, lambda op: [REFUSED, FAST, FASTER], chain_time, chain_time(start), time.monotonic() + 60,
+        trial=lambda op, cfg, t: heard.append((op, cfg, t)),
+    )  # fmt: skip
+    assert chosen == {"gate_up": FASTER, "down": FASTER} and took == 14.0
+    assert (("gate_up", REFUSED, None)) in heard and len(heard) == 6
+
+
+def test_a_gain_below_min_gain_keeps_the_config_and_the_deadline_stops_trying():
+    start = {"o": FAST}
+    chosen, _ = descend(start, lambda op: [FASTER], chain_time, 7.01, time.monotonic() + 60, min_gain=0.01)
+    assert chosen == {"o": FAST}  # 7.0 against 7.01: not 1% faster
+    chosen, took = descend(start, lambda op: [FASTER], chain_time, 8.0, time.monotonic() - 1)
+    assert chosen == {"o": FAST} and took == 8.0
+
+
+def test_batch_1_is_written_only_where_the_skinny_chain_beats_inductor_and_more_rows_always():
+    keys = {"o": "residual|m1|n64|k64"}
+    won = BucketResult(1, {"o": SLOW}, {"o": FAST}, 10.0, 8.0, 9.0, keys)
+    lost = BucketResult(1, {"o": SLOW}, {"o": FAST}, 10.0, 8.0, 7.5, keys)
+    assert won.written and won.entries() == {"residual|m1|n64|k64": FAST}
+    assert not lost.written and lost.entries() == {}
+    assert BucketResult(8, {"o": SLOW}, {"o": FAST}, 10.0, 8.0, 7.5, {"o": "residual|m8|n64|k64"}).written
