@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from .common import resolve_settings, settings_assignments
 from .errors import guarded
-from .options import JsonOpt, RevisionOpt
+from .options import JsonOpt, RevisionOpt, SetOpt
 from .output import STDOUT, Output
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ def tune(
     out: OutOpt = None,
     force: TuneForceFlag = False,
     revision: RevisionOpt = None,
+    assignments: SetOpt = None,
     json: JsonOpt = None,
 ) -> None:
     """Sweep the skinny kernels' configs for MODEL's shapes on this GPU and write its tuning table.
@@ -93,6 +95,7 @@ def tune(
     output = Output(json)
     if json and json != STDOUT:
         check_writable(json, "results", force=False)
+    resolve_settings(settings_assignments(assignments))  # the chain runs the kernels under them
     report = run_tune(model, _buckets(buckets), budget_s, out, force, revision, say=output.line)
     output.show(tune_table(report))
     if report.added or report.changed:

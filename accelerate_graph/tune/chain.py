@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from accelerate_graph import settings
 from accelerate_graph.fused.kernels.configs import SkinnyConfig
 from accelerate_graph.tune.model_shapes import LayerShapes
 
@@ -37,7 +38,7 @@ def graph_us(call, rows: int, repeats: int = 1) -> float:
     with torch.cuda.stream(side):
         call()  # compiles the kernels outside the capture
     torch.cuda.current_stream().wait_stream(side)
-    carveout = carveout_for(rows)
+    carveout = carveout_for(settings.current().smem_carveout, rows)
     graph = graph_asking(carveout)
     with torch.cuda.graph(graph):
         call()
@@ -118,8 +119,9 @@ class Chain:
         from accelerate_graph.fused import layers as fused_layers
         from accelerate_graph.fused.kernels import pdl
 
-        settings = fused_layers.inductor_settings(pdl.active(self.device), fused_layers.tunes_at(self.shapes.hidden))
-        with torch_internals.inductor_config_patched(settings):
+        tuned = fused_layers.tunes_at(self.shapes.hidden, settings.current().inductor_tuning)
+        options = fused_layers.inductor_settings(pdl.active(self.device), tuned)
+        with torch_internals.inductor_config_patched(options):
             compiled = torch.compile(self.torch_chain, fullgraph=True, dynamic=False)
             compiled(self.x, self.attention)  # compiles (and tunes) outside the timed graph
             return graph_us(lambda: compiled(self.x, self.attention), self.rows, self.layers_count)
