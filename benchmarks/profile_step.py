@@ -85,7 +85,8 @@ def ways_named(text: str) -> list[str]:
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in WAYS]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"no way {', '.join(unknown) or text!r}; ways: {', '.join(WAYS)}")
+        named = ", ".join(unknown) or repr(text)
+        raise argparse.ArgumentTypeError(f"no way {named}; ways: {', '.join(WAYS)}")
     return names
 
 

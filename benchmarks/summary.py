@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from pathlib import Path
 
 GIB = 2**30
+CLOSING = re.compile(r"\b\d+ (passed|failed|skipped|deselected|errors?)\b.* in [\d.]+s")  # pytest's last line
 
 
 def bench_rows(path: Path) -> list[dict]:
@@ -29,9 +31,7 @@ def bench_table(paths: list[Path]) -> list[str]:
     """One line per (file, cache, batch): each contender's median ms, the floor, and the last contender's
     multiple of the floor; then each contender's setup (capture and compile) summed over its buckets."""
     found = {path: bench_rows(path) for path in paths if path.is_file()}
-    contenders: list[str] = []
-    for rows in found.values():
-        contenders += [row["contender"] for row in rows if row["contender"] not in contenders]
+    contenders = list(dict.fromkeys(row["contender"] for rows in found.values() for row in rows))
     if not contenders:
         return [f"no bench results ({', '.join(str(p) for p in paths) or 'no files'})"]
     last = contenders[-1]
@@ -141,9 +141,7 @@ def pytest_lines(paths: list[Path]) -> list[str]:
             continue
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         failed = [line[:200] for line in lines if line.startswith(("FAILED", "ERROR"))]
-        closing = next(
-            (line for line in reversed(lines) if " in " in line and ("passed" in line or "failed" in line)), ""
-        )
+        closing = next((line for line in reversed(lines) if CLOSING.search(line)), "")
         out += failed[:20] + [f"{path.stem}: {closing.strip('= ') or 'no closing line (cut short?)'}"]
     return out
 
