@@ -8,6 +8,7 @@
 # and says so. Everything a run writes goes into ONE archive, $OUT/results-<suites>.tar.gz (logs, JSON, CSV,
 # tables), and the short tables come last on stdout. Suites (budget on one H200):
 #   tests     every cuda-marked test but the real-size recipes and the fault suite, --durations=25   ~540 s
+#             (TESTS="paths": only those)
 #   bench     bench --compare graph,fused at buckets 1,8,32: llama-3.2-1b at a KV cache of 16,384,
 #             qwen2.5-0.5b and llama-3.1-8b at 1,024; a table of ms per step last                   ~480 s
 #   verify    capture --fuse + verify --repeat $REPEAT (default 2) of every recipe, in three lanes
@@ -80,6 +81,7 @@ finish() {
   echo "wrote $ARCHIVE in $(($(date +%s) - START)) s"
 }
 trap finish EXIT
+trap 'exit 143' TERM INT  # a run stopped from outside still leaves its archive
 
 environment() {
   { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -90,8 +92,9 @@ environment() {
 }
 
 tests_suite() {
-  part tests 60 540 python3 -m pytest -m "cuda and not realsize" -q -p no:cacheprovider -rf --durations=25 tests \
-    --ignore=tests/verify/test_faults.py
+  # shellcheck disable=SC2086 # TESTS is a list of pytest paths
+  part tests 60 540 python3 -m pytest -m "cuda and not realsize" -q -p no:cacheprovider -rf --durations=25 \
+    ${TESTS:-tests} --ignore=tests/verify/test_faults.py
   TABLES+=("pytest $WORK/tests.log")
 }
 
