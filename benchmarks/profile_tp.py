@@ -67,6 +67,7 @@ def rank_body(
     top: int,
     json_path: str | None,
 ) -> None:
+    from accelerate_graph import settings
     from accelerate_graph.core.buckets import parse_context_buckets
     from accelerate_graph.core.decode_session import draw_inputs
     from accelerate_graph.distributed.all_reduce import current_kind
@@ -77,7 +78,8 @@ def rank_body(
         model=model, buckets=(batch,), attn="grouped" if fuse else "sdpa", fuse=fuse, max_cache_len=cache,
         prompt_len=prompt, contexts=parse_context_buckets("full"), tp=2, device=device,
     )  # fmt: skip
-    prepared = prepare(request)
+    with settings.use(settings.resolve()):  # the settings main() gave every rank through the environment
+        prepared = prepare(request)
     graphs, session = prepared.graphs, prepared.session
     prompt_ids, tokens = draw_inputs(batch, 1, prompt, session.vocab_size, seed=3)
     session.kv.reset()
