@@ -6,7 +6,7 @@
 # Suites run in the order given, each part under its own `timeout`, all under one deadline (DEADLINE s,
 # default 570) so that one invocation fits a 10-minute command; a part the time left cannot hold is skipped
 # and says so. Everything a run writes goes into ONE archive, $OUT/results-<suites>.tar.gz (logs, JSON, CSV,
-# tables), and the short tables come last on stdout. Suites (budget on one H200):
+# tables), and the short tables come last on stdout; it exits 1 when a part failed. Suites (budget on one H200):
 #   tests     every cuda-marked test but the real-size recipes and the fault suite, --durations=25   ~540 s
 #             (TESTS="paths": only those)
 #   bench     bench --compare graph,fused at buckets 1,8,32: llama-3.2-1b at a KV cache of 16,384,
@@ -36,14 +36,15 @@ OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 ARCHIVE="$OUT/results-$(IFS=-; echo "$*").tar.gz"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/cugraph-accel-gpu.XXXXXX")
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200} TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
-# NVLink multicast off in NCCL and torch: the tensor-parallel paths do not use it, and hosts without it hang
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200}
+export TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
+# NVLink multicast off in NCCL and torch: the tensor-parallel paths do not use it
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # a cold inductor cache shared by every part of this run: the first compile of a step is in its setup time
 export TORCHINDUCTOR_CACHE_DIR="$WORK/inductor-cache"
 SET_ARGS=()
 for assignment in ${SET:-}; do SET_ARGS+=(--set "$assignment"); done
-cli() { python3 -m cli "$@"; }
+CLI=(python3 -m cli)  # an array, not a function: `timeout` runs programs
 
 left() { echo $((DEADLINE - ($(date +%s) - START))); }
 # part NAME NEEDS LIMIT COMMAND...: COMMAND's output in $WORK/NAME.log; skipped when fewer than NEEDS seconds
@@ -102,7 +103,7 @@ bench_suite() {  # most wanted first: the 1B at 16,384 is the published batch-1 
   local entry model cache
   for entry in ${BENCH_ENTRIES:-llama-3.2-1b:16384 qwen2.5-0.5b:1024 llama-3.1-8b:1024}; do
     IFS=: read -r model cache <<< "$entry"
-    part "bench-$model" 60 200 cli bench "$model" --compare "${BENCH_COMPARE:-graph,fused}" --buckets 1,8,32 \
+    part "bench-$model" 60 200 "${CLI[@]}" bench "$model" --compare "${BENCH_COMPARE:-graph,fused}" --buckets 1,8,32 \
       --context "$cache" --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" \
       --json "$WORK/bench-$model.json" --csv "$WORK/bench-$model.csv"
   done
@@ -120,9 +121,9 @@ verify_lane() {  # ENTRY...: capture --fuse, then verify --repeat, one entry aft
   for entry in "$@"; do
     IFS=: read -r recipe cache buckets <<< "$entry"
     name="$recipe-$cache" buckets=${buckets:-1-8-32}
-    part "capture-$name" 60 150 cli capture "$recipe" --fuse --buckets "${buckets//-/,}" --max-cache-len "$cache" \
-      "${SET_ARGS[@]}" --plan "$WORK/$name.yaml"
-    [ -f "$WORK/$name.yaml" ] && part "verify-$name" 60 400 cli verify --plan "$WORK/$name.yaml" --steps 8 \
+    part "capture-$name" 60 150 "${CLI[@]}" capture "$recipe" --fuse --buckets "${buckets//-/,}" \
+      --max-cache-len "$cache" "${SET_ARGS[@]}" --plan "$WORK/$name.yaml"
+    [ -f "$WORK/$name.yaml" ] && part "verify-$name" 60 400 "${CLI[@]}" verify --plan "$WORK/$name.yaml" --steps 8 \
       --repeat "${REPEAT:-2}" "${SET_ARGS[@]}" --json "$WORK/verify-$name.json"
   done
 }
@@ -140,9 +141,9 @@ verify_suite() {
 tune_suite() {  # the table goes to this run's cache folder (archived), not the user's
   local recipe=${TUNE_RECIPE:-qwen2.5-0.5b}
   export XDG_CACHE_HOME="$WORK/cache"
-  part tune 120 $((${TUNE_BUDGET:-180} + 120)) cli tune "$recipe" --buckets "${TUNE_BUCKETS:-1,8}" \
+  part tune 120 $((${TUNE_BUDGET:-180} + 120)) "${CLI[@]}" tune "$recipe" --buckets "${TUNE_BUCKETS:-1,8}" \
     --budget-s "${TUNE_BUDGET:-180}"
-  part bench-tuned 60 150 cli bench "$recipe" --compare fused --buckets "${TUNE_BUCKETS:-1,8}" --context 1024 \
+  part bench-tuned 60 150 "${CLI[@]}" bench "$recipe" --compare fused --buckets "${TUNE_BUCKETS:-1,8}" --context 1024 \
     --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" --json "$WORK/bench-tuned.json" \
     --csv "$WORK/bench-tuned.csv"
   echo "the bench's header on its tuning table:"
@@ -152,9 +153,9 @@ tune_suite() {  # the table goes to this run's cache folder (archived), not the 
 }
 
 zoo_suite() {  # the CPU emulation with capped threads in the background, so both share the cores
-  OMP_NUM_THREADS=2 part zoo-cpu 60 420 cli zoo --device cpu --no-isolate --json "$WORK/zoo-cpu.json" \
+  OMP_NUM_THREADS=2 part zoo-cpu 60 420 "${CLI[@]}" zoo --device cpu --no-isolate --json "$WORK/zoo-cpu.json" \
     --markdown "$WORK/ZOO-cpu.md" &
-  OMP_NUM_THREADS=1 part zoo 60 420 cli zoo --device cuda --isolate --workers "${ZOO_WORKERS:-8}" --timeout 75 \
+  OMP_NUM_THREADS=1 part zoo 60 420 "${CLI[@]}" zoo --device cuda --isolate --workers "${ZOO_WORKERS:-8}" --timeout 75 \
     --steps 8 --json "$WORK/zoo.json" --markdown "$WORK/ZOO.md"
   wait
   TABLES+=("zoo $WORK")
@@ -178,7 +179,7 @@ profile_suite() {  # one process per model: the ways of one process are not on e
 }
 
 generate_suite() {
-  part generate-bench 60 240 cli bench qwen2.5-0.5b \
+  part generate-bench 60 240 "${CLI[@]}" bench qwen2.5-0.5b \
     --compare hf-eager,hf-generate,drop-in,drop-in-fused,generate,generate-fused --buckets 1,8,32 --context 1024 \
     --new-tokens 128 "${SET_ARGS[@]}" --json "$WORK/generate-bench.json"
   part first-token 30 200 python3 benchmarks/first_token.py qwen2.5-0.5b --batches 1,8,32 --timeout 60 \
@@ -188,11 +189,12 @@ generate_suite() {
 }
 
 tp_suite() {  # two GPUs: the 8B recipe split over both against one, cache 1,024
-  local recipe=recipes/llama-3.1-8b.yaml shape=(--buckets 1,8,32 --context 1024 --context-buckets full --steps 50 --warmup 5)
+  local recipe=recipes/llama-3.1-8b.yaml
+  local shape=(--buckets 1,8,32 --context 1024 --context-buckets full --steps 50 --warmup 5)
   part tp-tests 90 300 python3 -m pytest -m cuda -q -p no:cacheprovider -rf --durations=8 tests/distributed
-  part bench-tp2 60 150 cli bench "$recipe" --tp 2 --compare graph,fused "${shape[@]}" "${SET_ARGS[@]}" \
+  part bench-tp2 60 150 "${CLI[@]}" bench "$recipe" --tp 2 --compare graph,fused "${shape[@]}" "${SET_ARGS[@]}" \
     --csv "$WORK/bench-tp2.csv"
-  part bench-tp1 60 120 cli bench "$recipe" --tp 1 --compare graph,fused "${shape[@]}" "${SET_ARGS[@]}" \
+  part bench-tp1 60 120 "${CLI[@]}" bench "$recipe" --tp 1 --compare graph,fused "${shape[@]}" "${SET_ARGS[@]}" \
     --csv "$WORK/bench-tp1.csv"
   part profile-tp2 45 120 python3 benchmarks/profile_tp.py "$recipe" --batch 1 --fuse --top 8 "${SET_ARGS[@]}" \
     --json "$WORK/profile-tp2.json"
@@ -205,3 +207,5 @@ for suite in "$@"; do
   echo "== $suite ($(left) s left)"
   "${suite}_suite"
 done
+# exit 1 when a part failed or was cut (the parts table says which), 0 when every part ran and passed
+! cut -f2 "$WORK/parts.tsv" 2>/dev/null | grep -qvE '^(0|skipped)$'

@@ -42,3 +42,14 @@ def test_a_suite_run_writes_one_archive_and_ends_with_its_tables(tmp_path):
     assert tail[0] == "== pytest" and re.match(r"tests: \d+ skipped in ", tail[1])  # the suite's table
     assert tail[2] == "== parts (exit code, seconds)" and tail[3].split()[:2] == ["tests", "0"]
     assert tail[-1].startswith(f"wrote {out / 'results-tests.tar.gz'} in ")
+
+
+def test_cli_parts_run_the_cli_and_keep_its_one_line_refusal_on_the_cpu(tmp_path):
+    out = tmp_path / "out"
+    done = gpu_sh("bench", env={"OUT": str(out), "BENCH_ENTRIES": "tiny:64"})
+    assert done.returncode == 1, done.stderr  # a part failed
+    with tarfile.open(out / "results-bench.tar.gz") as archive:
+        log = archive.extractfile("./bench-tiny.log").read().decode()
+    assert "bench needs a CUDA GPU" in log  # the CLI ran (under timeout) and refused to time the CPU
+    assert re.search(r"^bench-tiny: exit [1-9]", done.stdout, re.M)
+    assert "no bench results" in done.stdout
