@@ -140,7 +140,7 @@ verify_suite() {
 
 tune_suite() {  # the table goes to this run's cache folder (archived), not the user's
   local recipe=${TUNE_RECIPE:-qwen2.5-0.5b}
-  export XDG_CACHE_HOME="$WORK/cache"
+  local -x XDG_CACHE_HOME="$WORK/cache"  # this suite's parts only: a later suite uses the tables as they were
   part tune 120 $((${TUNE_BUDGET:-180} + 120)) "${CLI[@]}" tune "$recipe" --buckets "${TUNE_BUCKETS:-1,8}" \
     --budget-s "${TUNE_BUDGET:-180}"
   part bench-tuned 60 150 "${CLI[@]}" bench "$recipe" --compare fused --buckets "${TUNE_BUCKETS:-1,8}" --context 1024 \
@@ -148,7 +148,7 @@ tune_suite() {  # the table goes to this run's cache folder (archived), not the 
     --csv "$WORK/bench-tuned.csv"
   echo "the bench's header on its tuning table:"
   grep -iE "tuning|table" "$WORK/bench-tuned.log" | head -n 3
-  find "$XDG_CACHE_HOME" -name '*.json' -print 2>/dev/null
+  (cd "$WORK" && find cache -name '*.json' -printf 'the table, in the archive: %p\n' 2>/dev/null)
   TABLES+=("bench $WORK/bench-tuned.csv")
 }
 
