@@ -12,7 +12,7 @@
 #   bench     bench --compare graph,fused at buckets 1,8,32: llama-3.2-1b at a KV cache of 16,384,
 #             qwen2.5-0.5b and llama-3.1-8b at 1,024; a table of ms per step last                   ~480 s
 #   verify    capture --fuse + verify --repeat $REPEAT (default 2) of every recipe, in three lanes
-#             side by side on the one GPU (VERIFY_ENTRIES; see verify_suite)                         ~560 s
+#             side by side on the one GPU (VERIFY_ENTRIES; see verify_lane)                          ~560 s
 #   tune      cugraph-accel tune $TUNE_RECIPE (default qwen2.5-0.5b), then a bench in a new process
 #             whose header names the table it used                                                   ~360 s
 #   zoo       the zoo on CUDA (isolated children) beside the CPU emulation, and where they differ    ~420 s
@@ -110,18 +110,20 @@ bench_suite() {  # most wanted first: the 1B at 16,384 is the published batch-1 
   TABLES+=("bench $(ls "$WORK"/bench-*.csv 2>/dev/null | tr '\n' ' ')")
 }
 
-# recipe:cache[:buckets] entries (buckets joined by "-", 1-8-32 by default); "|" separates lanes that run side
-# by side: verify compares numbers, not times, and much of it is host work. Each lane's first entries have the
-# largest peaks (Qwen3-30B-A3B ~65 GiB, the 8B at 4,096 ~40, the 1B at 16,384 ~20): together under 139 GiB.
-VERIFY_DEFAULT="qwen3-30b-a3b:1024:1-8 qwen2.5-0.5b:1024 \
-| llama-3.1-8b:4096 gemma-2-2b:1024 olmoe-1b-7b:1024 \
-| llama-3.2-1b:16384 mistral-sw-0.5b:1024 qwen2-moe-0.5b:1024 phi-3-mini-4k:1024"
-verify_lane() {  # ENTRY...: capture --fuse, then verify --repeat, one entry after the other
-  local entry recipe cache buckets name
+# recipe:cache:mode[:buckets] entries (mode fused or plain; buckets joined by "-", 1-8-32 by default); "|"
+# separates lanes that run side by side: verify compares numbers, not times, and much of it is host work. Each
+# lane's first entries have the largest peaks (Qwen3-30B-A3B ~65 GiB, the 8B at 4,096 ~40, the 1B at 16,384
+# ~20): together under the H200's 139 GiB.
+VERIFY_DEFAULT="qwen3-30b-a3b:1024:fused:1-8 qwen2.5-0.5b:1024:fused \
+| llama-3.1-8b:4096:fused gemma-2-2b:1024:fused olmoe-1b-7b:1024:fused \
+| llama-3.2-1b:16384:fused mistral-sw-0.5b:1024:fused qwen2-moe-0.5b:1024:fused phi-3-mini-4k:1024:fused"
+verify_lane() {  # ENTRY...: capture, then verify --repeat, one entry after the other
+  local entry recipe cache mode buckets name fuse
   for entry in "$@"; do
-    IFS=: read -r recipe cache buckets <<< "$entry"
-    name="$recipe-$cache" buckets=${buckets:-1-8-32}
-    part "capture-$name" 60 150 "${CLI[@]}" capture "$recipe" --fuse --buckets "${buckets//-/,}" \
+    IFS=: read -r recipe cache mode buckets <<< "$entry"
+    name="$recipe-$cache-$mode" buckets=${buckets:-1-8-32} fuse=()
+    [ "$mode" = fused ] && fuse=(--fuse)
+    part "capture-$name" 60 150 "${CLI[@]}" capture "$recipe" "${fuse[@]}" --buckets "${buckets//-/,}" \
       --max-cache-len "$cache" "${SET_ARGS[@]}" --plan "$WORK/$name.yaml"
     [ -f "$WORK/$name.yaml" ] && part "verify-$name" 60 400 "${CLI[@]}" verify --plan "$WORK/$name.yaml" --steps 8 \
       --repeat "${REPEAT:-2}" "${SET_ARGS[@]}" --json "$WORK/verify-$name.json"

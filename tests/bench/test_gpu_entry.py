@@ -53,3 +53,16 @@ def test_cli_parts_run_the_cli_and_keep_its_one_line_refusal_on_the_cpu(tmp_path
     assert "bench needs a CUDA GPU" in log  # the CLI ran (under timeout) and refused to time the CPU
     assert re.search(r"^bench-tiny: exit [1-9]", done.stdout, re.M)
     assert "no bench results" in done.stdout
+
+
+@pytest.mark.slow
+def test_verify_entries_capture_then_verify_repeated_and_end_with_their_table(tmp_path):
+    out = tmp_path / "out"
+    done = gpu_sh("verify", env={"OUT": str(out), "VERIFY_ENTRIES": "tiny:32:plain:1", "REPEAT": "2"})
+    assert done.returncode == 0, done.stdout[-2000:]
+    row = next(line for line in done.stdout.splitlines() if line.startswith("tiny-32-plain "))
+    assert row.split()[1:4] == ["2", "of", "2"]  # both repeats passed
+    with tarfile.open(out / "results-verify.tar.gz") as archive:
+        names = {Path(name).name for name in archive.getnames()}
+    assert {"capture-tiny-32-plain.log", "verify-tiny-32-plain.log", "verify-tiny-32-plain.json"} <= names
+    assert "tiny-32-plain.yaml" not in names  # plans stay out of the archive
