@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from accelerate_graph.common.atomic_io import atomic_write_text
+from benchmarks.profile_step import batch_sizes
 
 
 def write_prompts(path: Path, batch: int, tokens: int, seed: int = 0) -> None:
@@ -66,7 +67,7 @@ def one_process(model: str, batch: int, args: argparse.Namespace, work: Path) ->
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default="qwen2.5-0.5b")
-    parser.add_argument("--batches", default="1")
+    parser.add_argument("--batches", type=batch_sizes, default="1")
     parser.add_argument("--cache", type=int, default=1024)
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=128)
@@ -76,7 +77,7 @@ def main() -> int:
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory() as work:
-        for batch in (int(b) for b in args.batches.split(",")):
+        for batch in args.batches:
             found = results[batch] = one_process(args.model, batch, args, Path(work))
             if found["exit"] != 0:
                 print(f"{args.model} batch {batch}: exit {found['exit']}: {found['error']}", flush=True)

@@ -146,11 +146,12 @@ def kept_graphs(on_capture=None) -> list[torch.cuda.CUDAGraph]:
 
 
 def main() -> None:
+    from benchmarks.profile_step import batch_sizes, settings_given
     from benchmarks.timing_gap import BEFORE, fused_graphs
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", help="model[:cache], cache 1024 by default")
-    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--batches", type=batch_sizes, default="1,8")
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--before", default="nothing", choices=BEFORE)
     parser.add_argument("--json", type=Path, help="also write each graph's counts here")
@@ -166,8 +167,8 @@ def main() -> None:
         at_capture[id(graph)] = function_rows(rt, cu, graph.raw_cuda_graph())
 
     made = kept_graphs(read_at_capture if args.functions else None)
-    with settings.use(settings.resolve(settings.parse_assignments(args.set))):
-        fused_graphs(model, int(cache or 1024), [int(b) for b in args.batches.split(",")], args.prompt, args.before)
+    with settings.use(settings_given(parser, args.set)):
+        fused_graphs(model, int(cache or 1024), list(args.batches), args.prompt, args.before)
     total, per_graph = Counter(), []
     for graph in made:  # the --before stage's own graphs are among them (tiny-*: one kernel node each)
         counts = tally(rt, graph.raw_cuda_graph())

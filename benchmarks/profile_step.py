@@ -29,6 +29,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from accelerate_graph import settings
 from accelerate_graph.common.atomic_io import atomic_write_text
+from accelerate_graph.common.errors import BadOptionError
+from accelerate_graph.common.option_lists import parse_whole_numbers
 from accelerate_graph.pipeline import CaptureRequest, prepare
 
 CLASSES = (  # first match wins; names as cuBLAS, PyTorch and triton print them
@@ -73,6 +75,22 @@ WAYS = {
     "fused-tuned": Way("fused, tuned", (("inductor_tuning", "on"),)),  # inductor's coordinate descent
     "fused-untuned": Way("fused, untuned", (("inductor_tuning", "off"),)),
 }
+
+
+def batch_sizes(text: str) -> tuple[int, ...]:
+    """--batches: whole numbers from 1, comma-separated (an argparse type: a bad list is one clear error)."""
+    try:
+        return parse_whole_numbers(text, "--batches", 1, "--batches 1,8,32")
+    except BadOptionError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def settings_given(parser: argparse.ArgumentParser, assignments: list[str]):
+    """The environment's settings, then `--set NAME=VALUE`; a bad name or value ends the run in one line."""
+    try:
+        return settings.resolve(settings.parse_assignments(assignments))
+    except BadOptionError as err:
+        parser.error(str(err))
 
 
 def way_settings(name: str, base):
@@ -280,7 +298,7 @@ def run_way(name: str, args: argparse.Namespace, batches: tuple[int, ...], resul
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default="qwen2.5-0.5b")
-    parser.add_argument("--batches", default="1,32")
+    parser.add_argument("--batches", type=batch_sizes, default="1,32")
     parser.add_argument("--cache", type=int, default=1024)
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--ways", type=ways_named, default="graph,fused", help=f"in this order, of: {', '.join(WAYS)}")
@@ -293,8 +311,8 @@ def main() -> None:
         tuner = logging.getLogger("torch._inductor.runtime.coordinate_descent_tuner")
         tuner.setLevel(logging.DEBUG)
         tuner.addHandler(logging.FileHandler(args.log_tuning))
-    batches = tuple(int(b) for b in args.batches.split(","))
-    base = settings.resolve(settings.parse_assignments(args.set))  # the environment, then --set
+    batches = args.batches
+    base = settings_given(parser, args.set)
     results: list[dict] = []
     for name in args.ways:
         with settings.use(way_settings(name, base)):  # the fused forward takes current() when it is built

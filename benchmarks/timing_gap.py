@@ -39,7 +39,7 @@ from accelerate_graph.bench.timing import time_calls
 from accelerate_graph.common.atomic_io import atomic_write_text
 from accelerate_graph.core.backends.cuda import claim_capture_stream
 from accelerate_graph.pipeline import CaptureRequest, capture_fused, prepare
-from benchmarks.profile_step import profile_step, replay_ms
+from benchmarks.profile_step import batch_sizes, profile_step, replay_ms, settings_given
 
 STEPS, WARMUP = 30, 5
 BEFORE = (
@@ -158,14 +158,14 @@ def measure(model: str, cache: int, batches: list[int], prompt: int, before: str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="+", help="model[:cache], cache 1024 by default")
-    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--batches", type=batch_sizes, default="1,8")
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--trace", type=Path, help="a folder: write each replay's kernels there (profile_step's tally)")
     parser.add_argument("--before", default="nothing", choices=BEFORE)
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a setting of the captures")
     args = parser.parse_args()
-    batches = [int(b) for b in args.batches.split(",")]
-    chosen = settings.resolve(settings.parse_assignments(args.set))
+    batches = list(args.batches)
+    chosen = settings_given(parser, args.set)
     for entry in args.models:
         model, _, cache = entry.partition(":")
         with settings.use(chosen):
