@@ -10,7 +10,7 @@
 #   tests     every cuda-marked test but the real-size recipes and the fault suite, --durations=25   ~540 s
 #             (TESTS="paths": only those)
 #   bench     bench --compare graph,fused at buckets 1,8,32: llama-3.2-1b at a KV cache of 16,384,
-#             qwen2.5-0.5b and llama-3.1-8b at 1,024; a table of ms per step last                   ~480 s
+#             qwen2.5-0.5b and llama-3.1-8b at 1,024; a table of ms per step last                   ~510 s
 #   verify    capture --fuse + verify --repeat $REPEAT (default 2) of every recipe, in three lanes
 #             side by side on the one GPU (VERIFY_ENTRIES; see verify_lane)                          ~560 s
 #   tune      cugraph-accel tune $TUNE_RECIPE (default qwen2.5-0.5b), then a bench in a new process
@@ -100,14 +100,15 @@ tests_suite() {
 }
 
 bench_suite() {  # most wanted first: the 1B at 16,384 is the published batch-1 comparison
-  local entry model cache
+  local entry model cache files=()
   for entry in ${BENCH_ENTRIES:-llama-3.2-1b:16384 qwen2.5-0.5b:1024 llama-3.1-8b:1024}; do
     IFS=: read -r model cache <<< "$entry"
-    part "bench-$model" 60 200 "${CLI[@]}" bench "$model" --compare "${BENCH_COMPARE:-graph,fused}" --buckets 1,8,32 \
+    part "bench-$model" 60 170 "${CLI[@]}" bench "$model" --compare "${BENCH_COMPARE:-graph,fused}" --buckets 1,8,32 \
       --context "$cache" --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" \
       --json "$WORK/bench-$model.json" --csv "$WORK/bench-$model.csv"
+    files+=("$WORK/bench-$model.csv")
   done
-  TABLES+=("bench $(ls "$WORK"/bench-*.csv 2>/dev/null | tr '\n' ' ')")
+  TABLES+=("bench ${files[*]}")
 }
 
 # recipe:cache:mode[:buckets] entries (mode fused or plain; buckets joined by "-", 1-8-32 by default); "|"

@@ -20,6 +20,7 @@ import functools
 import json
 import logging
 import re
+import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -251,8 +252,9 @@ def tally(prof, calls: int, classify=kernel_class) -> dict:
     }
 
 
-def run_way(name: str, args: argparse.Namespace, batches: tuple[int, ...], results: list[dict]) -> None:
-    """Capture the step the way `name` runs it, time its replays and profile its kernels at each batch."""
+def run_way(name: str, args: argparse.Namespace, batches: tuple[int, ...], results: list[dict]) -> bool:
+    """Capture the step the way `name` runs it, time its replays and profile its kernels at each batch;
+    False when the way failed to capture (said in one line)."""
     way = WAYS[name]
     label = way.label
     request = CaptureRequest(
@@ -267,7 +269,7 @@ def run_way(name: str, args: argparse.Namespace, batches: tuple[int, ...], resul
         prepared = prepare(request)
     except Exception as err:  # noqa: BLE001 - report this way's failure, profile the others
         print(f"{args.model} {label}: failed: {' '.join(str(err).split())[:300]}", flush=True)
-        return
+        return False
     session = prepared.session
     print(f"{args.model} {label}: compiled in {prepared.compile_seconds:.1f} s", flush=True)
     rewind = functools.partial(session.kv.rewind, args.prompt)
@@ -293,9 +295,10 @@ def run_way(name: str, args: argparse.Namespace, batches: tuple[int, ...], resul
             )
             for kernel, us in list(found["by_kernel_us"].items())[: args.top]:
                 print(f"    {us:8.2f} us in {found['by_kernel_calls'][kernel]:4.0f} launches  {kernel[:100]}")
+    return True
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default="qwen2.5-0.5b")
     parser.add_argument("--batches", type=batch_sizes, default="1,32")
@@ -314,14 +317,16 @@ def main() -> None:
     batches = args.batches
     base = settings_given(parser, args.set)
     results: list[dict] = []
+    failed = 0
     for name in args.ways:
         with settings.use(way_settings(name, base)):  # the fused forward takes current() when it is built
-            run_way(name, args, batches, results)
+            failed += not run_way(name, args, batches, results)
         torch.compiler.reset()
         torch.cuda.empty_cache()
     if args.json:
         atomic_write_text(args.json, json.dumps(results, indent=1))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
