@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from accelerate_graph.common.atomic_io import atomic_write_text
 from accelerate_graph.compat import torch_internals
 from accelerate_graph.fused import grouped_attention
 from accelerate_graph.fused.kernels import decode_attention as kernel
@@ -198,7 +199,7 @@ def main() -> None:
     chosen = class_configs(rows)
     print_table(rows, chosen)
     if args.write_configs:
-        args.write_configs.write_text(kernel.config_table(chosen, torch.cuda.get_device_name()), encoding="utf-8")
+        atomic_write_text(args.write_configs, kernel.config_table(chosen, torch.cuda.get_device_name()))
         print(f"wrote {len(chosen)} configurations to {args.write_configs}")
     print(f"{time.perf_counter() - start:.1f} s")
 

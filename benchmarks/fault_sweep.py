@@ -1,4 +1,4 @@
-"""The smallest planted fault `verify` catches, per fault kind and dtype (issue 13: detection must not weaken).
+"""The smallest planted fault `verify` catches, per fault kind and dtype: detection must not weaken.
 
 For each fault with a size (every logit scaled by 1 + eps; the runner-up logit raised past the top one
 where the top-2 gap is under a fraction of the row's largest logit; a weight of the batch mean leaking

@@ -1,22 +1,20 @@
-"""The order bias's next question (docs/PERF.md, stop 26): does a graph captured after other work on a side
-stream differ in structure from `capture --fuse`'s, or only in how it runs? Captures the fused step as
-`timing_gap.py --before X` does, keeps each CUDA graph (`keep_graph=True`), and counts through the CUDA
-runtime its nodes by type, its edges by type and port (programmatic edges are PDL's), and its kernel
-nodes' priority and memory-sync domain. Run once per --before and compare the printed totals:
+"""The structure of the fused step's CUDA graphs, read back through the CUDA runtime: nodes by type, edges by
+type and port (programmatic edges are PDL's), and the kernel nodes' priority, memory-sync domain and
+shared-memory carveout. The graphs are captured as `timing_gap.py --before X` captures them (each kept with
+`keep_graph=True`): run once per --before and compare the printed totals. Same totals: the graphs are the
+same and a difference in time is in their execution; different: the lines say which edges or attributes
+one lost.
 
     PYTHONPATH=. python3 benchmarks/graph_edges.py qwen2.5-0.5b --before nothing
     PYTHONPATH=. python3 benchmarks/graph_edges.py qwen2.5-0.5b --before side-stream
 
-Same totals: the graphs are the same and the difference is in their execution; different: the line says
-which edges or attributes the slow one lost.
+--functions: each kernel node's function read through the driver (its name, registers, static and largest
+dynamic shared memory, shared-memory carveout, and the launch's shared memory, grid and block) right after
+its graph's capture and again at the end; prints the nodes whose function changed in between (a later
+compile or capture can change what an instantiated graph's functions ask), and the tally of every function
+row to diff across processes:
 
---functions (stop 29's batch-1 bias: Qwen's 16-row graph loses PDL's overlap once a batch-1 graph is compiled
-and captured after it, with the same nodes and edges): each kernel node's function read through the driver
-(its name, registers, static and largest dynamic shared memory, shared-memory carveout, and the launch's
-shared memory, grid and block) right after its graph's capture and again at the end; prints the nodes
-whose function changed in between, and the tally of every function row (diff it across processes):
-
-    PYTHONPATH=. CUGRAPH_ACCEL_SKINNY_BATCHES=1 python3 benchmarks/graph_edges.py qwen2.5-0.5b --batches 1,8,16,32 --functions
+    PYTHONPATH=. python3 benchmarks/graph_edges.py qwen2.5-0.5b --batches 1,8,16,32 --functions --set skinny_batches=on
 """
 
 from __future__ import annotations
@@ -29,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from accelerate_graph import settings
+from accelerate_graph.common.atomic_io import atomic_write_text
 from accelerate_graph.compat.cuda_driver import (
     FUNCTION_ATTRIBUTES,
     NODE_CARVEOUT,
@@ -127,7 +127,7 @@ def kept_graphs(on_capture=None) -> list[torch.cuda.CUDAGraph]:
 
     class Kept(base):
         # torch's binding reads keep_graph in __init__ (pybind11), called with the caller's own arguments:
-        # __new__ alone left it False (stop 29's device call)
+        # __new__ alone leaves it False
         def __new__(cls, keep_graph: bool = True):
             graph = super().__new__(cls, True)
             made.append(graph)
@@ -146,15 +146,17 @@ def kept_graphs(on_capture=None) -> list[torch.cuda.CUDAGraph]:
 
 
 def main() -> None:
+    from benchmarks.profile_step import batch_sizes, settings_given
     from benchmarks.timing_gap import BEFORE, fused_graphs
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", help="model[:cache], cache 1024 by default")
-    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--batches", type=batch_sizes, default="1,8")
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--before", default="nothing", choices=BEFORE)
     parser.add_argument("--json", type=Path, help="also write each graph's counts here")
     parser.add_argument("--functions", action="store_true", help="each kernel node's function, at capture and after")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a setting of the capture")
     args = parser.parse_args()
     model, _, cache = args.model.partition(":")
     rt = cudart()
@@ -165,7 +167,8 @@ def main() -> None:
         at_capture[id(graph)] = function_rows(rt, cu, graph.raw_cuda_graph())
 
     made = kept_graphs(read_at_capture if args.functions else None)
-    fused_graphs(model, int(cache or 1024), [int(b) for b in args.batches.split(",")], args.prompt, args.before)
+    with settings.use(settings_given(parser, args.set)):
+        fused_graphs(model, int(cache or 1024), list(args.batches), args.prompt, args.before)
     total, per_graph = Counter(), []
     for graph in made:  # the --before stage's own graphs are among them (tiny-*: one kernel node each)
         counts = tally(rt, graph.raw_cuda_graph())
@@ -178,7 +181,7 @@ def main() -> None:
     if args.functions:
         report["functions"] = report_functions(rt, cu, made, at_capture)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
+        atomic_write_text(args.json, json.dumps(report, indent=1))
 
 
 def report_functions(rt, cu, made: list, at_capture: dict[int, list[str]]) -> list[dict]:

@@ -1,6 +1,5 @@
-"""Where the peak device memory of a capture + verify goes, beyond weights and one KV cache (issue 13's
-strict xfail, tests/core/test_gpu_memory.py: verify at bucket 32 over a 32768-slot cache peaked 451 MiB
-over one 1 GiB cache, with no whole-cache copy left in the code).
+"""Where the peak device memory of a capture + verify goes, beyond weights and one KV cache (the scenario of
+tests/core/test_gpu_memory.py: verify at bucket 32 over a 32,768-slot cache).
 
 Runs the test's scenario on a GPU with the allocator's history on, and prints: the peak of each phase
 (capture, verify) beyond weights + cache, then the allocations alive at the overall peak, grouped by

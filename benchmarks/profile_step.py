@@ -1,17 +1,16 @@
 """Kernels one decode step launches, by class, for each way of running it: HF's step (what `graph`
-captures), and its layers compiled by inductor with grouped-query decode attention (what `fused`
-captures), with and without batch 1's GEMV lowering.
+captures) and the fused step (what `capture --fuse` captures) under the settings a way changes.
 
-The step runs uncaptured under torch.profiler: a graph replays the same kernels, minus the launch
-gaps; the captured graph's replay is timed too (ms per step, what PDL or fewer gaps change). Prints one
-line per (way, batch, cache slots); writes JSON to --json.
+The step runs uncaptured under torch.profiler: a graph replays the same kernels, minus the launch gaps; the
+captured graph's replay is timed too (ms per step, what PDL or fewer gaps change). Prints one line per (way,
+batch, cache slots); writes JSON to --json. A way is a named change of settings (WAYS); `--set NAME=VALUE`
+changes the settings every way starts from (`cugraph-accel settings` lists them).
 
-The ways of one process are not on equal terms: on the H200 (2026-12-01, docs/PERF.md stop 22) the first
-way replayed fastest whatever it was, the next up to ~0.1 ms slower at Qwen2.5-0.5B's batches 8 and 32
-(~0.04 ms at batch 1). Compare ways in both orders (two processes) and read the kernels' sums beside the
-replay times, which moved less.
+The ways of one process are not on equal terms: on the H200 the first way replayed fastest whatever it was,
+the next up to ~0.1 ms slower at Qwen2.5-0.5B's batches 8 and 32. Compare ways one process each (or in both
+orders), and read the kernels' sums beside the replay times, which move less.
 
-Run on a GPU: PYTHONPATH=. python3 benchmarks/profile_step.py qwen2.5-0.5b --batches 1,32 --json out.json
+Run on a GPU: PYTHONPATH=. python3 benchmarks/profile_step.py qwen2.5-0.5b --batches 1,32 --ways graph,fused
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import functools
 import json
 import logging
 import re
+import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -28,9 +28,10 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from accelerate_graph.fused import final_norm, gemv_lowering, grouped_attention, layer_program
-from accelerate_graph.fused import layers as fused_step
-from accelerate_graph.fused.kernels import decode_attention, pdl, skinny_matmul
+from accelerate_graph import settings
+from accelerate_graph.common.atomic_io import atomic_write_text
+from accelerate_graph.common.errors import BadOptionError
+from accelerate_graph.common.option_lists import parse_whole_numbers
 from accelerate_graph.pipeline import CaptureRequest, prepare
 
 CLASSES = (  # first match wins; names as cuBLAS, PyTorch and triton print them
@@ -45,28 +46,67 @@ CLASSES = (  # first match wins; names as cuBLAS, PyTorch and triton print them
 
 @dataclass(frozen=True)
 class Way:
-    """One way of running the step: its label, and the fused path's switches it sets."""
+    """One way of running the step: its label, whether the step is fused, and the settings it changes."""
 
     label: str
-    attn: str = "grouped"
+    changes: tuple[tuple[str, str], ...] = ()  # (setting, value as `--set` takes it)
     fuse: bool = True
-    gemv: bool = True  # fused.layers.GEMV_AT_BATCH_1
-    program: str = fused_step.LAYER_PROGRAM  # the default: "merged"
-    gate_up_apart: bool = layer_program.GATE_UP_APART_AT_BATCH_1  # merged: gate and up two GEMVs at batch 1
-    skinny_b1: str = layer_program.SKINNY_AT_BATCH_1  # merged, batch 1: skinny kernels "auto" (by table), "1", "0"
-    skinny_above: frozenset | None = layer_program.SKINNY_ABOVE_BATCH_1  # merged, above 1: skinny ops (None: auto)
-    pdl_on: bool = pdl.ENABLED  # our kernels with PDL, and inductor's unless `inductor` turns it off
-    triton_attention: bool = grouped_attention.TRITON_DECODE  # the default: on (CUGRAPH_ACCEL_TRITON_ATTENTION)
-    fold_combine: bool = decode_attention.FOLD_COMBINE  # the attention's combine inside its split kernel
-    long_cublas: bool = gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS
-    materialize: bool = gemv_lowering.MATERIALIZE_INPUT  # GEMV inputs stored before the reduction
-    inductor: tuple = ()  # (setting, value) pairs added to fused.layers.INDUCTOR_SETTINGS
-    tune: str = fused_step.TUNE  # coordinate-descent tuning: "auto" (by hidden size), "1" or "0"
-    rotary_table: bool = fused_step.ROTARY_TABLE  # cos/sin gathered from a table (fused/rotary_table.py)
-    final_norm_kernel: bool = final_norm.FINAL_NORM_KERNEL  # the final RMSNorm as one kernel (fused/final_norm.py)
-    norm_at_once: bool = skinny_matmul.NORM_LOADS_AT_ONCE  # the skinny kernels' row norms in loads issued at once
-    qkv_writes_cache: bool = layer_program.QKV_WRITES_CACHE  # batch 1: q/k/v's kernel rotates and writes the cache
-    mask_kernel: bool = fused_step.MASK_KERNEL  # the decode step's attention mask as one kernel (fused/causal_mask.py)
+
+    @property
+    def attn(self) -> str:
+        return "grouped" if self.fuse else "sdpa"
+
+
+WAYS = {
+    "graph": Way("graph: HF sdpa", fuse=False),
+    "fused": Way("fused"),  # what `capture --fuse` and bench's `fused` run
+    "fused-no-pdl": Way("fused, no PDL", (("pdl", "off"),)),
+    "fused-no-carveout": Way("fused, driver's smem split", (("smem_carveout", "off"),)),
+    "fused-matmul-attn": Way("fused, matmul attention", (("triton_attention", "off"),)),
+    "fused-split-attn": Way("fused, no one-kernel attention", (("attention_preloaded", "0"),)),
+    "fused-skinny-b1": Way("fused, skinny kernels at 1", (("skinny_batch_1", "on"),)),
+    "fused-gemv-b1": Way("fused, inductor GEMVs at 1", (("skinny_batch_1", "off"),)),
+    "fused-skinny-batches": Way("fused, skinny kernels above 1", (("skinny_batches", "on"),)),
+    "fused-cublas-above-1": Way("fused, cuBLAS above 1", (("skinny_batches", "off"),)),
+    "fused-cublas-head": Way("fused, cuBLAS LM head", (("lm_head_kernel", "off"),)),
+    "fused-hf-final-norm": Way("fused, HF's final norm", (("final_norm_kernel", "off"),)),
+    "fused-hf-rotary": Way("fused, HF's rotary module", (("rotary_table", "off"),)),
+    "fused-hf-mask": Way("fused, HF's mask", (("mask_kernel", "off"),)),
+    "fused-gemv-inlined": Way("fused, GEMV inputs inlined", (("gemv_materialize", "off"),)),
+    "fused-tuned": Way("fused, tuned", (("inductor_tuning", "on"),)),  # inductor's coordinate descent
+    "fused-untuned": Way("fused, untuned", (("inductor_tuning", "off"),)),
+}
+
+
+def batch_sizes(text: str) -> tuple[int, ...]:
+    """--batches: whole numbers from 1, comma-separated (an argparse type: a bad list is one clear error)."""
+    try:
+        return parse_whole_numbers(text, "--batches", 1, "--batches 1,8,32")
+    except BadOptionError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def settings_given(parser: argparse.ArgumentParser, assignments: list[str]):
+    """The environment's settings, then `--set NAME=VALUE`; a bad name or value ends the run in one line."""
+    try:
+        return settings.resolve(settings.parse_assignments(assignments))
+    except BadOptionError as err:
+        parser.error(str(err))
+
+
+def way_settings(name: str, base):
+    """The settings `name` runs under: `base` with the way's changes."""
+    return settings.from_text(dict(WAYS[name].changes), f"The way {name}", base)
+
+
+def ways_named(text: str) -> list[str]:
+    """--ways: names of WAYS, comma-separated (an argparse type: an unknown name is one clear error)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in WAYS]
+    if unknown or not names:
+        named = ", ".join(unknown) or repr(text)
+        raise argparse.ArgumentTypeError(f"no way {named}; ways: {', '.join(WAYS)}")
+    return names
 
 
 REPLAYS = 50
@@ -132,9 +172,8 @@ def _profile(step, rewind, calls: int) -> dict:
         return dict(NOTHING_COUNTED)
     rewind()
     torch.cuda.synchronize()
-    # the steps back to back, the rewind outside: its one fill per layer (32 kernels at the 8B) was counted
-    # as the step's until 2026-12-01 (stop 18). `calls` steps advance the cache `calls` slots, as a replay
-    # timing does, inside the same context bucket
+    # the steps back to back, the rewind outside (it is a fill per layer, not the step's): `calls` steps
+    # advance the cache `calls` slots, as a replay timing does, inside the same context bucket
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             step()
@@ -213,13 +252,60 @@ def tally(prof, calls: int, classify=kernel_class) -> dict:
     }
 
 
-def main() -> None:
+def run_way(name: str, args: argparse.Namespace, batches: tuple[int, ...], results: list[dict]) -> bool:
+    """Capture the step the way `name` runs it, time its replays and profile its kernels at each batch;
+    False when the way failed to capture (said in one line)."""
+    way = WAYS[name]
+    label = way.label
+    request = CaptureRequest(
+        model=args.model,
+        buckets=batches,
+        attn=way.attn,
+        fuse=way.fuse,
+        max_cache_len=args.cache,
+        prompt_len=args.prompt,
+    )
+    try:
+        prepared = prepare(request)
+    except Exception as err:  # noqa: BLE001 - report this way's failure, profile the others
+        print(f"{args.model} {label}: failed: {' '.join(str(err).split())[:300]}", flush=True)
+        return False
+    session = prepared.session
+    print(f"{args.model} {label}: compiled in {prepared.compile_seconds:.1f} s", flush=True)
+    rewind = functools.partial(session.kv.rewind, args.prompt)
+    context = prepared.graphs.contexts[0] if args.prompt < prepared.graphs.contexts[0] else None
+    for batch in batches:
+        replay, host = replay_ms(prepared.graphs, session, batch, args.prompt)
+        print(
+            f"{args.model} {label:18s} batch {batch:3d}: replay {replay:.3f} ms per step "
+            f"(host {host:.3f} ms to issue one)",
+            flush=True,
+        )
+        for slots in sorted({args.cache, context or args.cache}):
+            step = session.capture_step(batch, slots)
+            found = profile_step(step, rewind)
+            results.append(
+                {"way": label, "batch": batch, "slots": slots, "replay_ms": replay, "host_ms": host, **found}
+            )
+            print(
+                f"{args.model} {label:18s} batch {batch:3d} slots {slots:5d}: {found['kernels']:6.0f} kernels, "
+                f"{found['kernel_us']:8.1f} us of kernels, idle {found['idle_us']:5.1f} us | "
+                + ", ".join(f"{k} {v['kernels']:.0f}/{v['us']:.0f}us" for k, v in found["by_class"].items()),
+                flush=True,
+            )
+            for kernel, us in list(found["by_kernel_us"].items())[: args.top]:
+                print(f"    {us:8.2f} us in {found['by_kernel_calls'][kernel]:4.0f} launches  {kernel[:100]}")
+    return True
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default="qwen2.5-0.5b")
-    parser.add_argument("--batches", default="1,32")
+    parser.add_argument("--batches", type=batch_sizes, default="1,32")
     parser.add_argument("--cache", type=int, default=1024)
     parser.add_argument("--prompt", type=int, default=128)
-    parser.add_argument("--ways", default="graph,fused,fused-cublas", help="which ways, in this order")
+    parser.add_argument("--ways", type=ways_named, default="graph,fused", help=f"in this order, of: {', '.join(WAYS)}")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a setting for every way")
     parser.add_argument("--json")
     parser.add_argument("--top", type=int, default=0, help="also print the N kernels that take longest")
     parser.add_argument("--log-tuning", help="write coordinate descent's choices (each kernel's config) to this file")
@@ -228,118 +314,19 @@ def main() -> None:
         tuner = logging.getLogger("torch._inductor.runtime.coordinate_descent_tuner")
         tuner.setLevel(logging.DEBUG)
         tuner.addHandler(logging.FileHandler(args.log_tuning))
-    batches = tuple(int(b) for b in args.batches.split(","))
-    ways = {
-        "graph": Way("graph: HF sdpa", attn="sdpa", fuse=False),
-        "fused": Way("fused"),  # what `capture --fuse` and bench's `fused` run
-        # the Triton decode attention is the default since 2026-12-01 (then `fused-attn`, now `fused`)
-        "fused-matmul-attn": Way("fused, matmul attention", triton_attention=False),  # the default before
-        "fused-cublas": Way("fused, cuBLAS at 1", gemv=False),  # no batch-1 GEMV lowering
-        "fused-all-gemv": Way("fused, GEMV for all", long_cublas=False),  # 8B's down_proj lowered too
-        "fused-stored": Way("fused, GEMV inputs stored", materialize=True),
-        "fused-stored-all-gemv": Way("fused, inputs stored, GEMV for all", materialize=True, long_cublas=False),
-        "fused-inlined": Way("fused, GEMV inputs inlined", materialize=False),
-        # coordinate descent tuning of every kernel's config (by default only from a hidden size of 2,048),
-        # re-run at each start (torch 2.11 restored tuned configs from its cache as slower ones: docs/PERF.md)
-        "fused-tuned": Way("fused, tuned", tune="1"),
-        "fused-untuned": Way("fused, untuned", tune="0"),
-        "fused-skinny-b1": Way("fused, skinny kernels at 1", skinny_b1="1"),
-        "fused-gemv-b1": Way("fused, inductor GEMVs at 1", skinny_b1="0"),
-        "fused-skinny-batches": Way("fused, skinny kernels above 1", skinny_above=frozenset(layer_program.SKINNY_OPS)),
-        # o and down on the skinny kernels above batch 1 at every shape, q/k/v and gate/up on cuBLAS (stop 26;
-        # by default since stop 27 at the shapes where it won); and cuBLAS for every op above batch 1
-        "fused-skinny-residual": Way("fused, skinny o/down above 1", skinny_above=frozenset({"residual"})),
-        "fused-cublas-above-1": Way("fused, cuBLAS above 1", skinny_above=frozenset()),
-        "fused-no-rotary-table": Way("fused, HF's rotary module", rotary_table=False),  # the default before stop 20
-        "fused-no-final-norm": Way("fused, HF's final norm", final_norm_kernel=False),  # the default before stop 21
-        "fused-norm-loop": Way("fused, norm in a loop", norm_at_once=False),  # the row norms before stop 24
-        "fused-qkv-writes-cache": Way("fused, q/k/v writes the cache", qkv_writes_cache=True),  # off: slower (stop 25)
-        "fused-hf-mask": Way("fused, HF's mask", mask_kernel=False),  # the mask kernel is on since stop 25
-        # PDL: every kernel of the step by default since 2026-12-01 (ours and inductor's); these ways
-        # take it off, or leave it on for ours alone
-        "fused-no-pdl": Way("fused, no PDL", pdl_on=False),
-        "fused-fold-combine": Way("fused, combine folded", fold_combine=True),  # one attention kernel, not two
-        "fused-ours-pdl": Way("fused, our kernels with PDL", pdl_on=True, inductor=(("triton.enable_pdl", False),)),
-        "fused-skinny-pdl": Way(
-            "fused, skinny at 1, our kernels with PDL",
-            skinny_b1="1",
-            pdl_on=True,
-            inductor=(("triton.enable_pdl", False),),
-        ),
-        "fused-skinny-b1-untuned": Way("fused, skinny at 1, untuned", skinny_b1="1", tune="0"),
-        "fused-kernels": Way("fused, skinny kernels", program="kernels"),  # layer_program + Triton
-        "fused-torchops": Way("fused, torch ops", program="torch"),  # layer_program, torch ops
-        "fused-hf": Way("fused, HF's layer forward", program="hf"),  # the default before 2026-12-01
-        # the defaults before 2026-12-01's second session: gate and up one GEMV at batch 1, no combo kernels
-        "fused-gate-up-merged": Way("fused, gate/up one GEMV at 1", gate_up_apart=False),
-        "fused-no-combo": Way("fused, no combo kernels", inductor=(("combo_kernels", False),)),
-    }
-    results = []
-    shipped_settings = dict(fused_step.INDUCTOR_SETTINGS)
-    for way in (ways[name] for name in args.ways.split(",")):
-        label = way.label
-        fused_step.GEMV_AT_BATCH_1 = way.gemv
-        fused_step.LAYER_PROGRAM = way.program
-        grouped_attention.TRITON_DECODE = way.triton_attention
-        decode_attention.FOLD_COMBINE = way.fold_combine
-        gemv_lowering.CUBLAS_FOR_LONG_REDUCTIONS = way.long_cublas
-        gemv_lowering.MATERIALIZE_INPUT = way.materialize
-        layer_program.GATE_UP_APART_AT_BATCH_1 = way.gate_up_apart
-        layer_program.SKINNY_AT_BATCH_1 = way.skinny_b1
-        layer_program.SKINNY_ABOVE_BATCH_1 = way.skinny_above
-        pdl.ENABLED = way.pdl_on
-        fused_step.TUNE = way.tune
-        fused_step.ROTARY_TABLE = way.rotary_table
-        final_norm.FINAL_NORM_KERNEL = way.final_norm_kernel
-        skinny_matmul.NORM_LOADS_AT_ONCE = way.norm_at_once
-        layer_program.QKV_WRITES_CACHE = way.qkv_writes_cache
-        fused_step.MASK_KERNEL = way.mask_kernel
-        fused_step.INDUCTOR_SETTINGS = {**shipped_settings, **dict(way.inductor)}
-        request = CaptureRequest(
-            model=args.model,
-            buckets=batches,
-            attn=way.attn,
-            fuse=way.fuse,
-            max_cache_len=args.cache,
-            prompt_len=args.prompt,
-        )
-        try:
-            prepared = prepare(request)
-        except Exception as err:  # noqa: BLE001 - report this way's failure, profile the others
-            print(f"{args.model} {label}: failed: {' '.join(str(err).split())[:300]}", flush=True)
-            continue
-        session = prepared.session
-        print(f"{args.model} {label}: compiled in {prepared.compile_seconds:.1f} s", flush=True)
-        rewind = functools.partial(session.kv.rewind, args.prompt)
-        context = prepared.graphs.contexts[0] if args.prompt < prepared.graphs.contexts[0] else None
-        for batch in batches:
-            replay, host = replay_ms(prepared.graphs, session, batch, args.prompt)
-            print(
-                f"{args.model} {label:18s} batch {batch:3d}: replay {replay:.3f} ms per step "
-                f"(host {host:.3f} ms to issue one)",
-                flush=True,
-            )
-            for slots in sorted({args.cache, context or args.cache}):
-                step = session.capture_step(batch, slots)
-                found = profile_step(step, rewind)
-                results.append(
-                    {"way": label, "batch": batch, "slots": slots, "replay_ms": replay, "host_ms": host, **found}
-                )
-                print(
-                    f"{args.model} {label:18s} batch {batch:3d} slots {slots:5d}: {found['kernels']:6.0f} kernels, "
-                    f"{found['kernel_us']:8.1f} us of kernels, idle {found['idle_us']:5.1f} us | "
-                    + ", ".join(f"{k} {v['kernels']:.0f}/{v['us']:.0f}us" for k, v in found["by_class"].items()),
-                    flush=True,
-                )
-                for name, us in list(found["by_kernel_us"].items())[: args.top]:
-                    print(f"    {us:8.2f} us in {found['by_kernel_calls'][name]:4.0f} launches  {name[:100]}")
-        del prepared, session, rewind
+    batches = args.batches
+    base = settings_given(parser, args.set)
+    results: list[dict] = []
+    failed = 0
+    for name in args.ways:
+        with settings.use(way_settings(name, base)):  # the fused forward takes current() when it is built
+            failed += not run_way(name, args, batches, results)
         torch.compiler.reset()
         torch.cuda.empty_cache()
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(results, handle, indent=1)
+        atomic_write_text(args.json, json.dumps(results, indent=1))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -3,7 +3,7 @@
 Both ranks capture the step (graph, or --fuse: inductor's layers) for one batch size, replay it the same
 number of times, and rank 0 alone runs torch.profiler over its replays (CUPTI records the kernels a
 CUDA graph launches). An all-reduce kernel's time includes its wait for the peer, so a rank running
-ahead shows it there. The all-reduce kind is CUGRAPH_ACCEL_ALLREDUCE's (nccl unless set, or --allreduce).
+ahead shows it there. The all-reduce kind is the `allreduce` setting's (--allreduce, or --set allreduce=KIND).
 
 Run on two GPUs: PYTHONPATH=. python3 benchmarks/profile_tp.py recipes/llama-3.1-8b.yaml --batch 1 --fuse
 Prints one summary line (and the top kernels with --top); writes JSON to --json.
@@ -67,6 +67,7 @@ def rank_body(
     top: int,
     json_path: str | None,
 ) -> None:
+    from accelerate_graph import settings
     from accelerate_graph.core.buckets import parse_context_buckets
     from accelerate_graph.core.decode_session import draw_inputs
     from accelerate_graph.distributed.all_reduce import current_kind
@@ -77,7 +78,8 @@ def rank_body(
         model=model, buckets=(batch,), attn="grouped" if fuse else "sdpa", fuse=fuse, max_cache_len=cache,
         prompt_len=prompt, contexts=parse_context_buckets("full"), tp=2, device=device,
     )  # fmt: skip
-    prepared = prepare(request)
+    with settings.use(settings.resolve()):  # the settings main() gave every rank through the environment
+        prepared = prepare(request)
     graphs, session = prepared.graphs, prepared.session
     prompt_ids, tokens = draw_inputs(batch, 1, prompt, session.vocab_size, seed=3)
     session.kv.reset()
@@ -117,8 +119,9 @@ def rank_body(
         print(f"    {us:8.2f} us  {name[:110]}", flush=True)
     if json_path:
         record = {"way": way, "batch": batch, "allreduce": current_kind(), "step_ms": step_ms, **found}
-        with open(json_path, "w", encoding="utf-8") as handle:
-            json.dump(record, handle, indent=1)
+        from accelerate_graph.common.atomic_io import atomic_write_text
+
+        atomic_write_text(json_path, json.dumps(record, indent=1))
 
 
 def main() -> int:
@@ -131,19 +134,22 @@ def main() -> int:
     parser.add_argument("--device", default="auto", help="auto, or cpu for a smoke run over gloo")
     parser.add_argument("--allreduce", choices=("nccl", "oneshot"))
     parser.add_argument("--top", type=int, default=0, help="also print the N kernels that take longest")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a setting of both ranks")
     parser.add_argument("--json")
     args = parser.parse_args()
-    from accelerate_graph.distributed.all_reduce import KIND_ENV
+    from accelerate_graph import settings
     from accelerate_graph.distributed.launch import run_on_ranks
     from cli.tp import classify
 
-    if args.allreduce:
-        os.environ[KIND_ENV] = args.allreduce
     kwargs = {
         "model": args.model, "batch": args.batch, "cache": args.cache, "prompt": args.prompt, "fuse": args.fuse,
         "device": args.device, "top": args.top, "json_path": args.json,
     }  # fmt: skip
     try:
+        assignments = settings.parse_assignments(args.set)
+        if args.allreduce:
+            assignments["allreduce"] = args.allreduce
+        os.environ.update(settings.to_environment(settings.resolve(assignments)))  # the ranks' settings
         return run_on_ranks(2, rank_body, kwargs, classify)
     except typer.Exit as done:
         return done.exit_code

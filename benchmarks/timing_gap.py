@@ -1,34 +1,24 @@
-"""Why `bench` and `profile_step.py` disagree at batch 1: one captured fused step timed four ways in one
-process (docs/PERF.md, stop 24: Qwen2.5-0.5B 0.665 ms in bench against 0.640 in the profile).
+"""One captured fused step timed four ways in one process, after what --before names was done first: why
+`bench` and `profile_step.py` can disagree at batch 1, and what a process's earlier work costs a replay.
 
   back-to-back   profile_step's replay_ms: 50 replays between two events, the cache rewound once
   bench          bench's own time_calls: events around each step, the cache rewound before each
   no rewind      time_calls without the rewind (the write slot walks on, as in a decode loop)
   idle start     each step from an idle GPU (synchronized before it): adds the host's launch latency
 
---before: what the process captured before the timed fused graphs (one process per value)
+--before: what the process did before capturing the timed fused graphs (one process per value)
   nothing        prepare(--fuse): the fused graphs alone (what `capture --fuse` does)
   plain          bench's path: the plan's plain graphs, then capture_fused on the same session
   plain-freed    the plain graphs captured, then released, then capture_fused
-  fused-freed    the fused graphs captured, released, and captured again (is it any earlier capture?)
-  eager-first    HF's eager steps on another session of the model first, no graph (is it any CUDA work?)
-  tiny-mm        a CUDA graph of one cuBLAS matmul captured, replayed and freed first (any capture of cuBLAS?)
-  tiny-add       the same with one elementwise add, no cuBLAS (any capture at all?)
-  side-stream    one stream more taken from torch's stream pool and used, no capture (the capture's stream?)
+  fused-freed    the fused graphs captured, released, and captured again
+  eager-first    HF's eager steps on another session of the model first, no graph
+  tiny-mm        a CUDA graph of one cuBLAS matmul captured, replayed and freed first
+  tiny-add       the same with one elementwise add, no cuBLAS
+  side-stream    one stream more taken from torch's stream pool and used, no capture
   claimed-side-stream  the same after claim_capture_stream (what a --tp rank does before NCCL runs)
-Measured (H200, Qwen2.5-0.5B, batch 1 / 8, ms back-to-back): stop 24: nothing 0.643 / 0.912, plain 0.663 /
-1.025, plain-freed 0.662 / 1.026; stop 25 (mask kernel on): nothing 0.625 / 0.883, eager-first 0.622 /
-0.889, fused-freed 0.641 / 1.005, and with CUBLAS_WORKSPACE_CONFIG=:0:0 nothing 0.624 / 0.946, fused-freed
-0.643 / 1.061. Stop 26: tiny-mm 0.641 / 1.005, tiny-add 0.640 / 1.011, side-stream 0.641 / 1.004: any work
-on another side stream first does it, no capture needed. The kernels' own times (--trace) do not change;
-with CUGRAPH_ACCEL_PDL=0 nothing and tiny-add are equal (0.700 / 1.030, 0.701 / 1.034): the graph's
-kernels overlap less under PDL. Neither replaying on the capture stream, a high-priority capture stream,
-nor CUDA_DEVICE_MAX_CONNECTIONS=1 or 32 helped; one capture stream per device for the whole process
-(core/backends/cuda.py) did: fused-freed 0.624 / 0.886, plain 0.622 / 0.888. Still slower: a process that
-ran work on a stream of its own before its first capture (side-stream, tiny-*). Stop 29: the bucket set
-alone moves the rows above 8: every op skinny (CUGRAPH_ACCEL_SKINNY_BATCHES=1) at --batches 8,16,32
-0.802 / 0.875 / 1.025 ms, at 1,8,16,32 0.775 / 1.086 / 1.112 (PDL's overlap lost at 16 and 32 rows when a
-batch-1 graph is captured, after the others: benchmarks/batch1_bias_gpu.sh).
+Under PDL a graph captured after work on a stream of the process's own replays slower (H200, Qwen2.5-0.5B:
+0.641 against 0.625 ms at batch 1): one capture stream per device (core/backends/cuda.py) keeps our own
+flows fast; side-stream and tiny-* still show the cost. --trace writes each replay's kernels and timeline.
 
 Run on a GPU: PYTHONPATH=. python3 benchmarks/timing_gap.py qwen2.5-0.5b llama-3.2-1b:16384 --before plain
 """
@@ -44,10 +34,12 @@ from pathlib import Path
 
 import torch
 
+from accelerate_graph import settings
 from accelerate_graph.bench.timing import time_calls
+from accelerate_graph.common.atomic_io import atomic_write_text
 from accelerate_graph.core.backends.cuda import claim_capture_stream
 from accelerate_graph.pipeline import CaptureRequest, capture_fused, prepare
-from benchmarks.profile_step import profile_step, replay_ms
+from benchmarks.profile_step import batch_sizes, profile_step, replay_ms, settings_given
 
 STEPS, WARMUP = 30, 5
 BEFORE = (
@@ -149,7 +141,7 @@ def measure(model: str, cache: int, batches: list[int], prompt: int, before: str
         if trace:  # the replayed graph's kernels (CUPTI sees inside graphs), to diff one process against another
             found = profile_step(lambda: step(0), lambda: session.kv.rewind(prompt))
             trace.mkdir(parents=True, exist_ok=True)
-            (trace / f"{model}-{before}-{batch}.json").write_text(json.dumps(found, indent=1))
+            atomic_write_text(trace / f"{model}-{before}-{batch}.json", json.dumps(found, indent=1))
             print(
                 f"{model} batch {batch} replayed: {found['kernels']:.0f} kernels, {found['kernel_us']:.1f} us of "
                 f"kernels, busy {found['busy_us']:.1f} of a {found['span_us']:.1f} us span, idle {found['idle_us']:.1f}"
@@ -166,15 +158,18 @@ def measure(model: str, cache: int, batches: list[int], prompt: int, before: str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="+", help="model[:cache], cache 1024 by default")
-    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--batches", type=batch_sizes, default="1,8")
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--trace", type=Path, help="a folder: write each replay's kernels there (profile_step's tally)")
     parser.add_argument("--before", default="nothing", choices=BEFORE)
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a setting of the captures")
     args = parser.parse_args()
-    batches = [int(b) for b in args.batches.split(",")]
+    batches = list(args.batches)
+    chosen = settings_given(parser, args.set)
     for entry in args.models:
         model, _, cache = entry.partition(":")
-        measure(model, int(cache or 1024), batches, args.prompt, args.before, args.trace)
+        with settings.use(chosen):
+            measure(model, int(cache or 1024), batches, args.prompt, args.before, args.trace)
         torch.compiler.reset()
         torch.cuda.empty_cache()
 

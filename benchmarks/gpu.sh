@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# The GPU runs of this repository, one entry: run from the repository root on a GPU machine,
+#
+#   OUT=./gpu-out bash benchmarks/gpu.sh SUITE [SUITE...]
+#
+# Suites run in the order given, each part under its own `timeout`, all under one deadline (DEADLINE s,
+# default 570) so that one invocation fits a 10-minute command; a part the time left cannot hold is skipped
+# and says so. Everything a run writes goes into ONE archive, $OUT/results-<suites>.tar.gz (logs, JSON, CSV,
+# tables), and the short tables come last on stdout; it exits 1 when a part failed. Suites (budget on one H200):
+#   tests     every cuda-marked test but the real-size recipes and the fault suite, --durations=25   ~540 s
+#             (TESTS="paths": only those)
+#   bench     bench --compare graph,fused at buckets 1,8,32: llama-3.2-1b at a KV cache of 16,384,
+#             qwen2.5-0.5b and llama-3.1-8b at 1,024; a table of ms per step last                   ~510 s
+#   verify    capture --fuse + verify --repeat $REPEAT (default 2) of every recipe, in three lanes
+#             side by side on the one GPU (VERIFY_ENTRIES; see verify_lane)                          ~560 s
+#   tune      cugraph-accel tune $TUNE_RECIPE (default qwen2.5-0.5b), then a bench in a new process
+#             whose header names the table it used                                                   ~360 s
+#   zoo       the zoo on CUDA (isolated children) beside the CPU emulation, and where they differ    ~420 s
+#   faults    the CUDA fault suite (tests/verify/test_faults.py), then fault_sweep.py on CUDA        ~540 s
+#   profile   profile_step.py of the fused step, one process per model, batches 1,8,32               ~510 s
+#   generate  bench of the generate contenders (tok/s), first token of a new process, GPU tests      ~420 s
+#   tp        (two GPUs) the tensor-parallel GPU tests, bench --tp 2 against --tp 1, profile_tp.py    ~560 s
+# More than one suite shares the deadline: a full run is one invocation per suite.
+# SET="name=value ..." passes `--set name=value` to every CLI call and profile_step.py (`cugraph-accel settings`).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+SUITES=(tests bench verify tune zoo faults profile generate tp)
+usage() { echo "usage: bash benchmarks/gpu.sh SUITE [SUITE...]; suites: ${SUITES[*]}" >&2; exit 2; }
+[ $# -gt 0 ] || usage
+for suite in "$@"; do
+  [[ " ${SUITES[*]} " == *" $suite "* ]] || { echo "gpu.sh: no suite '$suite'; suites: ${SUITES[*]}" >&2; exit 2; }
+done
+
+START=$(date +%s) DEADLINE=${DEADLINE:-570}
+OUT=${OUT:-./gpu-out}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+ARCHIVE="$OUT/results-$(IFS=-; echo "$*").tar.gz"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/cugraph-accel-gpu.XXXXXX")
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200}
+export TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
+# NVLink multicast off in NCCL and torch: the tensor-parallel paths do not use it
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# a cold inductor cache shared by every part of this run: the first compile of a step is in its setup time
+export TORCHINDUCTOR_CACHE_DIR="$WORK/inductor-cache"
+SET_ARGS=()
+for assignment in ${SET:-}; do SET_ARGS+=(--set "$assignment"); done
+CLI=(python3 -m cli)  # an array, not a function: `timeout` runs programs
+
+left() { echo $((DEADLINE - ($(date +%s) - START))); }
+# part NAME NEEDS LIMIT COMMAND...: COMMAND's output in $WORK/NAME.log; skipped when fewer than NEEDS seconds
+# are left, cut at LIMIT seconds or the deadline; one line per part in $WORK/parts.tsv for the last table
+part() {
+  local name=$1 needs=$2 limit=$3 began rc
+  shift 3
+  if [ "$(left)" -lt "$needs" ]; then
+    echo "$name: skipped ($(left) s left, needs ~$needs s)"
+    printf '%s\tskipped\t0\n' "$name" >> "$WORK/parts.tsv"
+    return 0
+  fi
+  [ "$limit" -gt "$(left)" ] && limit=$(left)
+  began=$(date +%s)
+  timeout "$limit" "$@" > "$WORK/$name.log" 2>&1
+  rc=$?
+  [ "$rc" = 124 ] && rc="124 (cut at ${limit} s)"
+  echo "$name: exit $rc in $(($(date +%s) - began)) s"
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - began))" >> "$WORK/parts.tsv"
+  grep -E "^(FAILED|ERROR)|^error|Error:|passed|failed" "$WORK/$name.log" | cut -c1-240 | tail -n 4
+}
+TABLES=()  # summary.py calls printed last: "kind args..."
+finish() {
+  echo
+  for table in "${TABLES[@]}"; do
+    echo "== ${table%% *}"
+    # shellcheck disable=SC2086 # a table entry is summary.py's words
+    python3 benchmarks/summary.py $table 2>&1 | tee -a "$WORK/tables.txt"
+  done
+  echo "== parts (exit code, seconds)"
+  column -t -s $'\t' "$WORK/parts.tsv" 2>/dev/null || cat "$WORK/parts.tsv" 2>/dev/null
+  tar czf "$ARCHIVE" -C "$WORK" --exclude inductor-cache --exclude '*.inductor' --exclude '*.yaml' \
+    --exclude 'prompts-*' . 2>/dev/null
+  rm -rf "$WORK"
+  echo "wrote $ARCHIVE in $(($(date +%s) - START)) s"
+}
+trap finish EXIT
+trap 'exit 143' TERM INT  # a run stopped from outside still leaves its archive
+
+environment() {
+  { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c "import torch, transformers, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
+'triton', triton.__version__, 'transformers', transformers.__version__, 'GPUs', torch.cuda.device_count())"
+    git rev-parse HEAD 2>/dev/null; } > "$WORK/environment.txt" 2>&1
+  cat "$WORK/environment.txt"
+}
+
+tests_suite() {
+  # shellcheck disable=SC2086 # TESTS is a list of pytest paths
+  part tests 60 540 python3 -m pytest -m "cuda and not realsize" -q -p no:cacheprovider -rf --durations=25 \
+    ${TESTS:-tests} --ignore=tests/verify/test_faults.py
+  TABLES+=("pytest $WORK/tests.log")
+}
+
+bench_suite() {  # most wanted first: the 1B at 16,384 is the published batch-1 comparison
+  local entry model cache files=()
+  for entry in ${BENCH_ENTRIES:-llama-3.2-1b:16384 qwen2.5-0.5b:1024 llama-3.1-8b:1024}; do
+    IFS=: read -r model cache <<< "$entry"
+    part "bench-$model" 60 170 "${CLI[@]}" bench "$model" --compare "${BENCH_COMPARE:-graph,fused}" --buckets 1,8,32 \
+      --context "$cache" --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" \
+      --json "$WORK/bench-$model.json" --csv "$WORK/bench-$model.csv"
+    files+=("$WORK/bench-$model.csv")
+  done
+  TABLES+=("bench ${files[*]}")
+}
+
+# recipe:cache:mode[:buckets] entries (mode fused or plain; buckets joined by "-", 1-8-32 by default); "|"
+# separates lanes that run side by side: verify compares numbers, not times, and much of it is host work. Each
+# lane's first entries have the largest peaks (Qwen3-30B-A3B ~65 GiB, the 8B at 4,096 ~40, the 1B at 16,384
+# ~20): together under the H200's 139 GiB.
+VERIFY_DEFAULT="qwen3-30b-a3b:1024:fused:1-8 qwen2.5-0.5b:1024:fused \
+| llama-3.1-8b:4096:fused gemma-2-2b:1024:fused olmoe-1b-7b:1024:fused \
+| llama-3.2-1b:16384:fused mistral-sw-0.5b:1024:fused qwen2-moe-0.5b:1024:fused phi-3-mini-4k:1024:fused"
+verify_lane() {  # ENTRY...: capture, then verify --repeat, one entry after the other
+  local entry recipe cache mode buckets name fuse
+  for entry in "$@"; do
+    IFS=: read -r recipe cache mode buckets <<< "$entry"
+    name="$recipe-$cache-$mode" buckets=${buckets:-1-8-32} fuse=()
+    [ "$mode" = fused ] && fuse=(--fuse)
+    part "capture-$name" 60 150 "${CLI[@]}" capture "$recipe" "${fuse[@]}" --buckets "${buckets//-/,}" \
+      --max-cache-len "$cache" "${SET_ARGS[@]}" --plan "$WORK/$name.yaml"
+    [ -f "$WORK/$name.yaml" ] && part "verify-$name" 60 400 "${CLI[@]}" verify --plan "$WORK/$name.yaml" --steps 8 \
+      --repeat "${REPEAT:-2}" "${SET_ARGS[@]}" --json "$WORK/verify-$name.json"
+  done
+}
+verify_suite() {
+  local lanes lane
+  IFS='|' read -r -a lanes <<< "${VERIFY_ENTRIES:-$VERIFY_DEFAULT}"
+  for lane in "${lanes[@]}"; do
+    # shellcheck disable=SC2086 # a lane is a space-separated list of entries
+    verify_lane $lane &
+  done
+  wait
+  TABLES+=("verify $WORK")
+}
+
+tune_suite() {  # the table goes to this run's cache folder (archived), not the user's
+  local recipe=${TUNE_RECIPE:-qwen2.5-0.5b}
+  local -x XDG_CACHE_HOME="$WORK/cache"  # this suite's parts only: a later suite uses the tables as they were
+  part tune 120 $((${TUNE_BUDGET:-180} + 120)) "${CLI[@]}" tune "$recipe" --buckets "${TUNE_BUCKETS:-1,8}" \
+    --budget-s "${TUNE_BUDGET:-180}"
+  part bench-tuned 60 150 "${CLI[@]}" bench "$recipe" --compare fused --buckets "${TUNE_BUCKETS:-1,8}" --context 1024 \
+    --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" --json "$WORK/bench-tuned.json" \
+    --csv "$WORK/bench-tuned.csv"
+  echo "the bench's header on its tuning table:"
+  grep -iE "tuning|table" "$WORK/bench-tuned.log" | head -n 3
+  (cd "$WORK" && find cache -name '*.json' -printf 'the table, in the archive: %p\n' 2>/dev/null)
+  TABLES+=("bench $WORK/bench-tuned.csv")
+}
+
+zoo_suite() {  # the CPU emulation with capped threads in the background, so both share the cores
+  OMP_NUM_THREADS=2 part zoo-cpu 60 420 "${CLI[@]}" zoo --device cpu --no-isolate --json "$WORK/zoo-cpu.json" \
+    --markdown "$WORK/ZOO-cpu.md" &
+  OMP_NUM_THREADS=1 part zoo 60 420 "${CLI[@]}" zoo --device cuda --isolate --workers "${ZOO_WORKERS:-8}" --timeout 75 \
+    --steps 8 --json "$WORK/zoo.json" --markdown "$WORK/ZOO.md"
+  wait
+  TABLES+=("zoo $WORK")
+}
+
+faults_suite() {  # alone: a fault ending in a device-side assert would poison other tests' CUDA context
+  part faults 60 240 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/verify/test_faults.py
+  part fault-sweep 60 300 python3 benchmarks/fault_sweep.py --devices cuda --rounds 6 --no-docs
+  grep -E "^\| cuda" "$WORK/fault-sweep.log" 2>/dev/null
+  TABLES+=("pytest $WORK/faults.log")
+}
+
+profile_suite() {  # one process per model: the ways of one process are not on equal terms
+  local entry model cache
+  for entry in ${PROFILE_ENTRIES:-qwen2.5-0.5b:1024 llama-3.2-1b:16384 llama-3.1-8b:1024}; do
+    IFS=: read -r model cache <<< "$entry"
+    part "profile-$model" 60 170 python3 benchmarks/profile_step.py "$model" --cache "$cache" --batches 1,8,32 \
+      --ways "${PROFILE_WAYS:-fused}" --top 8 "${SET_ARGS[@]}" --json "$WORK/profile-$model.json"
+    grep -E "replay|kernels," "$WORK/profile-$model.log" | cut -c1-200
+  done
+}
+
+generate_suite() {
+  part generate-bench 60 240 "${CLI[@]}" bench qwen2.5-0.5b \
+    --compare hf-eager,hf-generate,drop-in,drop-in-fused,generate,generate-fused --buckets 1,8,32 --context 1024 \
+    --new-tokens 128 "${SET_ARGS[@]}" --json "$WORK/generate-bench.json"
+  part first-token 30 200 python3 benchmarks/first_token.py qwen2.5-0.5b --batches 1,8,32 --timeout 60 \
+    --extra "${SET_ARGS[*]}" --json "$WORK/first-token.json"
+  part generate-tests 30 120 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/generate
+  TABLES+=("generate $WORK" "pytest $WORK/generate-tests.log")
+}
+
+tp_suite() {  # two GPUs: the 8B recipe split over both against one, cache 1,024
+  local recipe=recipes/llama-3.1-8b.yaml
+  local shape=(--buckets 1,8,32 --context 1024 --context-buckets full --steps 50 --warmup 5)
+  part tp-tests 90 300 python3 -m pytest -m cuda -q -p no:cacheprovider -rf --durations=8 tests/distributed
+  part bench-tp2 60 150 "${CLI[@]}" bench "$recipe" --tp 2 --compare graph,fused "${shape[@]}" "${SET_ARGS[@]}" \
+    --csv "$WORK/bench-tp2.csv"
+  part bench-tp1 60 120 "${CLI[@]}" bench "$recipe" --tp 1 --compare graph,fused "${shape[@]}" "${SET_ARGS[@]}" \
+    --csv "$WORK/bench-tp1.csv"
+  part profile-tp2 45 120 python3 benchmarks/profile_tp.py "$recipe" --batch 1 --fuse --top 8 "${SET_ARGS[@]}" \
+    --json "$WORK/profile-tp2.json"
+  grep -E "^tp2 " "$WORK/profile-tp2.log" 2>/dev/null
+  TABLES+=("pytest $WORK/tp-tests.log" "bench $WORK/bench-tp2.csv $WORK/bench-tp1.csv")
+}
+
+environment
+for suite in "$@"; do
+  echo "== $suite ($(left) s left)"
+  "${suite}_suite"
+done
+# exit 1 when a part failed or was cut (the parts table says which), 0 when every part ran and passed
+! cut -f2 "$WORK/parts.tsv" 2>/dev/null | grep -qvE '^(0|skipped)$'

@@ -1,0 +1,165 @@
+"""The short tables benchmarks/gpu.sh prints last, one per kind of result file its suites write.
+
+    python3 benchmarks/summary.py bench WORK/bench-*.csv      # `bench --csv` files: ms per contender and batch
+    python3 benchmarks/summary.py verify WORK                 # verify-*.json: repeats passed, worst error, memory
+    python3 benchmarks/summary.py zoo WORK                    # zoo.json and zoo-cpu.json: counts, differences
+    python3 benchmarks/summary.py generate WORK               # generate-bench.json, first-token.json: tok/s
+    python3 benchmarks/summary.py pytest WORK/tests.log       # failures and the closing line of pytest logs
+
+A file that is missing is named as missing, so a suite cut short still prints what it has.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sys
+from pathlib import Path
+
+GIB = 2**30
+CLOSING = re.compile(r"\b\d+ (passed|failed|skipped|deselected|errors?)\b.* in [\d.]+s")  # pytest's last line
+
+
+def bench_rows(path: Path) -> list[dict]:
+    """The step rows of one `bench --csv` file."""
+    with path.open(encoding="utf-8") as handle:
+        return [row for row in csv.DictReader(handle) if row["kind"] == "step"]
+
+
+def bench_table(paths: list[Path]) -> list[str]:
+    """One line per (file, cache, batch): each contender's median ms, the floor, and the last contender's
+    multiple of the floor; then each contender's setup (capture and compile) summed over its buckets."""
+    found = {path: bench_rows(path) for path in paths if path.is_file()}
+    contenders = list(dict.fromkeys(row["contender"] for rows in found.values() for row in rows))
+    if not contenders:
+        return [f"no bench results ({', '.join(str(p) for p in paths) or 'no files'})"]
+    last = contenders[-1]
+    header = f"{'model':<16}{'cache':>6}{'batch':>6}" + "".join(f"{c + ' ms':>12}" for c in contenders)
+    out = [header + f"{'floor ms':>10}{last + ' x floor':>16}"]
+    setup_lines = []
+    for path, rows in found.items():
+        name = path.stem.removeprefix("bench-")
+        cells: dict[tuple[int, int], dict[str, dict]] = {}
+        setup: dict[str, list[tuple[str, float]]] = {}
+        for row in rows:
+            cells.setdefault((int(row["context"]), int(row["bucket"])), {})[row["contender"]] = row
+            if row.get("setup_seconds"):
+                setup.setdefault(row["contender"], []).append((row["bucket"], float(row["setup_seconds"])))
+        for (cache, batch), by_contender in sorted(cells.items()):
+            floor = float(next(iter(by_contender.values()))["floor_ms"])
+            line = f"{name:<16}{cache:>6}{batch:>6}"
+            line += "".join(
+                f"{float(by_contender[c]['median_ms']):>12.3f}" if c in by_contender else f"{'-':>12}"
+                for c in contenders
+            )
+            ratio = f"{float(by_contender[last]['median_ms']) / floor:.3f}" if last in by_contender else "-"
+            out.append(line + f"{floor:>10.3f}{ratio:>16}")
+        for contender, buckets in setup.items():
+            each = ", ".join(f"{bucket}: {seconds:.1f}" for bucket, seconds in buckets)
+            setup_lines.append(f"{name} {contender} setup {sum(s for _, s in buckets):.1f} s ({each})")
+    missing = [f"{path}: missing" for path in paths if path not in found]
+    return out + setup_lines + missing
+
+
+def verify_table(work: Path) -> list[str]:
+    """One line per verify-*.json: repeats passed, the worst replay error as a multiple of eager's, and the
+    peak device memory beside its stated bound."""
+
+    def gib(value) -> str:
+        return "-" if value is None else f"{value / GIB:.1f}"
+
+    out = [f"{'verify':<34}{'repeats passed':>15}{'worst x eager':>15}{'peak GiB':>10}{'bound GiB':>10}"]
+    for path in sorted(work.glob("verify-*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        memory = data.get("memory") or {}
+        repeats = data.get("repeats") or []
+        passed = sum(1 for r in repeats if not r["failed"])
+        worst = max((r["worst_ratio"] for r in repeats), default=float("nan"))
+        out.append(
+            f"{path.stem.removeprefix('verify-'):<34}{f'{passed} of {len(repeats)}':>15}{worst:>15.2f}"
+            f"{gib(memory.get('peak_bytes')):>10}{gib(memory.get('bound_bytes')):>10}"
+        )
+    return out if len(out) > 1 else [f"no verify results in {work}"]
+
+
+def zoo_table(work: Path) -> list[str]:
+    """Where the CPU emulation planned differently from CUDA, the failures past a working static cache, and
+    the counts of each run."""
+    from accelerate_graph.zoo.report import counts_line, hazard_disagreements, read_results
+
+    runs = {"CPU emulation": work / "zoo-cpu.json", "CUDA graphs": work / "zoo.json"}
+    missing = [f"{name}: no results ({path.name} missing: see its log)" for name, path in runs.items()]
+    missing = [line for line, path in zip(missing, runs.values()) if not path.exists()]
+    if missing:
+        return missing
+    results = {name: read_results(path) for name, path in runs.items()}
+    out = ["where the CPU emulation planned differently from CUDA (mode or hazardous modules):"]
+    out += hazard_disagreements(results["CUDA graphs"], results["CPU emulation"]) or ["none"]
+    for name, found in results.items():
+        failed = [r for r in found if r.failed]
+        out.append(f"failures past a working static cache, {name}:")
+        out += [f"{r.model_type}: {r.status} at {r.stage}: {r.reason[:240]}" for r in failed] or ["none"]
+    out += [f"{name}: {counts_line(found)}" for name, found in results.items()]
+    return out
+
+
+def generate_table(work: Path) -> list[str]:
+    """Tokens per second of each generate contender per batch (and its multiple of HF static+compile's), and
+    the first token of a new `generate` process (first-token.json)."""
+    try:
+        report = json.loads((work / "generate-bench.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return [f"no generate bench results in {work}"]
+    rows = [r for r in report["rows"] if r["kind"] == "generate"]
+    names = list(dict.fromkeys(r["contender"] for r in rows))
+    speed = {(r["contender"], r["bucket"]): r["tokens_per_s"] for r in rows}
+    try:
+        first = {int(k): v for k, v in json.loads((work / "first-token.json").read_text(encoding="utf-8")).items()}
+    except (OSError, ValueError):
+        first = {}
+    out = [f"{'batch':>5}" + "".join(f"{n:>22}" for n in names) + f"{'first token s':>15}"]
+    for batch in sorted({r["bucket"] for r in rows}):
+        base = speed.get(("hf-generate", batch))
+        cells = []
+        for name in names:
+            value = speed.get((name, batch))
+            ratio = f" ({value / base:.2f}x)" if value and base and name != "hf-generate" else ""
+            cells.append("-" if value is None else f"{value:,.0f}{ratio}")
+        seconds = first.get(batch, {}).get("first_token_s")
+        out.append(f"{batch:>5}" + "".join(f"{c:>22}" for c in cells) + f"{'-' if seconds is None else seconds:>15}")
+    out.append("tok/s: median of the generate calls; first token: seconds from launching a new generate process")
+    return out
+
+
+def pytest_lines(paths: list[Path]) -> list[str]:
+    """Each log's failures (its -rf lines) and its closing count line."""
+    out = []
+    for path in paths:
+        if not path.is_file():
+            out.append(f"{path.name}: missing")
+            continue
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        failed = [line[:200] for line in lines if line.startswith(("FAILED", "ERROR"))]
+        closing = next((line for line in reversed(lines) if CLOSING.search(line)), "")
+        out += failed[:20] + [f"{path.stem}: {closing.strip('= ') or 'no closing line (cut short?)'}"]
+    return out
+
+
+def main(argv: list[str]) -> int:
+    kinds = {
+        "bench": lambda args: bench_table([Path(a) for a in args]),
+        "verify": lambda args: verify_table(Path(args[0])),
+        "zoo": lambda args: zoo_table(Path(args[0])),
+        "generate": lambda args: generate_table(Path(args[0])),
+        "pytest": lambda args: pytest_lines([Path(a) for a in args]),
+    }
+    if not argv or argv[0] not in kinds or (argv[0] != "bench" and len(argv) < 2):
+        print(f"usage: summary.py {{{','.join(kinds)}}} PATH... (see the module docstring)", file=sys.stderr)
+        return 2
+    print("\n".join(kinds[argv[0]](argv[1:])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

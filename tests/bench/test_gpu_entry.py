@@ -1,0 +1,68 @@
+"""benchmarks/gpu.sh, the GPU entry: bad suites are refused in one line; a run leaves one archive under $OUT.
+
+On the CPU the `tests` suite runs its cuda-marked tests as skips, which is enough to check the archive."""
+
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "gpu.sh"
+
+
+def gpu_sh(*suites: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **(env or {})}
+    return subprocess.run(["bash", str(SCRIPT), *suites], capture_output=True, text=True, env=environ, timeout=300)
+
+
+@pytest.mark.parametrize("suites", [(), ("tests", "benchmark")])
+def test_no_suite_or_an_unknown_one_is_one_line_and_exit_2(suites, tmp_path):
+    done = gpu_sh(*suites, env={"OUT": str(tmp_path)})
+    assert done.returncode == 2
+    assert len(done.stderr.splitlines()) == 1 and "suites: tests bench verify" in done.stderr
+    assert not any(tmp_path.iterdir())  # refused before anything ran
+
+
+def test_a_suite_run_writes_one_archive_and_ends_with_its_tables(tmp_path):
+    out = tmp_path / "out"
+    done = gpu_sh("tests", env={"OUT": str(out), "TESTS": "tests/bench/test_gpu_bench.py"})
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in out.iterdir()] == ["results-tests.tar.gz"]
+    with tarfile.open(out / "results-tests.tar.gz") as archive:
+        names = {Path(name).name for name in archive.getnames()}
+        log = archive.extractfile("./tests.log").read().decode()
+    assert {"environment.txt", "parts.tsv", "tables.txt", "tests.log"} <= names
+    assert "skipped" in log and "slowest" in log  # cuda-marked tests skip on the CPU; --durations
+    tail = done.stdout.splitlines()[-5:]
+    assert tail[0] == "== pytest" and re.match(r"tests: \d+ skipped in ", tail[1])  # the suite's table
+    assert tail[2] == "== parts (exit code, seconds)" and tail[3].split()[:2] == ["tests", "0"]
+    assert tail[-1].startswith(f"wrote {out / 'results-tests.tar.gz'} in ")
+
+
+def test_cli_parts_run_the_cli_and_keep_its_one_line_refusal_on_the_cpu(tmp_path):
+    out = tmp_path / "out"
+    done = gpu_sh("bench", env={"OUT": str(out), "BENCH_ENTRIES": "tiny:64"})
+    assert done.returncode == 1, done.stderr  # a part failed
+    with tarfile.open(out / "results-bench.tar.gz") as archive:
+        log = archive.extractfile("./bench-tiny.log").read().decode()
+    assert "bench needs a CUDA GPU" in log  # the CLI ran (under timeout) and refused to time the CPU
+    assert re.search(r"^bench-tiny: exit [1-9]", done.stdout, re.M)
+    assert "no bench results" in done.stdout
+
+
+@pytest.mark.slow
+def test_verify_entries_capture_then_verify_repeated_and_end_with_their_table(tmp_path):
+    out = tmp_path / "out"
+    done = gpu_sh("verify", env={"OUT": str(out), "VERIFY_ENTRIES": "tiny:32:plain:1", "REPEAT": "2"})
+    assert done.returncode == 0, done.stdout[-2000:]
+    row = next(line for line in done.stdout.splitlines() if line.startswith("tiny-32-plain "))
+    assert row.split()[1:4] == ["2", "of", "2"]  # both repeats passed
+    with tarfile.open(out / "results-verify.tar.gz") as archive:
+        names = {Path(name).name for name in archive.getnames()}
+    assert {"capture-tiny-32-plain.log", "verify-tiny-32-plain.log", "verify-tiny-32-plain.json"} <= names
+    assert "tiny-32-plain.yaml" not in names  # plans stay out of the archive

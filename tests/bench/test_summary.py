@@ -1,0 +1,100 @@
+"""benchmarks/summary.py, the tables benchmarks/gpu.sh ends with: it reads what bench, verify and pytest write."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from accelerate_graph.bench.report_files import CSV_COLUMNS
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "summary.py"
+
+
+def summary(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
+
+
+def test_it_reads_columns_bench_writes():
+    assert {"kind", "context", "bucket", "contender", "median_ms", "floor_ms", "setup_seconds"} <= set(CSV_COLUMNS)
+
+
+def test_one_line_per_cache_and_batch_with_each_contender_and_the_last_ones_multiple_of_the_floor(tmp_path):
+    csv = tmp_path / "bench-llama-3.1-8b.csv"
+    csv.write_text(
+        "kind,context,bucket,contender,median_ms,floor_ms\n"
+        "step,1024,1,graph,5.102,3.537\n"
+        "step,1024,1,fused,4.241,3.537\n"
+        "generate,1024,1,fused,90.0,3.537\n"
+        "step,1024,32,graph,15.125,3.662\n",
+        encoding="utf-8",
+    )
+    done = summary("bench", str(csv), str(tmp_path / "bench-missing.csv"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "model            cache batch    graph ms    fused ms  floor ms   fused x floor",
+        "llama-3.1-8b      1024     1       5.102       4.241     3.537           1.199",
+        "llama-3.1-8b      1024    32      15.125           -     3.662               -",
+        f"{tmp_path / 'bench-missing.csv'}: missing",
+    ]
+
+
+def test_each_contenders_setup_is_summed_over_its_buckets_unrounded(tmp_path):
+    csv = tmp_path / "bench-1b.csv"
+    csv.write_text(
+        "kind,context,bucket,contender,median_ms,floor_ms,setup_seconds\n"
+        "step,16384,1,fused,0.785,0.587,9.04\n"
+        "step,16384,8,fused,0.968,0.594,1.74\n"
+        "step,16384,1,compile,0.9,0.587,80.0\n",
+        encoding="utf-8",
+    )
+    lines = summary("bench", str(csv)).stdout.splitlines()
+    assert lines[-2:] == ["1b fused setup 10.8 s (1: 9.0, 8: 1.7)", "1b compile setup 80.0 s (1: 80.0)"]
+
+
+def test_no_bench_file_is_said_not_a_crash(tmp_path):
+    done = summary("bench")
+    assert done.returncode == 0 and done.stdout.startswith("no bench results")
+
+
+def test_verify_repeats_passed_worst_error_and_memory_beside_its_bound(tmp_path):
+    repeats = [{"failed": 0, "worst_ratio": 1.16}, {"failed": 2, "worst_ratio": 3.5}]
+    memory = {"peak_bytes": 40 * 2**30, "bound_bytes": 44 * 2**30}
+    (tmp_path / "verify-llama-3.1-8b-4096.json").write_text(json.dumps({"repeats": repeats, "memory": memory}))
+    (tmp_path / "verify-tiny-64.json").write_text(json.dumps({"repeats": [], "memory": None}))
+    lines = summary("verify", str(tmp_path)).stdout.splitlines()
+    assert lines[1].split() == ["llama-3.1-8b-4096", "1", "of", "2", "3.50", "40.0", "44.0"]
+    assert lines[2].split() == ["tiny-64", "0", "of", "0", "nan", "-", "-"]
+
+
+def test_pytest_logs_give_their_failures_and_closing_line(tmp_path):
+    log = tmp_path / "tests.log"
+    log.write_text(
+        "...F.s\nFAILED tests/x.py::test_y - AssertionError\n0.5s call tests/x.py::test_y\n"
+        "1 failed, 4 passed, 265 skipped, 939 deselected in 19.17s\n"
+    )
+    quiet = tmp_path / "faults.log"
+    quiet.write_text("ssss\n4 skipped in 2.01s\n")
+    lines = summary("pytest", str(log), str(quiet), str(tmp_path / "cut.log")).stdout.splitlines()
+    assert lines == [
+        "FAILED tests/x.py::test_y - AssertionError",
+        "tests: 1 failed, 4 passed, 265 skipped, 939 deselected in 19.17s",
+        "faults: 4 skipped in 2.01s",
+        "cut.log: missing",
+    ]
+
+
+def test_generate_speeds_against_hf_and_the_first_token_of_a_new_process(tmp_path):
+    rows = [
+        {"kind": "generate", "contender": "hf-generate", "bucket": 1, "tokens_per_s": 500.0},
+        {"kind": "generate", "contender": "generate", "bucket": 1, "tokens_per_s": 1500.0},
+        {"kind": "step", "contender": "graph", "bucket": 1, "tokens_per_s": 9.0},
+    ]
+    (tmp_path / "generate-bench.json").write_text(json.dumps({"rows": rows}))
+    (tmp_path / "first-token.json").write_text(json.dumps({"1": {"exit": 0, "first_token_s": 3.2}}))
+    lines = summary("generate", str(tmp_path)).stdout.splitlines()
+    assert lines[1].split() == ["1", "500", "1,500", "(3.00x)", "3.2"]
+
+
+def test_an_unknown_kind_is_one_usage_line_and_exit_2():
+    done = summary("benches", "x")
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and "usage" in done.stderr
