@@ -75,7 +75,7 @@ MERGED_QKV, MERGED_QKV_BIAS, MERGED_GATE_UP = "cugraph_qkv_weight", "cugraph_qkv
 
 
 # At batch 1 each projection is a GEMV: our skinny kernels (the norm and the residual folded in) at the
-# configs a step sweep chose on the GPU (skinny_configs.json), or inductor's GEMV reductions, whose configs
+# configs `cugraph-accel tune` chose for this GPU (fused/kernels/tables/), or inductor's GEMV reductions, whose configs
 # are picked anew in each process. Setting skinny_batch_1 "auto": ours for the shapes the table has (a shape
 # without one, a --tp shard say, would run an untimed heuristic config); "on" every shape, "off" none.
 def skinny_at_batch_1(op: str, ns: tuple[int, ...], k: int) -> bool:
