@@ -21,8 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from accelerate_graph.common.atomic_io import atomic_write_text
-from benchmarks.profile_step import batch_sizes
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+
+from accelerate_graph.common.atomic_io import atomic_write_text  # noqa: E402
+from benchmarks.profile_step import batch_sizes  # noqa: E402
 
 
 def write_prompts(path: Path, batch: int, tokens: int, seed: int = 0) -> None:
