@@ -91,6 +91,8 @@ def tune_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took: No
         trial(op, cfg, took)
 
     chosen, _ = descend(dict(before), grid, chain.layer_us, before_us, deadline, trial=counted)
-    chosen_us = chain.layer_us(chosen)  # timed again: the descent's best was one sample among many
+    # timed again: the descent's best was one sample among many; unchanged configs keep their first time,
+    # so a report never shows the table's own configs as a change
+    chosen_us = before_us if chosen == before else chain.layer_us(chosen)
     keys = {op: configs.table_key(kind, configs.m_bucket(rows), ns, k) for op, (kind, ns, k) in shapes.calls.items()}
     return BucketResult(rows, before, chosen, before_us, chosen_us, chain.inductor_layer_us(), keys, tried[0])
