@@ -1,0 +1,65 @@
+"""The two test tiers: which tests are `exhaustive` (`make test-all`) rather than fast (`make test`).
+
+The fast tier keeps at least one test of every module of accelerate_graph/ and cli/ and a representative few
+of each parametrized sweep; the exhaustive tier adds the rest of each sweep, the sm_90 compile of every kernel
+variant and the whole zoo. conftest.py marks the items at collection, so no test file names its tier.
+
+A pattern is a pytest node id in which `*` matches any run of characters (and `[`, `]` are literal);
+`keep` lists node ids under the pattern that stay in the fast tier.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Exhaustive:
+    pattern: str
+    why: str
+    keep: tuple[str, ...] = ()
+
+    def matches(self, nodeid: str) -> bool:
+        return _compiled(self.pattern).fullmatch(nodeid) is not None and not any(
+            _compiled(kept).fullmatch(nodeid) for kept in self.keep
+        )
+
+
+_cache: dict[str, re.Pattern[str]] = {}
+
+
+def _compiled(pattern: str) -> re.Pattern[str]:
+    if pattern not in _cache:
+        _cache[pattern] = re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+    return _cache[pattern]
+
+
+EXHAUSTIVE: tuple[Exhaustive, ...] = (
+    Exhaustive(
+        "tests/fused/kernels/test_compiles_for_hopper.py::*",
+        "compiles every kernel variant for sm_90: minutes of CPU; the kernel tests cover each kernel's code",
+    ),
+    Exhaustive(
+        "tests/zoo/test_zoo.py::test_full_matrix_on_cpu",
+        "every decoder type of transformers (make test-all sets CUGRAPH_ACCEL_FULL_ZOO); the subset stays fast",
+    ),
+    Exhaustive(
+        "tests/fused/kernels/test_decode_attention.py::test_kernel_matches_the_reference_and_the_matmul_path[*]",
+        "one interpreted child runs all the cases for any of them; the tiny-model test keeps the kernel fast",
+    ),
+    Exhaustive(
+        "tests/distributed/test_tp_cpu.py::test_fused_capture_at_tp2_runs_the_layer_program_with_the_ranks_summed",
+        "inductor on two ranks; capture and verify at tp 2 stay fast, the fused tests cover the layer program",
+    ),
+)
+
+
+def tier_of(nodeid: str) -> str:
+    """'exhaustive' or 'fast'."""
+    return "exhaustive" if any(entry.matches(nodeid) for entry in EXHAUSTIVE) else "fast"
+
+
+def unmatched(nodeids: list[str]) -> list[Exhaustive]:
+    """The entries that match none of `nodeids`: a test renamed or deleted under them."""
+    return [entry for entry in EXHAUSTIVE if not any(entry.matches(n) for n in nodeids)]
