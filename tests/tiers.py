@@ -49,6 +49,36 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         "one interpreted child runs all the cases for any of them; the tiny-model test keeps the kernel fast",
     ),
     Exhaustive(
+        "tests/fused/kernels/test_skinny_matmul.py::"
+        "test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept[*]",
+        "inductor over eleven regimes under the interpreter; llama's stays fast, qwen2 adds the biases",
+        keep=("*[llama]",),
+    ),
+    *(
+        Exhaustive(
+            f"tests/fused/kernels/test_skinny_matmul.py::{name}[*]",
+            "rows 1 (the batch-1 path) and 17 (a ragged block of rows) stay fast; 3, 8 and 32 add no new code",
+            keep=("*-1]", "*-17]"),
+        )
+        for name in ("test_norm_projections", "test_linear_residual", "test_norm_gate_up")
+    ),
+    Exhaustive(
+        "tests/fused/kernels/test_skinny_matmul.py::test_split_k_matches_one_pass[*]",
+        "a ragged K slice (72) stays fast for every op and path; the even one (128) is the easier case",
+        keep=("*-72-*",),
+    ),
+    Exhaustive(
+        "tests/fused/kernels/test_skinny_matmul.py::"
+        "test_several_rows_without_tensor_cores_sum_each_row_as_one_row_does[*]",
+        "split in two over five rows stays fast (the most code); one slice and two rows are its simpler cases",
+        keep=("*[2-5]",),
+    ),
+    Exhaustive(
+        "tests/fused/kernels/test_skinny_matmul.py::test_one_row_with_the_next_block_loaded_ahead_is_the_same_sum[*]",
+        "a ragged last block split in two, and one block with nothing ahead, stay fast; the rest lie between",
+        keep=("*[2-72]", "*[1-32]"),
+    ),
+    Exhaustive(
         "tests/distributed/test_tp_cpu.py::test_fused_capture_at_tp2_runs_the_layer_program_with_the_ranks_summed",
         "inductor on two ranks; capture and verify at tp 2 stay fast, the fused tests cover the layer program",
     ),
