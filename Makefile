@@ -1,12 +1,14 @@
 # `make quickstart`: set up .venv and run the main job on the built-in default model.
-# `make test`: the test suite (what CI runs). Both create .venv on first use.
+# `make test`: the fast test tier (minutes on two cores; every module of the package and the CLI).
+# `make test-all`: both tiers, the exhaustive one adding the sweeps, the whole zoo and the sm_90 compile checks
+# (tests/tiers.py lists it). Each target creates .venv on first use.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# No GPU here: pin the CPU build of torch (on this workplace's machines it installs from local disk).
+# Without a GPU: pin the CPU build of torch.
 TORCH_CPU := torch==2.13.0
 
-.PHONY: quickstart test quality style install
+.PHONY: quickstart test test-all quality style install
 
 $(BIN)/cugraph-accel: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +27,11 @@ quickstart: install
 	@echo "next: run 'source $(VENV)/bin/activate' to put cugraph-accel on your PATH (or call $(BIN)/cugraph-accel); then cugraph-accel --help"
 
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not exhaustive"
+
+# CUGRAPH_ACCEL_FULL_ZOO: the zoo test over every decoder type, not only its representative subset.
+test-all: install
+	CUGRAPH_ACCEL_FULL_ZOO=1 $(BIN)/python -m pytest
 
 quality: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -1,0 +1,109 @@
+"""The two test tiers: which tests are `exhaustive` (`make test-all`) rather than fast (`make test`).
+
+The fast tier keeps at least one test of every module of accelerate_graph/ and cli/ and a representative few
+of each parametrized sweep; the exhaustive tier adds the rest of each sweep, the sm_90 compile of every kernel
+variant and the whole zoo. conftest.py marks the items at collection, so no test file names its tier.
+
+A pattern is a pytest node id in which `*` matches any run of characters (and `[`, `]` are literal);
+`keep` lists node ids under the pattern that stay in the fast tier.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Exhaustive:
+    pattern: str
+    why: str
+    keep: tuple[str, ...] = ()
+
+    def matches(self, nodeid: str) -> bool:
+        return _compiled(self.pattern).fullmatch(nodeid) is not None and not any(
+            _compiled(kept).fullmatch(nodeid) for kept in self.keep
+        )
+
+
+_cache: dict[str, re.Pattern[str]] = {}
+
+
+def _compiled(pattern: str) -> re.Pattern[str]:
+    if pattern not in _cache:
+        _cache[pattern] = re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+    return _cache[pattern]
+
+
+EXHAUSTIVE: tuple[Exhaustive, ...] = (
+    Exhaustive(
+        "tests/fused/kernels/test_compiles_for_hopper.py::*",
+        "compiles every kernel variant for sm_90: minutes of CPU; the kernel tests cover each kernel's code",
+    ),
+    Exhaustive(
+        "tests/zoo/test_zoo.py::test_full_matrix_on_cpu",
+        "every decoder type of transformers (make test-all sets CUGRAPH_ACCEL_FULL_ZOO); the subset stays fast",
+    ),
+    Exhaustive(
+        "tests/fused/kernels/test_decode_attention.py::test_kernel_matches_the_reference_and_the_matmul_path[*]",
+        "one interpreted child runs all the cases for any of them; the tiny-model test keeps the kernel fast",
+    ),
+    Exhaustive(
+        "tests/fused/kernels/test_skinny_matmul.py::"
+        "test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept[*]",
+        "inductor over eleven regimes under the interpreter; llama's stays fast, qwen2 adds the biases",
+        keep=("*[llama]",),
+    ),
+    *(
+        Exhaustive(
+            f"tests/fused/kernels/test_skinny_matmul.py::{name}[*]",
+            "rows 1 (the batch-1 path) and 17 (a ragged block of rows) stay fast; 3, 8 and 32 add no new code",
+            keep=("*-1]", "*-17]"),
+        )
+        for name in ("test_norm_projections", "test_linear_residual", "test_norm_gate_up")
+    ),
+    Exhaustive(
+        "tests/fused/kernels/test_skinny_matmul.py::test_split_k_matches_one_pass[*]",
+        "a ragged K slice (72) stays fast for every op and path; the even one (128) is the easier case",
+        keep=("*-72-*",),
+    ),
+    Exhaustive(
+        "tests/fused/kernels/test_skinny_matmul.py::"
+        "test_several_rows_without_tensor_cores_sum_each_row_as_one_row_does[*]",
+        "split in two over five rows stays fast (the most code); one slice and two rows are its simpler cases",
+        keep=("*[2-5]",),
+    ),
+    Exhaustive(
+        "tests/fused/kernels/test_skinny_matmul.py::test_one_row_with_the_next_block_loaded_ahead_is_the_same_sum[*]",
+        "a ragged last block split in two, and one block with nothing ahead, stay fast; the rest lie between",
+        keep=("*[2-72]", "*[1-32]"),
+    ),
+    Exhaustive(
+        "tests/fused/kernels/test_qkv_writes_cache.py::test_the_kernel_rotates_and_writes_like_its_reference[*]",
+        "bf16 with biases, head dim 128 and three rows, and float32's plainest case stay fast; the rest lie between",
+        keep=("*[bf16-qwen2-128-3]", "*[float32-llama-64-1]"),
+    ),
+    Exhaustive(
+        "tests/fused/kernels/test_qkv_writes_cache.py::test_the_layer_program_with_the_switch_decodes_like_without[*]",
+        "qwen2 in bf16 (biases, the rounding that matters) stays fast",
+        keep=("*[qwen2-bf16]",),
+    ),
+    Exhaustive(
+        "tests/distributed/test_tp_cpu.py::test_generate_at_tp2_gives_tp1s_greedy_tokens",
+        "generates at tp 1 and tp 2 (four rank processes); capture, verify and bench at tp 2 stay fast",
+    ),
+    Exhaustive(
+        "tests/distributed/test_tp_cpu.py::test_fused_capture_at_tp2_runs_the_layer_program_with_the_ranks_summed",
+        "inductor on two ranks; capture and verify at tp 2 stay fast, the fused tests cover the layer program",
+    ),
+)
+
+
+def tier_of(nodeid: str) -> str:
+    """'exhaustive' or 'fast'."""
+    return "exhaustive" if any(entry.matches(nodeid) for entry in EXHAUSTIVE) else "fast"
+
+
+def unmatched(nodeids: list[str]) -> list[Exhaustive]:
+    """The entries that match none of `nodeids`: a test renamed or deleted under them."""
+    return [entry for entry in EXHAUSTIVE if not any(entry.matches(n) for n in nodeids)]
