@@ -79,16 +79,6 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         keep=("*[2-72]", "*[1-32]"),
     ),
     Exhaustive(
-        "tests/fused/kernels/test_qkv_writes_cache.py::test_the_kernel_rotates_and_writes_like_its_reference[*]",
-        "bf16 with biases, head dim 128 and three rows, and float32's plainest case stay fast; the rest lie between",
-        keep=("*[bf16-qwen2-128-3]", "*[float32-llama-64-1]"),
-    ),
-    Exhaustive(
-        "tests/fused/kernels/test_qkv_writes_cache.py::test_the_layer_program_with_the_switch_decodes_like_without[*]",
-        "qwen2 in bf16 (biases, the rounding that matters) stays fast",
-        keep=("*[qwen2-bf16]",),
-    ),
-    Exhaustive(
         "tests/distributed/test_tp_cpu.py::test_generate_at_tp2_gives_tp1s_greedy_tokens",
         "generates at tp 1 and tp 2 (four rank processes); capture, verify and bench at tp 2 stay fast",
     ),
