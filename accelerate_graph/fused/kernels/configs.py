@@ -169,23 +169,26 @@ def _cuda_device_name() -> str:
     return _NAMES[index]
 
 
-def _entries() -> dict[str, SkinnyConfig]:
+def _serving_name() -> str:
+    """The device whose tables serve, its tables read: use_device's name, else the current CUDA device's ("" on
+    the CPU)."""
     if _NAMED:  # use_device read the tables on entry; dynamo guards on the name
         name = _NAMED[-1]
         if name not in _TABLES:  # forget_tables inside use_device
             _notice(name)
-    else:
-        name = _cuda_device_name()
+        return name
+    return _cuda_device_name()
+
+
+def _entries() -> dict[str, SkinnyConfig]:
+    name = _serving_name()
     return _TABLES[name][0] if name else _NO_ENTRIES
 
 
 def table_in_use(device_name: str | None = None) -> TableInUse:
     """Which table serves `device_name` (default: the current device, or use_device's name): for the bench
     header and --json results."""
-    if device_name is not None:
-        name = device_name
-    else:
-        name = _NAMED[-1] if _NAMED else _cuda_device_name()
+    name = device_name if device_name is not None else _serving_name()
     if not name:
         return TableInUse("", "none")
     _load(name)
