@@ -13,7 +13,7 @@ from .generate_bench_table import ORDER as END_TO_END_ORDER
 from .generate_bench_table import end_to_end_table
 
 
-def _tuning_table(found: dict | None) -> str:
+def tuning_table_line(found: dict | None) -> str:
     """The skinny kernels' table that served (fused/kernels/configs.TableInUse.as_dict), or none."""
     if not found or not found.get("path"):
         return "none: the fused step uses inductor's kernels"
@@ -35,7 +35,7 @@ def environment_table(report: BenchReport) -> Table:
             f"python {env.get('python')}",
         ),
         ("SM clock", f"{env.get('sm_clock_mhz_start')} MHz at start, {env.get('sm_clock_mhz_end')} MHz at end"),
-        ("tuning table", _tuning_table(env.get("tuning_table"))),
+        ("tuning table", tuning_table_line(env.get("tuning_table"))),
         ("bandwidth", f"{bandwidth.gb_per_s:,.0f} GB/s: {bandwidth.method}, median of {bandwidth.repeats}"),
         (
             "model",

@@ -113,13 +113,6 @@ class TableInUse:
         paths = {"path": self.path, "shipped": self.shipped}
         return {"device": self.device, "origin": self.origin} | {k: str(v) if v else None for k, v in paths.items()}
 
-    def describe(self) -> str:
-        if self.path is None:
-            where = f"for {self.device}" if self.device else "for the CPU"
-            return f"none {where}: the fused step uses inductor's kernels"
-        over = f", over the shipped {self.shipped.name}" if self.shipped else ""
-        return f"{self.origin} {self.path}{over}"
-
 
 NO_TABLE_WARNING = (
     "no tuning table for {device}: the fused step uses inductor's kernels; run `cugraph-accel tune MODEL` to make one"
