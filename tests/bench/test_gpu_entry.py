@@ -35,12 +35,14 @@ def test_a_suite_run_writes_one_archive_and_ends_with_its_tables(tmp_path):
     assert [p.name for p in out.iterdir()] == ["results-tests.tar.gz"]
     with tarfile.open(out / "results-tests.tar.gz") as archive:
         names = {Path(name).name for name in archive.getnames()}
-        log = archive.extractfile("./tests.log").read().decode()
-    assert {"environment.txt", "parts.tsv", "tables.txt", "tests.log"} <= names
+        log = archive.extractfile("./tests-1.log").read().decode()
+    assert {"environment.txt", "parts.tsv", "tables.txt", "tests-1.log", "tests-alone-1.log"} <= names
     assert "skipped" in log and "slowest" in log  # cuda-marked tests skip on the CPU; --durations
-    tail = done.stdout.splitlines()[-5:]
-    assert tail[0] == "== pytest" and re.match(r"tests: \d+ skipped in ", tail[1])  # the suite's table
-    assert tail[2] == "== parts (exit code, seconds)" and tail[3].split()[:2] == ["tests", "0"]
+    tail = done.stdout.splitlines()[-7:]
+    assert tail[0] == "== pytest" and re.match(r"tests-1: \d+ skipped in ", tail[1])  # the suite's table
+    assert re.match(r"tests-alone-1: \d+ deselected in ", tail[2])  # no whole_gpu test in that file: not a failure
+    assert tail[3] == "== parts (exit code, seconds)" and tail[4].split()[:2] == ["tests-1", "0"]
+    assert tail[5].split()[:2] == ["tests-alone-1", "0"]
     assert tail[-1].startswith(f"wrote {out / 'results-tests.tar.gz'} in ")
 
 
