@@ -41,7 +41,7 @@ def read_text(path: Path) -> str:
     return text
 
 
-def read_token_ids(path: Path, vocab_size: int) -> list[int]:
+def read_token_ids(path: Path) -> list[int]:
     """Token ids from `path`: a JSON list of integers, or integers separated by whitespace."""
     data = _read_bytes(path, "--tokens")
     try:
@@ -57,13 +57,16 @@ def read_token_ids(path: Path, vocab_size: int) -> list[int]:
         raise BadOptionError(f"--tokens {path} is neither a JSON list of integers nor integers.", hint) from None
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise BadOptionError(f"--tokens {path} is neither a JSON list of integers nor integers.", hint)
+    return ids
+
+
+def check_vocabulary(ids: list[int], vocab_size: int, path: Path) -> None:
     bad = next((i for i in ids if not 0 <= i < vocab_size), None)
     if bad is not None:
         raise BadOptionError(
             f"--tokens {path} holds token id {bad}, outside the model's vocabulary of {vocab_size}.",
             "Give ids made by this model's tokenizer.",
         )
-    return ids
 
 
 def _read_bytes(path: Path, option: str) -> bytes:
