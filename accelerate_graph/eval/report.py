@@ -12,9 +12,7 @@ COLUMNS = (
     "PPL",
     "ΔPPL vs float32",
     "KL mean",
-    "KL median",
-    "KL p99",
-    "KL max",
+    "KL median / p99 / max",
     "same top",
     "|ΔNLL| mean",
     "ΔKL vs eager",
@@ -24,14 +22,14 @@ COLUMNS = (
 
 
 def _number(value: float) -> str:
-    return f"{value:.4g}"
+    return f"{value:.4g}" if abs(value) >= 1 else f"{value:.3g}"  # a perplexity whole, a KL in 3 digits
 
 
 def _interval(interval: Interval | None, percent: bool = False) -> str:
     if interval is None:
         return ""
     if percent:
-        return f"{interval.value:.2%} [{interval.low:.2%}, {interval.high:.2%}]"
+        return f"{interval.value:.1%} [{interval.low:.1%}, {interval.high:.1%}]"
     return f"{_number(interval.value)} [{_number(interval.low)}, {_number(interval.high)}]"
 
 
@@ -46,9 +44,7 @@ def table_rows(evaluation: Evaluation) -> list[tuple[str, ...]]:
                 _interval(arm.ppl),
                 _interval(arm.delta_ppl),
                 _interval(arm.kl_mean),
-                _number(arm.kl_median),
-                _number(arm.kl_p99),
-                _number(arm.kl_max),
+                " / ".join(_number(v) for v in (arm.kl_median, arm.kl_p99, arm.kl_max)),
                 _interval(arm.same_top, percent=True),
                 _interval(arm.nll_error),
                 _interval(arm.kl_vs_baseline),
