@@ -124,6 +124,11 @@ def eval_command(
         max_cache_len=max_cache_len,
         emulate=emulate or None,
     )
+    if request.tp > 1:
+        raise BadOptionError(
+            f"the plan runs over {request.tp} ranks (--tp); eval scores one device.",
+            "Capture a plan without --tp for eval, or pass MODEL.",
+        )
     prepared = prepare_with_progress(request, out, source)
     session, loaded = prepared.session, prepared.loaded
     if ids is None:

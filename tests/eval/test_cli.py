@@ -98,3 +98,12 @@ def test_text_and_tokens_together_or_neither_are_refused(eval_text, tmp_path):
 
 def test_a_missing_text_file_is_refused(tmp_path):
     _one_error_line(_eval("tiny", "--text", str(tmp_path / "absent.txt")), "is not a file")
+
+
+def test_a_plan_is_recaptured_and_scored(eval_model_dir, eval_text, tmp_path):
+    plan = tmp_path / "eval.plan.yaml"
+    captured = CliRunner().invoke(app, ["capture", eval_model_dir, *SMALL, "--plan", str(plan)])
+    assert captured.exit_code == 0, captured.output
+    result = _eval("--plan", str(plan), "--text", eval_text, "--windows", "4", "--window-len", "24")
+    assert result.exit_code == 0, result.output
+    assert "re-capturing from plan" in result.output and "4 windows x 24 tokens" in result.output
