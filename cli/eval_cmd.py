@@ -85,10 +85,9 @@ def eval_command(
 ) -> None:
     """Score a text through eager, graph (and with --fuse, fused) decoding against the float32 reference.
 
-    Per arm: perplexity and its difference from the reference's, KL(reference || arm) per token (mean,
-    median, p99, max), the share of tokens with the reference's top token, 95% paired-bootstrap intervals
-    over windows. An arm fails when its KL or NLL error is measurably worse than eager's (docs/EVAL.md);
-    exit code 3 then.
+    Per arm: perplexity, KL from the reference (mean, median, p99, max), top-token agreement, 95% intervals.
+
+    Exit code 3 when an arm's KL or NLL error is measurably worse than eager's (docs/EVAL.md).
 
     Examples:
 
