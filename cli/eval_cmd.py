@@ -137,6 +137,11 @@ def eval_command(
         ids = windowing.encode(words, tokenizer, loaded.reference)
     else:
         windowing.check_vocabulary(ids, session.vocab_size, tokens)
+    if prepared.plan.dtype == "float32":
+        out.note(
+            "the model runs in float32, so it is its own reference and eager's KL is 0: an arm passes only "
+            "within the gate's noise floor. Pass --dtype bfloat16 to judge the arms against bf16 decoding."
+        )
     length = window_len or windowing.default_window_len(session.max_cache_len)
     cut = windowing.cut_windows(ids, length, windows, session.max_cache_len)
     arms = _arms(prepared, request, fuse, out)

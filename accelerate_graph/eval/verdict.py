@@ -9,6 +9,7 @@ every window the same way and fails once the windows are enough to show it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from accelerate_graph.eval.bootstrap import LEVEL, Interval
@@ -36,7 +37,9 @@ def judge(differences: dict[str, Interval], baseline: dict[str, float], margin: 
     failures = []
     for measure, words in MEASURES.items():
         difference, allowed = differences[measure], margin * baseline[measure] + NOISE_FLOOR
-        if difference.low > allowed:
+        if math.isnan(difference.low) or math.isnan(difference.value):  # NaN compares false: it would pass
+            failures.append(f"{words} is not a number: the arm gave NaN log-probabilities")
+        elif difference.low > allowed:
             failures.append(
                 f"{words} is worse than eager's by {difference.value:.3g} nats/token "
                 f"({LEVEL:.0%} interval {difference.low:.3g} .. {difference.high:.3g}, allowed {allowed:.3g})"

@@ -50,6 +50,8 @@ def test_the_gate_fails_only_an_interval_wholly_above_the_allowance():
     verdict = judge({"kl": above, "nll_error": straddling}, eager)
     assert not verdict.passed and len(verdict.failures) == 1 and "KL" in verdict.failures[0]
     assert judge({"kl": above, "nll_error": straddling}, eager, margin=0.1).passed  # 1e-4 allowed on 1e-3
+    nan = Interval(float("nan"), float("nan"), float("nan"))
+    assert "not a number" in judge({"kl": nan, "nll_error": straddling}, eager).failures[0]
     tiny = Interval(NOISE_FLOOR / 2, NOISE_FLOOR / 4, NOISE_FLOOR)
     assert judge({"kl": tiny, "nll_error": tiny}, {"kl": 0.0, "nll_error": 0.0}).passed
 
