@@ -2,8 +2,9 @@
 same prefilled first token, and per scored token what the measures need.
 
 Windows go through in batches of up to `rows` (the largest bucket): a batch's graphs are the bucket it
-falls in, padded as in any replay. Each run starts from a reset cache and the same eager prefill of the
-windows' first tokens, so every arm decodes on its own K/V from one start, as it would serve. The
+falls in, padded as in any replay. Each run starts from a reset cache and a prefill of the windows' first
+tokens (eager for every arm, in float32 for the reference), so every arm decodes on its own K/V from one
+start, as it would serve. The
 reference's log-probabilities of a batch are kept on the host until every arm has been compared with
 them (steps x rows x vocabulary float32 values): an arm's own are reduced step by step.
 """
