@@ -128,14 +128,13 @@ def eval_command(
             f"the plan runs over {request.tp} ranks (--tp); eval scores one device.",
             "Capture a plan without --tp for eval, or pass MODEL.",
         )
-    prepared = prepare_with_progress(request, out, source)
-    session, loaded = prepared.session, prepared.loaded
-    if ids is None:
+    if ids is None:  # the tokenizer sits beside the weights: a text it cannot encode is refused before they load
         from accelerate_graph.generate.prompts import load_tokenizer
 
-        tokenizer = load_tokenizer(loaded.reference if loaded.kind != "recipe" else None, loaded.revision)
-        ids = windowing.encode(words, tokenizer, loaded.reference)
-    else:
+        ids = windowing.encode(words, load_tokenizer(request.model, request.revision), request.model)
+    prepared = prepare_with_progress(request, out, source)
+    session = prepared.session
+    if tokens is not None:
         windowing.check_vocabulary(ids, session.vocab_size, tokens)
     if prepared.plan.dtype == "float32":
         out.note(
