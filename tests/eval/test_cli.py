@@ -107,3 +107,18 @@ def test_a_plan_is_recaptured_and_scored(eval_model_dir, eval_text, tmp_path):
     result = _eval("--plan", str(plan), "--text", eval_text, "--windows", "4", "--window-len", "24")
     assert result.exit_code == 0, result.output
     assert "re-capturing from plan" in result.output and "4 windows x 24 tokens" in result.output
+
+
+def test_a_failed_gate_exits_3_and_names_the_arm(eval_model_dir, eval_text, tmp_path, monkeypatch):
+    from accelerate_graph.eval import runs
+
+    def scaled_graph_arm(name, graphs):  # every replayed logit x 1.01: eager and the reference run without it
+        return runs.Arm(name, lambda session, tokens, positions: graphs.run(tokens, positions) * 1.01)
+
+    monkeypatch.setattr(runs, "graph_arm", scaled_graph_arm)
+    out = tmp_path / "eval.json"
+    result = _eval(eval_model_dir, "--text", eval_text, "--windows", "8", *SMALL, "--json", str(out))
+    assert result.exit_code == 3, result.output
+    assert "eval failed: graph" in result.output and "Traceback" not in result.output
+    data = json.loads(out.read_text())
+    assert data["passed"] is False and data["arms"][1]["failures"]
