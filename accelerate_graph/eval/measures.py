@@ -75,6 +75,10 @@ def measure_arm(arm: Arm, scores: TokenScores, reference_nll: torch.Tensor, resa
     )
 
 
+def _difference(arm: torch.Tensor, baseline: torch.Tensor) -> torch.Tensor:
+    return arm - baseline
+
+
 def _nll_error(scores: TokenScores, reference_nll: torch.Tensor) -> torch.Tensor:
     """Per window: the mean |NLL - reference NLL| over its tokens (errors of both signs both count)."""
     return (scores.nll.double() - reference_nll.double()).abs().mean(dim=1)
@@ -99,10 +103,9 @@ def measure_all(
     for arm, result in zip(arms, measured):
         if arm.baseline:
             continue
-        difference = lambda a, b: a - b  # noqa: E731
-        result.kl_vs_baseline = resampler.interval(difference, scores[arm.name].kl.double().mean(dim=1), base_kl)
+        result.kl_vs_baseline = resampler.interval(_difference, scores[arm.name].kl.double().mean(dim=1), base_kl)
         result.nll_error_vs_baseline = resampler.interval(
-            difference, _nll_error(scores[arm.name], reference_nll), base_error
+            _difference, _nll_error(scores[arm.name], reference_nll), base_error
         )
         baseline_means = {"kl": float(base_kl.mean()), "nll_error": float(base_error.mean())}
         result.verdict = judge(
