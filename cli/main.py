@@ -16,6 +16,7 @@ from .argv import CheckedCommand, DebugAnywhereGroup
 from .bench_cmd import bench
 from .capture_cmd import capture
 from .errors import DEBUG_ENV
+from .eval_cmd import eval_command
 from .generate_cmd import generate
 from .recipes_cmd import recipes
 from .settings_cmd import settings
@@ -69,3 +70,4 @@ def main(
 
 for command in (capture, verify, bench, generate, recipes, settings, tune, zoo):
     app.command(cls=CheckedCommand)(command)
+app.command(name="eval", cls=CheckedCommand)(eval_command)  # `eval` would shadow the builtin as a function name

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from accelerate_graph.compat.transformers_internals import rotary_embedding_modules
 from accelerate_graph.core.backends import GraphBackend
 from accelerate_graph.core.capture import DecodeGraphs, capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
@@ -46,8 +47,9 @@ KINDS = (
     "wrong_context",  # the largest context bucket dispatches to the smallest's graphs (CPU only)
     "drift",  # every logit scaled by 1 + size
     "close_flip",  # the runner-up logit raised above the top one where their gap is under size
+    "rotary_skew",  # every rotary angle scaled by 1 + size
 )
-SIZED = {"drift": 1e-3, "close_flip": 0.05, "padded_leak": 0.1}  # kind -> default size
+SIZED = {"drift": 1e-3, "close_flip": 0.05, "padded_leak": 0.1, "rotary_skew": 0.01}  # kind -> default size
 
 
 def fault(kind: str, size: float | None = None, layer: int = -1) -> Fault:
@@ -167,6 +169,30 @@ def _close_flip(session: DecodeSession, planted: Fault) -> list[Undo]:
     return _logits_hook(session, lambda logits: flip_close_rows(logits, planted.size))
 
 
+def _rotary_skew(session: DecodeSession, planted: Fault) -> list[Undo]:
+    """Every rotary angle position x frequency becomes (1 + size) x that, as a wrong rope base would make
+    it: the module's (cos, sin) rotated on by size x the angle, so its attention scaling is kept."""
+    modules = rotary_embedding_modules(session.model)
+    if not modules:
+        raise ValueError("a rotary-skew fault needs a model with rotary embeddings")
+
+    def post(module, args, kwargs, output):
+        cos, sin = output
+        positions = kwargs["position_ids"] if "position_ids" in kwargs else args[1]
+        frequencies = module.inv_freq.float().repeat(2)  # HF's cos/sin: the half-dim angles twice over
+        if frequencies.shape[-1] != cos.shape[-1]:
+            raise ValueError(
+                f"a rotary-skew fault needs {cos.shape[-1] // 2} frequencies, the module has "
+                f"{module.inv_freq.shape[-1]}"
+            )
+        extra = planted.size * positions.float()[..., None] * frequencies
+        turned_cos = cos.float() * torch.cos(extra) - sin.float() * torch.sin(extra)
+        turned_sin = sin.float() * torch.cos(extra) + cos.float() * torch.sin(extra)
+        return turned_cos.to(cos.dtype), turned_sin.to(sin.dtype)
+
+    return [module.register_forward_hook(post, with_kwargs=True).remove for module in modules]
+
+
 def flip_close_rows(logits: torch.Tensor, gap: float) -> torch.Tensor:
     """Where a row's top-2 gap is at most `gap` x its largest |logit|, raise the runner-up by twice the
     gap: one logit moves, the argmax flips."""
@@ -213,6 +239,7 @@ _RECORDING_FAULTS: dict[str, Callable[[DecodeSession, Fault], list[Undo]]] = {
     "skipped_layer": _skipped_layer,
     "drift": _drift,
     "close_flip": _close_flip,
+    "rotary_skew": _rotary_skew,
 }
 _DISPATCH_FAULTS: dict[str, Callable[[DecodeGraphs], None]] = {
     "wrong_bucket": _wrong_bucket,

@@ -1,0 +1,1 @@
+"""`cugraph-accel eval`: task fidelity of eager, graph and fused decoding against a float32 reference."""

@@ -1,0 +1,212 @@
+"""`cugraph-accel eval`: perplexity, KL and top-token agreement of eager, graph and fused decoding
+against the float32 reference of the same weights, over a text, teacher-forced; a gate against eager."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .errors import guarded
+from .options import (
+    BucketsOpt,
+    CacheLenOpt,
+    DeviceOpt,
+    DtypeOpt,
+    EmulateFlag,
+    ForceFlag,
+    JsonOpt,
+    ModelArg,
+    PlanOpt,
+    SetOpt,
+    buckets_or_none,
+)
+from .output import STDOUT, Output
+
+TextOpt = Annotated[
+    Path | None, typer.Option("--text", metavar="FILE", help="UTF-8 text to score, encoded by the model's tokenizer.")
+]
+TokensOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--tokens",
+        metavar="FILE",
+        help="Token ids to score instead of --text (a JSON list or whitespace-separated integers), for a "
+        "model without a tokenizer.",
+    ),
+]
+WindowsOpt = Annotated[
+    int | None,
+    typer.Option("--windows", min=1, help="Windows scored (default: every whole one the text holds, up to 64)."),
+]
+WindowLenOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--window-len",
+        min=1,
+        help="Tokens per window: one cache row from its first token on (default: the cache length, up to 512).",
+    ),
+]
+FuseArmFlag = Annotated[
+    bool, typer.Option("--fuse", help="Also score the fused step (inductor with our kernels) as its own arm.")
+]
+MarginOpt = Annotated[
+    float,
+    typer.Option(
+        "--margin",
+        min=0.0,
+        help="Allowed excess over eager's mean KL and NLL error, as a fraction of eager's (default 0: any "
+        "measurable excess fails).",
+    ),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap resamples.")]
+
+
+@guarded
+def eval_command(
+    model: ModelArg = None,
+    text: TextOpt = None,
+    tokens: TokensOpt = None,
+    plan: PlanOpt = None,
+    windows: WindowsOpt = None,
+    window_len: WindowLenOpt = None,
+    fuse: FuseArmFlag = False,
+    margin: MarginOpt = 0.0,
+    seed: SeedOpt = 0,
+    buckets: BucketsOpt = None,
+    dtype: DtypeOpt = None,
+    device: DeviceOpt = None,
+    max_cache_len: CacheLenOpt = None,
+    emulate: EmulateFlag = False,
+    json: JsonOpt = None,
+    force: ForceFlag = False,
+    assignments: SetOpt = None,
+) -> None:
+    """Score a text through eager, graph (and with --fuse, fused) decoding against the float32 reference.
+
+    Per arm: perplexity, KL from the reference (mean, median, p99, max), top-token agreement, 95% intervals.
+
+    Exit code 3 when an arm's KL or NLL error is measurably worse than eager's (docs/EVAL.md).
+
+    Examples:
+
+      cugraph-accel eval meta-llama/Llama-3.1-8B --text wiki.test.raw
+
+      cugraph-accel eval --plan my.plan.yaml --text book.txt --fuse --json eval.json
+
+      cugraph-accel eval ./my-model --tokens ids.json --windows 16 --window-len 256
+    """
+    from accelerate_graph.common.atomic_io import check_writable
+    from accelerate_graph.common.errors import BadOptionError
+    from accelerate_graph.eval import windows as windowing
+
+    from .common import prepare_with_progress, request_for, settings_assignments
+
+    chosen = settings_assignments(assignments)
+    if (text is None) == (tokens is None):
+        raise BadOptionError("give exactly one of --text FILE and --tokens FILE.", "Use --text for plain text.")
+    # the text's own faults are found before any model loads
+    words = windowing.read_text(text) if text is not None else None
+    ids = windowing.read_token_ids(tokens) if tokens is not None else None
+    out = Output(json)
+    if json not in (None, STDOUT):
+        check_writable(json, "JSON results", force)
+    request, source = request_for(
+        model,
+        plan,
+        out,
+        chosen,
+        buckets=buckets_or_none(buckets),
+        dtype=dtype,
+        device=device,
+        max_cache_len=max_cache_len,
+        emulate=emulate or None,
+    )
+    if request.tp > 1:
+        raise BadOptionError(
+            f"the plan runs over {request.tp} ranks (--tp); eval scores one device.",
+            "Capture a plan without --tp for eval, or pass MODEL.",
+        )
+    if ids is None:  # the tokenizer sits beside the weights: a text it cannot encode is refused before they load
+        from accelerate_graph.generate.prompts import load_tokenizer
+
+        ids = windowing.encode(words, load_tokenizer(request.model, request.revision), request.model)
+    prepared = prepare_with_progress(request, out, source)
+    session = prepared.session
+    if tokens is not None:
+        windowing.check_vocabulary(ids, session.vocab_size, tokens)
+    if prepared.plan.dtype == "float32":
+        out.note(
+            "the model runs in float32, so it is its own reference and eager's KL is 0: an arm passes only "
+            "within the gate's noise floor. Pass --dtype bfloat16 to judge the arms against bf16 decoding."
+        )
+    length = window_len or windowing.default_window_len(session.max_cache_len)
+    cut = windowing.cut_windows(ids, length, windows, session.max_cache_len)
+    arms = _arms(prepared, request, fuse, out)
+    evaluation = _run(session, cut, arms, margin, seed, out)
+    _report(evaluation, out, request.settings.as_dict(), prepared)
+
+
+def _arms(prepared, request, fuse: bool, out: Output) -> list:
+    """Eager (the baseline), the plan's graphs, and with --fuse the fused graphs on the same session."""
+    from accelerate_graph.eval.runs import eager_arm, graph_arm
+
+    arms = [eager_arm()]
+    if prepared.graphs is None:
+        out.note("the plan runs the decode step eagerly: only eager is scored, and nothing is judged.")
+        return arms
+    arms.append(graph_arm("fused" if prepared.plan.fuse else "graph", prepared.graphs))
+    if fuse and not prepared.plan.fuse:
+        from accelerate_graph.pipeline import capture_fused
+
+        out.line("capturing the fused step")
+        arms.append(graph_arm("fused", capture_fused(prepared, request)))
+    return arms
+
+
+def _run(session, cut, arms, margin: float, seed: int, out: Output):
+    from accelerate_graph.eval.evaluation import evaluate
+
+    with out.progress() as progress:
+        task = progress.add_task(f"scoring {len(arms)} arms and the float32 reference", total=cut.count)
+        return evaluate(
+            session,
+            cut,
+            arms,
+            margin=margin,
+            seed=seed,
+            on_batch=lambda done: progress.update(task, completed=done),
+        )
+
+
+def _report(evaluation, out: Output, engine: dict, prepared) -> None:
+    from rich.table import Table
+
+    from accelerate_graph.eval.report import COLUMNS, table_rows, title, verdict_lines
+    from accelerate_graph.eval.verdict import GATE_FAILED_EXIT
+
+    table = Table(title=title(evaluation))
+    for number, name in enumerate(COLUMNS):
+        table.add_column(name, justify="left" if number == 0 else "right")
+    for row in table_rows(evaluation):
+        table.add_row(*row)
+    out.show(table)
+    for line in verdict_lines(evaluation):
+        out.line(line)
+    out.emit_json(
+        {
+            **evaluation.as_json(),
+            "model": prepared.loaded.reference,
+            "dtype": prepared.plan.dtype,
+            "notes": prepared.notes,
+            "settings": engine,
+        }
+    )
+    if not evaluation.passed:
+        names = ", ".join(arm.name for arm in evaluation.failed)
+        out.line(f"[red]eval failed[/red]: {names} measurably worse than eager against the float32 reference.")
+        raise typer.Exit(GATE_FAILED_EXIT)
+    judged = ", ".join(arm.name for arm in evaluation.judged)
+    if judged:
+        out.line(f"[green]passed[/green]: {judged} no worse than eager against the float32 reference.")

@@ -1,0 +1,61 @@
+"""The parts of eval that need no model: windows, the paired bootstrap, the gate's rule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from accelerate_graph.common.errors import BadOptionError
+from accelerate_graph.eval.bootstrap import Interval, Resampler
+from accelerate_graph.eval.measures import _quantile
+from accelerate_graph.eval.verdict import NOISE_FLOOR, judge
+from accelerate_graph.eval.windows import DEFAULT_MAX_WINDOWS, cut_windows, read_token_ids
+
+
+def test_windows_are_consecutive_slices_and_the_rest_is_left_out():
+    windows = cut_windows(list(range(103)), 10, None, 16)
+    assert windows.count == 10 and windows.length == 10 and windows.total_tokens == 103
+    assert windows.tokens[3].tolist() == list(range(30, 40)) and windows.scored_per_window == 8
+    assert cut_windows(list(range(10 * 100)), 10, None, 16).count == DEFAULT_MAX_WINDOWS
+    assert cut_windows(list(range(103)), 10, 2, 16).count == 2
+
+
+def test_one_window_is_refused():
+    with pytest.raises(BadOptionError, match="needs 2"):
+        cut_windows(list(range(100)), 10, 1, 16)
+
+
+@pytest.mark.parametrize("content", ["[3, 1, 4, 1, 5]", "3 1\n4\t1 5\n"], ids=["json", "whitespace"])
+def test_token_ids_as_json_or_whitespace(tmp_path, content):
+    path = tmp_path / "ids"
+    path.write_text(content)
+    assert read_token_ids(path) == [3, 1, 4, 1, 5]
+
+
+def test_a_paired_difference_keeps_what_the_windows_share_out_of_its_spread():
+    spread = torch.linspace(0, 10, 20, dtype=torch.float64)  # windows of very different difficulty
+    resampler = Resampler(20, resamples=500, seed=3)
+    difference = resampler.interval(lambda a, b: a - b, spread + 0.1, spread)
+    assert difference.value == pytest.approx(0.1) and difference.high - difference.low < 1e-9
+    alone = resampler.mean(spread)
+    assert alone.low < alone.value < alone.high and alone.high - alone.low > 1
+    assert Resampler(20, 500, seed=3).mean(spread) == alone  # seeded: the same intervals again
+
+
+def test_the_gate_fails_only_an_interval_wholly_above_the_allowance():
+    eager = {"kl": 1e-3, "nll_error": 1e-2}
+    straddling = Interval(1e-4, -1e-4, 3e-4)
+    above = Interval(2e-4, 1e-4, 3e-4)
+    assert judge({"kl": straddling, "nll_error": straddling}, eager).passed
+    verdict = judge({"kl": above, "nll_error": straddling}, eager)
+    assert not verdict.passed and len(verdict.failures) == 1 and "KL" in verdict.failures[0]
+    assert judge({"kl": above, "nll_error": straddling}, eager, margin=0.1).passed  # 1e-4 allowed on 1e-3
+    nan = Interval(float("nan"), float("nan"), float("nan"))
+    assert "not a number" in judge({"kl": nan, "nll_error": straddling}, eager).failures[0]
+    tiny = Interval(NOISE_FLOOR / 2, NOISE_FLOOR / 4, NOISE_FLOOR)
+    assert judge({"kl": tiny, "nll_error": tiny}, {"kl": 0.0, "nll_error": 0.0}).passed
+
+
+def test_nearest_rank_quantiles():
+    values = torch.arange(1, 101, dtype=torch.float32)
+    assert _quantile(values, 0.5) == 50 and _quantile(values, 0.99) == 99 and _quantile(values, 1.0) == 100
