@@ -52,12 +52,13 @@ def _run(args) -> int:
         raise BadOptionError(f"--steps must be positive, not {args.steps}.")
     if args.out.exists() and not args.out.is_dir():
         raise BadOptionError(f"--out {args.out} is a file, not a folder.", "Give a folder path.")
-    devices = [torch.device(args.device or spec.device) for spec in specs]
-    for device in devices:
-        if device.type not in ("cpu", "cuda"):
-            raise BadOptionError(f"--device {device} is not cpu or cuda.")
-        if device.type == "cuda" and not torch.cuda.is_available():
+    kinds = [args.device or spec.device for spec in specs]
+    for kind in kinds:
+        if kind not in ("cpu", "cuda"):
+            raise BadOptionError(f"--device {kind!r} is not cpu or cuda.")
+        if kind == "cuda" and not torch.cuda.is_available():
             raise BadOptionError("a model trains on cuda, but no CUDA GPU is visible.", "Use --device cpu.")
+    devices = [torch.device(kind) for kind in kinds]
     for spec, device in zip(specs, devices):
         out = args.out if len(specs) == 1 else args.out / spec.name
         steps = args.steps if args.steps is not None else spec.steps

@@ -20,6 +20,10 @@ ROUTER_AUX_WEIGHT = 0.01  # keeps the experts in use; the held-out loss measured
 MIN_LR_SHARE = 0.1
 
 
+def say(line: str) -> None:
+    print(line, flush=True)  # progress shows in a log file as it happens
+
+
 @dataclass
 class TrainResult:
     steps: int
@@ -68,7 +72,7 @@ def train(
     device: torch.device,
     steps: int | None,
     budget_s: float,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = say,
 ) -> TrainResult:
     """Train `model` in place on windows of `stream`; stops after `steps` (when given) or `budget_s` seconds."""
     cuda = device.type == "cuda"

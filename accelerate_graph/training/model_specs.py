@@ -90,7 +90,7 @@ SPECS: dict[str, ModelSpec] = {
             context=512,
             batch=64,
             lr=1e-3,
-            budget_s=100.0,
+            budget_s=90.0,
             save_dtype="bfloat16",
         ),
         ModelSpec(
@@ -121,7 +121,7 @@ SPECS: dict[str, ModelSpec] = {
             context=512,
             batch=64,
             lr=1e-3,
-            budget_s=70.0,
+            budget_s=60.0,
             save_dtype="bfloat16",
         ),
         ModelSpec(
@@ -151,7 +151,7 @@ SPECS: dict[str, ModelSpec] = {
             context=512,
             batch=64,
             lr=1e-3,
-            budget_s=70.0,
+            budget_s=60.0,
             attn="eager",  # sdpa has no attention softcapping: eager computes the model as configured
             save_dtype="bfloat16",
         ),

@@ -13,7 +13,7 @@ import torch
 
 from accelerate_graph.training import evaluation, save
 from accelerate_graph.training.corpus import Corpus, load_corpus
-from accelerate_graph.training.loop import build_model, train
+from accelerate_graph.training.loop import build_model, say, train
 from accelerate_graph.training.model_specs import ModelSpec
 from accelerate_graph.training.tokenizer import token_stream, train_tokenizer
 
@@ -31,7 +31,7 @@ class TrainingData:
 
 @functools.lru_cache(maxsize=2)
 def prepare_data(
-    corpus_bytes: int, include_tests: bool, vocab_size: int, chat: bool, log: Callable[[str], None] = print
+    corpus_bytes: int, include_tests: bool, vocab_size: int, chat: bool, log: Callable[[str], None] = say
 ) -> TrainingData:
     """Corpus, tokenizer and token streams; models of one run that share them train one tokenizer."""
     corpus = load_corpus(corpus_bytes, include_tests)
@@ -52,7 +52,7 @@ def train_model(
     device: torch.device,
     steps: int | None,
     budget_s: float,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = say,
     command: str = "",
 ) -> dict:
     """Train `spec` and write its folder at `out`; returns the report saved as training.json."""
