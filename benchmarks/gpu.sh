@@ -20,9 +20,9 @@
 #   profile   profile_step.py of the fused step, one process per model, batches 1,8,32               ~510 s
 #   generate  bench of the generate contenders (tok/s), first token of a new process, GPU tests      ~420 s
 #   tp        (two GPUs) the tensor-parallel GPU tests, bench --tp 2 against --tp 1, profile_tp.py    ~560 s
-#   trained   trains the GPU models of accelerate_graph/training (TRAINED_MODELS) into TRAINED_DIR (scratch,
-#             not archived; each training.json is), then capture --fuse, verify --repeat 5 and generate
-#             of a text prompt on each, side by side                                                ~540 s
+#   trained   trains the GPU models of accelerate_graph/training (TRAINED_MODELS, TRAIN_ARGS) into TRAINED_DIR
+#             (scratch, not archived; each training.json is), then capture --fuse, verify --repeat 5 and
+#             generate of a text prompt on each, side by side                                       ~540 s
 # More than one suite shares the deadline: a full run is one invocation per suite.
 # SET="name=value ..." passes `--set name=value` to every CLI call and profile_step.py (`cugraph-accel settings`).
 set -uo pipefail
@@ -223,7 +223,8 @@ trained_suite() {  # one training process: the models share the corpus and token
   local dir=${TRAINED_DIR:-${TMPDIR:-/tmp}/cugraph-accel-trained} models name
   read -r -a models <<< "${TRAINED_MODELS:-llama-gqa-100m qwen2-moe-small gemma2-sliding}"
   mkdir -p "$dir"
-  part train 120 400 python3 -m accelerate_graph.training "${models[@]}" --out "$dir"
+  # shellcheck disable=SC2086 # TRAIN_ARGS is a list of options, e.g. "--budget-s 30"
+  part train 120 400 python3 -m accelerate_graph.training "${models[@]}" --out "$dir" ${TRAIN_ARGS:-}
   grep -E "held-out|error" "$WORK/train.log"
   for name in "${models[@]}"; do
     [ -f "$dir/$name/training.json" ] && cp "$dir/$name/training.json" "$WORK/training-$name.json"

@@ -17,7 +17,7 @@ from accelerate_graph.training.loop import build_model, say, train
 from accelerate_graph.training.model_specs import ModelSpec
 from accelerate_graph.training.tokenizer import token_stream, train_tokenizer
 
-CPU_THREADS = 2  # fixed, so a CPU run repeats its loss curve on one machine
+CPU_THREADS = 1  # fixed, so a CPU run repeats its loss curve on one machine (and a busy machine wastes none)
 SAMPLE_CHARS = 12_000  # held-out text saved in the folder for re-measuring
 
 

@@ -4,6 +4,7 @@ unigram counts and a held-out text sample (what tests re-measure the claim on wi
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -22,6 +23,9 @@ def write_folder(out: Path, model, tokenizer, report: dict, counts: torch.Tensor
     out = out.expanduser().resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the folder is the user's result
     try:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         model.generation_config.eos_token_id = tokenizer.eos_token_id
