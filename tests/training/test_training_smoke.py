@@ -57,21 +57,29 @@ def test_the_tokenizer_is_deterministic_and_round_trips_any_text(micro):
     assert len(tokenizer) == MICRO_VOCAB
 
 
+def micro_spec(name: str):
+    spec = find_spec(name)
+    return dataclasses.replace(
+        spec, config={**spec.config, **MICRO[name]}, vocab_size=MICRO_VOCAB, context=32, batch=8, lr=1e-2,
+        warmup_steps=2,
+    )  # fmt: skip
+
+
+def loss_before_and_after(micro, name: str, device: torch.device, steps: int = 30) -> tuple[float, float]:
+    _, tokenizer, train_ids, held_ids = micro
+    spec = micro_spec(name)
+    model = build_model(spec, tokenizer, device)
+    windows = evaluation.held_out_windows(held_ids, spec.context, 2048)
+    before = evaluation.model_loss(model, windows, device)
+    result = train(model, train_ids, spec, device, steps=steps, budget_s=60, log=lambda _: None)
+    assert result.steps == steps and result.stopped_by == "steps" and len(result.losses) == steps
+    return before, evaluation.model_loss(model, windows, device)
+
+
 @pytest.mark.parametrize("name", list(MICRO))
 def test_a_few_steps_lower_the_loss(micro, name):
-    _, tokenizer, train_ids, held_ids = micro
-    spec = dataclasses.replace(
-        find_spec(name),
-        config={**find_spec(name).config, **MICRO[name]},
-        vocab_size=MICRO_VOCAB, context=32, batch=8, lr=1e-2, warmup_steps=2,
-    )  # fmt: skip
     torch.set_num_threads(1)
-    model = build_model(spec, tokenizer, torch.device("cpu"))
-    windows = evaluation.held_out_windows(held_ids, spec.context, 2048)
-    before = evaluation.model_loss(model, windows, torch.device("cpu"))
-    result = train(model, train_ids, spec, torch.device("cpu"), steps=30, budget_s=60, log=lambda _: None)
-    after = evaluation.model_loss(model, windows, torch.device("cpu"))
-    assert result.steps == 30 and result.stopped_by == "steps" and len(result.losses) == 30
+    before, after = loss_before_and_after(micro, name, torch.device("cpu"))
     assert after < before - 0.5, (before, after)
 
 
