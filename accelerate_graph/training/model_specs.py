@@ -96,7 +96,7 @@ SPECS: dict[str, ModelSpec] = {
         ModelSpec(
             name="qwen2-moe-small",
             model_type="qwen2_moe",
-            description="Qwen2-MoE, 8 experts top-2 + shared expert, 8 layers, hidden 512, GQA 8/2 (~90M params)",
+            description="Qwen2-MoE, 8 experts top-2 + shared expert, 8 layers, hidden 512, GQA 8/2 (~77M params)",
             config=dict(
                 hidden_size=512,
                 intermediate_size=1408,
@@ -127,7 +127,7 @@ SPECS: dict[str, ModelSpec] = {
         ModelSpec(
             name="gemma2-sliding",
             model_type="gemma2",
-            description="Gemma-2, sliding window 128 on every other layer, softcapping 50/30, 8 layers, hidden 512",
+            description="Gemma-2, sliding window 128 every other layer, softcapping 50/30, 8 layers, hidden 512 (~40M params)",
             config=dict(
                 hidden_size=512,
                 intermediate_size=2048,
