@@ -127,7 +127,7 @@ SPECS: dict[str, ModelSpec] = {
         ModelSpec(
             name="gemma2-sliding",
             model_type="gemma2",
-            description="Gemma-2, sliding window 128 every other layer, softcapping 50/30, 8 layers, hidden 512 (~40M params)",
+            description="Gemma-2, window 128 every other layer, softcapping 50/30, 8 layers, hidden 512 (~40M params)",
             config=dict(
                 hidden_size=512,
                 intermediate_size=2048,

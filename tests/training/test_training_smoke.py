@@ -20,7 +20,9 @@ from accelerate_graph.training.tokenizer import token_stream, train_tokenizer
 MICRO_BYTES = 60_000
 MICRO_VOCAB = 320  # the 256 byte symbols, three specials and some merges
 MICRO = {  # each trained spec's architecture, shrunk
-    "tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2),
+    "tiny": dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+    ),
     "qwen2-moe-small": dict(
         hidden_size=32, intermediate_size=64, moe_intermediate_size=32, shared_expert_intermediate_size=32,
         num_experts=4, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
