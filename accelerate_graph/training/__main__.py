@@ -41,7 +41,8 @@ def _run(args) -> int:
 
     if args.list:
         for spec in SPECS.values():
-            print(f"{spec.name:<16} {spec.device:<5} {spec.budget_s:>5.0f} s  {spec.description}")
+            length = f"{spec.steps} steps" if spec.steps else f"{spec.budget_s:.0f} s"
+            print(f"{spec.name:<16} {spec.device:<5} {length:>9}  {spec.description}")
         return 0
     if not args.names or args.out is None:
         raise BadOptionError("give a model NAME and --out DIR.", "Run with --list for the names.")
