@@ -20,11 +20,14 @@
 #   profile   profile_step.py of the fused step, one process per model, batches 1,8,32               ~510 s
 #   generate  bench of the generate contenders (tok/s), first token of a new process, GPU tests      ~420 s
 #   tp        (two GPUs) the tensor-parallel GPU tests, bench --tp 2 against --tp 1, profile_tp.py    ~560 s
+#   trained   trains the GPU models of accelerate_graph/training (TRAINED_MODELS, TRAIN_ARGS) into TRAINED_DIR
+#             (scratch, not archived; each training.json is), then capture --fuse, verify --repeat 5 and
+#             generate of a text prompt on each, side by side                                       ~540 s
 # More than one suite shares the deadline: a full run is one invocation per suite.
 # SET="name=value ..." passes `--set name=value` to every CLI call and profile_step.py (`cugraph-accel settings`).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-SUITES=(tests bench verify tune zoo faults profile generate tp)
+SUITES=(tests bench verify tune zoo faults profile generate tp trained)
 usage() { echo "usage: bash benchmarks/gpu.sh SUITE [SUITE...]; suites: ${SUITES[*]}" >&2; exit 2; }
 [ $# -gt 0 ] || usage
 for suite in "$@"; do
@@ -215,6 +218,32 @@ tp_suite() {  # two GPUs: the 8B recipe split over both against one, cache 1,024
     --json "$WORK/profile-tp2.json"
   grep -E "^tp2 " "$WORK/profile-tp2.log" 2>/dev/null
   TABLES+=("pytest $WORK/tp-tests.log" "bench $WORK/bench-tp2.csv $WORK/bench-tp1.csv")
+}
+
+TRAINED_PROMPT=$'import os\n\n\ndef read_config(path):\n    # Return the settings in the file at path.\n'
+trained_lane() {  # FOLDER: the engine on one trained model (verify and generate, logs in the archive)
+  local folder=$1 name
+  name=$(basename "$folder")
+  part "capture-$name" 60 150 "${CLI[@]}" capture "$folder" --fuse --buckets 1,8 --max-cache-len 1024 \
+    "${SET_ARGS[@]}" --plan "$WORK/$name.yaml"
+  [ -f "$WORK/$name.yaml" ] && part "verify-$name" 60 200 "${CLI[@]}" verify --plan "$WORK/$name.yaml" --steps 8 \
+    --repeat "${REPEAT:-5}" "${SET_ARGS[@]}" --json "$WORK/verify-$name.json"
+  part "generate-$name" 30 120 "${CLI[@]}" generate "$folder" --fuse --prompt "$TRAINED_PROMPT" --max-new-tokens 64 \
+    --max-cache-len 1024 "${SET_ARGS[@]}" --json "$WORK/generate-$name.json"
+}
+trained_suite() {  # one training process: the models share the corpus and tokenizer
+  local dir=${TRAINED_DIR:-${TMPDIR:-/tmp}/cugraph-accel-trained} models name
+  read -r -a models <<< "${TRAINED_MODELS:-llama-gqa-100m qwen2-moe-small gemma2-sliding}"
+  mkdir -p "$dir"
+  # shellcheck disable=SC2086 # TRAIN_ARGS is a list of options, e.g. "--budget-s 30"
+  part train 120 400 python3 -m accelerate_graph.training "${models[@]}" --out "$dir" ${TRAIN_ARGS:-}
+  grep -E "held-out|error" "$WORK/train.log"
+  for name in "${models[@]}"; do
+    [ -f "$dir/$name/training.json" ] && cp "$dir/$name/training.json" "$WORK/training-$name.json"
+    [ -f "$dir/$name/config.json" ] && trained_lane "$dir/$name" &
+  done
+  wait
+  TABLES+=("verify $WORK")
 }
 
 environment
