@@ -21,8 +21,8 @@
 #   generate  bench of the generate contenders (tok/s), first token of a new process, GPU tests      ~420 s
 #   tp        (two GPUs) the tensor-parallel GPU tests, bench --tp 2 against --tp 1, profile_tp.py    ~560 s
 #   trained   trains the GPU models of accelerate_graph/training (TRAINED_MODELS, TRAIN_ARGS) into TRAINED_DIR
-#             (scratch, not archived; each training.json is), then capture --fuse, verify --repeat 5 and
-#             generate of a text prompt on each, side by side                                       ~540 s
+#             (scratch, not archived; each training.json is), then capture --fuse, verify --repeat 5,
+#             generate, eval --fuse on held-out text and the eval fault tests on each, side by side ~560 s
 # More than one suite shares the deadline: a full run is one invocation per suite.
 # SET="name=value ..." passes `--set name=value` to every CLI call and profile_step.py (`cugraph-accel settings`).
 set -uo pipefail
@@ -221,7 +221,7 @@ tp_suite() {  # two GPUs: the 8B recipe split over both against one, cache 1,024
 }
 
 TRAINED_PROMPT=$'import os\n\n\ndef read_config(path):\n    # Return the settings in the file at path.\n'
-trained_lane() {  # FOLDER: the engine on one trained model (verify and generate, logs in the archive)
+trained_lane() {  # FOLDER: the engine on one trained model (verify, generate, eval; logs in the archive)
   local folder=$1 name
   name=$(basename "$folder")
   part "capture-$name" 60 150 "${CLI[@]}" capture "$folder" --fuse --buckets 1,8 --max-cache-len 1024 \
@@ -230,6 +230,11 @@ trained_lane() {  # FOLDER: the engine on one trained model (verify and generate
     --repeat "${REPEAT:-5}" "${SET_ARGS[@]}" --json "$WORK/verify-$name.json"
   part "generate-$name" 30 120 "${CLI[@]}" generate "$folder" --fuse --prompt "$TRAINED_PROMPT" --max-new-tokens 64 \
     --max-cache-len 1024 "${SET_ARGS[@]}" --json "$WORK/generate-$name.json"
+  part "eval-$name" 60 240 "${CLI[@]}" eval "$folder" --text "$EVAL_TEXT" --fuse --buckets 8,32 --windows 64 \
+    --window-len 256 --max-cache-len 1024 "${SET_ARGS[@]}" --json "$WORK/eval-$name.json"
+  # the planted faults (a 1.01 logit scale, a skewed rotary angle) must fail the gate on these weights too
+  part "eval-faults-$name" 60 200 env EVAL_MODEL_DIR="$folder" python3 -m pytest -q -p no:cacheprovider -rf \
+    tests/eval/test_gpu_eval.py
 }
 trained_suite() {  # one training process: the models share the corpus and tokenizer
   local dir=${TRAINED_DIR:-${TMPDIR:-/tmp}/cugraph-accel-trained} models name
@@ -238,6 +243,10 @@ trained_suite() {  # one training process: the models share the corpus and token
   # shellcheck disable=SC2086 # TRAIN_ARGS is a list of options, e.g. "--budget-s 30"
   part train 120 400 python3 -m accelerate_graph.training "${models[@]}" --out "$dir" ${TRAIN_ARGS:-}
   grep -E "held-out|error" "$WORK/train.log"
+  # eval text: held-out files (held out by path hash, so by any corpus size) of a larger corpus
+  EVAL_TEXT="$dir/eval-text.txt"
+  python3 -c 'import sys; from accelerate_graph.training.corpus import load_corpus
+open(sys.argv[1], "w").write("".join(load_corpus(64_000_000).held_out)[:400_000])' "$EVAL_TEXT"
   for name in "${models[@]}"; do
     [ -f "$dir/$name/training.json" ] && cp "$dir/$name/training.json" "$WORK/training-$name.json"
     [ -f "$dir/$name/config.json" ] && trained_lane "$dir/$name" &
