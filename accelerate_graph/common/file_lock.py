@@ -3,8 +3,8 @@
 The lock is `flock` on `<path>.lock`, which holds the holder's pid. A second taker fails at once with one
 line naming that pid rather than waiting: after the wait it would find the winner's output and be refused
 (or, with --force, silently replace it), so waiting only delays the same answer. The kernel drops the
-lock when the holder's process ends, however it ends (a Ctrl-C, a kill), so a lock file left behind by a
-killed holder locks nothing and is reused.
+lock when the holder's process ends, however it ends; the CLI's Ctrl-C handler removes the file too, and
+one left behind by a killed holder locks nothing and is reused.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from accelerate_graph.common.atomic_io import removed_if_interrupted
 from accelerate_graph.common.errors import WriteError
 
 LOCK_SUFFIX = ".lock"
@@ -67,7 +68,8 @@ def exclusive_lock(path: Path | str, what: str, hint: str) -> Iterator[None]:
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
-        yield
+        with removed_if_interrupted(lock):
+            yield
     finally:
         with contextlib.suppress(OSError):
             os.unlink(lock)
