@@ -98,6 +98,7 @@ def capture(
     from .tp import spread
 
     chosen = settings_assignments(assignments, allreduce)
+    bucket_sizes, context_sizes = buckets_or_none(buckets), contexts_or_auto(contexts)  # bad lists first
     path = plan or DEFAULT_PLAN_PATH
     check_plan_target(path, force)  # before any work, and before --tp starts its ranks
     if json not in (None, STDOUT):
@@ -124,7 +125,7 @@ def capture(
         )
     request = CaptureRequest(
         model=DEFAULT_RECIPE if model is None else model,
-        buckets=buckets_or_none(buckets),
+        buckets=bucket_sizes,
         mode=mode,
         dtype=dtype,
         device=device,
@@ -134,7 +135,7 @@ def capture(
         revision=revision,
         emulate=emulate,
         max_memory_mib=max_memory,
-        contexts=contexts_or_auto(contexts),
+        contexts=context_sizes,
         fuse=fuse,
         inductor_cache=str(kernels) if fuse else None,
         tp=tp or 1,
