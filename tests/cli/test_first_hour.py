@@ -219,9 +219,14 @@ def test_an_option_never_swallows_the_next_flag(argv):
     assert f"{argv[-2] if argv[0] == 'bench' else argv[1]} needs a value" in line
 
 
-def test_bare_json_is_one_line_asking_for_a_path():
-    line = one_error(runner.invoke(app, ["verify", "--json"]), 2)
-    assert "--json needs a value, but it is the last word. Give --json a PATH, or - for standard output." in line
+@pytest.mark.parametrize(
+    "argv, wanted",
+    [(["verify", "--json"], "a PATH, or - for standard output"), (["verify", "--plan"], "its value")],
+)
+def test_an_option_ending_the_line_is_one_line_asking_for_its_value(argv, wanted):
+    """The bare `--json` of capture and verify, deprecated in 0.1.0, is refused like any option missing its value."""
+    line = one_error(runner.invoke(app, argv), 2)
+    assert f"{argv[-1]} needs a value, but it is the last word. Give {argv[-1]} {wanted}." in line
 
 
 def test_json_takes_a_path_on_every_command(tiny_plan, tmp_path, monkeypatch):
