@@ -75,7 +75,8 @@ def capture(
     allreduce: AllReduceOpt = None,
     assignments: SetOpt = None,
 ) -> None:
-    """Capture decode graphs for MODEL (default: the built-in `tiny` recipe) and write a plan.
+    """Capture decode graphs for MODEL (default: the built-in `tiny` recipe) and write a plan (never over an
+    existing plan without --force).
 
     Examples:
 
@@ -84,6 +85,8 @@ def capture(
       cugraph-accel capture qwen2.5-0.5b --buckets 1,8,16,32
 
       cugraph-accel capture ./my-model --dtype bf16 --plan my.plan.yaml
+
+      cugraph-accel capture qwen2.5-0.5b --force              # replace the plan already there
 
       cugraph-accel capture qwen2.5-0.5b --fuse --attn grouped --max-cache-len 4096
 
