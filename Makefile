@@ -23,7 +23,7 @@ $(BIN)/cugraph-accel: pyproject.toml
 install: $(BIN)/cugraph-accel
 
 quickstart: install
-	$(BIN)/cugraph-accel capture && $(BIN)/cugraph-accel verify
+	$(BIN)/cugraph-accel capture --force --plan $(VENV)/quickstart.plan.yaml && $(BIN)/cugraph-accel verify --plan $(VENV)/quickstart.plan.yaml
 	@echo "next: run 'source $(VENV)/bin/activate' to put cugraph-accel on your PATH (or call $(BIN)/cugraph-accel); then cugraph-accel --help"
 
 test: install

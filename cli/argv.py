@@ -3,9 +3,9 @@
 - `--debug` may stand anywhere on the line (every error line suggests it), so the group takes it out
   before the subcommand sees it.
 - No option swallows the next flag: `--json --allow-cpu` is refused with one line instead of writing
-  to a file named `--allow-cpu`. The old `--json` flag of capture and verify (no path) still works for
-  one release, as `--json -`, with a deprecation line; there, until then, a PATH ends in .json (so
-  that `capture --json tiny` keeps its old meaning: MODEL tiny, JSON on standard output).
+  to a file named `--allow-cpu`. `--json PATH` takes a path on every command (`-`: standard output),
+  so `capture --json out.txt tiny` writes out.txt and captures tiny.
+- `--plan -` is refused: a plan is a file that verify and bench read again, never a stream.
 """
 
 from __future__ import annotations
@@ -20,12 +20,8 @@ from accelerate_graph.common.errors import USAGE_EXIT
 
 DEBUG_FLAG = "--debug"
 JSON_OPTION = "--json"
-# commands whose --json was a flag before it took a PATH (deprecated spelling, one release)
-LEGACY_JSON_FLAG = {"capture", "verify"}
-JSON_FLAG_DEPRECATED = (
-    "note: `--json` without a PATH is deprecated and will be refused in the next release; "
-    "reading it as `--json -` (standard output)."
-)
+PLAN_OPTION = "--plan"
+STREAM = "-"
 
 
 def strip_debug(args: list[str]) -> tuple[list[str], bool]:
@@ -50,39 +46,46 @@ def _value_options(command) -> set[str]:
     return names
 
 
-def _legacy_json_flag(following: str | None) -> bool:
-    """Whether a capture/verify `--json` is the old flag: nothing after it, another option, or a word
-    that is no JSON path (`capture --json tiny` meant MODEL tiny). This release a PATH there ends in
-    .json, or is `-`."""
-    return following is None or following.startswith("--") or (following != "-" and not following.endswith(".json"))
+def _wanted(option: str) -> str:
+    return "a PATH, or - for standard output" if option == JSON_OPTION else "its value"
 
 
-def check_option_values(command_name: str, value_options: set[str], args: list[str]) -> list[str]:
-    """`args` with each value-taking option followed by a value; the legacy bare `--json` becomes
-    `--json -`; an option followed by another option is refused."""
-    checked: list[str] = []
+def _check_plan_value(value: str) -> None:
+    if value == STREAM:
+        _refuse(
+            f"{PLAN_OPTION} - names no file: a plan is a file that verify and bench read again. "
+            f"Give {PLAN_OPTION} a file path, e.g. {PLAN_OPTION} my.plan.yaml."
+        )
+
+
+def check_option_values(value_options: set[str], args: list[str]) -> list[str]:
+    """`args`, checked: each value-taking option is followed by a value (not another option, not the
+    end of the line), and `--plan` is no `-`. Refused with one line otherwise."""
     i = 0
     while i < len(args):
         word = args[i]
         if word == "--":
-            return checked + args[i:]
-        checked.append(word)
+            break
         i += 1
+        name, equals, value = word.partition("=")
+        if equals and name == PLAN_OPTION and name in value_options:
+            _check_plan_value(value)
         if word not in value_options:
             continue
-        following = args[i] if i < len(args) else None
-        if word == JSON_OPTION and command_name in LEGACY_JSON_FLAG and _legacy_json_flag(following):
-            print(JSON_FLAG_DEPRECATED, file=sys.stderr)
-            checked.append("-")
-        elif following is not None and following.startswith("--"):
-            wanted = "a PATH, or - for standard output" if word == JSON_OPTION else "its value"
-            _refuse(f"{word} needs a value, but the next word is the option {following}. Give {word} {wanted}.")
-    return checked
+        if i == len(args):
+            _refuse(f"{word} needs a value, but it is the last word. Give {word} {_wanted(word)}.")
+        following = args[i]
+        if following.startswith("--"):
+            _refuse(f"{word} needs a value, but the next word is the option {following}. Give {word} {_wanted(word)}.")
+        if word == PLAN_OPTION:
+            _check_plan_value(following)
+        i += 1  # the value is the option's, whatever it looks like
+    return args
 
 
 class CheckedCommand(TyperCommand):
     def parse_args(self, ctx, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, check_option_values(self.name or "", _value_options(self), args))
+        return super().parse_args(ctx, check_option_values(_value_options(self), args))
 
 
 class DebugAnywhereGroup(TyperGroup):

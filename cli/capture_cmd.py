@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -72,7 +75,8 @@ def capture(
     allreduce: AllReduceOpt = None,
     assignments: SetOpt = None,
 ) -> None:
-    """Capture decode graphs for MODEL (default: the built-in `tiny` recipe) and write a plan.
+    """Capture decode graphs for MODEL (default: the built-in `tiny` recipe) and write a plan (never over an
+    existing plan without --force).
 
     Examples:
 
@@ -82,6 +86,8 @@ def capture(
 
       cugraph-accel capture ./my-model --dtype bf16 --plan my.plan.yaml
 
+      cugraph-accel capture qwen2.5-0.5b --force              # replace the plan already there
+
       cugraph-accel capture qwen2.5-0.5b --fuse --attn grouped --max-cache-len 4096
 
       cugraph-accel capture --json capture.json               # also the plan and timings as JSON
@@ -89,14 +95,20 @@ def capture(
       cugraph-accel capture qwen2.5-0.5b --fuse --set pdl=off  # one engine setting changed (recorded in the plan)
     """
     arguments = dict(locals())
+    from accelerate_graph.core.plan import check_plan_target
+
     from .common import settings_assignments
     from .tp import spread
 
     chosen = settings_assignments(assignments, allreduce)
+    bucket_sizes, context_sizes = buckets_or_none(buckets), contexts_or_auto(contexts)  # bad lists first
+    path = plan or DEFAULT_PLAN_PATH
+    check_plan_target(path, force)  # before any work, and before --tp starts its ranks
+    if json not in (None, STDOUT):
+        _check_json_target(Path(json), path, force)
 
     if spread(capture, arguments, tp or 1, device):
         return
-    from accelerate_graph.common.atomic_io import check_writable
     from accelerate_graph.common.errors import BadOptionError
     from accelerate_graph.core.plan import write_plan
     from accelerate_graph.distributed.rank import barrier, is_main_rank
@@ -109,10 +121,6 @@ def capture(
 
     out = Output(json)
     engine = resolve_settings(chosen)
-    path = plan or DEFAULT_PLAN_PATH
-    check_writable(path, "plan", force, replaces="plan")
-    if json not in (None, STDOUT):
-        check_writable(json, "JSON results", force)
     kernels = inductor_cache_dir(path)
     if fuse and kernels.exists() and not kernels.is_dir():
         raise BadOptionError(
@@ -120,7 +128,7 @@ def capture(
         )
     request = CaptureRequest(
         model=DEFAULT_RECIPE if model is None else model,
-        buckets=buckets_or_none(buckets),
+        buckets=bucket_sizes,
         mode=mode,
         dtype=dtype,
         device=device,
@@ -130,24 +138,27 @@ def capture(
         revision=revision,
         emulate=emulate,
         max_memory_mib=max_memory,
-        contexts=contexts_or_auto(contexts),
+        contexts=context_sizes,
         fuse=fuse,
         inductor_cache=str(kernels) if fuse else None,
         tp=tp or 1,
         settings=engine,
     )
-    prepared = prepare_with_progress(request, out)
-    if prepared.graphs:
-        out.show(capture_table(prepared.graphs.captures()))
-    if prepared.compile_seconds:
-        out.line(
-            f"inductor compiled the step in {prepared.compile_seconds:.1f} s "
-            f"({prepared.session.fused.layer_forward_kind()}; included in the capture times)"
-        )
-    memory = report_memory(prepared, out)
-    barrier()  # under --tp: every rank captured and checked its graphs before rank 0 writes the plan
-    if is_main_rank():
-        write_plan(prepared.plan, path)
+    with _plan_lock(path, is_main_rank()):
+        check_plan_target(path, force)  # again under the lock: a capture that finished while this one started
+        prepared = prepare_with_progress(request, out)
+        if prepared.graphs:
+            out.show(capture_table(prepared.graphs.captures()))
+        if prepared.compile_seconds:
+            out.line(
+                f"inductor compiled the step in {prepared.compile_seconds:.1f} s "
+                f"({prepared.session.fused.layer_forward_kind()}; included in the capture times)"
+            )
+        memory = report_memory(prepared, out)
+        barrier()  # under --tp: every rank captured and checked its graphs before rank 0 writes the plan
+        if is_main_rank():
+            check_plan_target(path, force)  # and at write time: a plan another tool wrote meanwhile
+            write_plan(prepared.plan, path)
     out.line(f"plan written to {path}; next: cugraph-accel verify" + (f" --plan {path}" if plan else ""))
     out.emit_json(
         {
@@ -158,3 +169,27 @@ def capture(
             "memory": memory,
         }
     )
+
+
+def _check_json_target(json_path: Path, plan_path: Path, force: bool) -> None:
+    """The JSON results can go to `json_path`: not the plan's own path (the results would replace the
+    plan just written), nor over a plan, recipe or model file without --force."""
+    from accelerate_graph.common.atomic_io import check_writable
+    from accelerate_graph.common.errors import BadOptionError
+
+    if os.path.abspath(json_path) == os.path.abspath(plan_path):
+        raise BadOptionError(
+            f"--json {json_path} is the plan's own path: the results would replace the plan.",
+            "Choose another --json PATH.",
+        )
+    check_writable(json_path, "JSON results", force)
+
+
+def _plan_lock(path: Path, holder: bool) -> contextlib.AbstractContextManager:
+    """The plan's lock, held from the check before capture to the write; under --tp rank 0 alone holds it
+    (it alone writes the plan)."""
+    if not holder:
+        return contextlib.nullcontext()
+    from accelerate_graph.common.file_lock import exclusive_lock
+
+    return exclusive_lock(path, f"plan {path}", "Wait for it to finish, or choose another --plan PATH.")

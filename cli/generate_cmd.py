@@ -39,7 +39,9 @@ NewTokensOpt = Annotated[int, typer.Option("--max-new-tokens", min=1, help="New 
 TemperatureOpt = Annotated[float, typer.Option("--temperature", help="0: greedy (default); above 0: sample.")]
 TopKOpt = Annotated[int, typer.Option("--top-k", help="Sample among the k most likely tokens (0: all).")]
 TopPOpt = Annotated[float, typer.Option("--top-p", help="Sample among the top tokens holding this mass.")]
-SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed of the sampler.")]
+SeedOpt = Annotated[
+    int | None, typer.Option("--seed", help="Seed of the sampler (with --temperature above 0; greedy draws nothing).")
+]
 
 
 @guarded
@@ -122,6 +124,8 @@ def generate(
     if json not in (None, STDOUT):
         check_writable(json, "JSON results", force)
     out = Output(json)
+    if seed is not None and sampling.greedy:
+        out.note(f"--seed {seed} has no effect: decoding is greedy (--temperature 0), so no token is drawn at random.")
     overrides = dict(buckets=buckets_or_none(buckets), max_cache_len=max_cache_len, revision=revision)
     if model is not None and plan is None:
         overrides.update(dtype=dtype, device=device, fuse=fuse or None, emulate=emulate or None)

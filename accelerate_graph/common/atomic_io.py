@@ -6,10 +6,11 @@ it does not hold something of another kind the user would lose (a plan, a recipe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -34,6 +35,17 @@ def discard_pending_writes() -> None:
             os.unlink(tmp)
         except OSError:
             pass
+
+
+@contextlib.contextmanager
+def removed_if_interrupted(path: Path | str) -> Iterator[None]:
+    """While the block runs, a Ctrl-C (the CLI's handler, discard_pending_writes) removes `path` too: a
+    file that means something only while this process works on it, such as a lock file."""
+    _pending.add(str(path))
+    try:
+        yield
+    finally:
+        _pending.discard(str(path))
 
 
 def existing_kind(path: Path) -> str | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from accelerate_graph import settings as engine_settings
-from accelerate_graph.common.atomic_io import atomic_write_text
+from accelerate_graph.common.atomic_io import atomic_write_text, check_writable, existing_kind
 from accelerate_graph.common.devices import DTYPE_NAMES, resolve_device
 from accelerate_graph.common.environment import environment_info, major_minor
 from accelerate_graph.common.errors import BadOptionError, DeviceError, PlanError, first_line
@@ -61,7 +61,7 @@ class Plan:
             value, kind = getattr(self, f.name), FIELD_TYPES[f.name]
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
                 raise PlanError(f"plan key {f.name!r} has the wrong type ({type(value).__name__}).")
-        checks = (
+        checks = (  # in this order: a field is checked before any check that reads it
             (self.mode in MODES, f"mode {self.mode!r} is not one of {', '.join(MODES)}"),
             (
                 self.dtype in DTYPE_NAMES.values(),
@@ -72,24 +72,27 @@ class Plan:
                 f"device {self.device!r} is not a device",
             ),
             (self.attn in ATTENTIONS, f"attn {self.attn!r} is not one of {', '.join(ATTENTIONS)}"),
+            (self.max_cache_len >= 2, f"max_cache_len {self.max_cache_len} must be at least 2"),
             (
-                all(type(c) is int and 1 <= c <= self.max_cache_len for c in self.contexts),
-                "contexts must be whole numbers from 1 to max_cache_len",
+                1 <= self.prompt_len < self.max_cache_len,
+                f"prompt_len {self.prompt_len} must be at least 1 and below max_cache_len",
             ),
             (
                 self.buckets and all(type(b) is int and b >= 1 for b in self.buckets),
                 "buckets must be whole numbers >= 1",
             ),
             (len(set(self.buckets)) == len(self.buckets), f"buckets {self.buckets} list a bucket twice"),
+            (
+                all(type(c) is int and 1 <= c <= self.max_cache_len for c in self.contexts),
+                "contexts must be whole numbers from 1 to max_cache_len",
+            ),
             (len(set(self.contexts)) == len(self.contexts), f"contexts {self.contexts} list a context twice"),
             (all(_is_region(r) for r in self.regions), "regions must each have a path, a class, run and reason"),
-            (self.max_cache_len >= 2, "max_cache_len must be at least 2"),
             (self.tp >= 1 and len(self.tp_layout) in (0, self.tp), "tp must be at least 1, with one layout per rank"),
-            (1 <= self.prompt_len < self.max_cache_len, "prompt_len must be at least 1 and below max_cache_len"),
         )
         for ok, problem in checks:
             if not ok:
-                raise PlanError(f"the plan's {problem}.", "Re-run `cugraph-accel capture`.")
+                raise PlanError(f"the plan's {problem}.", RECAPTURE)
         try:
             engine_settings.from_recorded(self.settings, "the plan")
         except BadOptionError as err:
@@ -154,6 +157,29 @@ def _model_resolved_from(plan: Plan, folder: Path) -> Plan:
     if not os.path.isabs(resolved) and not resolved.startswith("."):
         resolved = f".{os.sep}{resolved}"  # still a path to the loader, not a hub id
     return replace(plan, model=resolved)
+
+
+def planned_model(path: Path) -> str:
+    """The model an existing plan file names, read without validating the rest (for the line that
+    refuses to replace it); "an unreadable model" when it does not say."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return "an unreadable model"
+    model = data.get("model") if isinstance(data, dict) else None
+    return repr(model) if isinstance(model, str) else "an unreadable model"
+
+
+def check_plan_target(path: Path | str, force: bool) -> None:
+    """`capture` may write its plan to `path`: never over an existing plan without `force` (the line names
+    that plan's model), nor over a recipe or model file; and the folder takes a new file."""
+    path = Path(path)
+    if not force and existing_kind(path) == "plan":
+        raise BadOptionError(
+            f"{path} already holds a plan for {planned_model(path)}; capture does not replace it.",
+            "Pass --force to replace it, or choose another --plan PATH.",
+        )
+    check_writable(path, "plan", force)
 
 
 def write_plan(plan: Plan, path: Path | str) -> None:

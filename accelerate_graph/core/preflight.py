@@ -47,16 +47,33 @@ def preflight(
     )
 
 
+def largest_fitting(fits, low: int, high: int) -> int | None:
+    """The largest n in [low, high] with fits(n), for a `fits` that holds up to some n and not above
+    (need grows with batch and with cache length); None when not even `low` fits. A bisection: a bucket
+    of 100,000,000 costs ~27 estimates, not one per batch size."""
+    if high < low or not fits(low):
+        return None
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def _what_fits(need, free: int, buckets: tuple[int, ...], cache_len: int, prompt_len: int) -> str:
     """The largest bucket at this cache length, the longest cache at the largest bucket."""
-    batches = [b for b in range(max(buckets), 0, -1) if need(b, cache_len) <= free]
     options = []
-    if batches:
-        options.append(f"batch buckets up to {batches[0]} at --max-cache-len {cache_len}")
-    lengths = range(cache_len - cache_len % CACHE_STEP, prompt_len, -CACHE_STEP)
-    length = next((n for n in lengths if n > prompt_len and need(max(buckets), n) <= free), None)
-    if length:
-        options.append(f"--max-cache-len {length} at batch {max(buckets)}")
+    batch = largest_fitting(lambda b: need(b, cache_len) <= free, 1, max(buckets))
+    if batch is not None:
+        options.append(f"batch buckets up to {batch} at --max-cache-len {cache_len}")
+    # cache lengths in whole steps, longer than the prompt: step k is k * CACHE_STEP slots
+    steps = largest_fitting(
+        lambda k: need(max(buckets), k * CACHE_STEP) <= free, prompt_len // CACHE_STEP + 1, cache_len // CACHE_STEP
+    )
+    if steps is not None:
+        options.append(f"--max-cache-len {steps * CACHE_STEP} at batch {max(buckets)}")
     if not options:
         return "Not even batch 1 fits: free device memory, use a smaller --dtype or a smaller model."
     return "What fits: " + ", or ".join(options) + "."

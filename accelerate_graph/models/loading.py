@@ -50,12 +50,14 @@ class LoadedModel:
 
     @property
     def label(self) -> str:
+        # a local folder's weights may be a fine-tune, a conversion or a test's: said by where they came from
+        missing = f"{len(self.initialised)} weight(s) initialised at random"
         if self.random_weights:
             weights = "random weights"
-        elif self.initialised:
-            weights = f"partly trained: {len(self.initialised)} weight(s) initialised at random"
+        elif self.kind == "folder":
+            weights = f"weights from {self.reference}" + (f", {missing}" if self.initialised else "")
         else:
-            weights = "trained weights"
+            weights = f"partly trained: {missing}" if self.initialised else "trained weights"
         return f"{self.reference} ({self.kind}, {self.model.config.model_type}, {weights})"
 
 

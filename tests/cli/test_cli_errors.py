@@ -233,7 +233,6 @@ def test_prompt_len_not_below_cache_len():
         ["capture", "a", "b"],
         ["capture", "tiny", "--max-cache-len", "1"],
         ["verify", "--steps", "0"],
-        ["verify", "--plan"],
         ["bench", "--steps", "3"],
         ["frobnicate"],
     ],
@@ -456,7 +455,7 @@ def test_interrupted_plan_write_keeps_old_plan(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(os, "fsync", interrupted)
-    result = invoke("capture", "tiny", "--device", "cpu", "--buckets", "1,2", "--plan", path)
+    result = invoke("capture", "tiny", "--device", "cpu", "--buckets", "1,2", "--plan", path, "--force")
     assert_clean(result)
     assert result.exit_code == 130, result.output
     assert "interrupted" in result.stderr
@@ -477,8 +476,8 @@ def test_capture_then_verify(tmp_path):
     plan = yaml.safe_load(path.read_text())
     assert plan["model"] == "tiny" and plan["mode"] == "full" and plan["buckets"] == [1, 2, 4, 8]
 
-    # Overwriting is atomic too.
-    result = invoke("capture", "tiny", "--device", "cpu", "--buckets", "2,4", "--plan", path)
+    # Replacing it (--force) is atomic too.
+    result = invoke("capture", "tiny", "--device", "cpu", "--buckets", "2,4", "--plan", path, "--force")
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml"]
     assert yaml.safe_load(path.read_text())["buckets"] == [2, 4]

@@ -100,6 +100,108 @@ def test_capture_plan_over_a_model_file_is_refused_before_loading(tiny_model_dir
     assert (folder / "config.json").read_bytes() == before
 
 
+# --- a plan is never lost: replaced only with --force, one capture at a time --------------------
+
+
+def test_a_second_capture_is_refused_and_force_replaces(tmp_path):
+    plan = tmp_path / "p.yaml"
+    assert runner.invoke(app, ["capture", *SMALL, "--plan", str(plan)]).exit_code == 0
+    before = plan.read_bytes()
+    result = runner.invoke(app, ["capture", "--buckets", "2", "--plan", str(plan)])
+    line = one_error(result, 2)
+    assert f"{plan} already holds a plan for 'tiny'" in line and "Pass --force" in line
+    assert "model " not in result.stdout  # refused before the model was loaded
+    assert plan.read_bytes() == before
+    forced = runner.invoke(app, ["capture", *SMALL[2:], "--buckets", "2", "--plan", str(plan), "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert yaml.safe_load(plan.read_text())["buckets"] == [2]
+    assert not (tmp_path / "p.yaml.lock").exists()
+
+
+def test_a_bare_capture_keeps_a_real_models_plan(tiny_plan, tmp_path, monkeypatch):
+    """A bare `capture` (the default model, tiny) replaced the plan of the model the user had captured."""
+    real = plan_copy(tiny_plan, tmp_path, lambda d: d.update(model="qwen2.5-0.5b"))
+    monkeypatch.chdir(tmp_path)
+    real.rename(tmp_path / "cugraph-accel.plan.yaml")
+    before = (tmp_path / "cugraph-accel.plan.yaml").read_bytes()
+    line = one_error(runner.invoke(app, ["capture"]), 2)
+    assert "already holds a plan for 'qwen2.5-0.5b'" in line
+    assert (tmp_path / "cugraph-accel.plan.yaml").read_bytes() == before
+
+
+def test_a_plan_written_during_the_capture_is_not_replaced(tmp_path, monkeypatch):
+    """Checked again at write time: a plan another tool (taking no lock) wrote while this capture ran."""
+    import accelerate_graph.pipeline as pipeline
+
+    plan = tmp_path / "p.yaml"
+    other = "format: cugraph-accel-plan/1\nmodel: other-model\n"
+    real = pipeline.prepare
+
+    def prepare_then_another_writes(*args, **kwargs):
+        prepared = real(*args, **kwargs)
+        plan.write_text(other)
+        return prepared
+
+    monkeypatch.setattr(pipeline, "prepare", prepare_then_another_writes)
+    result = runner.invoke(app, ["capture", *SMALL, "--plan", str(plan)])
+    assert "already holds a plan for 'other-model'" in one_error(result, 2)
+    assert plan.read_text() == other and "plan written" not in result.stdout
+
+
+def test_the_plan_lock_names_its_holder_and_a_dead_holders_file_locks_nothing(tmp_path):
+    from accelerate_graph.common.file_lock import exclusive_lock, lock_path
+
+    plan = tmp_path / "p.yaml"
+    with exclusive_lock(plan, "plan", "Wait."):
+        assert lock_path(plan).read_text() == f"{os.getpid()}\n"
+        with pytest.raises(WriteError, match=rf"another process \(pid {os.getpid()}\) is writing the plan"):
+            with exclusive_lock(plan, "plan", "Wait."):
+                pass
+    assert not lock_path(plan).exists()
+    lock_path(plan).write_text("999999\n")  # left by a killed holder: the kernel dropped its lock
+    with exclusive_lock(plan, "plan", "Wait."):
+        assert lock_path(plan).read_text() == f"{os.getpid()}\n"
+
+
+# The real CLI, its capture held at a gate (a file) until the test opens it.
+GATED_CLI = """
+import os, sys, time
+import accelerate_graph.pipeline as pipeline
+real = pipeline.prepare
+def gated(*args, **kwargs):
+    deadline = time.time() + 300
+    while not os.path.exists(os.environ["GATE"]) and time.time() < deadline:
+        time.sleep(0.05)
+    return real(*args, **kwargs)
+pipeline.prepare = gated
+from cli.main import app
+app(prog_name="cugraph-accel")
+"""
+
+
+def test_two_captures_into_one_plan_one_wins(tmp_path):
+    """Two captures at once into one folder both printed `plan written`; only one plan survived."""
+    plan, gate, lock = tmp_path / "p.yaml", tmp_path / "gate", tmp_path / "p.yaml.lock"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GATE": str(gate)}
+    argv = [sys.executable, "-c", GATED_CLI, "capture", *SMALL, "--plan", str(plan)]
+    first = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (lock.exists() and lock.read_text().strip() == str(first.pid)):
+            assert first.poll() is None and time.monotonic() < deadline, "the first capture never took the lock"
+            time.sleep(0.05)
+        second = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    finally:
+        gate.touch()
+        stdout, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr
+    assert "plan written" in stdout and "plan written" not in second.stdout
+    errors = [line for line in second.stderr.splitlines() if line.startswith("error:")]
+    assert second.returncode == 1 and len(errors) == 1 and "Traceback" not in second.stderr, second.stderr
+    assert f"another process (pid {first.pid}) is writing the plan {plan}" in errors[0]
+    assert yaml.safe_load(plan.read_text())["buckets"] == [1] and not lock.exists()
+
+
 # --- one --json convention; no option swallows the next flag ------------------------------------
 
 
@@ -117,19 +219,54 @@ def test_an_option_never_swallows_the_next_flag(argv):
     assert f"{argv[-2] if argv[0] == 'bench' else argv[1]} needs a value" in line
 
 
-def test_legacy_json_flag_means_stdout_with_a_deprecation_line(tiny_plan):
-    result = runner.invoke(app, ["verify", "--plan", str(tiny_plan), "--steps", "2", "--json"])
-    assert result.exit_code == 0, result.output
-    assert "deprecated" in result.stderr and "--json -" in result.stderr
-    assert json.loads(result.stdout)["passed"] is True
+@pytest.mark.parametrize(
+    "argv, wanted",
+    [(["verify", "--json"], "a PATH, or - for standard output"), (["verify", "--plan"], "its value")],
+)
+def test_an_option_ending_the_line_is_one_line_asking_for_its_value(argv, wanted):
+    """The bare `--json` of capture and verify, deprecated in 0.1.0, is refused like any option missing its value."""
+    line = one_error(runner.invoke(app, argv), 2)
+    assert f"{argv[-1]} needs a value, but it is the last word. Give {argv[-1]} {wanted}." in line
 
 
-def test_legacy_json_flag_before_model_keeps_its_meaning(tiny_plan):
+def test_json_takes_a_path_on_every_command(tiny_plan, tmp_path, monkeypatch):
+    """`--json PATH` was read as MODEL on capture and verify unless PATH ended in .json."""
     from cli.argv import check_option_values
 
-    assert check_option_values("capture", {"--json"}, ["--json", "tiny"]) == ["--json", "-", "tiny"]
-    assert check_option_values("verify", {"--json"}, ["--json", "v.json"]) == ["--json", "v.json"]
-    assert check_option_values("bench", {"--json"}, ["--json", "results"]) == ["--json", "results"]
+    assert check_option_values({"--json"}, ["--json", "tiny"]) == ["--json", "tiny"]
+    out = tmp_path / "out.txt"
+    result = runner.invoke(app, ["capture", "tiny", "--json", str(out), *SMALL, "--plan", str(tmp_path / "p.yaml")])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["plan"]["model"] == "tiny"
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["verify", "--plan", str(tiny_plan), "--steps", "2", "--json", "results"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "results").read_text())["passed"] is True
+    dash = runner.invoke(app, ["verify", "--plan", str(tiny_plan), "--steps", "2", "--json", "-"])
+    assert dash.exit_code == 0, dash.output
+    assert json.loads(dash.stdout)["passed"] is True
+
+
+def test_capture_json_on_the_plans_own_path_is_refused(tmp_path):
+    plan = str(tmp_path / "p.yaml")
+    line = one_error(runner.invoke(app, ["capture", "--plan", plan, "--json", plan]), 2)
+    assert "is the plan's own path" in line and not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["capture", "--plan", "-"],
+        ["verify", "--plan=-"],
+        ["bench", "--allow-cpu", "--plan", "-"],
+        ["generate", "--input-ids", "1,2", "--plan", "-"],
+    ],
+)
+def test_plan_dash_is_refused(argv, tmp_path, monkeypatch):
+    """`--plan -` wrote a file named `-`."""
+    monkeypatch.chdir(tmp_path)
+    assert "--plan - names no file" in one_error(runner.invoke(app, argv), 2)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_json_path_writes_a_file_and_keeps_the_tables(tiny_plan, tmp_path):
@@ -155,6 +292,17 @@ def test_zoo_json_dash_prints_the_document(monkeypatch):
     result = runner.invoke(app, ["zoo", "--types", "llama", "--device", "cpu", "--json", "-"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["results"][0]["model_type"] == "llama"
+
+
+def test_a_seed_with_greedy_decoding_is_said_to_do_nothing(tiny_model_dir):
+    """`--seed` without --temperature was silently ignored."""
+    argv = ["generate", tiny_model_dir("llama"), "--input-ids", "3,4,5", "--max-new-tokens", "2"]
+    argv += ["--buckets", "1", "--max-cache-len", "32", "--device", "cpu", "--seed", "7"]
+    greedy = runner.invoke(app, argv)
+    assert greedy.exit_code == 0, greedy.output
+    assert "note: --seed 7 has no effect: decoding is greedy" in " ".join(greedy.stdout.split())
+    sampled = runner.invoke(app, [*argv, "--temperature", "0.7"])
+    assert sampled.exit_code == 0 and "has no effect" not in sampled.output, sampled.output
 
 
 # --- 2. running it: --debug anywhere, help with examples, the README's commands -----------------
@@ -392,10 +540,12 @@ def test_missing_weights_are_reported_and_not_called_trained(tiny_model_dir, tmp
     save_file(kept, folder / "model.safetensors", metadata={"format": "pt"})
     loaded = load_model(str(folder), torch.device("cpu"), torch.float32)
     assert len(loaded.initialised) == len(weights) - len(kept)
-    assert "trained weights" not in loaded.label and "initialised at random" in loaded.label
+    assert "trained" not in loaded.label and "initialised at random" in loaded.label
     assert any("missing from the checkpoint" in note for note in loaded.notes)
     whole = load_model(tiny_model_dir("llama"), torch.device("cpu"), torch.float32)
-    assert whole.initialised == [] and "trained weights" in whole.label
+    # any local folder was labelled "trained weights": its weights are said by where they came from
+    assert whole.initialised == [] and "trained" not in whole.label
+    assert f"weights from {tiny_model_dir('llama')})" in whole.label
 
 
 def test_a_relative_model_path_resolves_against_the_plans_folder(tiny_plan, tmp_path, monkeypatch):
@@ -422,6 +572,9 @@ def test_a_relative_model_path_resolves_against_the_plans_folder(tiny_plan, tmp_
         (lambda d: d.update(model_type="not_a_model"), None, "is not a model type transformers knows"),
         (None, lambda t: t + "mode: full\n", "duplicate key 'mode'"),
         (lambda d: d.update(regions=[{"path": 3}]), None, "regions must each have"),
+        # the contexts were blamed for a negative cache length: each field is checked before what reads it
+        (lambda d: d.update(max_cache_len=-5, contexts=[8]), None, "max_cache_len -5 must be at least 2"),
+        (lambda d: d.update(prompt_len=0, contexts=[8]), None, "prompt_len 0 must be at least 1"),
     ],
 )
 def test_plan_validation_rejects(tiny_plan, tmp_path, edit, text_edit, words):

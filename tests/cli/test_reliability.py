@@ -141,7 +141,7 @@ def test_cli_max_memory_lists_dropped_buckets(tmp_path):
     sizes = {c["bucket"]: c["memory_bytes"] for c in json.loads(first.stdout)["plan"]["captures"]}
     cap_mib = (sum(sizes.values()) - sizes[8] + 1) / 2**20  # everything but the largest bucket fits
     result = runner.invoke(
-        app, ["capture", "tiny", "--device", "cpu", "--plan", str(plan), "--max-memory", f"{cap_mib:.6f}"]
+        app, ["capture", "tiny", "--device", "cpu", "--plan", str(plan), "--force", "--max-memory", f"{cap_mib:.6f}"]
     )
     assert result.exit_code == 0, result.output
     assert "--max-memory dropped bucket(s) 8" in " ".join(result.output.split())

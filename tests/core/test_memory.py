@@ -57,6 +57,33 @@ def test_a_request_that_cannot_fit_names_what_would(monkeypatch):
     assert need(32, length) <= free < need(32, length + 256) and length % 256 == 0
 
 
+def test_a_huge_bucket_gets_its_hint_at_once(monkeypatch):
+    """`--buckets 100000000` hung: the hint tried every batch size down to 1. It bisects now."""
+    import time
+
+    geometry = Geometry.of(phi3())
+    free = 40 * GIB
+    with_free(monkeypatch, free)
+    calls = []
+    real = preflight_module.request_need
+    monkeypatch.setattr(preflight_module, "request_need", lambda *a, **k: calls.append(a) or real(*a, **k))
+    started = time.process_time()
+    with pytest.raises(ResourceError) as err:
+        preflight(phi3(), torch.bfloat16, CUDA, (1, 100_000_000), 4096, 128)
+    assert time.process_time() - started < 5 and len(calls) < 100
+    batch = int(str(err.value).split("batch buckets up to ")[1].split()[0])
+    need = request_need(geometry, torch.bfloat16, batch, 4096, 128, False).total
+    assert need <= free < request_need(geometry, torch.bfloat16, batch + 1, 4096, 128, False).total
+
+
+def test_largest_fitting_is_the_last_that_fits():
+    from accelerate_graph.core.preflight import largest_fitting
+
+    for limit in (0, 1, 2, 7, 100, 10**9):
+        assert largest_fitting(lambda n, limit=limit: n <= limit, 1, 10**9) == (limit or None)
+    assert largest_fitting(lambda n: True, 5, 4) is None
+
+
 def test_nothing_fits_says_so(monkeypatch):
     with_free(monkeypatch, 10**6)
     with pytest.raises(ResourceError, match="Not even batch 1 fits"):

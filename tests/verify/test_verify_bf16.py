@@ -79,7 +79,7 @@ def test_verify_json_and_table_show_the_measures(tmp_path):
     plan = tmp_path / "p.yaml"
     capture = ["capture", "tiny", "--device", "cpu", "--dtype", "bf16", "--buckets", "1,2", "--plan", str(plan)]
     assert runner.invoke(app, [*capture, "--max-cache-len", "64"]).exit_code == 0
-    result = runner.invoke(app, ["verify", "--plan", str(plan), "--steps", "3", "--json"])
+    result = runner.invoke(app, ["verify", "--plan", str(plan), "--steps", "3", "--json", "-"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["passed"] and data["criterion"]["tolerances"]["bfloat16"]["factor"] == 2.0
