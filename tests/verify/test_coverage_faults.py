@@ -1,0 +1,58 @@
+"""Faults that only what generate and serve do shows: left-padded rows, late slots, long runs. Each fails
+the coverage `cugraph-accel verify` runs (cases.VERIFY) on the CPU emulation, and would pass the one case
+per graph of cases.BASIC; a fault only in padding rows and rounding-sized noise pass. CUDA: the same hooks."""
+
+import pytest
+import torch
+from fault_harness import every, failed, tiny_session, verify_with
+
+from accelerate_graph.verify.cases import BASIC, VERIFY
+from accelerate_graph.verify.faults import COVERAGE_SIZED, fault
+
+CUDA = pytest.param(
+    "cuda",
+    marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")],
+)
+
+
+def _ragged(rows):
+    return {(r.bucket, r.batch, r.context, r.slots) for r in rows if r.padding}
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+@pytest.mark.parametrize("kind", ["ignored_mask", "shared_position"])
+def test_a_replay_blind_to_left_padding_fails_the_ragged_cases(kind, device):
+    rows = verify_with(tiny_session(device=device), fault(kind), coverage=VERIFY)
+    assert _ragged(rows) and failed(rows) == _ragged(rows), [(r.slots, r.padding, r.detail) for r in rows]
+    assert all(r.padding.startswith("0/") for r in rows if r.padding)  # row 0 keeps its whole prompt
+
+
+def test_without_ragged_cases_the_padding_faults_pass():
+    """What verify missed before: every row at one position, a mask of ones."""
+    for kind in ("ignored_mask", "shared_position"):
+        assert not failed(verify_with(tiny_session(), fault(kind), coverage=BASIC))
+
+
+def test_a_fault_from_slot_32_on_fails_the_cases_that_reach_it():
+    rows = verify_with(tiny_session(cache=64), fault("late_slot"), coverage=VERIFY)
+    first = COVERAGE_SIZED["late_slot"]
+    reach = {(r.bucket, r.batch, r.context, r.slots) for r in rows if int(r.slots.split("-")[1]) >= first}
+    assert reach and failed(rows) == reach
+    assert any(int(r.slots.split("-")[1]) == 63 for r in rows)  # the cache's last slot is replayed
+    assert not failed(verify_with(tiny_session(cache=64), fault("late_slot"), coverage=BASIC))
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_a_fault_from_the_41st_replay_on_fails_every_case(device):
+    rows = verify_with(tiny_session(device=device), fault("late_replay"), coverage=VERIFY)
+    assert failed(rows) == every(rows)
+    assert not failed(verify_with(tiny_session(device=device), fault("late_replay"), coverage=BASIC))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kind", ["padding_rows_only", "rounding_noise"])
+def test_what_no_request_sees_passes(kind, dtype):
+    rows = verify_with(tiny_session(dtype=dtype), fault(kind), coverage=VERIFY)
+    assert rows and not failed(rows), [(r.slots, r.padding, r.detail) for r in rows if not r.passed]
+    if kind == "padding_rows_only":
+        assert any(r.batch < r.bucket for r in rows)
