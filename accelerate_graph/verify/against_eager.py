@@ -273,10 +273,13 @@ def verify_graphs(
         session.kv.reset()
         session.prefill(prompt, chunk=PREFILL_CHUNK)
     rows = []
+    # a graph's long run comes before the last case that replays it: the cases before count toward it
+    last = {key: number for number, case in enumerate(plan.cases) for key in _graphs_of(graphs, case)}
     for number, case in enumerate(plan.cases):
         tokens = _draw(case.steps, case.batch, session.vocab_size, seed + 1 + number).to(session.device)
         with clock.phase("long runs"):
-            _soak_guarded(graphs, case, tokens[0], plan.coverage.soak, replays)
+            due = {key for key in _graphs_of(graphs, case) if last[key] == number}
+            _soak_guarded(graphs, case, tokens[0], plan.coverage.soak, replays, due)
         start = session.kv.snapshot(case.bucket, case.start, case.steps).at_slot(case.start)
         row = _judge_guarded(graphs, case, tokens, start, clock)
         _count_replays(graphs, case, replays)
@@ -295,13 +298,23 @@ def _draw(rows: int, columns: int, vocab: int, seed: int) -> torch.Tensor:
 PREFILL_CHUNK = 256  # prompt tokens per forward: bounds the prefill's attention scores at long starts
 
 
-def soak(graphs: DecodeGraphs, case: Case, tokens: torch.Tensor, target: int, replays: dict) -> None:
-    """Replay each graph `case` runs until it has been replayed `target` times (counted in `replays`),
-    at the case's first slot in that graph, so the judged steps come after them; the cache rows and
-    slots those replays write are put back after."""
+def _graphs_of(graphs: DecodeGraphs, case: Case) -> list[tuple[int, int]]:
+    """The (bucket, context) graphs `case`'s steps replay, in order."""
+    keys = [(case.bucket, context_for(slot, graphs.contexts)) for slot in range(case.start, case.start + case.steps)]
+    return list(dict.fromkeys(keys))
+
+
+def soak(
+    graphs: DecodeGraphs, case: Case, tokens: torch.Tensor, target: int, replays: dict, due: set | None = None
+) -> None:
+    """Replay each graph `case` runs (those in `due`, if given) until it has been replayed `target` times
+    (counted in `replays`), at the case's first slot in that graph, so the judged steps come after them;
+    the cache rows and slots those replays write are put back after."""
     session = graphs.session
     for slot in range(case.start, case.start + case.steps):
         key = (case.bucket, context_for(slot, graphs.contexts))
+        if due is not None and key not in due:
+            continue
         missing = target - replays.get(key, 0)
         if missing <= 0:
             continue
@@ -316,10 +329,10 @@ def soak(graphs: DecodeGraphs, case: Case, tokens: torch.Tensor, target: int, re
         replays[key] = target
 
 
-def _soak_guarded(graphs: DecodeGraphs, case: Case, tokens: torch.Tensor, target: int, replays: dict) -> None:
+def _soak_guarded(graphs: DecodeGraphs, case: Case, tokens: torch.Tensor, target: int, replays: dict, due: set) -> None:
     """`soak`; a replay that raises is left to the judged case, which reports it as its failure."""
     try:
-        soak(graphs, case, tokens, target, replays)
+        soak(graphs, case, tokens, target, replays, due)
     except (RuntimeError, IndexError) as err:
         if is_out_of_memory(err):
             raise
