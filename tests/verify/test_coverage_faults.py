@@ -71,3 +71,19 @@ def test_what_no_request_sees_passes(kind, dtype):
     assert rows and not failed(rows), [(r.slots, r.padding, r.detail) for r in rows if not r.passed]
     if kind == "padding_rows_only":
         assert any(r.batch < r.bucket for r in rows)
+
+
+def test_the_check_after_capture_runs_a_left_padded_batch():
+    """pipeline's quick check (verify_batch) prefills and decodes prompts of different lengths."""
+    from accelerate_graph.core.backends import backend_for
+    from accelerate_graph.verify.against_eager import verify_batch
+    from accelerate_graph.verify.faults import capture_with_fault
+
+    for kind, passes in ((None, True), ("ignored_mask", False), ("shared_position", False)):
+        session = tiny_session()
+        planted = fault(kind) if kind else None
+        graphs, undo = capture_with_fault(session, backend_for(session.device), BUCKETS, planted, CONTEXTS)
+        row = verify_batch(graphs, 4, 4, steps=3, prompt_len=8)
+        undo()
+        assert row.passed == passes and row.padding == "0/2/5/7", (kind, row.detail)
+        assert bool(session.attention_mask.all())  # the mask buffer is all ones again
