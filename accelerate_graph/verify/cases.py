@@ -188,10 +188,9 @@ def plan_cases(
         for bucket in crossers:
             case = Case(bucket, bucket, boundary, start, run, crossing=True, pads=pad(bucket, start))
             _add(plan, case, cross_steps, f"context {contexts[k + 1]} ends at slot {contexts[k + 1] - 1}")
-    for start, context, why in _spread_starts(contexts, steps, coverage, window):
+    taken = {c.start for c in plan.cases if c.bucket == c.batch and c.bucket in crossers}
+    for start, context, why in _spread_starts(contexts, steps, coverage, window, taken):
         for bucket in crossers:
-            if any(c.bucket == bucket == c.batch and c.start == start for c in plan.cases):
-                continue  # that window already runs at this bucket
             run = min(steps, contexts[-1] - start)
             _add(plan, Case(bucket, bucket, context, start, run, pads=pad(bucket, start)), steps, why)
     return plan
@@ -212,11 +211,13 @@ def sliding_window(config) -> int | None:
 
 
 def _spread_starts(
-    contexts: tuple[int, ...], steps: int, coverage: Coverage, window: int | None
+    contexts: tuple[int, ...], steps: int, coverage: Coverage, window: int | None, taken: set[int]
 ) -> list[tuple[int, int, str]]:
     """(start, context bucket, why it may be short) of the windows `coverage` spreads over each context
     bucket: its first slot (slot 1 in the first bucket: a case needs one prompt token), its last, and
-    the rest evenly between (drawn, for a variant); then one across the sliding window's edge."""
+    the rest evenly between; then one across the sliding window's edge. Starts in `taken` already run.
+    A variant draws the windows between first and last anew, as many as variant 0 has, so every
+    repeat runs as many cases."""
     starts: list[tuple[int, int, str]] = []
     if coverage.positions <= 0 or not contexts:
         return starts
@@ -224,14 +225,15 @@ def _spread_starts(
     for lo, context in zip((0, *contexts), contexts):
         first, last = max(lo, 1), max(max(lo, 1), context - steps)
         n = coverage.positions
-        if n == 1 or last == first:
-            chosen = [last]
-        elif coverage.variant:
-            chosen = [first, *sorted(draw.randint(first, last) for _ in range(n - 2)), last]
-        else:
-            chosen = [first + round(i * (last - first) / (n - 1)) for i in range(n)]
+        even = [last] if n == 1 or last == first else [first + round(i * (last - first) / (n - 1)) for i in range(n)]
+        chosen = [start for start in dict.fromkeys(even) if start not in taken]
+        if coverage.variant:
+            free = [s for s in range(first + 1, last) if s not in taken]
+            middle = [s for s in chosen if first < s < last]
+            drawn = draw.sample(free, len(middle)) if len(free) >= len(middle) else middle
+            chosen = sorted([s for s in chosen if s in (first, last)] + drawn)
         why = f"context {context} holds slots {lo}-{context - 1}"
-        starts += [(start, context, why) for start in dict.fromkeys(chosen)]
+        starts += [(start, context, why) for start in chosen]
     if window is not None and 1 < window < contexts[-1]:
         start = max(window - max(steps, 2) // 2, 1)
         starts.append((start, context_for(start, contexts), f"the cache ends at slot {contexts[-1] - 1}"))

@@ -90,6 +90,9 @@ def test_each_repeat_moves_the_windows_between_first_and_last_and_the_padding():
         starts = {c.start for c in plan.cases}
         assert {1, 248} <= starts
     assert {c.pads for c in one.cases if c.pads} != {c.pads for c in two.cases if c.pads}
+    for shape in (((1, 8), (256,), 8, 16), ((1, 4), (16, 64), 4, 6), ((1,), (16,), 8, 6)):
+        counts = {len(plan_cases(*shape, coverage=VERIFY.again(n)).cases) for n in range(6)}
+        assert len(counts) == 1, (shape, counts)  # every repeat runs as many cases
 
 
 def test_the_sliding_windows_edge_is_crossed():
