@@ -28,8 +28,17 @@ RepeatOpt = Annotated[
     typer.Option(
         "--repeat",
         min=1,
-        help="Run the whole check N times, each with new prompts and tokens (a false alarm shows up as a run "
+        help="Run the whole check N times, each with new prompts and tokens, and (after the first) new slots "
+        "between each context bucket's first and last and new left padding (a false alarm shows up as a run "
         "that fails where the others pass).",
+    ),
+]
+ThoroughFlag = Annotated[
+    bool,
+    typer.Option(
+        "--thorough",
+        help="Replay every graph 512 times before judging it (64 by default) and check 9 windows of slots per "
+        "context bucket (3 by default): run it before serving.",
     ),
 ]
 
@@ -59,6 +68,7 @@ def verify(
     allreduce: AllReduceOpt = None,
     repeat: RepeatOpt = 1,
     assignments: SetOpt = None,
+    thorough: ThoroughFlag = False,
 ) -> None:
     """Re-capture from the plan (or MODEL) and prove every replay is as close to a float32 reference as eager.
 
@@ -73,6 +83,8 @@ def verify(
       cugraph-accel verify qwen2.5-0.5b --steps 16 --buckets 1,8
 
       cugraph-accel verify llama-3.1-8b --repeat 5   # five checks with new inputs, one load and capture
+
+      cugraph-accel verify --thorough                # before serving: longer runs, more slots
     """
     arguments = dict(locals())
     from .common import settings_assignments
@@ -86,7 +98,7 @@ def verify(
     from accelerate_graph.common.atomic_io import check_writable
     from accelerate_graph.distributed.single_device import against_single_device
     from accelerate_graph.verify.against_eager import PhaseClock, verify_graphs
-    from accelerate_graph.verify.cases import plan_cases, uncovered
+    from accelerate_graph.verify.cases import THOROUGH, VERIFY, describe_slots, plan_cases, sliding_window, uncovered
     from accelerate_graph.verify.criterion import CRITERION_LINE, criterion_summary
 
     from .common import prepare_with_progress, report_memory, request_for
@@ -111,13 +123,24 @@ def verify(
         out.emit_json({"passed": True, "rows": [], "mode": "eager", "settings": engine, "notes": prepared.notes})
         return
     graphs = prepared.graphs
-    cases = plan_cases(graphs.buckets, graphs.contexts, steps, prepared.plan.prompt_len)
+    coverage = THOROUGH if thorough else VERIFY
+    window = sliding_window(graphs.session.model.config)
+
+    def plan_for(variant: int):
+        shape = (graphs.buckets, graphs.contexts, steps, prepared.plan.prompt_len)
+        return plan_cases(*shape, coverage=coverage.again(variant), window=window)
+
+    cases = plan_for(0)
     clock = PhaseClock()
-    rows = verify_graphs(graphs, plan=cases, clock=clock)
+    replays: dict = {}  # each graph's replays so far: long runs are made once, not per repeat
+    rows = verify_graphs(graphs, plan=cases, clock=clock, replays=replays)
     out.show(verify_table(rows))
     repeats = [_repeat_summary(1, rows)]
-    for number in range(2, repeat + 1):  # new prompt and tokens each time: the seed moves by a stride
-        again = verify_graphs(graphs, plan=cases, seed=REPEAT_SEED_STRIDE * (number - 1), clock=clock)
+    every_case = list(cases.cases)
+    for number in range(2, repeat + 1):  # new prompt, tokens, slots and padding: the seed moves by a stride
+        moved = plan_for(number - 1)
+        every_case += moved.cases
+        again = verify_graphs(graphs, plan=moved, seed=REPEAT_SEED_STRIDE * (number - 1), clock=clock, replays=replays)
         repeats.append(_repeat_summary(number, again))
         out.line(_repeat_line(repeats[-1]))
         rows += again
@@ -137,6 +160,7 @@ def verify(
         out.note(shortened)
         notes.append(shortened)
     failed = [r for r in rows if not r.passed]
+    slots = describe_slots(every_case, graphs.session.max_cache_len)
     out.emit_json(
         {
             "passed": not failed,
@@ -149,6 +173,8 @@ def verify(
             "notes": notes,
             "memory": memory,
             "seconds": dict(clock.seconds),
+            "slots": slots,
+            "coverage": asdict(coverage),
             "settings": engine,
         }
     )
@@ -163,6 +189,8 @@ def verify(
         f"({_count(len(graphs.buckets), 'batch bucket')} x {_count(len(graphs.contexts), 'context bucket')}) are as close "
         f"to the reference ({rows[0].reference if rows else 'float32'}) as eager execution ({CRITERION_LINE})."
     )
+    ragged = ", left-padded batches among them" if any(c.pads for c in every_case) else ""
+    out.line(f"replayed {slots}{ragged}; each graph judged after {coverage.soak} replays of it.")
 
 
 REPEAT_SEED_STRIDE = 1000  # verify_graphs draws seeds seed..seed+cases: repeats never share one

@@ -158,9 +158,23 @@ class DecodeSession:
             # padding rows share the batch's write slot, in rows no sequence owns
             self.position_ids[b:bucket].copy_(self.position_ids[:1].expand(bucket - b, 1))
 
-    def prefill(self, prompt: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
+    def hide_left_padding(self, pads: torch.Tensor) -> None:
+        """Rows [:len(pads)] of the mask buffer hide their first `pads[r]` cache slots, as a left-padded
+        prompt's mask does (generate's); later steps read it. `show_every_slot` undoes it."""
+        slots = torch.arange(self.attention_mask.shape[1], device=self.device)
+        visible = slots[None, :] >= pads.to(self.device)[:, None]
+        self.attention_mask[: pads.shape[0]].copy_(visible)
+
+    def show_every_slot(self) -> None:
+        """The mask buffer back to all ones: what a batch of equal-length prompts needs."""
+        self.attention_mask.fill_(1)
+
+    def prefill(self, prompt: torch.Tensor, chunk: int | None = None, pads: torch.Tensor | None = None) -> torch.Tensor:
         """Eagerly run a prompt [b, P] from slot 0 into rows [:b]; returns last-position logits [b, V].
-        `chunk`: at most that many tokens per forward (bounds the attention scores of a long prompt)."""
+        `chunk`: at most that many tokens per forward (bounds the attention scores of a long prompt).
+        `pads` [b]: row r is left-padded by pads[r] slots (its tokens there are replaced by PAD_TOKEN), as
+        generate pads a batch: the mask buffer hides them (left so for the steps after; the caller
+        calls `show_every_slot` when done) and the row's positions count from its first real token."""
         b, length = prompt.shape
         if length >= self.max_cache_len:
             raise BadOptionError(
@@ -169,10 +183,17 @@ class DecodeSession:
             )
         self.kv.rewind(0)
         step = chunk or length
+        offsets = torch.zeros(b, 1, dtype=torch.long, device=self.device)
+        if pads is not None:
+            self.hide_left_padding(pads)
+            offsets = pads.to(self.device)[:, None]
+            slots = torch.arange(length, device=prompt.device)[None, :]
+            prompt = prompt.masked_fill(slots < pads.to(prompt.device)[:, None], PAD_TOKEN)
         with torch.no_grad():
             for first in range(0, length, step):
                 part = prompt[:, first : first + step].to(self.device)
-                positions = torch.arange(first, first + part.shape[1], device=self.device).expand(b, -1)
+                slots = torch.arange(first, first + part.shape[1], device=self.device).expand(b, -1)
+                positions = (slots - offsets).clamp(min=0)
                 logits = self.forward(b, part, positions, self.attention_mask)
         self.kv.advance(length)
         return logits

@@ -5,12 +5,14 @@ Most faults are hooks that exist only while a graph is being recorded: the graph
 work, the eager reference never runs it. They are plain tensor operations, so the CPU emulation and
 CUDA graphs record them alike. `padded_leak` is a step that mixes rows (a mean over the batch): eager
 runs only the real rows, a padded replay mixes the padding rows in. The stale-graph faults replace
-the dispatch table after capture.
+the dispatch table after capture. `COVERAGE_KINDS` are faults that only a left-padded batch, a late
+slot or a long run shows, and two that verify must pass (they change nothing a request sees).
 """
 
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -51,11 +53,23 @@ KINDS = (
 )
 SIZED = {"drift": 1e-3, "close_flip": 0.05, "padded_leak": 0.1, "rotary_skew": 0.01}  # kind -> default size
 
+# Faults that only what generate and serve do shows; the last two must pass verify.
+COVERAGE_KINDS = (
+    "ignored_mask",  # the step attends every slot: a left-padded row's padding is not hidden
+    "shared_position",  # every row decodes at row 0's position
+    "late_slot",  # every logit x1.5 from write slot `size` on
+    "late_replay",  # every logit x1.5 from a graph's `size`-th run of the step on (its count kept on the device)
+    "padding_rows_only",  # the bucket's padding rows garbled: no real row changes
+    "rounding_noise",  # every layer's output and logit moved by at most the dtype's rounding
+)
+COVERAGE_SIZED = {"late_slot": 32, "late_replay": 41}  # kind -> default first slot / first run
+
 
 def fault(kind: str, size: float | None = None, layer: int = -1) -> Fault:
-    if kind not in KINDS:
-        raise ValueError(f"unknown fault {kind!r}; one of {', '.join(KINDS)}")
-    return Fault(kind, SIZED.get(kind, 0.0) if size is None else size, layer, kind != "wrong_context")
+    if kind not in (*KINDS, *COVERAGE_KINDS):
+        raise ValueError(f"unknown fault {kind!r}; one of {', '.join((*KINDS, *COVERAGE_KINDS))}")
+    default = {**SIZED, **COVERAGE_SIZED}.get(kind, 0.0)
+    return Fault(kind, default if size is None else size, layer, kind != "wrong_context")
 
 
 def capture_with_fault(
@@ -72,6 +86,8 @@ def capture_with_fault(
     planted = planted or Fault("none")
     if planted.kind == "padded_leak":
         undo = _batch_mean_leak(session, planted.size)
+    elif planted.kind in _LASTING_FAULTS:
+        undo = _LASTING_FAULTS[planted.kind](session, planted)
     recording = _RECORDING_FAULTS.get(planted.kind)
     plain = session.capture_step
 
@@ -245,3 +261,123 @@ _DISPATCH_FAULTS: dict[str, Callable[[DecodeGraphs], None]] = {
     "wrong_bucket": _wrong_bucket,
     "wrong_context": _wrong_context,
 }
+
+
+def _decode_pre_hook(session: DecodeSession, change: Callable[[dict], None]) -> list[Undo]:
+    """A pre-hook on the model's forward that changes the keyword arguments of a decode step (one token
+    per row; a prefill passes unchanged)."""
+
+    def pre(module, args, kwargs):
+        ids = kwargs.get("input_ids")
+        if ids is not None and ids.shape[-1] == 1:
+            change(kwargs)
+        return args, kwargs
+
+    return [session.model.register_forward_pre_hook(pre, with_kwargs=True).remove]
+
+
+def _ignored_mask(session: DecodeSession, planted: Fault) -> list[Undo]:
+    def change(kwargs):
+        kwargs["attention_mask"] = torch.ones_like(kwargs["attention_mask"])
+
+    return _decode_pre_hook(session, change)
+
+
+def _shared_position(session: DecodeSession, planted: Fault) -> list[Undo]:
+    def change(kwargs):
+        positions = kwargs["position_ids"]
+        kwargs["position_ids"] = positions[:1].expand_as(positions).clone()
+
+    return _decode_pre_hook(session, change)
+
+
+def _scaled_when(session: DecodeSession, flag: Callable[[dict], torch.Tensor]) -> list[Undo]:
+    """Every logit x1.5 in a step where `flag(kwargs)` (a device bool, recorded at the step's start) holds."""
+    saved: dict[str, torch.Tensor] = {}
+
+    def change(kwargs):
+        saved["on"] = flag(kwargs)
+
+    def scale(logits):
+        return torch.where(saved["on"], logits * 1.5, logits) if "on" in saved else logits
+
+    return _decode_pre_hook(session, change) + _logits_hook(session, scale)
+
+
+def _late_slot(session: DecodeSession, planted: Fault) -> list[Undo]:
+    """Wrong only where the step writes slot `size` or later: read from the device write position."""
+    return _scaled_when(session, lambda kwargs: session.kv.positions()[0].reshape(()) >= int(planted.size))
+
+
+# per session: a run counter on the device per captured graph, keyed by (rows, attended slots)
+_RUN_COUNTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _late_replay(session: DecodeSession, planted: Fault) -> list[Undo]:
+    """Wrong only from a graph's `size`-th run of the step on: each graph increments its own counter on
+    the device (the capture's warm-up and recording runs count too)."""
+    counters = _RUN_COUNTERS.setdefault(session, {})
+
+    def flag(kwargs):
+        key = (kwargs["input_ids"].shape[0], kwargs["attention_mask"].shape[-1])
+        if key not in counters:
+            counters[key] = torch.zeros((), dtype=torch.long, device=session.device)
+        counter = counters[key]
+        counter.add_(1)
+        return counter >= int(planted.size)
+
+    return _scaled_when(session, flag)
+
+
+def _rounding_noise(session: DecodeSession, planted: Fault) -> list[Undo]:
+    """Each decoder layer's output and each logit moved by up to its dtype's rounding (a deterministic,
+    noise-like pattern): what another kernel of equal precision does. Verify must pass it."""
+
+    def noisy(x: torch.Tensor) -> torch.Tensor:
+        return x + x.abs() * torch.finfo(x.dtype).eps * torch.sin(x.float() * 9973.0).to(x.dtype)
+
+    def post(module, args, output):
+        return (noisy(output[0]), *output[1:]) if isinstance(output, tuple) else noisy(output)
+
+    undos = [layer.register_forward_hook(post).remove for layer in decoder_layers(session.model)]
+    return undos + _logits_hook(session, noisy)
+
+
+def _padding_rows_only(session: DecodeSession, planted: Fault) -> Undo:
+    """The bucket's padding rows (those past the batch `load_inputs` was given) garbled after the first
+    layer, in the graph and in eager alike: eager has no padding rows, and a real row never reads them."""
+    real = torch.zeros((), dtype=torch.long, device=session.device)
+    plain = session.load_inputs
+
+    def load_inputs(bucket, tokens, positions):
+        real.fill_(tokens.shape[0])
+        plain(bucket, tokens, positions)
+
+    def post(module, args, output):
+        hidden = output[0] if isinstance(output, tuple) else output
+        if hidden.shape[1] != 1:  # a prefill: every row is real
+            return output
+        rows = torch.arange(hidden.shape[0], device=hidden.device).reshape(-1, 1, 1)
+        garbled = torch.where(rows >= real, hidden * 1000.0 + 7.0, hidden)
+        return (garbled, *output[1:]) if isinstance(output, tuple) else garbled
+
+    session.load_inputs = load_inputs
+    handle = _layer(session, 0)[0].register_forward_hook(post)
+
+    def undo() -> None:
+        handle.remove()
+        del session.load_inputs  # the class's method again
+
+    return undo
+
+
+_RECORDING_FAULTS.update(
+    {
+        "ignored_mask": _ignored_mask,
+        "shared_position": _shared_position,
+        "late_slot": _late_slot,
+        "late_replay": _late_replay,
+        "rounding_noise": _rounding_noise,
+    }
+)
+_LASTING_FAULTS: dict[str, Callable[[DecodeSession, Fault], Undo]] = {"padding_rows_only": _padding_rows_only}

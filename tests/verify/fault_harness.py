@@ -9,6 +9,7 @@ from accelerate_graph.core.backends import backend_for
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.pipeline import decide_regions
 from accelerate_graph.verify.against_eager import verify_graphs
+from accelerate_graph.verify.cases import BASIC, Coverage, plan_cases
 from accelerate_graph.verify.faults import Fault, capture_with_fault
 
 BUCKETS = (1, 4)  # bucket 4 also runs batch 2, padded
@@ -19,23 +20,24 @@ PROMPT = 6
 MOE = dict(num_local_experts=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
 
 
-def tiny_session(model_type: str = "qwen2", dtype=torch.float32, device="cpu") -> DecodeSession:
+def tiny_session(model_type: str = "qwen2", dtype=torch.float32, device="cpu", cache: int = CACHE) -> DecodeSession:
     extra = MOE if "moe" in model_type else {}
     if model_type == "gpt2":
         extra = dict(n_embd=64, n_layer=2, n_head=4)
     model = tiny_decoder(model_type, **extra).to(device=device, dtype=dtype)
-    session = DecodeSession(model, max(BUCKETS), CACHE)
+    session = DecodeSession(model, max(BUCKETS), cache)
     decision = decide_regions(session, "full", BUCKETS[0])  # MoE: capture-safe experts; refuses any hazard
     assert decision.regions.mode == "full"
     return session
 
 
-def verify_with(session: DecodeSession, planted: Fault | None, only=None):
-    """Rows of verify for `session` captured with `planted` (None: no fault)."""
+def verify_with(session: DecodeSession, planted: Fault | None, only=None, coverage: Coverage = BASIC):
+    """Rows of verify for `session` captured with `planted` (None: no fault), cases planned with `coverage`."""
     backend = backend_for(session.device)
     graphs, undo = capture_with_fault(session, backend, BUCKETS, planted, CONTEXTS, only)
     try:
-        return verify_graphs(graphs, steps=STEPS, prompt_len=PROMPT)
+        plan = plan_cases(graphs.buckets, graphs.contexts, STEPS, PROMPT, coverage=coverage)
+        return verify_graphs(graphs, plan=plan)
     finally:
         undo()
 

@@ -12,6 +12,7 @@ from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.models.loading import load_model
 from accelerate_graph.pipeline import CaptureRequest, prepare
 from accelerate_graph.verify.against_eager import verify_batch, verify_graphs
+from accelerate_graph.verify.cases import VERIFY
 from accelerate_graph.verify.reference import eager_step, float32_reference, reference_step
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -24,8 +25,9 @@ def test_bf16_graphs_pass_and_a_scaled_replay_fails(tiny_model_dir, model_type):
     loaded = load_model(tiny_model_dir(model_type), GPU, BF16)
     session = DecodeSession(loaded.model, 8, 128)
     graphs = capture_decode_graphs(session, backend_for(GPU), (1, 2, 8), contexts=(64,))
-    rows = verify_graphs(graphs, steps=8, prompt_len=9)
+    rows = verify_graphs(graphs, steps=8, prompt_len=9, coverage=VERIFY)  # left-padded, spread, long runs
     assert rows and all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+    assert any(r.padding for r in rows)
     original = graphs.run
     graphs.run = lambda tokens, positions, copy=True: original(tokens, positions) * 1.04
     row = verify_batch(graphs, 8, 8, steps=8, prompt_len=9)
@@ -36,8 +38,9 @@ def test_fused_bf16_passes_both_gates(tmp_path):
     request = CaptureRequest(model="tiny", buckets=(1, 8), dtype="bf16", device="cuda", fuse=True)
     request.max_cache_len, request.inductor_cache = 256, str(tmp_path / "inductor")
     prepared = prepare(request)  # the check after capture: the same criterion
-    rows = verify_graphs(prepared.graphs, steps=8, prompt_len=prepared.plan.prompt_len)
+    rows = verify_graphs(prepared.graphs, steps=8, prompt_len=prepared.plan.prompt_len, coverage=VERIFY)
     assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+    assert any(r.padding for r in rows)  # the fused attention under a left-padded mask
 
 
 def test_layerwise_reference_matches_a_float32_copy_on_the_gpu():
