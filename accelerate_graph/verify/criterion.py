@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from accelerate_graph.verify.finite import GraphAt, replay_failures, require_finite
 from accelerate_graph.verify.routers import RouterReport
 
 
@@ -272,8 +273,16 @@ def judge_tensors(
     caches: tuple[list, list, list],
     dtype: torch.dtype,
     routers: RouterReport | None = None,
+    graph_at: GraphAt | None = None,
 ) -> Judgement:
-    """(replay, eager, reference) logits [steps, rows, vocab] and written K/V per layer: the verdict."""
+    """(replay, eager, reference) logits [steps, rows, vocab] and written K/V per layer: the verdict.
+    Non-finite values come first (verify/finite.py): in eager or the reference they raise, in the replay
+    they fail the case on their own (every rule below compares with `>`, which NaN passes)."""
+    require_finite("the float32 reference", logits[2], caches[2], graph_at)
+    require_finite("eager", logits[1], caches[1], graph_at)
+    non_finite = replay_failures(logits[0], logits[2], caches[0], caches[2], graph_at)
+    if non_finite:
+        return _non_finite_judgement(non_finite, logits[1], logits[2], caches[1], caches[2])
     tol = tolerance_for(dtype)
     steps = logits[0].shape[0]
     measures, failures, over_logits, excused_logits = judge_logits(*logits, tol, routers)
@@ -286,6 +295,28 @@ def judge_tensors(
         judgement.eager_router_accepted = routers.eager_flips_accepted
         _judge_router_rows(judgement, routers, tol)
     return judgement
+
+
+def _non_finite_judgement(failures: list[str], eager, reference, eager_cache, reference_cache) -> Judgement:
+    """A failed verdict for a replay with NaN/Inf: its own measures are NaN (no number describes it),
+    eager's are as measured."""
+    e, nan = logit_measures(eager, reference), float("nan")
+    eager_cache_err = cache_errors(eager_cache, reference_cache)
+    return Judgement(
+        passed=False,
+        detail="; ".join(failures[:2]),
+        logit_err=nan,
+        eager_err=e.rel_l2.max().item(),
+        ratio=nan,
+        kl=nan,
+        eager_kl=e.kl.mean().item(),
+        drift=nan,
+        top1=nan,
+        eager_top1=e.top1.float().mean().item(),
+        cache_err=nan,
+        eager_cache_err=eager_cache_err.max().item() if eager_cache_err.numel() else 0.0,
+        failures=failures,
+    )
 
 
 def _judge_router_rows(judgement: Judgement, routers: RouterReport, tol: Tolerance) -> None:
