@@ -2,6 +2,8 @@
 fixed 1e-2: a K/V cache three times further from float32 than eager's fails, noise as large as eager's own
 error still passes, and so does a replay that rounds its outputs once more than eager."""
 
+import re
+
 import pytest
 import torch
 from fault_harness import every, failed, tiny_session, verify_with
@@ -30,7 +32,9 @@ def test_a_cache_three_times_further_from_float32_than_eagers_fails(model_type, 
     rows = verify_with(session, cache_noise_fault(session, 3.0, layer))
     assert failed(rows) == every(rows)
     assert all(f"cache layer {layer} row" in r.detail for r in rows), [r.detail for r in rows]
-    assert all(r.cache_err > 2.5 * r.eager_cache_err for r in rows)
+    for row in rows:  # the named (layer, row): replay's error about 3x eager's there
+        replay, eager = map(float, re.search(r"error ([\d.e-]+) .*\(eager's: ([\d.e-]+)\)", row.detail).groups())
+        assert replay > 2.5 * eager, row.detail
 
 
 @pytest.mark.parametrize("times", [0.5, 1.0])
@@ -39,7 +43,8 @@ def test_cache_noise_as_large_as_eagers_own_error_passes(times, layer):
     session = tiny_session("llama", BF16)
     rows = verify_with(session, cache_noise_fault(session, times, layer))
     assert rows and all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
-    assert all(r.cache_err > r.eager_cache_err for r in rows)  # the noise is there
+    if layer == 1:  # the last layer, whose error is the worst one `cache_err` shows
+        assert all(r.cache_err > r.eager_cache_err for r in rows)  # the noise is there
 
 
 @pytest.mark.parametrize("seed", range(5))
