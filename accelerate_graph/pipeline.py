@@ -29,6 +29,7 @@ from accelerate_graph.models.limits import cache_length, peek_config
 from accelerate_graph.models.loading import LoadedModel, load_model
 from accelerate_graph.models.recipes import DEFAULT_RECIPE, RecipeDefaults
 from accelerate_graph.verify.against_eager import verify_batch
+from accelerate_graph.verify.finite import check_first_step
 
 REQUEST_MODES = ("auto", *MODES)  # auto: the plan's mode is decided from the hazards found
 
@@ -216,6 +217,7 @@ def _prepare(request: CaptureRequest, hooks: Hooks) -> Prepared:
     checked = preflight(loaded.model.config, dtype, device, buckets, cache_len, prompt_len, request.fuse)
     hooks.stage("allocating the static cache")
     session = DecodeSession(loaded.model, max(buckets), cache_len)
+    check_first_step(session)  # NaN/Inf from the weights: one clear error before any capture
     hooks.stage("looking for graph hazards")
     decision = decide_regions(session, request.mode, buckets[0])
     hooks.decided(decision)

@@ -86,6 +86,16 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         "tests/distributed/test_tp_cpu.py::test_fused_capture_at_tp2_runs_the_layer_program_with_the_ranks_summed",
         "inductor on two ranks; capture and verify at tp 2 stay fast, the fused tests cover the layer program",
     ),
+    Exhaustive(
+        "tests/verify/test_non_finite.py::test_a_non_finite_top_logit_in_one_row_fails_every_case[*]",
+        "a whole verify per kind and dtype; NaN in bf16 (and every GPU case) stays fast",
+        keep=("*[nan_top_logit-NaN-dtype1-cpu]", "*-cuda]"),
+    ),
+    Exhaustive(
+        "tests/verify/test_calibrated_floor.py::test_*cache*",
+        "a whole verify per model, layer and noise size; 3x and 1x at layer 0 of Llama stay fast",
+        keep=("*fails[llama-0]", "*passes[0-1.0]"),
+    ),
 )
 
 

@@ -98,3 +98,7 @@ class WriteError(CugraphAccelError):
 
 class ModelFileError(CugraphAccelError):
     """A file of the model is truncated or corrupt."""
+
+
+class NonFiniteError(CugraphAccelError):
+    """Eager execution or the float32 reference produced NaN or Inf: bad weights, or a dtype that overflows."""

@@ -33,6 +33,7 @@ def _capture(model, buckets, max_cache_len, fuse, mode, contexts, emulate, setti
     from accelerate_graph.core.decode_session import DecodeSession
     from accelerate_graph.pipeline import REQUEST_MODES, decide_regions
     from accelerate_graph.verify.against_eager import verify_batch
+    from accelerate_graph.verify.finite import check_first_step
 
     if mode not in REQUEST_MODES or mode == "eager":
         raise BadOptionError(f"mode {mode!r} is not one of auto, full, piecewise.")
@@ -41,6 +42,7 @@ def _capture(model, buckets, max_cache_len, fuse, mode, contexts, emulate, setti
     buckets = tuple(sorted(set(buckets)))
     undo: list[Callable[[], None]] = []
     session = DecodeSession(model, buckets[-1], max_cache_len)
+    check_first_step(session)  # NaN/Inf from the weights: one clear error before any capture
     decision = decide_regions(session, mode, buckets[0])
     if decision.regions.mode == "eager":
         raise CaptureError(f"no graph can be captured for this model: {decision.regions.reason}")

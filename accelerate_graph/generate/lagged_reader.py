@@ -18,6 +18,12 @@ class Ready:
     made: int  # tokens per row read
     tokens: list[list[int]]  # rows of the chunk, `made` tokens each
     finished: bool  # every row has ended
+    non_finite: list[int] | None = None  # per row, the first token whose logits held NaN/Inf (-1: none)
+
+    def first_non_finite(self) -> tuple[int, int] | None:
+        """(row, token index) of the earliest token chosen from non-finite logits among those read."""
+        found = [(at, row) for row, at in enumerate(self.non_finite or []) if 0 <= at < self.made]
+        return min(found)[::-1] if found else None
 
 
 class LaggedReader:
@@ -26,13 +32,15 @@ class LaggedReader:
         self.batch = batch
         cuda = choice.out.device.type == "cuda"
         new_tokens = choice.new_tokens
-        self._tokens = torch.empty((batch, new_tokens), dtype=torch.long, pin_memory=cuda)
+        # column 0: the row's first token from NaN/Inf logits (-1: none); then its tokens: one read for both
+        self._rows = torch.empty((batch, new_tokens + 1), dtype=torch.long, pin_memory=cuda)
         self._finished = torch.empty((), dtype=torch.bool, pin_memory=cuda)
         self._event = torch.cuda.Event() if cuda else None
         self._asked: int | None = None  # `made` at the check whose copy is under way
 
     def _copy(self, made: int) -> None:
-        self._tokens[:, :made].copy_(self.choice.out[: self.batch, :made], non_blocking=True)
+        self._rows[:, 0].copy_(self.choice.non_finite[: self.batch], non_blocking=True)
+        self._rows[:, 1 : made + 1].copy_(self.choice.out[: self.batch, :made], non_blocking=True)
         self._finished.copy_(self.choice.finished[: self.batch].all(), non_blocking=True)
         if self._event is not None:
             self._event.record()
@@ -40,7 +48,8 @@ class LaggedReader:
     def _read(self, made: int) -> Ready:
         if self._event is not None:
             self._event.synchronize()
-        return Ready(made, self._tokens[:, :made].tolist(), bool(self._finished))
+        rows = self._rows[:, : made + 1].tolist()
+        return Ready(made, [row[1:] for row in rows], bool(self._finished), [row[0] for row in rows])
 
     def ask(self, made: int) -> Ready | None:
         """Read what the previous check asked for (None at the first), then ask for the state at `made`."""

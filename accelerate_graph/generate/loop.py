@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from accelerate_graph.common.errors import BadOptionError
+from accelerate_graph.common.errors import BadOptionError, NonFiniteError
 from accelerate_graph.core.buckets import bucket_for
 from accelerate_graph.core.capture import DecodeGraphs
 from accelerate_graph.generate.lagged_reader import LaggedReader, Ready
@@ -185,10 +185,21 @@ class NativeLoop:
         return self._token_choice
 
     def _stream(self, ready: Ready, shown: int, on_tokens: OnTokens | None, first_row: int) -> int:
-        if on_tokens is not None and ready.made > shown:
+        """Hand the rows' new tokens on; stop with NonFiniteError at a token chosen from NaN/Inf logits,
+        after handing on only the tokens before it."""
+        bad = ready.first_non_finite()
+        upto = ready.made if bad is None else bad[1]
+        if on_tokens is not None and upto > shown:
             for row, tokens in enumerate(ready.tokens):
-                on_tokens(first_row + row, tokens[shown : ready.made])
-        return max(shown, ready.made)
+                on_tokens(first_row + row, tokens[shown:upto])
+        if bad is not None:
+            row, at = bad
+            raise NonFiniteError(
+                f"generate stopped: the logits of prompt {first_row + row + 1} for new token {at + 1} hold NaN or "
+                f"Inf, so no token can be chosen from them ({at} token(s) of that row were made before).",
+                "Run `cugraph-accel verify` on the plan: it names the graph and step that made them.",
+            )
+        return max(shown, upto)
 
     def _trim(self, rows: list[list[int]]) -> list[list[int]]:
         eos = self._eos_ids

@@ -31,6 +31,8 @@ class TokenChoice:
         self.out = torch.full((rows, new_tokens + CAPTURE_WRITES), pad_id, dtype=torch.long, device=device)
         self.finished = torch.zeros(rows, dtype=torch.bool, device=device)
         self.made = torch.zeros(1, dtype=torch.long, device=device)  # the column the next token goes to
+        # per row, the first column whose logits held NaN/Inf (-1: none): read with the tokens, never alone
+        self.non_finite = torch.full((rows,), -1, dtype=torch.long, device=device)
         self._graphs: dict[tuple[int, int], CapturedGraph] = {}
 
     def start(self, logits: torch.Tensor, positions: torch.Tensor, bucket: int) -> None:
@@ -41,11 +43,15 @@ class TokenChoice:
         self.finished.zero_()
         self.finished[batch:bucket] = True
         self.made.zero_()
-        token = self._record(self.sampler(logits), batch)
+        self.non_finite.fill_(-1)
+        token = self._record(logits, batch)
         self.session.load_inputs(bucket, token, positions)
 
-    def _record(self, token: torch.Tensor, rows: int) -> torch.Tensor:
-        token = torch.where(self.finished[:rows], self.pad_id, token)
+    def _record(self, logits: torch.Tensor, rows: int) -> torch.Tensor:
+        bad = ~torch.isfinite(logits).all(-1) & ~self.finished[:rows]
+        first = self.non_finite[:rows]
+        first.copy_(torch.where(bad & (first < 0), self.made, first))
+        token = torch.where(self.finished[:rows], self.pad_id, self.sampler(logits))
         if self.eos.numel():
             self.finished[:rows] |= torch.isin(token, self.eos)
         self.out[:rows].index_copy_(1, self.made, token[:, None])
@@ -53,7 +59,7 @@ class TokenChoice:
         return token
 
     def _after_step(self, logits: torch.Tensor, bucket: int) -> torch.Tensor:
-        token = self._record(self.sampler(logits), bucket)
+        token = self._record(logits, bucket)
         self.session.input_ids[:bucket, 0].copy_(token)
         self.session.position_ids[:bucket, 0].add_(1)
         return token
@@ -72,7 +78,7 @@ class TokenChoice:
     def _capture(self, backend: GraphBackend, logits: torch.Tensor, bucket: int) -> CapturedGraph:
         """Warm-ups and recording run the ops: what they change is put back after."""
         s = self.session
-        state = [self.out, self.finished, self.made, s.input_ids, s.position_ids]
+        state = [self.out, self.finished, self.made, self.non_finite, s.input_ids, s.position_ids]
         kept = [t.clone() for t in state]
         self.made.zero_()  # the warm-ups write columns from 0 on, wherever the chunk is
         try:

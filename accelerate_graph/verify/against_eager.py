@@ -28,6 +28,7 @@ from accelerate_graph.core.decode_session import DecodeSession, draw_inputs
 from accelerate_graph.core.static_cache import CacheSnapshot
 from accelerate_graph.verify.cases import BASIC, Case, CasePlan, Coverage, plan_cases, sliding_window
 from accelerate_graph.verify.criterion import Judgement, judge_tensors, tolerance_for
+from accelerate_graph.verify.finite import GraphAt
 from accelerate_graph.verify.reference import eager_step, float32_reference, reference_step
 from accelerate_graph.verify.routers import RouterLog, compare_routers, find_routers, recording
 
@@ -167,13 +168,20 @@ def _three_runs(
     return replay_run, eager_run, reference_run
 
 
-def judge_runs(replay: Run, eager: Run, reference: Run, dtype: torch.dtype) -> Judgement:
-    """How one case is judged (criterion.judge_case), plus the exact check of the write positions."""
+def judge_runs(
+    replay: Run, eager: Run, reference: Run, dtype: torch.dtype, graph_at: GraphAt | None = None
+) -> Judgement:
+    """How one case is judged (criterion.judge_case), plus the exact check of the write positions;
+    `graph_at` names the graph that ran a step, for the lines about non-finite values."""
     routers = None
     if reference.routers is not None and reference.routers.routers:
         routers = compare_routers(reference.routers, eager.routers, tolerance_for(dtype).factor, dtype)
     judgement = judge_tensors(
-        (replay.logits, eager.logits, reference.logits), (replay.cache, eager.cache, reference.cache), dtype, routers
+        (replay.logits, eager.logits, reference.logits),
+        (replay.cache, eager.cache, reference.cache),
+        dtype,
+        routers,
+        graph_at,
     )
     for layer, (got, want) in enumerate(zip(replay.positions, eager.positions)):
         if got != want:
@@ -227,7 +235,9 @@ def judge_case(
     clock = clock or PhaseClock()
     replay, eager, reference = run_case(graphs, tokens, start_slot, start, clock, pads)
     with clock.phase("judging"):
-        judgement = judge_runs(replay, eager, reference, dtype)
+        judgement = judge_runs(
+            replay, eager, reference, dtype, lambda step: graph_name(graphs, bucket, start_slot + step)
+        )
     measures = {f.name: getattr(judgement, f.name) for f in fields(VerifyRow) if hasattr(judgement, f.name)}
     for key in ("passed", "detail"):
         measures.pop(key)
@@ -245,6 +255,11 @@ def judge_case(
         reference="float32" if dtype != torch.float32 else "float32: the model itself",
         padding="/".join(map(str, pads)),
     )
+
+
+def graph_name(graphs: DecodeGraphs, bucket: int, slot: int) -> str:
+    """The graph of batch bucket `bucket` that a step writing `slot` replays, in words."""
+    return f"graph (bucket {bucket}, context {context_for(slot, graphs.contexts)})"
 
 
 def verify_graphs(

@@ -18,26 +18,38 @@ from dataclasses import dataclass, field
 
 import torch
 
+from accelerate_graph.verify.finite import GraphAt, replay_failures, require_finite
 from accelerate_graph.verify.routers import RouterReport
 
 
 @dataclass(frozen=True)
 class Tolerance:
     """Replay may be `factor` times further from the reference than eager is (squared for KL, which
-    grows with the square of a logit error), plus a floor that covers a reference that equals eager."""
+    grows with the square of a logit error), plus a floor: in float32, where eager is the reference
+    (error 0), a fixed one; in a low precision, `floor_roundings` x the error one rounding to the dtype
+    makes in the reference's own values (per row-step of the logits, per layer and row of the cache)."""
 
     factor: float
-    l2_floor: float  # relative L2 error of logits, and of each cache layer
+    l2_floor: float  # relative L2 error of logits, and of each cache layer: the fixed part of the floor
     kl_floor: float  # mean KL, nats
     drift_floor: float  # scale or shift of the logits, in units of their spread
     top1_floor: float = 0.02  # share of row-steps whose greedy token may differ beyond eager's count
+    floor_roundings: float = 0.0  # the calibrated part of the L2 floor, in roundings of the values
 
+
+# One more rounding of every value than eager makes: a replay that rounds each output once more is at most
+# eager's error + that rounding (triangle inequality) and passes; noise beyond eager's own error does not.
+FLOOR_ROUNDINGS = 1.0
 
 # bf16 keeps 8 significant bits (unit roundoff 2**-9 ~ 2e-3): a 1% drift is several ulps. float16 keeps
 # 11 bits, float32 24 (its floor covers other summation orders of a padded batch or another kernel).
 TOLERANCES = {
-    torch.bfloat16: Tolerance(factor=2.0, l2_floor=1e-2, kl_floor=1e-4, drift_floor=1e-2),
-    torch.float16: Tolerance(factor=2.0, l2_floor=2e-3, kl_floor=1e-5, drift_floor=2e-3),
+    torch.bfloat16: Tolerance(
+        factor=2.0, l2_floor=0.0, kl_floor=1e-4, drift_floor=1e-2, floor_roundings=FLOOR_ROUNDINGS
+    ),
+    torch.float16: Tolerance(
+        factor=2.0, l2_floor=0.0, kl_floor=1e-5, drift_floor=2e-3, floor_roundings=FLOOR_ROUNDINGS
+    ),
     torch.float32: Tolerance(factor=2.0, l2_floor=1e-4, kl_floor=1e-8, drift_floor=1e-4),
 }
 FLIP_SIGMAS = 4.0  # greedy flips allowed beyond those expected from the noise, in standard deviations
@@ -48,6 +60,28 @@ NOISE_SIGMAS = 3.0  # a top-1 flip is a near-tie when the reference's top-2 gap 
 
 def tolerance_for(dtype: torch.dtype) -> Tolerance:
     return TOLERANCES.get(dtype, TOLERANCES[torch.float32])
+
+
+def rounding_error(values: list[torch.Tensor], dtype: torch.dtype, dims) -> torch.Tensor:
+    """The relative L2 error that rounding `values` once to `dtype` makes, expected, reduced over `dims`
+    of each tensor (and summed over the tensors): each value moves by a uniform share of its spacing,
+    rms spacing / sqrt(12). Computed from the values, so a bf16 tensor (already rounded) has it too."""
+    eps = torch.finfo(dtype).eps
+    moved, size = 0.0, 0.0
+    for tensor in values:
+        x = tensor.double()
+        spacing = torch.ldexp(torch.full_like(x, eps), torch.frexp(x).exponent - 1)  # |x| in [2**(e-1), 2**e)
+        spacing = spacing.masked_fill(x == 0, 0.0)  # a zero stays zero
+        moved = moved + spacing.pow(2).sum(dims) / 12
+        size = size + x.pow(2).sum(dims)
+    return (torch.as_tensor(moved).sqrt() / torch.as_tensor(size).sqrt().clamp_min(1e-30)).float()
+
+
+def l2_floor(tol: Tolerance, values: list[torch.Tensor], dtype: torch.dtype, dims) -> torch.Tensor:
+    """The floor of each entry's relative L2 bound: the fixed part plus floor_roundings roundings."""
+    if not tol.floor_roundings:
+        return torch.tensor(tol.l2_floor)
+    return tol.l2_floor + tol.floor_roundings * rounding_error(values, dtype, dims)
 
 
 @dataclass
@@ -112,11 +146,11 @@ def expected_flips(reference: torch.Tensor, noise_rms: torch.Tensor) -> tuple[fl
     return p.sum().item(), (p * (1 - p)).sum().item()
 
 
-def row_bound(errors: torch.Tensor, tol: Tolerance) -> torch.Tensor:
+def row_bound(errors: torch.Tensor, tol: Tolerance, floor: torch.Tensor) -> torch.Tensor:
     """The largest error replay may have per entry: factor x eager's error of the same entry (or the
-    case's median eager error, if larger: one entry's eager error is a single draw) + floor."""
+    case's median eager error, if larger: one entry's eager error is a single draw) + floor (per entry)."""
     typical = errors.median() if errors.numel() else torch.tensor(0.0)
-    return tol.factor * torch.maximum(errors, typical) + tol.l2_floor
+    return tol.factor * torch.maximum(errors, typical) + floor
 
 
 @dataclass
@@ -156,12 +190,18 @@ def _excused(over: torch.Tensor, routers: RouterReport | None) -> torch.Tensor:
 
 
 def judge_logits(
-    replay: torch.Tensor, eager: torch.Tensor, reference: torch.Tensor, tol: Tolerance, routers: RouterReport | None
+    replay: torch.Tensor,
+    eager: torch.Tensor,
+    reference: torch.Tensor,
+    tol: Tolerance,
+    routers: RouterReport | None,
+    dtype: torch.dtype = torch.float32,
 ) -> tuple[dict, list[str], torch.Tensor, torch.Tensor]:
     """Measures and broken rules of the logits [steps, rows, vocab]; also which row-steps broke their
     bound and which of those a router near-tie excuses."""
     r, e = logit_measures(replay, reference), logit_measures(eager, reference)
-    bound = row_bound(e.rel_l2, tol)
+    floor = l2_floor(tol, [reference], dtype, -1)
+    bound = row_bound(e.rel_l2, tol, floor)
     # A row-step departs from the reference when its error leaves the bound or its greedy token flips
     # across a clear margin; in an MoE both are what one router decision that went the other way looks
     # like, so both get the same near-tie excuse (and the same cap, in _judge_router_rows).
@@ -188,7 +228,9 @@ def judge_logits(
     measures = {
         "logit_err": r.rel_l2.max().item(),
         "eager_err": e.rel_l2.max().item(),
-        "ratio": (r.rel_l2 / torch.maximum(e.rel_l2, e.rel_l2.median()).clamp_min(tol.l2_floor / tol.factor))
+        "ratio": (
+            r.rel_l2 / torch.maximum(torch.maximum(e.rel_l2, e.rel_l2.median()), floor / tol.factor).clamp_min(1e-30)
+        )
         .max()
         .item(),
         "kl": kl,
@@ -245,7 +287,13 @@ def cache_errors(run: list, reference: list) -> torch.Tensor:
 
 
 def judge_cache(
-    replay: list, eager: list, reference: list, tol: Tolerance, routers: RouterReport | None, steps: int
+    replay: list,
+    eager: list,
+    reference: list,
+    tol: Tolerance,
+    routers: RouterReport | None,
+    steps: int,
+    dtype: torch.dtype = torch.float32,
 ) -> tuple[dict, list[str], torch.Tensor, torch.Tensor]:
     """Measures and broken rules of the written K/V per (layer, row); also which entries broke their
     bound and which of those a router near-tie upstream excuses."""
@@ -253,7 +301,9 @@ def judge_cache(
     if not r.numel():
         empty = torch.zeros(0, 0, dtype=torch.bool)
         return {"cache_err": 0.0, "eager_cache_err": 0.0}, [], empty, empty
-    bound = row_bound(e, tol)
+    floor = torch.stack([l2_floor(tol, list(layer), dtype, (1, 2, 3)).expand(r.shape[1]) for layer in reference])
+    # each layer's median: eager's error grows with depth, so another layer's would loosen an early one
+    bound = torch.stack([row_bound(e[layer], tol, floor[layer]) for layer in range(e.shape[0])])
     over = r > bound
     excused = torch.zeros_like(over)
     if routers is not None:
@@ -272,12 +322,20 @@ def judge_tensors(
     caches: tuple[list, list, list],
     dtype: torch.dtype,
     routers: RouterReport | None = None,
+    graph_at: GraphAt | None = None,
 ) -> Judgement:
-    """(replay, eager, reference) logits [steps, rows, vocab] and written K/V per layer: the verdict."""
+    """(replay, eager, reference) logits [steps, rows, vocab] and written K/V per layer: the verdict.
+    Non-finite values come first (verify/finite.py): in eager or the reference they raise, in the replay
+    they fail the case on their own (every rule below compares with `>`, which NaN passes)."""
+    require_finite("the float32 reference", logits[2], caches[2], graph_at)
+    require_finite("eager", logits[1], caches[1], graph_at)
+    non_finite = replay_failures(logits[0], logits[2], caches[0], caches[2], graph_at)
+    if non_finite:
+        return _non_finite_judgement(non_finite, logits[1], logits[2], caches[1], caches[2])
     tol = tolerance_for(dtype)
     steps = logits[0].shape[0]
-    measures, failures, over_logits, excused_logits = judge_logits(*logits, tol, routers)
-    cache_measures, cache_failures, over_cache, excused_cache = judge_cache(*caches, tol, routers, steps)
+    measures, failures, over_logits, excused_logits = judge_logits(*logits, tol, routers, dtype)
+    cache_measures, cache_failures, over_cache, excused_cache = judge_cache(*caches, tol, routers, steps, dtype)
     failures += cache_failures
     judgement = Judgement(not failures, "; ".join(failures[:2]), **measures, **cache_measures, failures=failures)
     if routers is not None:
@@ -286,6 +344,28 @@ def judge_tensors(
         judgement.eager_router_accepted = routers.eager_flips_accepted
         _judge_router_rows(judgement, routers, tol)
     return judgement
+
+
+def _non_finite_judgement(failures: list[str], eager, reference, eager_cache, reference_cache) -> Judgement:
+    """A failed verdict for a replay with NaN/Inf: its own measures are NaN (no number describes it),
+    eager's are as measured."""
+    e, nan = logit_measures(eager, reference), float("nan")
+    eager_cache_err = cache_errors(eager_cache, reference_cache)
+    return Judgement(
+        passed=False,
+        detail="; ".join(failures[:2]),
+        logit_err=nan,
+        eager_err=e.rel_l2.max().item(),
+        ratio=nan,
+        kl=nan,
+        eager_kl=e.kl.mean().item(),
+        drift=nan,
+        top1=nan,
+        eager_top1=e.top1.float().mean().item(),
+        cache_err=nan,
+        eager_cache_err=eager_cache_err.max().item() if eager_cache_err.numel() else 0.0,
+        failures=failures,
+    )
 
 
 def _judge_router_rows(judgement: Judgement, routers: RouterReport, tol: Tolerance) -> None:
@@ -322,6 +402,7 @@ def criterion_summary() -> dict:
     """The rule and its numbers per dtype, for JSON output."""
     return {
         "rule": "replay error vs float32 reference <= factor x eager error vs reference + floor",
+        "floor": "l2_floor + floor_roundings x the relative error one rounding to the dtype makes in the reference",
         "tolerances": {str(dtype).removeprefix("torch."): vars(tol) for dtype, tol in TOLERANCES.items()},
         "noise_sigmas": NOISE_SIGMAS,
     }

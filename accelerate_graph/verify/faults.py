@@ -50,8 +50,14 @@ KINDS = (
     "drift",  # every logit scaled by 1 + size
     "close_flip",  # the runner-up logit raised above the top one where their gap is under size
     "rotary_skew",  # every rotary angle scaled by 1 + size
+    # non-finite values and a noisier cache write (verify/finite.py, the calibrated floor of criterion.py)
+    "nan_top_logit",  # row 0's top logit is NaN
+    "inf_top_logit",  # row 0's top logit is +Inf (its greedy token unchanged)
+    "nan_cache",  # one layer writes a NaN into row 0's K
+    "cache_noise",  # one layer's written K/V get noise of size x their rms (cache_noise_fault: x eager's error)
 )
-SIZED = {"drift": 1e-3, "close_flip": 0.05, "padded_leak": 0.1, "rotary_skew": 0.01}  # kind -> default size
+# kind -> default size
+SIZED = {"drift": 1e-3, "close_flip": 0.05, "padded_leak": 0.1, "rotary_skew": 0.01, "cache_noise": 1e-2}
 
 # Faults that only what generate and serve do shows; the last two must pass verify.
 COVERAGE_KINDS = (
@@ -248,6 +254,84 @@ def _wrong_context(graphs: DecodeGraphs) -> None:
         graphs.graphs[bucket, graphs.contexts[-1]] = graphs.graphs[bucket, graphs.contexts[0]]
 
 
+def _top_logit_of_row_0(session: DecodeSession, value: float) -> list[Undo]:
+    def change(logits: torch.Tensor) -> torch.Tensor:
+        flat = logits.reshape(logits.shape[0], -1)
+        top = torch.zeros_like(flat, dtype=torch.bool).scatter(-1, flat.argmax(-1, keepdim=True), True)
+        top[1:] = False
+        return torch.where(top, torch.full_like(flat, value), flat).reshape(logits.shape)
+
+    return _logits_hook(session, change)
+
+
+def _changed_write(session: DecodeSession, planted: Fault, change: Callable[[int, torch.Tensor], torch.Tensor]):
+    """`change(n, written)` applied to what one layer wrote into its K (n=0) and V (n=1) cache, with tensor
+    ops on the device's write position, so the graph records them."""
+    module, index = _layer(session, planted.layer)
+    cache = session.kv.layers[index]
+    saved: dict[str, torch.Tensor] = {}
+
+    def pre(module, args):
+        saved["slot"] = cache.cumulative_length.reshape(1).clone()
+
+    def post(module, args, output):
+        slot = saved["slot"]
+        for n, tensor in enumerate((cache.keys, cache.values)):
+            tensor.index_copy_(2, slot, change(n, tensor.index_select(2, slot)).to(tensor.dtype))
+
+    return [module.register_forward_pre_hook(pre).remove, module.register_forward_hook(post).remove]
+
+
+def _nan_cache(session: DecodeSession, planted: Fault) -> list[Undo]:
+    def change(n: int, written: torch.Tensor) -> torch.Tensor:
+        if n:
+            return written
+        first = torch.zeros_like(written, dtype=torch.bool)
+        first[0, 0, 0, 0] = True
+        return written.masked_fill(first, float("nan"))
+
+    return _changed_write(session, planted, change)
+
+
+def _cache_noise(session: DecodeSession, planted: Fault) -> list[Undo]:
+    """Fixed noise (drawn once: a graph replays it) of `size` x each row's rms added to the written K/V."""
+    cache = session.kv.layers[_layer(session, planted.layer)[1]]
+    generator = torch.Generator().manual_seed(0)
+    noise = [torch.randn(t[:, :, :1].shape, generator=generator).to(t.device) for t in (cache.keys, cache.values)]
+
+    def change(n: int, written: torch.Tensor) -> torch.Tensor:
+        written = written.float()
+        rms = written.pow(2).mean((1, 2, 3), keepdim=True).sqrt()
+        return written + planted.size * rms * noise[n][: written.shape[0]]
+
+    return _changed_write(session, planted, change)
+
+
+def cache_noise_fault(session: DecodeSession, times: float, layer: int = -1, prompt_len: int = 6) -> Fault:
+    """A cache_noise fault whose noise is `times` x eager's own relative error in that layer's written K/V
+    against the float32 reference (the median over rows of one step from a random prompt): a replay cache
+    about sqrt(1 + times**2) x further from float32 than eager's."""
+    from accelerate_graph.core.decode_session import draw_inputs
+    from accelerate_graph.verify.against_eager import written
+    from accelerate_graph.verify.criterion import cache_errors
+    from accelerate_graph.verify.reference import eager_step, float32_reference, reference_step
+
+    index = _layer(session, layer)[1]
+    rows = session.max_batch
+    prompt, tokens = draw_inputs(rows, 1, prompt_len, session.vocab_size, 7)
+    positions = torch.full((rows,), prompt_len, device=session.device)
+    runs = []
+    for reference in (False, True):
+        session.kv.reset()
+        session.prefill(prompt)
+        with float32_reference(session) if reference else contextlib.nullcontext():
+            (reference_step if reference else eager_step)(session, tokens[0].to(session.device), positions)
+        runs.append(written(session, rows, prompt_len, 1)[index : index + 1])
+    session.kv.reset()
+    eager_error = cache_errors(*runs).median().item()
+    return Fault("cache_noise", times * eager_error, layer)
+
+
 _RECORDING_FAULTS: dict[str, Callable[[DecodeSession, Fault], list[Undo]]] = {
     "frozen_position": _frozen_position,
     "skipped_write": lambda session, planted: _moved_write(session, planted, None),
@@ -256,6 +340,10 @@ _RECORDING_FAULTS: dict[str, Callable[[DecodeSession, Fault], list[Undo]]] = {
     "drift": _drift,
     "close_flip": _close_flip,
     "rotary_skew": _rotary_skew,
+    "nan_top_logit": lambda session, planted: _top_logit_of_row_0(session, float("nan")),
+    "inf_top_logit": lambda session, planted: _top_logit_of_row_0(session, float("inf")),
+    "nan_cache": _nan_cache,
+    "cache_noise": _cache_noise,
 }
 _DISPATCH_FAULTS: dict[str, Callable[[DecodeGraphs], None]] = {
     "wrong_bucket": _wrong_bucket,

@@ -142,11 +142,16 @@ def compare_routers(reference: RouterLog, eager: RouterLog, factor: float, dtype
         routers.append(router)
         ref = reference.stacked(i)
         eag = eager.stacked(i)
+        # NaN/Inf router logits (the logits' own check names them) are no near-tie and no flip: every
+        # comparison with NaN is false, so they are left out explicitly rather than by accident
+        finite = torch.isfinite(ref).all(-1) & torch.isfinite(eag).all(-1)
         # the typical token's distance: a router downstream of a flip sees a different token, not noise
-        router_noise = (eag - ref).abs().amax(-1).median().item()
-        limit = 2 * factor * router_noise + torch.finfo(dtype).eps * ref.abs().max().item()
-        tie = margins(ref, router.top_k) <= limit
-        flipped = (chosen(eag, router.top_k) != chosen(ref, router.top_k)).any(-1)
+        distance = (eag - ref).abs().amax(-1)[finite]
+        router_noise = distance.median().item() if distance.numel() else 0.0
+        largest = ref[finite].abs().max().item() if finite.any() else 0.0
+        limit = 2 * factor * router_noise + torch.finfo(dtype).eps * largest
+        tie = (margins(ref, router.top_k) <= limit) & finite
+        flipped = (chosen(eag, router.top_k) != chosen(ref, router.top_k)).any(-1) & finite
         flips += int(flipped.sum())
         flip_rows = flipped.any(0) if flip_rows is None else flip_rows | flipped.any(0)
         accepted += int((flipped & tie).sum())
