@@ -48,7 +48,9 @@ class TokenChoice:
         self.session.load_inputs(bucket, token, positions)
 
     def _record(self, logits: torch.Tensor, rows: int) -> torch.Tensor:
-        bad = ~torch.isfinite(logits).all(-1) & ~self.finished[:rows]
+        # NaN, +Inf or no finite value: nothing to sample from (a -Inf alone is a masked token)
+        unusable = torch.isnan(logits) | (logits == float("inf")) | ~torch.isfinite(logits).any(-1, keepdim=True)
+        bad = unusable.any(-1) & ~self.finished[:rows]
         first = self.non_finite[:rows]
         first.copy_(torch.where(bad & (first < 0), self.made, first))
         token = torch.where(self.finished[:rows], self.pad_id, self.sampler(logits))

@@ -68,13 +68,20 @@ def replay_failures(
     return failures
 
 
+def unusable_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Where logits [..., vocab] cannot be sampled from: NaN, +Inf, or a row with no finite value. A -Inf
+    alone is a masked token (a padded vocabulary, a suppressed id), which softmax handles."""
+    no_finite = ~torch.isfinite(logits).any(-1, keepdim=True)
+    return torch.isnan(logits) | (logits == float("inf")) | no_finite
+
+
 def require_finite(run: str, logits: torch.Tensor, cache: list, graph_at: GraphAt | None = None) -> None:
     """Raise NonFiniteError when `run` ("eager", "the float32 reference") made a non-finite logit or K/V."""
     hint = (
         "Check the checkpoint for NaN/Inf weights (cugraph-accel cannot judge or run a model that makes them); "
         "if it loads in float16, try --dtype bfloat16 or float32."
     )
-    bad = ~torch.isfinite(logits)
+    bad = ~torch.isfinite(logits)  # strict: the measures (softmax, KL) cannot take even a masked -Inf
     if bad.any():
         step, row, _ = _first(bad)
         raise NonFiniteError(
@@ -122,7 +129,7 @@ def check_first_step(session) -> None:
         logits.append(
             eager_step(session, prompt[:, -1].to(session.device), torch.full((1,), length, device=session.device))
         )
-        finite = all(bool(torch.isfinite(x).all()) for x in logits)
+        finite = not any(bool(unusable_logits(x).any()) for x in logits)
     finally:
         session.kv.reset()
     if finite:

@@ -71,3 +71,11 @@ def test_the_cli_says_one_line_and_exits_non_zero_on_nan_weights(tokenized_model
     )
     assert result.exit_code != 0 and "Traceback" not in result.output, result.output
     assert "not finite" in result.output and "model.layers.0.mlp.down_proj.weight" in result.output, result.output
+
+
+def test_a_masked_token_at_minus_inf_is_not_a_fault(tiny_model_dir):
+    """-Inf alone masks a token (a padded vocabulary): generate goes on, and never picks it."""
+    graphs = _graphs_whose_replay_poisons(load(tiny_model_dir("llama")), 2, float("-inf"))
+    result = NativeLoop(graphs, Sampling(), pad_id=0, check_every=4).generate(PROMPTS[:4], 8)
+    assert all(len(row.tokens) == 8 for row in result.rows)
+    assert 3 not in result.rows[2].tokens[1:]  # the replay masked token 3 of row 2
