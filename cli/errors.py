@@ -11,9 +11,26 @@ import typer
 
 from accelerate_graph import settings
 from accelerate_graph.common.debug import DEBUG_ENV, debug_enabled, set_debug  # noqa: F401 - re-exported for the CLI
-from accelerate_graph.common.errors import RUNTIME_EXIT, CugraphAccelError, first_line
+from accelerate_graph.common.errors import RUNTIME_EXIT, CugraphAccelError, first_line, option_value
 
 INTERRUPTED_EXIT = 130
+
+# Options whose flag is not their keyword with dashes (errors name options by keyword: common/errors.py).
+FLAGS = {"max_memory_mib": "--max-memory", "contexts": "--context-buckets"}
+
+
+def flag(name: str, value: str | None) -> str:
+    """An option as the command line spells it: `--max-cache-len 512`, `--fuse`, `no --fuse` for False."""
+    text = FLAGS.get(name, "--" + name.replace("_", "-"))
+    if value is None:
+        return text
+    parsed = option_value(value)
+    if isinstance(parsed, bool):
+        return text if parsed else f"no {text}"
+    if isinstance(parsed, (tuple, list)):
+        return f"{text} {','.join(map(str, parsed))}"
+    return f"{text} {parsed}"
+
 
 # Raw runtime failures we can explain better than their first line does.
 KNOWN_RUNTIME = (
@@ -39,7 +56,7 @@ KNOWN_RUNTIME = (
 def describe(err: BaseException) -> tuple[str, int]:
     """(message, exit code) for any exception."""
     if isinstance(err, CugraphAccelError):
-        return str(err), err.exit_code
+        return err.render(flag), err.exit_code
     text = str(err)
     for needle, explanation in KNOWN_RUNTIME:
         if needle in text.lower():

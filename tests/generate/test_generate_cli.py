@@ -108,7 +108,7 @@ def test_prompt_helpers():
         collect_prompts(["a"], None, ["1"])
     check_fits(10, 39, 48)
     with pytest.raises(
-        BadOptionError, match="needs 49 cache slots; the cache holds 47. Lower --max-new-tokens to at most 38"
+        BadOptionError, match="needs 49 cache slots; the cache holds 47. Lower max_new_tokens to at most 38"
     ):
         check_fits(10, 40, 47)
 
