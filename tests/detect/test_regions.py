@@ -185,7 +185,7 @@ def test_locations_point_at_modeling_code_even_under_a_folder_named_torch():
 
 def test_a_registered_model_fix_is_applied_in_order_with_one_signature(tiny_model_dir, monkeypatch):
     """One ModelFix in MODEL_FIXES is all a new fix needs; each sees what the one before it left."""
-    import accelerate_graph.pipeline as pipeline
+    import accelerate_graph.capture_flow as capture_flow
     from accelerate_graph.detect.fixes import MODEL_FIXES, ModelFix
 
     session = llama_session(tiny_model_dir)
@@ -199,7 +199,7 @@ def test_a_registered_model_fix_is_applied_in_order_with_one_signature(tiny_mode
         session.model.lm_head = session.model.lm_head.head
         return "the counting head was unwrapped", redetect()
 
-    monkeypatch.setattr(pipeline, "MODEL_FIXES", (*MODEL_FIXES, ModelFix("unwrap", unwrap_counting_head)))
+    monkeypatch.setattr(capture_flow, "MODEL_FIXES", (*MODEL_FIXES, ModelFix("unwrap", unwrap_counting_head)))
     decision = decide_regions(session, "auto", 1)
     assert seen == [["CountingHead"]]
     assert decision.fixes == ["the counting head was unwrapped"]
