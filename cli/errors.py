@@ -11,7 +11,7 @@ import typer
 
 from accelerate_graph import settings
 from accelerate_graph.common.debug import DEBUG_ENV, debug_enabled, set_debug  # noqa: F401 - re-exported for the CLI
-from accelerate_graph.common.errors import RUNTIME_EXIT, CugraphAccelError, first_line, option_value
+from accelerate_graph.common.errors import RUNTIME_EXIT, SETTING, CugraphAccelError, first_line, option_value
 
 INTERRUPTED_EXIT = 130
 
@@ -20,7 +20,13 @@ FLAGS = {"max_memory_mib": "--max-memory", "contexts": "--context-buckets"}
 
 
 def flag(name: str, value: str | None) -> str:
-    """An option as the command line spells it: `--max-cache-len 512`, `--fuse`, `no --fuse` for False."""
+    """An option as the command line spells it: `--max-cache-len 512`, `--fuse`, `no --fuse` for False;
+    a setting as `--set NAME=VALUE`."""
+    if name.startswith(SETTING):
+        parsed = "VALUE" if value is None else option_value(value)
+        if isinstance(parsed, bool):
+            parsed = "on" if parsed else "off"
+        return f"--set {name.removeprefix(SETTING)}={parsed}"
     text = FLAGS.get(name, "--" + name.replace("_", "-"))
     if value is None:
         return text

@@ -5,7 +5,8 @@ The CLI maps these to a single stderr line; library users catch `CugraphAccelErr
 Options in messages: an error names the option that fixes it by its Python keyword (the field of
 `pipeline.CaptureRequest`, or of `accelerate()`), never by a CLI flag, as a placeholder in braces:
 `{max_cache_len}`, or with a value, `{max_cache_len=512}`, `{mode='eager'}`, `{fuse=False}` (a Python
-literal). Inside an f-string build it with `option("max_cache_len", length)`. `str(err)` writes the keyword
+literal); an engine setting is `{settings.NAME=value}`. Inside an f-string build either with
+`option("max_cache_len", length)`. `str(err)` writes the keyword
 (`max_cache_len=512`); the CLI writes the flag (`--max-cache-len 512`, see `cli/errors.py`) through
 `err.render(...)`. `message` and `hint` keep the placeholders, so an error re-raised with them stays renderable.
 """
@@ -20,7 +21,8 @@ USAGE_EXIT = 2  # the user asked for something malformed
 RUNTIME_EXIT = 1  # the request was fine but could not be carried out
 
 # {name} or {name=value}: a name starts with a letter, so JSON examples and set reprs are left alone
-OPTION_PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_]*)(?:=([^{}]+))?\}")
+OPTION_PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)?)(?:=([^{}]+))?\}")
+SETTING = "settings."  # an engine setting (settings.py) rather than an option: `{settings.pdl=False}`
 _NO_VALUE = object()
 
 # One way to write an option: (its name, its value as a Python literal's text or None) -> text.
@@ -33,7 +35,11 @@ def option(name: str, value: object = _NO_VALUE) -> str:
 
 
 def keyword(name: str, value: str | None) -> str:
-    """An option as the Python API spells it: `max_cache_len`, `max_cache_len=512`."""
+    """An option as the Python API spells it: `max_cache_len`, `max_cache_len=512`; a setting as the
+    `settings=` value that sets it: `settings.replace(pdl=False)`."""
+    if name.startswith(SETTING):
+        setting = name.removeprefix(SETTING)
+        return f"the {setting} setting" if value is None else f"settings.replace({setting}={value})"
     return name if value is None else f"{name}={value}"
 
 
