@@ -198,8 +198,8 @@ def _capture_on_session(session, request, islands, hooks, notes):
             )
         if graphs.dropped:
             notes.append(
-                f"{option('max_memory_mib')} dropped bucket(s) {', '.join(map(str, graphs.dropped))}: their "
-                f"graphs did not fit; larger batches now run in bucket {graphs.buckets[-1]} or eagerly."
+                f"--max-memory dropped bucket(s) {', '.join(map(str, graphs.dropped))}: their graphs "
+                f"did not fit; larger batches now run in bucket {graphs.buckets[-1]} or eagerly."
             )
         hooks.stage("checking replay against eager")
         quick_check(graphs, request.prompt_len)

@@ -87,8 +87,8 @@ def _lengths(request: CaptureRequest, loaded: LoadedModel, notes: list[str]) -> 
     prompt_len = request.prompt_len or min(defaults.prompt_len, cache_len // 2)
     if request.prompt_len is None and prompt_len < defaults.prompt_len:
         notes.append(
-            f"the prompt is {prompt_len} tokens, not {defaults.prompt_len}: half of "
-            f"{option('max_cache_len', cache_len)} (pass {option('prompt_len')} to choose)."
+            f"the prompt is {prompt_len} tokens, not {defaults.prompt_len}: half of --max-cache-len {cache_len} "
+            "(pass --prompt-len to choose)."
         )
     if prompt_len >= cache_len:
         raise BadOptionError(

@@ -16,10 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from accelerate_graph.common.errors import render_options
 from accelerate_graph.settings import TP_WORKER_ENV
-
-from .errors import flag
 
 STDOUT = "-"
 # Without a terminal (a log file, a pipe) rich would squeeze tables into 80 columns and cut numbers
@@ -62,7 +59,7 @@ class Output:
         self.console.print(text)
 
     def note(self, text: str) -> None:
-        self.console.print(f"[yellow]note:[/yellow] {render_options(text, flag)}")  # notes name options as errors do
+        self.console.print(f"[yellow]note:[/yellow] {text}")
 
     def show(self, renderable) -> None:
         if not self.json_mode:
