@@ -35,6 +35,8 @@ def flag(name: str, value: str | None) -> str:
         return text if parsed else f"no {text}"
     if isinstance(parsed, (tuple, list)):
         return f"{text} {','.join(map(str, parsed))}"
+    if isinstance(parsed, str) and not (parsed.isprintable() and parsed and " " not in parsed):
+        return f"{text} {parsed!r}"  # quoted, escaped: a control character must not split the one error line
     return f"{text} {parsed}"
 
 

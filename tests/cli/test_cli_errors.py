@@ -671,6 +671,7 @@ def test_an_error_names_the_keyword_in_python_and_the_flag_on_the_command_line()
         ("{buckets=(1, 8)}", "buckets=(1, 8)", "--buckets 1,8"),
         ("{max_memory_mib=64.5}", "max_memory_mib=64.5", "--max-memory 64.5"),
         ("{contexts}", "contexts", "--context-buckets"),
+        ("{device='0\\x1e0'}", "device='0\\x1e0'", "--device '0\\x1e0'"),
         ("{settings.allreduce='nccl'}", "settings.replace(allreduce='nccl')", "--set allreduce=nccl"),
         ("{settings.pdl=False}", "settings.replace(pdl=False)", "--set pdl=off"),
         ('e.g. {"prompt": "Hi"}', 'e.g. {"prompt": "Hi"}', 'e.g. {"prompt": "Hi"}'),  # JSON is no placeholder
