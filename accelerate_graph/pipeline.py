@@ -1,4 +1,5 @@
-"""The path every command shares: resolve settings, load, build the session, capture, make a plan.
+"""The path every command shares: resolve settings, load the model, run the capture flow on it
+(capture_flow.py), make a plan.
 
 --tp (distributed) and --fuse (fused.layers: inductor, triton kernels) are imported where a request
 asks for them: a plain capture, and `generate`'s first token, wait for neither.
@@ -6,32 +7,31 @@ asks for them: a plain capture, and `generate`'s first token, wait for neither.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from accelerate_graph import settings as engine_settings
+from accelerate_graph.capture_flow import (
+    REQUEST_MODES,
+    GraphRequest,
+    Hooks,
+    capture_model,
+    capture_on_session,
+    resolve_cache_len,
+)
 from accelerate_graph.common.devices import dtype_name, resolve_device, resolve_dtype
 from accelerate_graph.common.environment import environment_info
-from accelerate_graph.common.errors import BadOptionError, CaptureError, VerificationError
-from accelerate_graph.core.backends import backend_for
-from accelerate_graph.core.buckets import resolve_contexts
-from accelerate_graph.core.capture import BucketCapture, DecodeGraphs, capture_decode_graphs
+from accelerate_graph.common.errors import BadOptionError, CaptureError, option
+from accelerate_graph.core.capture import DecodeGraphs
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.core.memory import MemoryBudget, command_bound, reset_peak
-from accelerate_graph.core.plan import ATTENTIONS, MODES, Plan
+from accelerate_graph.core.plan import ATTENTIONS, Plan
 from accelerate_graph.core.preflight import preflight
-from accelerate_graph.detect.fixes import MODEL_FIXES
-from accelerate_graph.detect.hazards import Hazard, find_hazards
-from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
+from accelerate_graph.detect.hazards import Hazard
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
 from accelerate_graph.models.fingerprint import model_fingerprint
-from accelerate_graph.models.limits import cache_length, peek_config
+from accelerate_graph.models.limits import peek_config
 from accelerate_graph.models.loading import LoadedModel, load_model
 from accelerate_graph.models.recipes import DEFAULT_RECIPE, RecipeDefaults
-from accelerate_graph.verify.against_eager import verify_batch
-from accelerate_graph.verify.finite import check_first_step
-
-REQUEST_MODES = ("auto", *MODES)  # auto: the plan's mode is decided from the hazards found
 
 
 @dataclass
@@ -53,17 +53,6 @@ class CaptureRequest:
     tp: int = 1  # tensor-parallel ranks; above 1 this process is one of them (distributed.launch)
     lazy: bool = False  # capture each graph on its first use (generate: the first token waits for fewer)
     settings: engine_settings.Settings | None = None  # the engine's settings; None: those in use now
-
-
-@dataclass
-class Hooks:
-    """Progress callbacks; the CLI draws them, library users may ignore them."""
-
-    stage: Callable[[str], None] = lambda text: None
-    captured: Callable[[BucketCapture], None] = lambda capture: None
-    bucket_count: Callable[[int], None] = lambda count: None
-    loaded: Callable[[LoadedModel], None] = lambda loaded: None
-    decided: Callable[[Decision], None] = lambda decision: None  # the region plan, before any capture
 
 
 @dataclass
@@ -89,22 +78,13 @@ class Prepared:
         return self.session.fused.compile_seconds if self.session.fused else 0.0
 
 
-# Hazard detection decodes at slots 1-3 after the prompt's first: a smaller cache cannot hold them.
-MIN_CACHE_LEN = 4
-
-
-def _settings(request: CaptureRequest, loaded: LoadedModel, notes: list[str]) -> tuple[tuple[int, ...], int, int]:
+def _lengths(request: CaptureRequest, loaded: LoadedModel, notes: list[str]) -> tuple[tuple[int, ...], int, int]:
+    """Buckets, cache length and prompt length: the request's, else the recipe's, else the engine's."""
     defaults = loaded.recipe.defaults if loaded.recipe else RecipeDefaults()
     buckets = tuple(sorted(request.buckets or defaults.buckets))
-    cache_len, shortened = cache_length(request.max_cache_len, defaults.max_cache_len, loaded.model.config)
+    cache_len, shortened = resolve_cache_len(request.max_cache_len, defaults.max_cache_len, loaded.model.config)
     notes += [shortened] if shortened else []
     prompt_len = request.prompt_len or min(defaults.prompt_len, cache_len // 2)
-    if cache_len < MIN_CACHE_LEN:
-        raise BadOptionError(
-            f"--max-cache-len {cache_len} is too small: finding graph hazards decodes {MIN_CACHE_LEN - 1} "
-            "tokens after a prompt token.",
-            f"Use at least {MIN_CACHE_LEN}.",
-        )
     if request.prompt_len is None and prompt_len < defaults.prompt_len:
         notes.append(
             f"the prompt is {prompt_len} tokens, not {defaults.prompt_len}: half of --max-cache-len {cache_len} "
@@ -112,60 +92,10 @@ def _settings(request: CaptureRequest, loaded: LoadedModel, notes: list[str]) ->
         )
     if prompt_len >= cache_len:
         raise BadOptionError(
-            f"--prompt-len {prompt_len} leaves no room in a cache of {cache_len} slots.",
-            "Lower --prompt-len or raise --max-cache-len.",
+            f"{option('prompt_len', prompt_len)} leaves no room in a cache of {cache_len} slots.",
+            f"Lower {option('prompt_len')} or raise {option('max_cache_len')}.",
         )
     return buckets, cache_len, prompt_len
-
-
-@dataclass
-class Decision:
-    regions: RegionPlan
-    hazards: list[Hazard]
-    fixes: list[str]
-
-
-def decide_regions(session: DecodeSession, request_mode: str, bucket: int) -> Decision:
-    """Detect hazards, apply the fixes that keep the step whole (MODEL_FIXES, in order), and choose
-    full / piecewise / eager. `--mode eager` looks for no hazard: the fixes see none."""
-    eager = request_mode == "eager"
-    hazards = [] if eager else find_hazards(session, bucket)
-
-    def redetect() -> list[Hazard]:
-        return find_hazards(session, bucket)
-
-    fixes = []
-    for fix in MODEL_FIXES:
-        done, hazards = fix.apply(session, hazards, redetect)
-        fixes += [done] if done else []
-    if eager:
-        return Decision(eager_plan(session.model, "--mode eager"), [], fixes)
-    if hazards and request_mode == "full":
-        raise CaptureError(
-            f"--mode full refused: {hazards[0].describe()}",
-            "Use --mode auto (graph segments around the hazard) or --mode eager.",
-        )
-    regions = plan_regions(session.model, hazards)
-    if regions.mode == "eager" and request_mode == "piecewise":
-        raise CaptureError(f"--mode piecewise refused: {regions.reason}", "Use --mode eager.")
-    return Decision(regions, hazards, fixes)
-
-
-def _quick_check(graphs: DecodeGraphs, prompt_len: int) -> None:
-    """A short run of `verify`'s own check (the same criterion) on the largest bucket (and under --fuse
-    on the smallest, which has its own compilation): no plan and no bench row claims graphs that were
-    never checked."""
-    fused = graphs.session.fused is not None
-    buckets = (graphs.buckets[-1], graphs.buckets[0]) if fused else (graphs.buckets[-1],)
-    for bucket in dict.fromkeys(buckets):  # one bucket only: checked once
-        check = verify_batch(graphs, bucket, bucket, steps=3, prompt_len=min(prompt_len, 8))
-        if not check.passed:
-            raise VerificationError(
-                f"replay was further from the float32 reference than eager allows, right after capture "
-                f"(bucket {check.bucket}"
-                f"{', fused' if fused else ''}): {check.detail[:300]}",
-                graphs.session.fused.refusal_hint if fused else "Use --mode eager and report the model.",
-            )
 
 
 def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
@@ -179,16 +109,17 @@ def prepare(request: CaptureRequest, hooks: Hooks | None = None) -> Prepared:
 
 def _prepare(request: CaptureRequest, hooks: Hooks) -> Prepared:
     if request.mode not in REQUEST_MODES:
-        raise BadOptionError(f"--mode {request.mode!r} is not one of {', '.join(REQUEST_MODES)}.")
+        raise BadOptionError(f"{option('mode', request.mode)} is not one of {', '.join(REQUEST_MODES)}.")
     device = resolve_device(request.device)
     dtype = resolve_dtype(request.dtype, device)
     reset_peak(device)  # a command's peak device memory counts from here
     if request.attn not in ATTENTIONS:
-        raise BadOptionError(f"--attn {request.attn!r} is not supported.", f"Use {', '.join(ATTENTIONS)}.")
+        raise BadOptionError(f"{option('attn', request.attn)} is not supported.", f"Use {', '.join(ATTENTIONS)}.")
     if request.tp > 1 and request.max_memory_mib is not None:
         raise BadOptionError(
-            "--max-memory with --tp is not supported: each rank would drop buckets on its own measurements.",
-            "Drop --max-memory, or lower the largest --buckets value.",
+            f"{option('max_memory_mib')} with {option('tp')} is not supported: each rank would drop buckets on "
+            "its own measurements.",
+            f"Drop {option('max_memory_mib')}, or lower the largest {option('buckets')} value.",
         )
     if request.tp > 1:  # this rank's device (cuda:LOCAL_RANK, or the CPU over gloo)
         from accelerate_graph.distributed.rank import join as join_group
@@ -200,7 +131,7 @@ def _prepare(request: CaptureRequest, hooks: Hooks) -> Prepared:
         warm_compile_workers(device, request.inductor_cache)
     config = peek_config(request.model, request.revision)
     if config is not None:  # a cache longer than the model's positions is refused before any weight loads
-        cache_length(request.max_cache_len, RecipeDefaults().max_cache_len, config)
+        resolve_cache_len(request.max_cache_len, RecipeDefaults().max_cache_len, config)
     hooks.stage(f"loading {request.model}")
     loaded = load_model(
         request.model, device, dtype, "sdpa" if request.attn == "grouped" else request.attn, request.revision
@@ -213,53 +144,25 @@ def _prepare(request: CaptureRequest, hooks: Hooks) -> Prepared:
     layout = split_for_ranks(loaded, request.tp, request.settings)
     hooks.loaded(loaded)
     notes = list(loaded.notes)  # fixes are shown with the region plan
-    buckets, cache_len, prompt_len = _settings(request, loaded, notes)
+    buckets, cache_len, prompt_len = _lengths(request, loaded, notes)
     checked = preflight(loaded.model.config, dtype, device, buckets, cache_len, prompt_len, request.fuse)
-    hooks.stage("allocating the static cache")
-    session = DecodeSession(loaded.model, max(buckets), cache_len)
-    check_first_step(session)  # NaN/Inf from the weights: one clear error before any capture
-    hooks.stage("looking for graph hazards")
-    decision = decide_regions(session, request.mode, buckets[0])
-    hooks.decided(decision)
-    mode = decision.regions.mode
-    if mode == "eager" and request.mode == "auto":
-        notes.append(f"running eagerly: {decision.regions.reason}")
-
-    if request.fuse and mode != "full":
-        raise CaptureError(
-            f"--fuse captures the whole step as one graph around its compiled layers, but this plan is {mode}: {decision.regions.reason}",
-            "Drop --fuse: graph segments around the eager islands still remove the launch overhead.",
-        )
-    graphs = None
-    backend_name = "none"
-    contexts = resolve_contexts(request.contexts, cache_len)
-    if mode != "eager":
-        backend = backend_for(device, emulate=request.emulate)
-        backend_name = backend.name
-        if request.tp > 1:
-            backend = _aligned(backend)
-        if request.fuse:
-            _start_fusing(session, request)
-        islands = [session.model.get_submodule(path) for path in decision.regions.islands]
-        cap = int(request.max_memory_mib * 2**20) if request.max_memory_mib is not None else None
-        lazy = request.lazy and request.tp == 1 and cap is None  # ranks capture in step: all up front
-        if not lazy:
-            hooks.bucket_count(len(buckets) * len(contexts))
-        captured = None if lazy else hooks.captured  # lazy captures happen after the progress display
-        graphs = capture_decode_graphs(session, backend, buckets, captured, islands, cap, contexts, lazy)
-        if session.fused is not None and session.fused.recompiles:
-            notes.append(
-                f"inductor recompiled the layers {session.fused.recompiles} time(s) for shapes it had "
-                "specialised on; the capture time includes each."
-            )
-        if graphs.dropped:
-            notes.append(
-                f"--max-memory dropped bucket(s) {', '.join(map(str, graphs.dropped))}: their graphs "
-                f"did not fit; larger batches now run in bucket {graphs.buckets[-1]} or eagerly."
-            )
-        hooks.stage("checking replay against eager")
-        _quick_check(graphs, prompt_len)
-
+    flow = GraphRequest(
+        buckets=buckets,
+        cache_len=cache_len,
+        prompt_len=prompt_len,
+        settings=request.settings,
+        mode=request.mode,
+        contexts=request.contexts,
+        fuse=request.fuse,
+        inductor_cache=request.inductor_cache,
+        emulate=request.emulate,
+        tp=request.tp,
+        max_memory_mib=request.max_memory_mib,
+        lazy=request.lazy,
+    )
+    captured = capture_model(loaded.model, flow, hooks)
+    notes += captured.notes
+    graphs, decision = captured.graphs, captured.decision
     plan = Plan(
         model=loaded.reference,
         model_kind=loaded.kind,
@@ -269,7 +172,7 @@ def _prepare(request: CaptureRequest, hooks: Hooks) -> Prepared:
         dtype=dtype_name(dtype),
         device=str(device),
         attn=loaded.attn,
-        mode=mode,
+        mode=decision.regions.mode,
         buckets=list(graphs.buckets) if graphs else list(buckets),
         contexts=list(graphs.contexts) if graphs else [cache_len],
         fuse=request.fuse,
@@ -278,14 +181,14 @@ def _prepare(request: CaptureRequest, hooks: Hooks) -> Prepared:
         regions=decision.regions.regions,
         captures=[vars(c) for c in graphs.captures()] if graphs else [],
         environment=environment_info(device),
-        backend=backend_name,
+        backend=captured.backend,
         fixes=decision.fixes,
         fingerprint=model_fingerprint(loaded.reference, loaded.kind, loaded.revision),
         tp=request.tp,
         tp_layout=layout,
         settings=request.settings.recorded(),
     )
-    return Prepared(loaded, plan, graphs, session, notes, decision.hazards, checked)
+    return Prepared(loaded, plan, graphs, captured.session, notes, decision.hazards, checked)
 
 
 def split_for_ranks(loaded: LoadedModel, tp: int, settings: engine_settings.Settings) -> list[dict]:
@@ -310,50 +213,33 @@ def split_for_ranks(loaded: LoadedModel, tp: int, settings: engine_settings.Sett
     return gather_objects({**mine, "device": str(info.device)})
 
 
-def _aligned(backend):
-    """Under --tp: captures and replays in step across the ranks (distributed.aligned)."""
-    from accelerate_graph.distributed.aligned import AlignedBackend
-
-    return AlignedBackend(backend)
-
-
-def _start_fusing(session: DecodeSession, request: CaptureRequest) -> None:
-    """From now on captures record the inductor-compiled step, its kernels kept where the request says."""
-    from accelerate_graph.fused.layers import FusedForward, use_cache_dir
-
-    use_cache_dir(request.inductor_cache)
-    session.fused = FusedForward(session.model, positions=session.kv.storage_len, settings=request.settings)
-
-
 def capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:
     """Graphs of our best mode on an already prepared session (bench's `fused` contender): the step
     compiled by inductor, with grouped-query decode attention where the plan uses sdpa, over the plan's
     buckets and context buckets, one compilation. The session's own step keeps its attention, so the
     other contenders run what the plan runs."""
-    if request.settings is None:
-        request.settings = engine_settings.current()
-    with engine_settings.use(request.settings):
-        return _capture_fused(prepared, request)
-
-
-def _capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:
-    plan, session = prepared.plan, prepared.session
+    plan = prepared.plan
     if plan.mode != "full":
         raise CaptureError(
-            f"--fuse captures the whole step as one graph around its compiled layers, but this plan is {plan.mode}.",
-            "Leave fused out of --compare for this model.",
+            f"{option('fuse')} captures the whole step as one graph around its compiled layers, but this plan "
+            f"is {plan.mode}.",
+            f"Leave fused out of {option('compare')} for this model.",
         )
-    _start_fusing(session, request)
-    backend = backend_for(session.device, emulate=request.emulate)
-    if plan.tp > 1:
-        backend = _aligned(backend)
-    undo = use_grouped_attention(session.model) if plan.attn == "sdpa" else (lambda: None)
-    try:  # graphs keep the kernels they recorded: switching the attention back changes none of them
-        graphs = capture_decode_graphs(session, backend, tuple(plan.buckets), contexts=tuple(plan.contexts))
-        _quick_check(graphs, plan.prompt_len)
-        return graphs
-    finally:
-        undo()
+    fused = GraphRequest(
+        buckets=tuple(plan.buckets),
+        cache_len=plan.max_cache_len,
+        prompt_len=plan.prompt_len,
+        settings=request.settings if request.settings is not None else engine_settings.current(),
+        contexts=tuple(plan.contexts),
+        fuse=True,
+        inductor_cache=request.inductor_cache,
+        emulate=request.emulate,
+        tp=plan.tp,
+    )
+    graphs, _, undo = capture_on_session(prepared.session, fused)
+    for step in undo:  # graphs keep the kernels they recorded: switching the attention back changes none
+        step()
+    return graphs
 
 
 def request_from_plan(plan: Plan, **overrides) -> CaptureRequest:

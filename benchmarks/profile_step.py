@@ -33,6 +33,7 @@ from accelerate_graph.common.atomic_io import atomic_write_text
 from accelerate_graph.common.errors import BadOptionError
 from accelerate_graph.common.option_lists import parse_whole_numbers
 from accelerate_graph.pipeline import CaptureRequest, prepare
+from cli.errors import flag
 
 CLASSES = (  # first match wins; names as cuBLAS, PyTorch and triton print them
     ("matmul", r"gemm|gemv|cutlass|nvjet|sm\d+_xmma|splitk|cublas"),
@@ -81,9 +82,9 @@ WAYS = {
 def batch_sizes(text: str) -> tuple[int, ...]:
     """--batches: whole numbers from 1, comma-separated (an argparse type: a bad list is one clear error)."""
     try:
-        return parse_whole_numbers(text, "--batches", 1, "--batches 1,8,32")
+        return parse_whole_numbers(text, "batches", 1, "1,8,32")
     except BadOptionError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+        raise argparse.ArgumentTypeError(err.render(flag)) from None
 
 
 def settings_given(parser: argparse.ArgumentParser, assignments: list[str]):

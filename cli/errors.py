@@ -11,9 +11,34 @@ import typer
 
 from accelerate_graph import settings
 from accelerate_graph.common.debug import DEBUG_ENV, debug_enabled, set_debug  # noqa: F401 - re-exported for the CLI
-from accelerate_graph.common.errors import RUNTIME_EXIT, CugraphAccelError, first_line
+from accelerate_graph.common.errors import RUNTIME_EXIT, SETTING, CugraphAccelError, first_line, option_value
 
 INTERRUPTED_EXIT = 130
+
+# Options whose flag is not their keyword with dashes (errors name options by keyword: common/errors.py).
+FLAGS = {"max_memory_mib": "--max-memory", "contexts": "--context-buckets"}
+
+
+def flag(name: str, value: str | None) -> str:
+    """An option as the command line spells it: `--max-cache-len 512`, `--fuse`, `no --fuse` for False;
+    a setting as `--set NAME=VALUE`."""
+    if name.startswith(SETTING):
+        parsed = "VALUE" if value is None else option_value(value)
+        if isinstance(parsed, bool):
+            parsed = "on" if parsed else "off"
+        return f"--set {name.removeprefix(SETTING)}={parsed}"
+    text = FLAGS.get(name, "--" + name.replace("_", "-"))
+    if value is None:
+        return text
+    parsed = option_value(value)
+    if isinstance(parsed, bool):
+        return text if parsed else f"no {text}"
+    if isinstance(parsed, (tuple, list)):
+        return f"{text} {','.join(map(str, parsed))}"
+    if isinstance(parsed, str) and not (parsed.isprintable() and parsed and " " not in parsed):
+        return f"{text} {parsed!r}"  # quoted, escaped: a control character must not split the one error line
+    return f"{text} {parsed}"
+
 
 # Raw runtime failures we can explain better than their first line does.
 KNOWN_RUNTIME = (
@@ -39,7 +64,7 @@ KNOWN_RUNTIME = (
 def describe(err: BaseException) -> tuple[str, int]:
     """(message, exit code) for any exception."""
     if isinstance(err, CugraphAccelError):
-        return str(err), err.exit_code
+        return err.render(flag), err.exit_code
     text = str(err)
     for needle, explanation in KNOWN_RUNTIME:
         if needle in text.lower():

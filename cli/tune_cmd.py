@@ -37,15 +37,6 @@ TuneForceFlag = Annotated[
 ]
 
 
-def _buckets(text: str) -> tuple[int, ...]:
-    from accelerate_graph.common.errors import BadOptionError
-
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise BadOptionError(f"--buckets {text!r} is not a comma list of row counts.", "Give e.g. 1,8,16,32.") from None
-
-
 def tune_table(report: TuneReport) -> Table:
     """Per bucket: the chain's microseconds per layer with the table before, with the configs chosen, and on
     inductor's kernels and cuBLAS; what was written and the configs."""
@@ -90,13 +81,14 @@ def tune(
       cugraph-accel tune qwen2.5-0.5b --buckets 1 --budget-s 120
     """
     from accelerate_graph.common.atomic_io import check_writable
+    from accelerate_graph.core.buckets import parse_buckets
     from accelerate_graph.tune.run import run_tune
 
     output = Output(json)
     if json and json != STDOUT:
         check_writable(json, "results", force=False)
     resolve_settings(settings_assignments(assignments))  # the chain runs the kernels under them
-    report = run_tune(model, _buckets(buckets), budget_s, out, force, revision, say=output.line)
+    report = run_tune(model, parse_buckets(buckets), budget_s, out, force, revision, say=output.line)
     output.show(tune_table(report))
     if report.added or report.changed:
         output.line(f"written: {report.path} ({report.added} entries added, {report.changed} changed)")

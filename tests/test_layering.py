@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # What the capture core must not know: the features built on it, and the commands.
-FEATURES = ("fused", "bench", "zoo", "detect", "verify", "generate", "distributed", "pipeline")
+FEATURES = ("fused", "bench", "zoo", "detect", "verify", "generate", "distributed", "pipeline", "capture_flow")
 CORE = "accelerate_graph.core"
 # The lowest layer: plumbing and the one home of transformers/torch internals. They import only each other.
 LOWEST = ("accelerate_graph.common", "accelerate_graph.compat")

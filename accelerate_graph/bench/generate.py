@@ -68,7 +68,7 @@ def _check_length(output: torch.Tensor, prompt_len: int, new_tokens: int) -> Non
     if made != new_tokens:
         raise UnsupportedModelError(
             f"HF generate made {made} new tokens instead of {new_tokens}.",
-            "Its timing would not be comparable; drop hf-generate from --compare.",
+            "Its timing would not be comparable; drop hf-generate from {compare}.",
         )
 
 

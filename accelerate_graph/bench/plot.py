@@ -19,8 +19,8 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise BadOptionError(
-            "--plot needs matplotlib, which is not installed.",
-            "Install it with: pip install 'cugraph-accel[plot]' (or pip install matplotlib), or drop --plot.",
+            "{plot} needs matplotlib, which is not installed.",
+            "Install it with: pip install 'cugraph-accel[plot]' (or pip install matplotlib), or drop {plot}.",
         ) from None
 
 

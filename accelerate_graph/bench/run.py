@@ -141,7 +141,7 @@ def _require_graphs(prepared: Prepared, chosen: list[Contender]) -> DecodeGraphs
     if needing:
         raise CpuTimingRefused(
             f"the plan runs eagerly: there is no graph to time ({', '.join(needing)}).",
-            "Capture with --mode auto, or compare eager,compile only.",
+            "Capture with {mode='auto'}, or compare eager,compile only.",
         )
     return DecodeGraphs(prepared.session, {})  # eager and compile need only the session
 

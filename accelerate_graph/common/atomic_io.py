@@ -100,7 +100,7 @@ def check_writable(path: Path | str, what: str = "file", force: bool = False, re
         article = "an" if kind[0] in "aeiou" else "a"
         raise BadOptionError(
             f"{path} holds {article} {kind}; writing the {what} there would destroy it.",
-            "Choose another path, or pass --force to replace it.",
+            "Choose another path, or pass {force=True} to replace it.",
         )
 
 

@@ -6,7 +6,7 @@ import re
 
 import torch
 
-from accelerate_graph.common.errors import BadOptionError, DeviceError
+from accelerate_graph.common.errors import BadOptionError, DeviceError, option
 
 DTYPES = {
     "bf16": torch.bfloat16,
@@ -28,17 +28,17 @@ def resolve_device(text: str = "auto") -> torch.device:
         return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     match = re.fullmatch(r"cpu|cuda(?::([0-9]{1,3}))?", text, flags=re.ASCII)
     if not match:
-        raise BadOptionError(f"--device {text!r} is not a device.", "Use auto, cpu, cuda or cuda:N.")
+        raise BadOptionError(f"{option('device', text)} is not a device.", "Use auto, cpu, cuda or cuda:N.")
     if text == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise DeviceError(
-            f"--device {text} was asked for, but this machine has no usable CUDA GPU.",
-            "Use --device cpu (graphs are then emulated) or run on a GPU machine.",
+            f"{option('device', text)} was asked for, but this machine has no usable CUDA GPU.",
+            "Use {device='cpu'} (graphs are then emulated) or run on a GPU machine.",
         )
     index = int(match.group(1) or 0)
     if index >= torch.cuda.device_count():
-        raise DeviceError(f"--device {text}: only {torch.cuda.device_count()} CUDA device(s) exist.")
+        raise DeviceError(f"{option('device', text)}: only {torch.cuda.device_count()} CUDA device(s) exist.")
     return torch.device("cuda", index)
 
 
@@ -48,7 +48,7 @@ def resolve_dtype(text: str, device: torch.device) -> torch.dtype:
     if text == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if text not in DTYPES:
-        raise BadOptionError(f"--dtype {text!r} is not supported.", "Use auto, bf16, fp16 or fp32.")
+        raise BadOptionError(f"{option('dtype', text)} is not supported.", "Use auto, bf16, fp16 or fp32.")
     return DTYPES[text]
 
 

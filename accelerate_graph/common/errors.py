@@ -1,13 +1,63 @@
 """Domain errors: each carries one actionable sentence and the exit code the CLI should use.
 
 The CLI maps these to a single stderr line; library users catch `CugraphAccelError`.
+
+Options in messages: an error names the option that fixes it by its Python keyword (the field of
+`pipeline.CaptureRequest`, or of `accelerate()`), never by a CLI flag, as a placeholder in braces:
+`{max_cache_len}`, or with a value, `{max_cache_len=512}`, `{mode='eager'}`, `{fuse=False}` (a Python
+literal); an engine setting is `{settings.NAME=value}`. Inside an f-string build either with
+`option("max_cache_len", length)`. `str(err)` writes the keyword
+(`max_cache_len=512`); the CLI writes the flag (`--max-cache-len 512`, see `cli/errors.py`) through
+`err.render(...)`. `message` and `hint` keep the placeholders, so an error re-raised with them stays renderable.
 """
 
 from __future__ import annotations
 
+import ast
+import re
+from collections.abc import Callable
+
 USAGE_EXIT = 2  # the user asked for something malformed
 RUNTIME_EXIT = 1  # the request was fine but could not be carried out
-DROP_FUSE = "Drop --fuse: the plain graph still removes the launch overhead."  # the hint of every --fuse refusal
+
+# {name} or {name=value}: a name starts with a letter, so JSON examples and set reprs are left alone
+OPTION_PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)?)(?:=([^{}]+))?\}")
+SETTING = "settings."  # an engine setting (settings.py) rather than an option: `{settings.pdl=False}`
+_NO_VALUE = object()
+
+# One way to write an option: (its name, its value as a Python literal's text or None) -> text.
+OptionWriter = Callable[[str, "str | None"], str]
+
+
+def option(name: str, value: object = _NO_VALUE) -> str:
+    """The placeholder for option `name` (with `value`, as a Python literal) in an error's message or hint."""
+    return f"{{{name}}}" if value is _NO_VALUE else f"{{{name}={value!r}}}"
+
+
+def keyword(name: str, value: str | None) -> str:
+    """An option as the Python API spells it: `max_cache_len`, `max_cache_len=512`; a setting as the
+    `settings=` value that sets it: `settings.replace(pdl=False)`."""
+    if name.startswith(SETTING):
+        setting = name.removeprefix(SETTING)
+        return f"the {setting} setting" if value is None else f"settings.replace({setting}={value})"
+    return name if value is None else f"{name}={value}"
+
+
+def option_value(value: str) -> object:
+    """A placeholder's value text as the Python value it spells (the text itself when it is no literal)."""
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return value
+
+
+def render_options(text: str, write: OptionWriter = keyword) -> str:
+    """`text` with each option placeholder written by `write` (default: as the Python keyword)."""
+    return OPTION_PLACEHOLDER.sub(lambda found: write(found.group(1), found.group(2)), text)
+
+
+# the hint of every fused-mode refusal
+DROP_FUSE = f"Capture without fusing ({option('fuse', False)}): the plain graph still removes the launch overhead."
 
 
 def first_line(err: BaseException, limit: int | None = None) -> str:
@@ -33,9 +83,16 @@ class CugraphAccelError(Exception):
     exit_code = RUNTIME_EXIT
 
     def __init__(self, message: str, hint: str | None = None):
-        self.message = message
+        self.message = message  # option placeholders kept (see the module's docstring)
         self.hint = hint
         super().__init__(f"{message} {hint}".strip() if hint else message)
+
+    def render(self, write: OptionWriter = keyword) -> str:
+        """The whole message, each option written by `write`; `str(err)` writes Python keywords."""
+        return render_options(self.args[0] if self.args else "", write)
+
+    def __str__(self) -> str:
+        return self.render()
 
 
 class BadOptionError(CugraphAccelError):

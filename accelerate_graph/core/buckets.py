@@ -9,7 +9,7 @@ from accelerate_graph.common.option_lists import parse_whole_numbers
 
 def parse_buckets(text: str) -> tuple[int, ...]:
     """'1,8,16' -> (1, 8, 16). Rejects empty items, non-integers, values < 1 and duplicates."""
-    return parse_whole_numbers(text, "--buckets", 1, "--buckets 1,8,16,32")
+    return parse_whole_numbers(text, "buckets", 1, "1,8,16,32")
 
 
 def bucket_for(batch: int, buckets: tuple[int, ...]) -> int | None:
@@ -46,7 +46,7 @@ def parse_context_buckets(text: str) -> tuple[int, ...] | None:
         return None
     if text.strip().lower() == "full":
         return ()
-    return parse_whole_numbers(text, "--context-buckets", 1, "--context-buckets 256,512 (or auto, or full)")
+    return parse_whole_numbers(text, "contexts", 1, "256,512")
 
 
 def resolve_contexts(requested: tuple[int, ...] | None, max_cache_len: int) -> tuple[int, ...]:

@@ -18,6 +18,7 @@ from accelerate_graph.common.errors import (
     ResourceError,
     first_line,
     is_out_of_memory,
+    option,
 )
 from accelerate_graph.common.source_location import traceback_location
 from accelerate_graph.core.backends import CapturedGraph, GraphBackend
@@ -25,7 +26,7 @@ from accelerate_graph.core.buckets import bucket_for, context_for
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.core.module_stack import ModuleStack
 
-PIECEWISE_HINT = "Use --mode piecewise to run that module eagerly, or --mode eager."
+PIECEWISE_HINT = "Use {mode='piecewise'} to run that module eagerly, or {mode='eager'}."
 
 
 def capture_order(buckets) -> list[int]:
@@ -113,7 +114,7 @@ class DecodeGraphs:
         if context is None:
             raise ReplaySafetyError(
                 f"the cache is full: the next token would go to slot {slot} of {self.session.max_cache_len}.",
-                "Capture with a larger --max-cache-len.",
+                "Capture with a larger {max_cache_len}.",
             )
         return context
 
@@ -191,7 +192,7 @@ class DecodeGraphs:
         if self.eager_fallbacks == 0:
             warnings.warn(
                 f"batch {batch} is larger than the largest captured bucket {self.buckets[-1]}: "
-                "running it eagerly (slow). Add a larger bucket to --buckets.",
+                "running it eagerly (slow). Capture a larger bucket.",
                 stacklevel=3,
             )
         self.eager_fallbacks += 1
@@ -247,7 +248,7 @@ class LaterCapture:
                 raise
             raise ResourceError(
                 f"out of device memory while capturing bucket {bucket}, context {context}.",
-                "Lower the largest --buckets value or --max-cache-len.",
+                "Lower the largest {buckets} value or {max_cache_len}.",
             ) from err
         finally:
             s.kv.restore(kept)
@@ -300,8 +301,8 @@ def capture_decode_graphs(
                     raise ResourceError(
                         f"out of device memory while capturing bucket {bucket} "
                         f"({held / 2**20:.0f} MiB of graphs captured before it were freed).",
-                        f"Lower the largest bucket (now {max(buckets)}), --max-cache-len, or cap graph memory "
-                        "with --max-memory.",
+                        f"Lower the largest bucket (now {max(buckets)}), {option('max_cache_len')}, or cap graph "
+                        f"memory with {option('max_memory_mib')}.",
                     ) from err
             grown = sum(g.stats.memory_bytes for g in mine.values())
             if max_memory_bytes is not None and held + grown > max_memory_bytes:
@@ -318,8 +319,8 @@ def capture_decode_graphs(
     session.kv.reset()
     if not graphs:
         raise ResourceError(
-            f"no bucket's graph fits in --max-memory {max_memory_bytes / 2**20:g} MiB "
+            f"no bucket's graph fits in {option('max_memory_mib', round(max_memory_bytes / 2**20, 3))} MiB "
             f"(dropped {', '.join(map(str, dropped))}).",
-            "Raise --max-memory or lower the buckets.",
+            "Raise {max_memory_mib} or lower the buckets.",
         )
     return DecodeGraphs(session, graphs, dropped, backend=backend)

@@ -18,6 +18,7 @@ from accelerate_graph.common.errors import (
     UnsupportedModelError,
     first_line,
     is_out_of_memory,
+    option,
 )
 from accelerate_graph.compat import torch_internals
 from accelerate_graph.core.backends import Step
@@ -49,7 +50,7 @@ def draw_inputs(batch: int, steps: int, prompt_len: int, vocab: int, seed: int) 
 class DecodeSession:
     def __init__(self, model: torch.nn.Module, max_batch: int, max_cache_len: int):
         if max_cache_len < 2:
-            raise BadOptionError(f"--max-cache-len {max_cache_len} is too small.", "Use at least 2 slots.")
+            raise BadOptionError(f"{option('max_cache_len', max_cache_len)} is too small.", "Use at least 2 slots.")
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self.max_batch = max_batch
@@ -64,7 +65,7 @@ class DecodeSession:
                 raise self._out_of_memory() from err
             raise UnsupportedModelError(
                 f"transformers cannot build a static cache for {type(model).__name__}: {first_line(err, 300)}.",
-                "Use --mode eager for this model.",
+                "Use {mode='eager'} for this model.",
             ) from err
         longs = {"dtype": torch.long, "device": self.device}
         self.input_ids = torch.zeros(max_batch, 1, **longs)  # [B, 1]
@@ -81,7 +82,7 @@ class DecodeSession:
         return ResourceError(
             f"out of {where} memory allocating a static cache of {self.max_cache_len} slots for "
             f"{self.max_batch} rows (the largest bucket).",
-            "Lower the largest --buckets value or --max-cache-len.",
+            "Lower the largest {buckets} value or {max_cache_len}.",
         )
 
     def _allocate_cache(self) -> None:
@@ -94,7 +95,7 @@ class DecodeSession:
                     raise self._out_of_memory() from err
                 raise UnsupportedModelError(
                     f"{type(self.model).__name__} could not run a decode step with a static cache: {first_line(err, 300)}.",
-                    "Try --attn eager, or --mode eager.",
+                    "Try {attn='eager'}, or {mode='eager'}.",
                 ) from err
         self.kv.check_allocated()
         self.kv.reset()
@@ -179,7 +180,7 @@ class DecodeSession:
         if length >= self.max_cache_len:
             raise BadOptionError(
                 f"prompt length {length} leaves no room in a cache of {self.max_cache_len} slots.",
-                "Raise --max-cache-len or lower --prompt-len.",
+                "Raise {max_cache_len} or lower {prompt_len}.",
             )
         self.kv.rewind(0)
         step = chunk or length

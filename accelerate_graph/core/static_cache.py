@@ -14,7 +14,7 @@ import torch
 from transformers import StaticCache
 from transformers.cache_utils import Cache, StaticLayer
 
-from accelerate_graph.common.errors import ResourceError, UnsupportedModelError
+from accelerate_graph.common.errors import ResourceError, UnsupportedModelError, option
 from accelerate_graph.compat.transformers_internals import static_layer_view
 
 
@@ -27,7 +27,7 @@ def cache_argument_name(model: torch.nn.Module) -> str:
         return "past_key_values"
     raise UnsupportedModelError(
         f"{type(model).__name__}.forward takes neither `cache` nor `past_key_values`.",
-        "This model cannot run a static-cache decode step; use --mode eager.",
+        "This model cannot run a static-cache decode step; use {mode='eager'}.",
     )
 
 
@@ -55,7 +55,7 @@ def check_cache_fits(config, batch: int, cache_len: int, dtype: torch.dtype, dev
         raise ResourceError(
             f"a static cache of {cache_len} slots for {batch} rows needs {need / 2**30:.1f} GiB; "
             f"{free / 2**30:.1f} GiB of the GPU is free.",
-            f"Lower --max-cache-len to at most {fits} or the largest bucket.",
+            f"Lower {option('max_cache_len')} to at most {fits} or the largest bucket.",
         )
 
 
@@ -133,18 +133,18 @@ class SharedStaticCache:
                 raise UnsupportedModelError(
                     f"cache layer {i} is a {type(layer).__name__}, whose per-row state cannot be shared "
                     "between batch buckets (only plain static attention layers can).",
-                    "Use --mode eager for this model.",
+                    "Use {mode='eager'} for this model.",
                 )
             if not getattr(layer, "is_initialized", False) or not hasattr(layer, "keys"):
                 raise UnsupportedModelError(
                     f"cache layer {i} ({type(layer).__name__}) was not allocated by a forward pass.",
-                    "This model's layers do not all use the static cache; use --mode eager.",
+                    "This model's layers do not all use the static cache; use {mode='eager'}.",
                 )
             if not isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
                 raise UnsupportedModelError(
                     f"cache layer {i} ({type(layer).__name__}) keeps its write position in a Python int, "
                     "which a graph replay would never advance.",
-                    "Use --mode eager for this model.",
+                    "Use {mode='eager'} for this model.",
                 )
         self.allocated = True
 

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from accelerate_graph import settings as engine_settings
-from accelerate_graph.common.errors import BadOptionError, DistributedError, first_line
+from accelerate_graph.common.errors import BadOptionError, DistributedError, first_line, option
 
 KINDS = ("auto", "nccl", "oneshot")
 ONE_SHOT_MAX_BYTES = 1 << 20  # per message: 128 rows of a 4096-wide model in bf16; larger ones take NCCL
@@ -40,7 +40,10 @@ _kind = "nccl"
 
 def check_kind(kind: str) -> str:
     if kind not in KINDS:
-        raise BadOptionError(f"--allreduce {kind!r} is not one of {', '.join(KINDS)}.", "Use --allreduce nccl.")
+        raise BadOptionError(
+            f"{option('settings.allreduce', kind)} is not one of {', '.join(KINDS)}.",
+            "Use {settings.allreduce='nccl'}.",
+        )
     return kind
 
 
@@ -95,9 +98,9 @@ def _symmetric_buffer(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         symmetric_rendezvous(buffer, dist.group.WORLD.group_name)
     except Exception as err:  # noqa: BLE001 - any failure of the alpha API becomes one line
         raise DistributedError(
-            f"--allreduce oneshot: torch's symmetric memory could not map the peers' buffers on {device} "
+            f"{option('settings.allreduce', 'oneshot')}: torch's symmetric memory could not map the peers' buffers on {device} "
             f"({first_line(err, 200)}).",
-            "Use --allreduce nccl.",
+            "Use {settings.allreduce='nccl'}.",
         ) from None
     return buffer
 

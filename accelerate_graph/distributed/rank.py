@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from accelerate_graph.common.errors import BadOptionError, DeviceError, DistributedError
+from accelerate_graph.common.errors import BadOptionError, DeviceError, DistributedError, option
 from accelerate_graph.settings import TP_WORKER_ENV
 
 TIMEOUT_ENV = "CUGRAPH_ACCEL_DIST_TIMEOUT"  # seconds the rendezvous (and any collective) may wait
@@ -69,11 +69,11 @@ def timeout_seconds() -> float:
 def check_world_fits(world_size: int, device_type: str) -> None:
     """N GPUs for N ranks; on the CPU (gloo) any number of processes share the machine."""
     if world_size < 1:
-        raise BadOptionError(f"--tp {world_size} must be at least 1.")
+        raise BadOptionError(f"{option('tp', world_size)} must be at least 1.")
     if device_type == "cuda" and world_size > torch.cuda.device_count():
         raise DeviceError(
-            f"--tp {world_size} needs {world_size} GPUs, but {torch.cuda.device_count()} are visible.",
-            f"Use --tp {max(torch.cuda.device_count(), 1)} or fewer, or --device cpu (gloo).",
+            f"{option('tp', world_size)} needs {world_size} GPUs, but {torch.cuda.device_count()} are visible.",
+            f"Use {option('tp', max(torch.cuda.device_count(), 1))} or fewer, or {option('device', 'cpu')} (gloo).",
         )
 
 
@@ -97,7 +97,8 @@ def join(world_size: int, device: torch.device) -> RankInfo:
     rank, world, local = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK", _env_int("RANK"))
     if world != world_size:
         raise BadOptionError(
-            f"--tp {world_size} does not match this torchrun's WORLD_SIZE={world}.", f"Use --tp {world}."
+            f"{option('tp', world_size)} does not match this torchrun's WORLD_SIZE={world}.",
+            f"Use {option('tp', world)}.",
         )
     check_world_fits(world, device.type)
     if device.type == "cuda":

@@ -17,7 +17,7 @@ import re
 import torch
 import torch.distributed as dist
 
-from accelerate_graph.common.errors import UnsupportedModelError
+from accelerate_graph.common.errors import UnsupportedModelError, option
 from accelerate_graph.distributed import all_reduce
 
 STYLES = ("colwise", "rowwise")  # the styles dense decoders use; anything else is refused by name
@@ -29,7 +29,7 @@ def tp_plan(model: torch.nn.Module, reference: str) -> dict[str, str]:
     if not plan:
         raise UnsupportedModelError(
             f"{reference} ({config.model_type}) has no tensor-parallel plan (its config has no base_model_tp_plan).",
-            "Run it with --tp 1.",
+            "Run it with {tp=1}.",
         )
     return dict(plan)
 
@@ -47,8 +47,8 @@ def check_divisible(model: torch.nn.Module, world: int, reference: str) -> None:
     for count, what in ((heads, "attention heads (num_attention_heads)"), (kv_heads, "KV heads (num_key_value_heads)")):
         if count % world:
             raise UnsupportedModelError(
-                f"--tp {world}: {reference} has {count} {what}, which do not split evenly over {world} ranks.",
-                f"Use a --tp that divides {count}.",
+                f"{option('tp', world)}: {reference} has {count} {what}, which do not split evenly over {world} ranks.",
+                f"Use a {option('tp')} that divides {count}.",
             )
 
 
@@ -66,7 +66,9 @@ def _matches(plan: dict[str, str], base: torch.nn.Module) -> list[tuple[str, tor
 def _slice(tensor: torch.Tensor, dim: int, rank: int, world: int, where: str) -> torch.Tensor:
     size = tensor.shape[dim]
     if size % world:
-        raise UnsupportedModelError(f"--tp {world}: {where} has {size} rows along dim {dim}, not divisible by {world}.")
+        raise UnsupportedModelError(
+            f"{option('tp', world)}: {where} has {size} rows along dim {dim}, not divisible by {world}."
+        )
     part = size // world
     # A copy of the slice, never a view: a row slice (dim 0) is already contiguous, and a view of it
     # would keep the whole weight's storage alive (the 8B at tp 2 held 12.7 GiB per rank, not 8.0).
@@ -84,7 +86,7 @@ def _split_linear(name: str, module: torch.nn.Module, style: str, rank: int, wor
     if not isinstance(module, torch.nn.Linear):
         raise UnsupportedModelError(
             f"tensor-parallel style {style!r} on {name} ({type(module).__name__}) is not supported.",
-            "Run it with --tp 1.",
+            "Run it with {tp=1}.",
         )
     weight = module.weight
     if style == "colwise":
@@ -145,9 +147,9 @@ def shard_model(model: torch.nn.Module, rank: int, world: int, reference: str, r
     unsupported = sorted({style for _, _, style in targets} - set(STYLES))
     if unsupported:
         raise UnsupportedModelError(
-            f"{reference}'s tensor-parallel plan uses style {unsupported[0]!r}, which --tp does not implement "
+            f"{reference}'s tensor-parallel plan uses style {unsupported[0]!r}, which {option('tp')} does not implement "
             f"(only {', '.join(STYLES)}).",
-            "Run it with --tp 1.",
+            "Run it with {tp=1}.",
         )
     weight = next(model.parameters())
     kind = all_reduce.set_up(reduce, weight.device, weight.dtype)

@@ -27,7 +27,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from accelerate_graph import settings as engine_settings
-from accelerate_graph.common.errors import DROP_FUSE, CaptureError
+from accelerate_graph.common.errors import DROP_FUSE, CaptureError, option
 from accelerate_graph.compat import torch_internals
 from accelerate_graph.compat.transformers_internals import (
     cache_indices,
@@ -128,7 +128,7 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
     if indexed or lists:
         return (indexed or lists)[0]
     raise CaptureError(
-        f"--fuse compiles the decoder layers, and {type(model).__name__} has no list of "
+        f"{option('fuse')} compiles the decoder layers, and {type(model).__name__} has no list of "
         f"{count} layers (its config's num_hidden_layers).",
         DROP_FUSE,
     )
@@ -151,7 +151,7 @@ def _as_layer_zero(layer: torch.nn.Module):
             yield
     except IndexError as err:  # it reached past layer 0 of its one-layer cache
         raise CaptureError(
-            f"--fuse runs each decoder layer over its own slice of the cache, as layer 0, but "
+            f"{option('fuse')} runs each decoder layer over its own slice of the cache, as layer 0, but "
             f"{type(layer).__name__} addressed another layer's slot ({err}): it shares or offsets its cache.",
             DROP_FUSE,
         ) from err
@@ -214,7 +214,7 @@ def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int
             bound.arguments[name] = prepared(name, value)
     if caches != 1:
         raise CaptureError(
-            f"--fuse compiles each decoder layer over its own slice of the cache, but layer {index} "
+            f"{option('fuse')} compiles each decoder layer over its own slice of the cache, but layer {index} "
             f"({type(layer).__name__}) was called with {caches} caches among its arguments.",
             DROP_FUSE,
         )
@@ -407,7 +407,7 @@ class FusedForward:
                 torch_internals.add_to_each(self._unadvanced, 1)
         if self._layer_calls < len(self.layers):
             raise CaptureError(
-                f"--fuse compiles the {len(self.layers)} decoder layers it found in {type(self.model).__name__}, "
+                f"{option('fuse')} compiles the {len(self.layers)} decoder layers it found in {type(self.model).__name__}, "
                 f"but the step called them {self._layer_calls} times: it runs its layers some other way.",
                 DROP_FUSE,
             )

@@ -44,9 +44,9 @@ def _same_signature(wrapper, original):
 
 
 class Accelerated:
-    """The handle `accelerate()` returns: `counts`, `graphs`, `undo()`; also a context manager."""
+    """The handle `accelerate()` returns: `counts`, `graphs`, `notes`, `undo()`; also a context manager."""
 
-    def __init__(self, model: torch.nn.Module, graphs, undo_extra=(), settings=None):
+    def __init__(self, model: torch.nn.Module, graphs, undo_extra=(), settings=None, notes=()):
         from transformers.modeling_outputs import CausalLMOutputWithPast
 
         from accelerate_graph import settings as engine_settings
@@ -57,6 +57,7 @@ class Accelerated:
         self.graphs = graphs
         self.session = graphs.session
         self.counts = Counts()
+        self.notes = list(notes)  # what the capture chose that the call did not ask for (a shorter cache, ...)
         self._output = CausalLMOutputWithPast
         self._field = _output_cache_field()
         self._mask_2d: torch.Tensor | None = None
@@ -190,7 +191,7 @@ class Accelerated:
 def accelerate(
     model: torch.nn.Module,
     buckets=(1, 2, 4, 8),
-    max_cache_len: int = 1024,
+    max_cache_len: int | None = None,
     fuse: bool = False,
     mode: str = "auto",
     contexts: tuple[int, ...] | None = None,
@@ -198,14 +199,39 @@ def accelerate(
     settings=None,
 ) -> Accelerated:
     """Capture decode graphs for `model` (already loaded, on its device) and route its `generate()`'s
-    decode steps through them. Returns a handle; `handle.undo()` (or leaving `with`) restores the model.
+    decode steps through them: the capture flow `cugraph-accel capture` runs (capture_flow.py). Returns a
+    handle; `handle.undo()` (or leaving `with`) restores the model.
+    `max_cache_len`: slots per row of the cache; None: 1024, or the model's positions where it has fewer
+    (a warning and `handle.notes` say so); more than the model's positions is refused.
     `settings`: the engine settings (accelerate_graph.settings) to capture and run under; None, those in
     use now (the defaults, unless inside `settings.use(...)`)."""
-    from accelerate_graph import settings as engine_settings
-    from accelerate_graph.generate.graphs_for_model import capture_for_model
+    import warnings
 
-    settings = settings if settings is not None else engine_settings.current()
-    graphs, undo_extra = capture_for_model(
-        model, tuple(buckets), max_cache_len, fuse, mode, contexts, emulate, settings
+    from accelerate_graph import settings as engine_settings
+    from accelerate_graph.capture_flow import GraphRequest, capture_model, resolve_cache_len
+    from accelerate_graph.common.errors import BadOptionError, CaptureError, option
+    from accelerate_graph.models.recipes import RecipeDefaults
+
+    if mode == "eager":
+        raise BadOptionError(
+            f"{option('mode', 'eager')} captures no graph for accelerate() to replay.",
+            f"Use {option('mode', 'auto')}, or the model's own generate() without accelerate().",
+        )
+    cache_len, shortened = resolve_cache_len(max_cache_len, RecipeDefaults().max_cache_len, model.config)
+    request = GraphRequest(
+        buckets=tuple(buckets),
+        cache_len=cache_len,
+        prompt_len=cache_len // 2,
+        settings=settings if settings is not None else engine_settings.current(),
+        mode=mode,
+        contexts=contexts,
+        fuse=fuse,
+        emulate=emulate,
     )
-    return Accelerated(model, graphs, undo_extra, settings)
+    captured = capture_model(model, request)
+    if captured.graphs is None:
+        raise CaptureError(f"no graph can be captured for this model: {captured.decision.regions.reason}")
+    notes = ([shortened] if shortened else []) + captured.notes
+    for note in notes:
+        warnings.warn(note, stacklevel=2)
+    return Accelerated(model, captured.graphs, captured.undo, request.settings, notes)

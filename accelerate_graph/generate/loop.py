@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from accelerate_graph.common.errors import BadOptionError, NonFiniteError
+from accelerate_graph.common.errors import BadOptionError, NonFiniteError, option
 from accelerate_graph.core.buckets import bucket_for
 from accelerate_graph.core.capture import DecodeGraphs
 from accelerate_graph.generate.lagged_reader import LaggedReader, Ready
@@ -55,13 +55,13 @@ def check_fits(prompt_len: int, max_new_tokens: int, cache_len: int) -> None:
     if prompt_len >= cache_len:
         raise BadOptionError(
             f"a prompt of {prompt_len} tokens leaves no room in a cache of {cache_len} slots.",
-            "Shorten the prompt or capture with a larger --max-cache-len.",
+            "Shorten the prompt or capture with a larger {max_cache_len}.",
         )
     if prompt_len + max_new_tokens - 1 > cache_len:
         raise BadOptionError(
-            f"--max-new-tokens {max_new_tokens} after a prompt of {prompt_len} tokens needs "
+            f"{option('max_new_tokens', max_new_tokens)} after a prompt of {prompt_len} tokens needs "
             f"{prompt_len + max_new_tokens - 1} cache slots; the cache holds {cache_len}.",
-            f"Lower --max-new-tokens to at most {cache_len - prompt_len + 1} or raise --max-cache-len.",
+            f"Lower {option('max_new_tokens')} to at most {cache_len - prompt_len + 1} or raise {option('max_cache_len')}.",
         )
 
 
@@ -95,7 +95,7 @@ class NativeLoop:
     ) -> Generation:
         """Generate for every prompt, in chunks of the largest bucket."""
         if max_new_tokens < 1:
-            raise BadOptionError(f"--max-new-tokens {max_new_tokens} is invalid.", "Use at least 1.")
+            raise BadOptionError(f"{option('max_new_tokens', max_new_tokens)} is invalid.", "Use at least 1.")
         for i, prompt in enumerate(prompts):
             if len(prompt) == 0:
                 raise BadOptionError(f"prompt {i + 1} is empty.", "Give every prompt at least one token.")

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from accelerate_graph.common.errors import BadOptionError
+from accelerate_graph.common.errors import BadOptionError, option
 
 Prompt = str | list[int]  # text, or token ids given directly
 
@@ -19,17 +19,19 @@ def read_prompts_file(path: Path) -> list[Prompt]:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
-        raise BadOptionError(f"--prompts {path} cannot be read: {err}.", "Give a UTF-8 JSONL file.") from err
+        raise BadOptionError(
+            f"{option('prompts', str(path))} cannot be read: {err}.", "Give a UTF-8 JSONL file."
+        ) from err
     prompts = [_prompt_from_line(line, path, number) for number, line in enumerate(lines, 1) if line.strip()]
     if not prompts:
         raise BadOptionError(
-            f"--prompts {path} holds no prompt.", 'Write one JSON value a line, e.g. {"prompt": "Hi"}.'
+            f"{option('prompts', str(path))} holds no prompt.", 'Write one JSON value a line, e.g. {"prompt": "Hi"}.'
         )
     return prompts
 
 
 def _prompt_from_line(line: str, path: Path, number: int) -> Prompt:
-    where = f"--prompts {path} line {number}"
+    where = f"{option('prompts', str(path))} line {number}"
     try:
         value = json.loads(line)
     except json.JSONDecodeError as err:
@@ -60,20 +62,20 @@ def parse_input_ids(text: str) -> list[int]:
         ids = [int(item) for item in items]
     except ValueError as err:
         raise BadOptionError(
-            f"--input-ids {text!r} is not a list of token ids.", "Write e.g. --input-ids 1,15,27."
+            f"{option('input_ids', text)} is not a list of token ids.", "Write e.g. {input_ids='1,15,27'}."
         ) from err
     if any(i < 0 for i in ids):
-        raise BadOptionError(f"--input-ids {text!r} has a negative id.", "Token ids are whole numbers >= 0.")
+        raise BadOptionError(f"{option('input_ids', text)} has a negative id.", "Token ids are whole numbers >= 0.")
     return ids
 
 
 def collect_prompts(texts: list[str] | None, file: Path | None, input_ids: list[str] | None) -> list[Prompt]:
-    given = [name for name, v in (("--prompt", texts), ("--prompts", file), ("--input-ids", input_ids)) if v]
+    given = [name for name, v in (("{prompt}", texts), ("{prompts}", file), ("{input_ids}", input_ids)) if v]
     if len(given) != 1:
         raise BadOptionError(
-            "give exactly one of --prompt, --prompts and --input-ids"
+            "give exactly one of {prompt}, {prompts} and {input_ids}"
             + (f" (got {', '.join(given)})." if given else "."),
-            'e.g. --prompt "Once upon a time".',
+            'e.g. {prompt} "Once upon a time".',
         )
     if file is not None:
         prompts = read_prompts_file(file)
@@ -127,7 +129,7 @@ def encode_prompts(prompts: list[Prompt], tokenizer, model_label: str) -> Tokens
             if tokenizer is None:
                 raise BadOptionError(
                     f"{model_label} has no tokenizer, so text prompts cannot be encoded.",
-                    "Give token ids with --input-ids 1,15,27 (or input_ids in --prompts).",
+                    "Give token ids with {input_ids='1,15,27'} (or input_ids in {prompts}).",
                 )
             prompt = tokenizer(prompt, add_special_tokens=True)["input_ids"]
             if len(prompt) == 0:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from accelerate_graph.common.errors import BadOptionError
+from accelerate_graph.common.errors import BadOptionError, option
 
 
 @dataclass(frozen=True)
@@ -29,15 +29,15 @@ class Sampling:
         """One line per bad value, before any model is loaded."""
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise BadOptionError(
-                f"--temperature {self.temperature} is invalid.", "Use 0 (greedy) or a positive number."
+                f"{option('temperature', self.temperature)} is invalid.", "Use 0 (greedy) or a positive number."
             )
         if self.top_k < 0:
-            raise BadOptionError(f"--top-k {self.top_k} is invalid.", "Use 0 (no limit) or a positive count.")
+            raise BadOptionError(f"{option('top_k', self.top_k)} is invalid.", "Use 0 (no limit) or a positive count.")
         if not (0.0 < self.top_p <= 1.0):
-            raise BadOptionError(f"--top-p {self.top_p} is invalid.", "Use a value in (0, 1].")
+            raise BadOptionError(f"{option('top_p', self.top_p)} is invalid.", "Use a value in (0, 1].")
         if self.greedy and (self.top_k or self.top_p < 1.0):
             raise BadOptionError(
-                "--top-k/--top-p only apply when sampling.", "Give --temperature above 0 as well (e.g. 0.7)."
+                "{top_k} and {top_p} only apply when sampling.", "Give {temperature} above 0 as well (e.g. 0.7)."
             )
         return self
 

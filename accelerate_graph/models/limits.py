@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accelerate_graph.common.errors import BadOptionError
+from accelerate_graph.common.errors import BadOptionError, option
 
 # The names configs use for "how many positions this model has", in the order they are trusted.
 POSITION_KEYS = (
@@ -43,8 +43,8 @@ def cache_length(requested: int | None, default: int, config) -> tuple[int, str 
     if requested is not None:
         if limit is not None and requested > limit:
             raise BadOptionError(
-                f"--max-cache-len {requested} is longer than the model's {limit} positions ({key} in its config).",
-                f"Use --max-cache-len {limit} or less.",
+                f"{option('max_cache_len', requested)} is longer than the model's {limit} positions ({key} in its config).",
+                f"Use {option('max_cache_len', limit)} or less.",
             )
         return requested, None
     if limit is not None and default > limit:

@@ -228,7 +228,7 @@ def load_model(
             raise
         raise ResourceError(
             f"out of memory loading {reference} in {dtype_name(dtype)} on {device}: its weights do not fit.",
-            "Use a smaller --dtype (bf16), another --device, or a smaller model.",
+            "Use a smaller {dtype} (bf16), another {device}, or a smaller model.",
         ) from err
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from accelerate_graph.common.errors import BadOptionError, CpuTimingRefused, DeviceError
+from accelerate_graph.common.errors import BadOptionError, CpuTimingRefused, DeviceError, option
 from accelerate_graph.fused.kernels import configs
 from accelerate_graph.tune.model_shapes import LayerShapes, layer_shapes
 from accelerate_graph.tune.sweep import BucketResult, tune_bucket
@@ -55,7 +55,7 @@ def check_buckets(buckets: Sequence[int]) -> tuple[int, ...]:
     wrong = [b for b in buckets if b not in configs.M_BUCKETS]
     if wrong or not buckets:
         raise BadOptionError(
-            f"--buckets {','.join(map(str, buckets))}: the tuning table keeps configs for "
+            f"{option('buckets', tuple(buckets))}: the tuning table keeps configs for "
             f"{','.join(map(str, configs.M_BUCKETS))} rows only.",
             f"Give some of {','.join(map(str, configs.M_BUCKETS))}.",
         )
@@ -111,7 +111,7 @@ def run_tune(
 
     buckets = check_buckets(buckets)
     if budget_s < 0:
-        raise BadOptionError(f"--budget-s {budget_s:g} is negative.", "Give 0 or more seconds.")
+        raise BadOptionError(f"{option('budget_s', budget_s)} is negative.", "Give 0 or more seconds.")
     device = gpu_at_hand()
     name = torch.cuda.get_device_name(device)
     path = Path(out) if out is not None else configs.user_table_path(name)

@@ -45,7 +45,7 @@ def check_target(path: Path, device: str, force: bool) -> None:
     if found != device:
         raise BadOptionError(
             f"{path} is a tuning table for {found or 'an unnamed device'}, not for {device}.",
-            "Choose another --out, or pass --force to replace it.",
+            "Choose another {out}, or pass {force=True} to replace it.",
         )
 
 

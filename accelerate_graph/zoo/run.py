@@ -23,12 +23,12 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedConfig
 
 from accelerate_graph import settings as engine_settings
+from accelerate_graph.capture_flow import decide_regions
 from accelerate_graph.common.devices import resolve_device
 from accelerate_graph.common.errors import UnsupportedModelError
 from accelerate_graph.core.backends import backend_for
 from accelerate_graph.core.capture import capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
-from accelerate_graph.pipeline import decide_regions
 from accelerate_graph.verify.against_eager import verify_graphs
 from accelerate_graph.zoo.configs import quiet, tiny_config
 from accelerate_graph.zoo.model_types import model_features, skipped_model_types

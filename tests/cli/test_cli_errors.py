@@ -640,3 +640,45 @@ def test_verify_says_where_its_time_went(good_plan, monkeypatch):
     assert data["seconds"] == {"prefill": 2.0, "eager": cases, "replay": cases, "judging": cases}  # float32 model
     shown = invoke("verify", "--plan", good_plan)
     assert "verify took" in shown.output and "prefill" in shown.output
+
+
+def test_an_error_names_the_keyword_in_python_and_the_flag_on_the_command_line():
+    """One error, two spellings of its options: `str(err)` writes the Python keyword, the CLI the flag; the
+    exit code is the error's own."""
+    from accelerate_graph.common.errors import BadOptionError
+    from accelerate_graph.pipeline import CaptureRequest, prepare
+
+    with pytest.raises(BadOptionError) as err:
+        prepare(CaptureRequest(model="tiny", device="cpu", max_cache_len=10, prompt_len=20))
+    assert str(err.value) == (
+        "prompt_len=20 leaves no room in a cache of 10 slots. Lower prompt_len or raise max_cache_len."
+    )
+    result = invoke("capture", "tiny", "--device", "cpu", "--max-cache-len", "10", "--prompt-len", "20")
+    line = error_line(result, err.value.exit_code)
+    assert line == (
+        "error: --prompt-len 20 leaves no room in a cache of 10 slots. Lower --prompt-len or raise --max-cache-len."
+    )
+
+
+@pytest.mark.parametrize(
+    ("placeholder", "keyword", "flag"),
+    [
+        ("{max_cache_len}", "max_cache_len", "--max-cache-len"),
+        ("{mode='eager'}", "mode='eager'", "--mode eager"),
+        ("{fuse=False}", "fuse=False", "no --fuse"),
+        ("{force=True}", "force=True", "--force"),
+        ("{buckets=(1, 8)}", "buckets=(1, 8)", "--buckets 1,8"),
+        ("{max_memory_mib=64.5}", "max_memory_mib=64.5", "--max-memory 64.5"),
+        ("{contexts}", "contexts", "--context-buckets"),
+        ("{device='0\\x1e0'}", "device='0\\x1e0'", "--device '0\\x1e0'"),
+        ("{settings.allreduce='nccl'}", "settings.replace(allreduce='nccl')", "--set allreduce=nccl"),
+        ("{settings.pdl=False}", "settings.replace(pdl=False)", "--set pdl=off"),
+        ('e.g. {"prompt": "Hi"}', 'e.g. {"prompt": "Hi"}', 'e.g. {"prompt": "Hi"}'),  # JSON is no placeholder
+    ],
+)
+def test_an_option_placeholder_is_written_as_keyword_or_flag(placeholder, keyword, flag):
+    from accelerate_graph.common.errors import CaptureError
+    from cli.errors import describe
+
+    err = CaptureError(placeholder)
+    assert str(err) == keyword and describe(err) == (flag, 1)

@@ -84,7 +84,7 @@ def test_bench_json_refuses_to_overwrite_the_plan(tiny_plan):
 def test_outputs_never_replace_a_plan_recipe_or_model_file_without_force(tmp_path, name, content):
     path = tmp_path / name
     path.write_bytes(content)
-    with pytest.raises(BadOptionError, match="--force"):
+    with pytest.raises(BadOptionError, match="pass force=True to replace it"):
         check_writable(path, "JSON results")
     check_writable(path, "JSON results", force=True)  # said plainly: allowed
     (tmp_path / "results.json").write_text("{}")
@@ -393,8 +393,8 @@ def test_host_out_of_memory_says_memory_not_attention(monkeypatch, tiny_model_di
     monkeypatch.setattr(decode_session.DecodeSession, "forward", no_memory)
     with pytest.raises(ResourceError) as err:
         decode_session.DecodeSession(model, 4, 32)
-    assert "out of host memory" in str(err.value) and "--attn" not in str(err.value)
-    assert "--buckets" in str(err.value)
+    assert "out of host memory" in str(err.value) and "attn" not in str(err.value)
+    assert "Lower the largest buckets value or max_cache_len." in str(err.value)
 
 
 @pytest.mark.parametrize("option", ["--plan", "--json"])

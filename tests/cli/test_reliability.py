@@ -66,7 +66,7 @@ def test_capture_failure_names_module_and_operation(session):
     message = str(err.value)
     assert "bucket 1 failed in model.layers.1.post_attention_layernorm (HostReadingNorm)" in message
     assert ".item()" in message and "hazard_modules.py:" in message
-    assert "--mode piecewise" in message
+    assert "mode='piecewise'" in message
 
 
 def test_cache_that_cannot_fit_gets_the_number_it_needs(session, monkeypatch):
@@ -74,7 +74,7 @@ def test_cache_that_cannot_fit_gets_the_number_it_needs(session, monkeypatch):
     per_slot = estimate_cache_bytes(config, 1, 1, torch.float32)
     assert per_slot == 2 * 2 * 2 * 16 * 4  # K+V, 2 layers, 2 kv heads, head_dim 16, fp32
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (per_slot * 1000, per_slot * 2000))
-    with pytest.raises(ResourceError, match=r"needs .* GiB; .* free\. Lower --max-cache-len to at most 900 "):
+    with pytest.raises(ResourceError, match=r"needs .* GiB; .* free\. Lower max_cache_len to at most 900 "):
         check_cache_fits(config, 1, 4096, torch.float32, torch.device("cuda"))
     check_cache_fits(config, 1, 800, torch.float32, torch.device("cuda"))  # fits: no error
 

@@ -5,11 +5,11 @@ import torch
 from hazard_modules import ConstantScaledNorm, HostConstantNorm, HostReadingNorm
 from tiny_models import tiny_decoder
 
+from accelerate_graph.capture_flow import decide_regions
 from accelerate_graph.core.backends import backend_for
 from accelerate_graph.core.capture import capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.models.loading import load_model
-from accelerate_graph.pipeline import decide_regions
 from accelerate_graph.verify.against_eager import verify_graphs
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

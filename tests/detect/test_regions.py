@@ -8,13 +8,13 @@ from hazard_modules import ConstantScaledNorm, CountingHead, HostReadingNorm
 from tiny_models import FALCON_INDEXES_WITH_LISTS, SMALL_DECODER, tiny_decoder
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from accelerate_graph.capture_flow import decide_regions
 from accelerate_graph.common.errors import CaptureError
 from accelerate_graph.core.backends import EmulatedBackend
 from accelerate_graph.core.capture import capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.detect.hazards import find_hazards
 from accelerate_graph.models.loading import load_model
-from accelerate_graph.pipeline import decide_regions
 from accelerate_graph.verify.against_eager import verify_graphs
 
 CPU = torch.device("cpu")
@@ -125,7 +125,7 @@ def test_a_moved_cpu_constant_is_served_until_its_content_changes():
 def test_mode_full_refuses_an_unsafe_step_with_the_reason(tiny_model_dir):
     session = llama_session(tiny_model_dir)
     session.model.lm_head = CountingHead(session.model.lm_head)
-    with pytest.raises(CaptureError, match="--mode full refused: python-value in lm_head"):
+    with pytest.raises(CaptureError, match="mode='full' refused: python-value in lm_head"):
         decide_regions(session, "full", 1)
 
 
@@ -142,7 +142,7 @@ def test_hazard_in_the_decoder_stack_runs_eagerly(tiny_model_dir):
     decision = decide_regions(session, "auto", 1)
     assert decision.regions.mode == "eager"
     assert "holds most of the model" in decision.regions.reason
-    with pytest.raises(CaptureError, match="--mode piecewise refused"):
+    with pytest.raises(CaptureError, match="mode='piecewise' refused"):
         decide_regions(session, "piecewise", 1)
 
 
@@ -185,7 +185,7 @@ def test_locations_point_at_modeling_code_even_under_a_folder_named_torch():
 
 def test_a_registered_model_fix_is_applied_in_order_with_one_signature(tiny_model_dir, monkeypatch):
     """One ModelFix in MODEL_FIXES is all a new fix needs; each sees what the one before it left."""
-    import accelerate_graph.pipeline as pipeline
+    import accelerate_graph.capture_flow as capture_flow
     from accelerate_graph.detect.fixes import MODEL_FIXES, ModelFix
 
     session = llama_session(tiny_model_dir)
@@ -199,7 +199,7 @@ def test_a_registered_model_fix_is_applied_in_order_with_one_signature(tiny_mode
         session.model.lm_head = session.model.lm_head.head
         return "the counting head was unwrapped", redetect()
 
-    monkeypatch.setattr(pipeline, "MODEL_FIXES", (*MODEL_FIXES, ModelFix("unwrap", unwrap_counting_head)))
+    monkeypatch.setattr(capture_flow, "MODEL_FIXES", (*MODEL_FIXES, ModelFix("unwrap", unwrap_counting_head)))
     decision = decide_regions(session, "auto", 1)
     assert seen == [["CountingHead"]]
     assert decision.fixes == ["the counting head was unwrapped"]

@@ -68,7 +68,7 @@ def test_heads_must_divide(overrides, world, needle):
 
 def test_model_without_a_plan_is_refused():
     model = tiny_decoder("gpt2", n_embd=64, n_layer=1, n_head=4)
-    with pytest.raises(UnsupportedModelError, match=r"tiny-gpt2 \(gpt2\) has no tensor-parallel plan.*--tp 1"):
+    with pytest.raises(UnsupportedModelError, match=r"tiny-gpt2 \(gpt2\) has no tensor-parallel plan.*tp=1"):
         shard_model(model, 0, 2, "tiny-gpt2")
 
 
@@ -76,14 +76,14 @@ def test_more_ranks_than_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     rank.check_world_fits(2, "cuda")
     rank.check_world_fits(5, "cpu")  # gloo: processes share the CPU
-    with pytest.raises(DeviceError, match=r"--tp 3 needs 3 GPUs, but 2 are visible\. Use --tp 2 or fewer"):
+    with pytest.raises(DeviceError, match=r"tp=3 needs 3 GPUs, but 2 are visible\. Use tp=2 or fewer"):
         rank.check_world_fits(3, "cuda")
 
 
 def test_tp_must_match_torchrun_world_size(monkeypatch):
     for name, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
         monkeypatch.setenv(name, value)
-    with pytest.raises(BadOptionError, match=r"^--tp 2 does not match this torchrun's WORLD_SIZE=1\. Use --tp 1\.$"):
+    with pytest.raises(BadOptionError, match=r"^tp=2 does not match this torchrun's WORLD_SIZE=1\. Use tp=1\.$"):
         rank.join(2, torch.device("cpu"))
     assert rank.current() is None
 
@@ -114,7 +114,7 @@ def test_emulation_replays_collectives():
 def test_max_memory_is_refused_before_any_rendezvous():
     from accelerate_graph.pipeline import CaptureRequest, prepare
 
-    with pytest.raises(BadOptionError, match="--max-memory with --tp is not supported"):
+    with pytest.raises(BadOptionError, match="max_memory_mib with tp is not supported"):
         prepare(CaptureRequest(model="tiny", device="cpu", tp=2, max_memory_mib=64.0))
     assert rank.current() is None
 

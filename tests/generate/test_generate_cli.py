@@ -66,11 +66,11 @@ def test_single_prompt_streams_its_text(tokenized_model_dir):
         (["--prompt", ""], ["prompt 1 is empty"]),
         (["--prompt", "w1", "--temperature", "-1"], ["--temperature -1.0"]),
         (["--prompt", "w1", "--temperature", "0.5", "--top-p", "1.5"], ["--top-p 1.5"]),
-        (["--prompt", "w1", "--top-k", "5"], ["--top-k/--top-p only apply when sampling"]),
+        (["--prompt", "w1", "--top-k", "5"], ["--top-k and --top-p only apply when sampling"]),
         (["--prompt", "w1", "--max-new-tokens", "60"], ["--max-new-tokens 60", "cache holds 48"]),
         (["--prompt", " ".join(["w1"] * 50)], ["prompt 1", "50 tokens", "48 slots"]),
         ([], ["exactly one of --prompt"]),
-        (["--input-ids", "1,x"], ["--input-ids '1,x'"]),
+        (["--input-ids", "1,x"], ["--input-ids 1,x is not a list of token ids"]),
     ],
 )
 def test_bad_input_is_one_clear_line_and_writes_nothing(tokenized_model_dir, tmp_path, args, needles):
@@ -108,7 +108,7 @@ def test_prompt_helpers():
         collect_prompts(["a"], None, ["1"])
     check_fits(10, 39, 48)
     with pytest.raises(
-        BadOptionError, match="needs 49 cache slots; the cache holds 47. Lower --max-new-tokens to at most 38"
+        BadOptionError, match="needs 49 cache slots; the cache holds 47. Lower max_new_tokens to at most 38"
     ):
         check_fits(10, 40, 47)
 

@@ -66,7 +66,7 @@ def test_default_is_cut_to_the_limit_and_an_explicit_longer_cache_refused():
     assert "cache length 256, not the default 1024" in cache_length(None, 1024, config)[1]
     assert cache_length(128, 1024, config) == (128, None)
     with pytest.raises(
-        BadOptionError, match=r"--max-cache-len 512 is longer than the model's 256 positions \(n_positions"
+        BadOptionError, match=r"max_cache_len=512 is longer than the model's 256 positions \(n_positions"
     ):
         cache_length(512, 1024, config)
 
@@ -119,5 +119,29 @@ def test_cli_refuses_with_one_line(short_model, tmp_path):
     )
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "512 is longer than the model's 256 positions" in errors[0], result.output
+    assert len(errors) == 1 and "--max-cache-len 512 is longer than the model's 256 positions" in errors[0], (
+        result.output
+    )
     assert "Traceback" not in result.output
+
+
+def test_the_drop_in_holds_its_cache_to_the_positions_as_the_cli_does(short_model):
+    """accelerate(): a longer cache asked for is refused naming the keyword (its replays would index past the
+    position table); the default is cut to the positions, said once, and generate() then replays graphs."""
+    from accelerate_graph.generate.dropin import accelerate
+
+    model = loading.load_model(short_model("gpt2"), torch.device("cpu"), torch.float32, "sdpa", None).model
+    with pytest.raises(BadOptionError) as refused:
+        accelerate(model, buckets=(1,), max_cache_len=1024, emulate=True)
+    assert str(refused.value) == (
+        "max_cache_len=1024 is longer than the model's 256 positions (n_positions in its config). "
+        "Use max_cache_len=256 or less."
+    )
+    ids = torch.tensor([[3, 4, 5]])
+    expected = model.generate(input_ids=ids, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    with pytest.warns(UserWarning, match="cache length 256, not the default 1024"):
+        handle = accelerate(model, buckets=(1,), contexts=(), emulate=True)
+    with handle:
+        assert handle.session.max_cache_len == 256 and len(handle.notes) == 1
+        got = model.generate(input_ids=ids, max_new_tokens=6, do_sample=False, pad_token_id=0)
+        assert torch.equal(got, expected) and handle.counts.graph_steps == 5

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from tiny_models import tiny_decoder
 
+from accelerate_graph.capture_flow import decide_regions
 from accelerate_graph.core.backends import backend_for
 from accelerate_graph.core.decode_session import DecodeSession
-from accelerate_graph.pipeline import decide_regions
 from accelerate_graph.verify.against_eager import verify_graphs
 from accelerate_graph.verify.cases import BASIC, Coverage, plan_cases
 from accelerate_graph.verify.faults import Fault, capture_with_fault

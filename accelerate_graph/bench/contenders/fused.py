@@ -14,7 +14,7 @@ from accelerate_graph.bench.contenders.graph import replay_step
 def captured_fused(run: ContextRun) -> Iterator:
     """Capture the inductor-compiled step on the same session; a failure costs only the fused rows. A plan
     prepared with --fuse (bench.run.fused_alone, or a fused plan file) has those graphs already."""
-    from accelerate_graph.common.errors import CaptureError, VerificationError, is_out_of_memory
+    from accelerate_graph.common.errors import CaptureError, VerificationError, is_out_of_memory, render_options
     from accelerate_graph.pipeline import capture_fused
 
     plan, info = run.prepared.plan, run.info
@@ -23,7 +23,7 @@ def captured_fused(run: ContextRun) -> Iterator:
     try:
         fused = run.graphs if plan.fuse else capture_fused(run.prepared, run.request)
     except (CaptureError, VerificationError) as err:
-        info.notes.append(f"no fused row: {err.message}")
+        info.notes.append(f"no fused row: {render_options(err.message)}")
         fused = None
     except Exception as err:  # noqa: BLE001 - a compiler failure must not cost the other contenders' rows
         if is_out_of_memory(err):

@@ -171,7 +171,7 @@ class CudaGraphBackend:
                 raise
             raise CaptureError(
                 f"CUDA graph capture failed: {first_line(err)}",
-                "Run `cugraph-accel capture --mode piecewise` or `--mode eager`.",
+                "Use {mode='piecewise'} or {mode='eager'}.",
             ) from err
         torch.cuda.current_stream(self.device).wait_stream(self.stream)
         torch.cuda.synchronize(self.device)

@@ -76,7 +76,7 @@ class _Recorder(DispatchMode):
         if not self.in_island:
             raise CaptureError(
                 f"cannot capture {what} at {caller_location()}: it reads a device value on the host.",
-                "Use --mode piecewise or --mode eager for this model.",
+                "Use {mode='piecewise'} or {mode='eager'} for this model.",
             )
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -86,7 +86,7 @@ class _Recorder(DispatchMode):
         if func in HOST_SYNC_OPS:
             raise CaptureError(
                 f"cannot capture {func.name()} at {caller_location()}: {HOST_SYNC_OPS[func]}.",
-                "Use --mode piecewise or --mode eager for this model.",
+                "Use {mode='piecewise'} or {mode='eager'} for this model.",
             )
         out = func(*args, **kwargs)
         inputs = [a for a in pytree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]

@@ -1,6 +1,6 @@
 """Model fixes: changes that keep a decode step whole instead of cutting it into graph segments, each
 applied only where the hazards found call for it. One file per fix; `MODEL_FIXES` lists them in the
-order `pipeline.decide_regions` applies them, each to the hazards the one before it left."""
+order `capture_flow.decide_regions` applies them, each to the hazards the one before it left."""
 
 from __future__ import annotations
 
