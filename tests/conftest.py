@@ -14,8 +14,19 @@ _ADDOPTS = "PYTEST_ADDOPTS"
 _saved_addopts = pytest.StashKey[str | None]()
 
 
+_TERMINAL_SIZE = ("COLUMNS", "LINES")
+
+
 def pytest_configure(config):
-    # pytest-xdist (make test): the workers share the cores, so each takes its share for torch's threads
+    # pytest-xdist (make test): a worker's environment says 80 x 24 where its controller's said nothing (the
+    # CLI then wraps its output as in a terminal); it gets the controller's values back
+    worker = getattr(config, "workerinput", None)
+    for name, value in (worker or {}).get("terminal_size", {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    # the workers share the cores, so each takes its share for torch's threads
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     if workers > 1:
         import torch
@@ -50,6 +61,7 @@ def _whole_suite(config) -> bool:
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):  # pytest-xdist's controller, for each worker it starts
     node.workerinput["whole_suite"] = _whole_suite(node.config)
+    node.workerinput["terminal_size"] = {name: os.environ.get(name) for name in _TERMINAL_SIZE}
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
