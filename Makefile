@@ -26,12 +26,17 @@ quickstart: install
 	$(BIN)/cugraph-accel capture --force --plan $(VENV)/quickstart.plan.yaml && $(BIN)/cugraph-accel verify --plan $(VENV)/quickstart.plan.yaml
 	@echo "next: run 'source $(VENV)/bin/activate' to put cugraph-accel on your PATH (or call $(BIN)/cugraph-accel); then cugraph-accel --help"
 
+# The tests run in one process per CPU core (pytest-xdist; WORKERS=0: in this process alone); the GPU tests
+# share one worker (conftest.py), so they never meet on one device.
+WORKERS ?= auto
+PYTEST := $(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup
+
 test: install
-	$(BIN)/python -m pytest -m "not exhaustive"
+	$(PYTEST) -m "not exhaustive"
 
 # CUGRAPH_ACCEL_FULL_ZOO: the zoo test over every decoder type, not only its representative subset.
 test-all: install
-	CUGRAPH_ACCEL_FULL_ZOO=1 $(BIN)/python -m pytest
+	CUGRAPH_ACCEL_FULL_ZOO=1 $(PYTEST)
 
 quality: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -62,7 +62,6 @@ REFERENCE_OPS = _ops(
     "torch", skinny_matmul.reference_norm_projections, skinny_matmul.reference_linear_residual,
     skinny_matmul.reference_norm_gate_up,
 )  # fmt: skip
-KERNEL_OPS = _ops("triton", skinny_matmul.norm_projections, skinny_matmul.linear_residual, skinny_matmul.norm_gate_up)
 
 
 # -- q/k/v and gate/up as one projection each, in the model's dtype as HF rounds them -------------------
@@ -194,8 +193,7 @@ def _merged_linear_residual(x, weight, bias, residual):
 
 # At batch 1, where the skinny kernels do not run, the projections are inductor's GEMVs (gemv_lowering).
 # Gate and up as two GEMVs over the halves of the one weight become one kernel with silu(gate) * up in its
-# epilogue; the split output of one GEMV needs a pointwise kernel after it (slower on the H200).
-GATE_UP_APART_AT_BATCH_1 = True
+# epilogue; the split output of one GEMV needs a pointwise kernel after it (H200: Qwen -44 us, the 8B -226 us).
 
 
 def _merged_gate_up(x, norm_weight, eps, w_gate_up, w_up):
@@ -203,7 +201,7 @@ def _merged_gate_up(x, norm_weight, eps, w_gate_up, w_up):
     if _skinny(x, "gate_up", (int(gate_half.shape[0]),)):
         return skinny_matmul.norm_gate_up(x, norm_weight, eps, "llama", gate_half, up_half, "silu")
     xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
-    if GATE_UP_APART_AT_BATCH_1 and xn.shape[0] == 1:
+    if xn.shape[0] == 1:
         gate, up = torch.nn.functional.linear(xn, gate_half), torch.nn.functional.linear(xn, up_half)
     else:
         gate, up = torch.nn.functional.linear(xn, w_gate_up).chunk(2, dim=-1)
@@ -256,13 +254,6 @@ def merge_projections(layer: torch.nn.Module) -> None:
         attention.register_buffer(MERGED_QKV_BIAS, _concatenated(projections, "bias"), persistent=False)
     if not _kept(getattr(mlp, MERGED_GATE_UP, None), (mlp.gate_proj, mlp.up_proj), "weight"):
         mlp.register_buffer(MERGED_GATE_UP, _concatenated((mlp.gate_proj, mlp.up_proj), "weight"), persistent=False)
-
-
-def kernel_ops_for(device: torch.device) -> LayerOps | None:
-    """The Triton kernels where they run (a CUDA device, triton importable); None elsewhere."""
-    if device.type != "cuda" or skinny_matmul.skinny_kernels is None:
-        return None
-    return KERNEL_OPS
 
 
 def _is_linear(module, bias_allowed: bool) -> bool:

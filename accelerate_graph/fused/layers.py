@@ -45,20 +45,14 @@ from accelerate_graph.fused.gemv_lowering import gemv_at_batch_1
 from accelerate_graph.fused.kernels import pdl, skinny_matmul
 from accelerate_graph.fused.layer_program import (
     MERGED_OPS,
-    REFERENCE_OPS,
     LayerOps,
     decode_layer,
-    kernel_ops_for,
     layer_at_batch_1_is_skinny,
     merge_projections,
     program_for,
 )
 from accelerate_graph.fused.lm_head import lm_head_kernel
 from accelerate_graph.fused.rotary_table import rotary_tables
-
-# Batch 1 compiles its projections to GEMV kernels (gemv_lowering.py). A switch so that
-# benchmarks/profile_step.py can measure the step without them.
-GEMV_AT_BATCH_1 = True
 
 # Our graphs, not inductor's; no padding of matmuls (its pass guards on the context length: a recompilation
 # per context bucket); combo kernels run each layer's rotary and cache writes as one launch instead of three.
@@ -221,24 +215,6 @@ def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int
     return bound
 
 
-# Which forward the covered layers run (layer_program.py): "merged" (q/k/v and gate/up one projection
-# each over weights concatenated once, HF's rounding), "kernels" (its Triton kernels where the device has
-# them, else HF's forward), "torch" (its torch reference ops) or "hf" (HF's forward).
-# "merged": fewer, larger matmuls above batch 1 (Qwen2.5-0.5B batch 8 1.513 -> 1.268 ms, H200). A switch so
-# benchmarks/profile_step.py can measure each.
-LAYER_PROGRAM = "merged"
-
-
-def default_ops(model: torch.nn.Module) -> LayerOps | None:
-    if LAYER_PROGRAM == "torch":
-        return REFERENCE_OPS
-    if LAYER_PROGRAM == "merged":
-        return MERGED_OPS
-    if LAYER_PROGRAM == "hf":
-        return None
-    return kernel_ops_for(next(model.parameters()).device)
-
-
 def _named(bound: inspect.BoundArguments) -> dict:
     """The bound call's arguments by name, its **kwargs spread among them."""
     named = {}
@@ -264,7 +240,8 @@ class FusedForward:
         positions: int = 0,
         settings: engine_settings.Settings | None = None,
     ):
-        """`positions`: how many positions the step's cache holds (its rotary table's rows); 0: no table.
+        """`ops`: how the layer program's folded operations run (None: MERGED_OPS; tests pass others).
+        `positions`: how many positions the step's cache holds (its rotary table's rows); 0: no table.
         `settings`: the engine settings it compiles, captures and runs under (None: those in use now)."""
         self.settings = settings if settings is not None else engine_settings.current()
         with engine_settings.use(self.settings):
@@ -274,8 +251,9 @@ class FusedForward:
         self.model = model
         self.backend = backend
         self.layers = decoder_layers(model)
-        # layer_program.py's forward, for the layers it covers; None keeps HF's forward for every layer
-        self.ops = ops if ops is not None else default_ops(model)
+        # layer_program.py's merged forward (q/k/v and gate/up one projection each: Qwen2.5-0.5B's batch 8
+        # 1.513 -> 1.268 ms on the H200), for the layers it covers; the others keep HF's forward
+        self.ops = ops if ops is not None else MERGED_OPS
         self.programmed = self.ops is not None and all(program_for(layer) for layer in self.layers)
         self.device = next(model.parameters()).device
         self.tuned = tune_pays(model, self.settings.inductor_tuning, self._batch_1_is_skinny())
@@ -378,7 +356,7 @@ class FusedForward:
             return contextlib.nullcontext()
         stack = contextlib.ExitStack()
         stack.enter_context(torch_internals.inductor_config_patched(self.inductor_options))
-        stack.enter_context(gemv_at_batch_1(GEMV_AT_BATCH_1 and batch == 1, self.settings.gemv_materialize))
+        stack.enter_context(gemv_at_batch_1(batch == 1, self.settings.gemv_materialize))
         return stack
 
     def _mask_replaced(self):

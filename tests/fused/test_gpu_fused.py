@@ -80,34 +80,27 @@ def test_the_mask_kernel_replays_and_verifies(model_type):
     assert session.fused.causal_mask.built > 0 and session.fused.causal_mask.fell_back == 0
 
 
-@pytest.mark.parametrize("model_type", ["qwen2", "mistral"])
-def test_the_layer_program_with_its_kernels_verifies(model_type, monkeypatch):
-    """Qwen2's q/k/v biases ride in the projection kernel; Mistral without a window takes the program.
-    (H200, 2026-11-30: failed to compile at batch > 1, as the kernels' eps reached them as fp64 from
-    inductor's launcher; passes since it is cast to fp32, 2026-12-01.)"""
-    from accelerate_graph.fused import layers
-
-    monkeypatch.setattr(layers, "LAYER_PROGRAM", "kernels")
-    model = tiny_decoder(model_type)
-    if model_type == "mistral":
-        model.config.sliding_window = None
+def test_mistral_without_a_window_takes_the_layer_program_on_its_kernels():
+    """Mistral without a sliding window is the Llama layer: the merged program with the skinny kernels at
+    every batch verifies. (Their eps reached them as fp64 from inductor's launcher and failed to compile
+    above batch 1 on the H200 until it was cast to fp32.)"""
+    model = tiny_decoder("mistral")
+    model.config.sliding_window = None
     use_grouped_attention(model)
-    session, _ = capture_and_verify(model, fused=True)
+    session, _ = capture_and_verify(model, fused=True, skinny_batch_1="on", skinny_batches="on")
     assert session.fused.programmed
 
 
 @pytest.mark.parametrize("skinny", ["none", "batch-1", "every-batch", "residual-above-1"])
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
-def test_merged_projections_verify_on_gpu(model_type, skinny, monkeypatch):
-    """LAYER_PROGRAM "merged" (q/k/v and gate/up one projection each): inductor compiles it, the graphs
+def test_merged_projections_verify_on_gpu(model_type, skinny):
+    """The merged layer program (q/k/v and gate/up one projection each): inductor compiles it, the graphs
     replay it, and verify judges it like any other fused step; at batch 1 with inductor's GEMVs or the
     skinny kernels (the default for the shapes of their table; this model's are not there), and with the skinny
     kernels at batches 2 and 4 too (setting skinny_batches, one dynamic graph for both), or only o and down
     there (q/k/v and gate/up on cuBLAS)."""
-    from accelerate_graph.fused import layers
     from accelerate_graph.fused.layer_program import MERGED_QKV
 
-    monkeypatch.setattr(layers, "LAYER_PROGRAM", "merged")
     at_one = "off" if skinny == "none" else "on"
     above = {"every-batch": "on", "residual-above-1": "residual"}.get(skinny, "off")
     model = tiny_decoder(model_type)
@@ -121,7 +114,7 @@ def test_a_row_limit_splits_the_batches_above_1_in_two_graphs(model_type, monkey
     """The default above batch 1 (SKINNY_WINS_ABOVE_BATCH_1): each op on the skinny kernels up to the rows a
     step measured faster, on cuBLAS past them. Every op up to 2 rows here: batch 2 on the skinny kernels,
     batch 4 on cuBLAS, each in its own compiled graph (a guard on the rows, not a recompile), both verified."""
-    from accelerate_graph.fused import layer_program, layers
+    from accelerate_graph.fused import layer_program
     from accelerate_graph.fused.kernels import skinny_matmul
 
     rows = []
@@ -129,7 +122,6 @@ def test_a_row_limit_splits_the_batches_above_1_in_two_graphs(model_type, monkey
     monkeypatch.setattr(
         skinny_matmul, "launch", lambda op, x, *a, **k: rows.append(x.shape[0]) or launch(op, x, *a, **k)
     )
-    monkeypatch.setattr(layers, "LAYER_PROGRAM", "merged")
     model = tiny_decoder(model_type)
     monkeypatch.setattr(layer_program, "SKINNY_WINS_ABOVE_BATCH_1", every_op_up_to(model.config, 2))
     use_grouped_attention(model)

@@ -130,16 +130,13 @@ def test_a_linear_subclass_keeps_hfs_forward():
     assert program_for(layers[0]) and not program_for(layers[1])
 
 
-@pytest.mark.parametrize("gate_up_apart", [False, True])
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
-def test_merged_projections_decode_like_hfs_forward_in_the_same_memory(model_type, gate_up_apart, monkeypatch):
+def test_merged_projections_decode_like_hfs_forward_in_the_same_memory(model_type):
     """q/k/v and gate/up as one projection each (MERGED_OPS): the same logits as HF's forward, the
     modules' weights now views of the concatenations (no byte more), and merging twice changes nothing."""
     from accelerate_graph.core.memory import weight_bytes
-    from accelerate_graph.fused import layer_program
     from accelerate_graph.fused.layer_program import MERGED_GATE_UP, MERGED_OPS, MERGED_QKV, merge_projections
 
-    monkeypatch.setattr(layer_program, "GATE_UP_APART_AT_BATCH_1", gate_up_apart)  # batch 1: two GEMVs
     torch._dynamo.reset()
     model, session, prompt, cases, expected = grouped_decode_cases(model_type)
     before = weight_bytes(model)

@@ -8,7 +8,12 @@ import importlib
 import os
 import sys
 
+import pytest
 import torch
+
+# "i/n" in a child pytest's environment (test_skinny_matmul.run_interpreted_in_a_fresh_process): it runs every
+# n-th of its selected tests from the i-th, so n children share the tests between pytest-xdist's workers.
+SHARD = "INTERPRETER_TESTS_SHARD"
 
 if not torch.cuda.is_available() and "triton" not in sys.modules:
     os.environ["TRITON_INTERPRET"] = "1"
@@ -20,3 +25,13 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     else:
         if not kernels.INTERPRETED:  # imported earlier in this process, before the switch
             importlib.reload(kernels)
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` and `-k` deselected
+def pytest_collection_modifyitems(config, items):
+    shard = os.environ.get(SHARD)
+    if not shard:
+        return
+    index, count = (int(n) for n in shard.split("/"))
+    config.hook.pytest_deselected(items=[item for n, item in enumerate(items) if n % count != index])
+    items[:] = items[index::count]

@@ -92,7 +92,7 @@ def model_logits() -> dict:
     model = tiny_decoder("qwen2")
     grouped_attention.use_grouped_attention(model)
     session = DecodeSession(model, 4, 64)
-    cases = [(4, 32), (2, 16), (4, 64), (1, 16), (3, 32)]
+    cases = [(4, 32), (1, 16), (3, 64)]  # two batches above 1 (one graph, other contexts) and batch 1
     prompt = torch.randint(0, 256, (4, 6), generator=torch.Generator().manual_seed(1))
     with settings.use(settings.DEFAULTS.replace(triton_attention=False)):
         matmul = session.first_steps(prompt, cases)

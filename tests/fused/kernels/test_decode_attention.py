@@ -139,7 +139,7 @@ def test_inductor_passes_the_cache_itself_not_a_copy():
 def test_grouped_attention_runs_the_kernel_when_switched_on():
     """A tiny GQA model's decode logits, eager and in fused mode's compiled layers, with the kernel on."""
     got = interpreted({"model": True})
-    assert got["kernel_calls"] >= 2 * 5 * 2, got  # 2 layers x 5 cases, eager and compiled
+    assert got["kernel_calls"] >= 2 * 3 * 2, got  # 2 layers x 3 cases, eager and compiled
     assert got["eager_vs_matmul"] < 1e-4 and got["compiled_vs_matmul"] < 1e-4, got
     assert (got["graphs"], got["recompiles"]) == (2, 0), got
 

@@ -478,11 +478,21 @@ def test_the_opaque_pdl_twins_are_the_ops_under_another_registration(name, monke
         assert torch.equal(a, b)
 
 
-def run_interpreted_in_a_fresh_process(test_file: str) -> None:
+# Children the interpreter tests of this file are shared among: pytest-xdist's workers run them side by side.
+FRESH_PROCESS_SHARDS = 3
+
+
+def run_interpreted_in_a_fresh_process(test_file: str, shard: int = 0, shards: int = 1) -> None:
     """Triton was imported before conftest.py could switch the interpreter on (the whole suite): run
-    `test_file`'s interpreter tests in a child whose environment has the switch from the start."""
+    `test_file`'s interpreter tests (every `shards`-th from the `shard`-th) in a child whose environment has
+    the switch from the start."""
     root = Path(__file__).resolve().parents[3]
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "1",
+        "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")]),
+        "INTERPRETER_TESTS_SHARD": f"{shard}/{shards}",  # conftest.py's SHARD
+    }
     child = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file, "-k", "not fresh_process"],
         cwd=root, env=env, capture_output=True, text=True, timeout=900,
@@ -493,8 +503,9 @@ def run_interpreted_in_a_fresh_process(test_file: str) -> None:
 
 
 @pytest.mark.skipif(not FRESH_PROCESS, reason="the interpreter tests run in this process (or on a GPU)")
-def test_interpreter_tests_in_a_fresh_process():
-    run_interpreted_in_a_fresh_process(__file__)
+@pytest.mark.parametrize("shard", range(FRESH_PROCESS_SHARDS))
+def test_interpreter_tests_in_a_fresh_process(shard):
+    run_interpreted_in_a_fresh_process(__file__, shard, FRESH_PROCESS_SHARDS)
 
 
 # ---------------------------------------------------------------- configs
