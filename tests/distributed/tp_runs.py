@@ -20,7 +20,8 @@ class Run:
     exit_after_last_line_s: float  # from the last line written to the process's end
 
 
-def run(args: list[str], env: dict | None = None, timeout: float = 120) -> Run:
+def run(args: list[str], env: dict | None = None, timeout: float = 600) -> Run:
+    # the bound is against a hang: two ranks on a shared two-core machine take minutes, not seconds
     environ = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", **(env or {})}
     environ.pop("CUGRAPH_ACCEL_DEBUG", None)
     process = subprocess.Popen(
