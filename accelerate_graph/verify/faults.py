@@ -286,9 +286,9 @@ def _nan_cache(session: DecodeSession, planted: Fault) -> list[Undo]:
     def change(n: int, written: torch.Tensor) -> torch.Tensor:
         if n:
             return written
-        first = torch.zeros_like(written, dtype=torch.bool)
-        first[0, 0, 0, 0] = True
-        return written.masked_fill(first, float("nan"))
+        # the first element by its index: an item assignment copies a host scalar, which a capture refuses
+        index = torch.arange(written.numel(), device=written.device).reshape(written.shape)
+        return written.masked_fill(index == 0, float("nan"))
 
     return _changed_write(session, planted, change)
 

@@ -92,7 +92,7 @@ def test_a_flipped_argmax_across_a_clear_margin_fails():
     second = replay[4, 5].topk(2).indices[1]
     replay[4, 5, second] = replay[4, 5].max() + 0.05  # one greedy token flipped; its logits' norm barely moves
     verdict = judge(replay, eager, reference, cache)
-    assert not any("drifts" in f for f in verdict.failures)  # one logit: no systematic part
+    assert not any("relative L2" in f or "drifts" in f for f in verdict.failures)  # small in norm
     assert any("greedy token of row 5 at step 5" in f for f in verdict.failures)
 
 

@@ -41,7 +41,7 @@ def test_a_nan_written_into_one_cache_layer_fails_naming_the_layer(device):
 
 
 def test_the_check_right_after_capture_fails_on_a_nan_top_logit(monkeypatch):
-    import accelerate_graph.pipeline as pipeline
+    import accelerate_graph.capture_flow as pipeline  # the flow that captures: what these tests patch
 
     real = pipeline.capture_decode_graphs
 
@@ -72,7 +72,7 @@ def _nan_checkpoint(tiny_model_dir, tmp_path):
 
 
 def test_nan_weights_are_refused_before_capture_naming_them(tiny_model_dir, tmp_path, monkeypatch):
-    import accelerate_graph.pipeline as pipeline
+    import accelerate_graph.capture_flow as pipeline  # the flow that captures: what these tests patch
 
     monkeypatch.setattr(pipeline, "capture_decode_graphs", lambda *a, **k: pytest.fail("captured"))
     request = CaptureRequest(model=_nan_checkpoint(tiny_model_dir, tmp_path), buckets=(1,), device="cpu")

@@ -46,7 +46,7 @@ def test_every_logit_scaled_by_1_04_in_the_replay_fails_in_bf16():
 
 
 def test_the_check_right_after_capture_uses_the_same_criterion(monkeypatch):
-    import accelerate_graph.pipeline as pipeline
+    import accelerate_graph.capture_flow as pipeline  # the flow that captures: what these tests patch
 
     real = pipeline.capture_decode_graphs
 
