@@ -84,5 +84,5 @@ def test_use_and_scope_set_the_current_settings_for_a_while():
 
 def test_set_assignments_are_name_equals_value():
     assert settings.parse_assignments(["pdl=off", " mask_kernel = on"]) == {"pdl": "off", "mask_kernel": " on"}
-    with pytest.raises(BadOptionError, match=r"^--set 'pdl' is not NAME=VALUE\."):
+    with pytest.raises(BadOptionError, match=r"^assignments 'pdl' is not NAME=VALUE\."):
         settings.parse_assignments(["pdl"])
