@@ -39,7 +39,7 @@ def test_values_are_parsed_and_normalised():
     "name, text", [("attention_preloaded", "3"), ("attention_preloaded_batch", "0"), ("skinny_batches", "qkv")]
 )
 def test_a_bad_value_is_one_error_naming_the_setting_and_its_values(name, text):
-    with pytest.raises(BadOptionError, match=rf"^--set sets {name} to '{text}', which is not .* Use one of: "):
+    with pytest.raises(BadOptionError, match=rf"^assignments sets {name} to '{text}', which is not .* Use one of: "):
         settings.resolve({name: text}, environ={})
 
 
