@@ -15,7 +15,9 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from accelerate_graph.common.errors import BadOptionError
+from accelerate_graph.common.errors import SETTING, BadOptionError, option
+
+ASSIGNMENTS = "assignments"  # the keyword of resolve() that `--set NAME=VALUE` fills (cli/errors.py FLAGS)
 
 ENV_PREFIX = "CUGRAPH_ACCEL_"
 # Process variables of the multi-GPU launcher and of the test suite, not settings: never reported unknown.
@@ -173,7 +175,7 @@ def unknown_name(name: str, source: str) -> BadOptionError:
         new = BY_NAME[RENAMED[name.lower()]]
         return BadOptionError(
             f"{source} names {name!r}, a setting since renamed {new.name!r}.",
-            f"Use {new.env} or --set {new.name}=VALUE.",
+            f"Use {new.env} or {option(SETTING + new.name)}.",
         )
     return BadOptionError(
         f"{source} names no setting {name!r}.",
@@ -240,7 +242,10 @@ def parse_assignments(assignments: list[str] | tuple[str, ...]) -> dict[str, str
     for item in assignments:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
-            raise BadOptionError(f"--set {item!r} is not NAME=VALUE.", "Write it as --set pdl=off, say.")
+            raise BadOptionError(
+                f"{option(ASSIGNMENTS)} {item!r} is not NAME=VALUE.",
+                f"Write it as {option(SETTING + 'pdl', False)}, say.",
+            )
         out[name.strip()] = value
     return out
 
@@ -255,7 +260,7 @@ def resolve(
     if recorded:
         settings = from_recorded(recorded, "the plan")
     settings = from_text(from_environment(environ), "The environment", settings)
-    return from_text(dict(assignments or {}), "--set", settings)
+    return from_text(dict(assignments or {}), option(ASSIGNMENTS), settings)
 
 
 def to_environment(settings: Any, names: Iterable[str] | None = None) -> dict[str, str]:

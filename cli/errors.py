@@ -16,7 +16,7 @@ from accelerate_graph.common.errors import RUNTIME_EXIT, SETTING, CugraphAccelEr
 INTERRUPTED_EXIT = 130
 
 # Options whose flag is not their keyword with dashes (errors name options by keyword: common/errors.py).
-FLAGS = {"max_memory_mib": "--max-memory", "contexts": "--context-buckets"}
+FLAGS = {"max_memory_mib": "--max-memory", "contexts": "--context-buckets", "assignments": "--set"}
 
 
 def flag(name: str, value: str | None) -> str:

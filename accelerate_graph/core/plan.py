@@ -177,7 +177,7 @@ def check_plan_target(path: Path | str, force: bool) -> None:
     if not force and existing_kind(path) == "plan":
         raise BadOptionError(
             f"{path} already holds a plan for {planned_model(path)}; capture does not replace it.",
-            "Pass --force to replace it, or choose another --plan PATH.",
+            "Pass {force=True} to replace it, or choose another {plan=PATH}.",
         )
     check_writable(path, "plan", force)
 
@@ -192,7 +192,7 @@ def read_plan(path: Path | str) -> Plan:
     path = Path(path)
     if not path.exists():
         raise PlanError(
-            f"no plan file at {path}.", "Run `cugraph-accel capture MODEL` first, or pass MODEL or --plan PATH."
+            f"no plan file at {path}.", "Run `cugraph-accel capture MODEL` first, or pass MODEL or {plan=PATH}."
         )
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader

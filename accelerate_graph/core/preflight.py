@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from accelerate_graph.common.errors import ResourceError
+from accelerate_graph.common.errors import ResourceError, option
 from accelerate_graph.core.memory import Geometry, free_bytes, gib, request_need
 
 CACHE_STEP = 256  # the longest cache that fits is said in whole multiples of this
@@ -67,13 +67,13 @@ def _what_fits(need, free: int, buckets: tuple[int, ...], cache_len: int, prompt
     options = []
     batch = largest_fitting(lambda b: need(b, cache_len) <= free, 1, max(buckets))
     if batch is not None:
-        options.append(f"batch buckets up to {batch} at --max-cache-len {cache_len}")
+        options.append(f"batch buckets up to {batch} at {option('max_cache_len', cache_len)}")
     # cache lengths in whole steps, longer than the prompt: step k is k * CACHE_STEP slots
     steps = largest_fitting(
         lambda k: need(max(buckets), k * CACHE_STEP) <= free, prompt_len // CACHE_STEP + 1, cache_len // CACHE_STEP
     )
     if steps is not None:
-        options.append(f"--max-cache-len {steps * CACHE_STEP} at batch {max(buckets)}")
+        options.append(f"{option('max_cache_len', steps * CACHE_STEP)} at batch {max(buckets)}")
     if not options:
-        return "Not even batch 1 fits: free device memory, use a smaller --dtype or a smaller model."
+        return f"Not even batch 1 fits: free device memory, use a smaller {option('dtype')} or a smaller model."
     return "What fits: " + ", or ".join(options) + "."

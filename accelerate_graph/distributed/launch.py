@@ -175,7 +175,7 @@ def _verdict(reports: list[RankReport], first_failure: tuple[int, int] | None) -
         index, code = first_failure
         raise DistributedError(
             f"rank {index} ended without a report (exit code {code}); every other rank was stopped.",
-            "Re-run with --debug; a negative code is the signal that ended it (-9: the machine ran out of memory).",
+            "Re-run with {settings.debug=True}; a negative code is the signal that ended it (-9: the machine ran out of memory).",
         )
     same = all(r.message == pick.message for r in said)
     error = DistributedError(pick.message if same else f"rank {pick.rank}: {pick.message}")

@@ -123,7 +123,7 @@ def _rendezvous_error(err: Exception, world: int, timeout: float) -> Distributed
     if "timed out" in text.lower() or "timeout" in text.lower():
         return DistributedError(
             f"rendezvous at {where} timed out after {timeout:.0f} s: not all {world} ranks joined ({text[:160]}).",
-            f"Start every rank (torchrun --nproc-per-node {world}), or raise {TIMEOUT_ENV}.",
+            f"Start every rank (`torchrun --nproc-per-node {world}`), or raise {TIMEOUT_ENV}.",
         )
     return DistributedError(f"cannot join the {world}-rank process group at {where}: {text[:200]}")
 

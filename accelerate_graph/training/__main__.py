@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from accelerate_graph.common.errors import BadOptionError, CugraphAccelError
+from accelerate_graph.common.errors import BadOptionError, CugraphAccelError, option, option_value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,8 +29,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args)
     except CugraphAccelError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {err.render(_flag)}", file=sys.stderr)
         return err.exit_code
+
+
+def _flag(name: str, value: str | None) -> str:
+    """An option of this command line as its flag: errors name them by train_model's keywords."""
+    text = "--" + name.replace("_", "-")
+    parsed = None if value is None else option_value(value)
+    return text if value is None or parsed is True else f"{text} {parsed}"
 
 
 def _run(args) -> int:
@@ -45,20 +52,20 @@ def _run(args) -> int:
             print(f"{spec.name:<16} {spec.device:<5} {length:>9}  {spec.description}")
         return 0
     if not args.names or args.out is None:
-        raise BadOptionError("give a model NAME and --out DIR.", "Run with --list for the names.")
+        raise BadOptionError("give a model NAME and {out=DIR}.", "Run with {list=True} for the names.")
     specs = [find_spec(name) for name in dict.fromkeys(args.names)]
     if args.budget_s is not None and args.budget_s <= 0:
-        raise BadOptionError(f"--budget-s must be positive, not {args.budget_s}.")
+        raise BadOptionError(f"{option('budget_s')} must be positive, not {args.budget_s}.")
     if args.steps is not None and args.steps <= 0:
-        raise BadOptionError(f"--steps must be positive, not {args.steps}.")
+        raise BadOptionError(f"{option('steps')} must be positive, not {args.steps}.")
     if args.out.exists() and not args.out.is_dir():
-        raise BadOptionError(f"--out {args.out} is a file, not a folder.", "Give a folder path.")
+        raise BadOptionError(f"{option('out', str(args.out))} is a file, not a folder.", "Give a folder path.")
     kinds = [args.device or spec.device for spec in specs]
     for kind in kinds:
         if kind not in ("cpu", "cuda"):
-            raise BadOptionError(f"--device {kind!r} is not cpu or cuda.")
+            raise BadOptionError(f"{option('device', kind)} is not cpu or cuda.")
         if kind == "cuda" and not torch.cuda.is_available():
-            raise BadOptionError("a model trains on cuda, but no CUDA GPU is visible.", "Use --device cpu.")
+            raise BadOptionError("a model trains on cuda, but no CUDA GPU is visible.", "Use {device='cpu'}.")
     devices = [torch.device(kind) for kind in kinds]
     for spec, device in zip(specs, devices):
         out = args.out if len(specs) == 1 else args.out / spec.name

@@ -79,7 +79,7 @@ def require_finite(run: str, logits: torch.Tensor, cache: list, graph_at: GraphA
     """Raise NonFiniteError when `run` ("eager", "the float32 reference") made a non-finite logit or K/V."""
     hint = (
         "Check the checkpoint for NaN/Inf weights (cugraph-accel cannot judge or run a model that makes them); "
-        "if it loads in float16, try --dtype bfloat16 or float32."
+        "if it loads in float16, try {dtype='bfloat16'} or {dtype='float32'}."
     )
     bad = ~torch.isfinite(logits)  # strict: the measures (softmax, KL) cannot take even a masked -Inf
     if bad.any():
@@ -139,5 +139,5 @@ def check_first_step(session) -> None:
         where, hint = f"NaN/Inf in {', '.join(weights)}", "Use a checkpoint without NaN/Inf weights."
     else:
         where = f"no weight holds NaN/Inf: the step overflows in {str(session.model.dtype).removeprefix('torch.')}"
-        hint = "Load the model with --dtype bfloat16 or float32."
+        hint = "Load the model with {dtype='bfloat16'} or {dtype='float32'}."
     raise NonFiniteError(f"the model's eager logits are not finite, before any graph was captured ({where}).", hint)

@@ -48,7 +48,7 @@ def test_a_request_that_cannot_fit_names_what_would(monkeypatch):
     message = str(err.value)
     assert "batch 32 at cache 4096 needs" in message and "40.00 GiB is free" in message
     batch = int(message.split("batch buckets up to ")[1].split()[0])
-    length = int(message.split("--max-cache-len ")[-1].split()[0])
+    length = int(message.split("max_cache_len=")[-1].split()[0])
 
     def need(b, n):
         return request_need(geometry, torch.bfloat16, b, n, 128, False).total

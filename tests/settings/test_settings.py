@@ -39,7 +39,7 @@ def test_values_are_parsed_and_normalised():
     "name, text", [("attention_preloaded", "3"), ("attention_preloaded_batch", "0"), ("skinny_batches", "qkv")]
 )
 def test_a_bad_value_is_one_error_naming_the_setting_and_its_values(name, text):
-    with pytest.raises(BadOptionError, match=rf"^--set sets {name} to '{text}', which is not .* Use one of: "):
+    with pytest.raises(BadOptionError, match=rf"^assignments sets {name} to '{text}', which is not .* Use one of: "):
         settings.resolve({name: text}, environ={})
 
 
@@ -84,5 +84,5 @@ def test_use_and_scope_set_the_current_settings_for_a_while():
 
 def test_set_assignments_are_name_equals_value():
     assert settings.parse_assignments(["pdl=off", " mask_kernel = on"]) == {"pdl": "off", "mask_kernel": " on"}
-    with pytest.raises(BadOptionError, match=r"^--set 'pdl' is not NAME=VALUE\."):
+    with pytest.raises(BadOptionError, match=r"^assignments 'pdl' is not NAME=VALUE\."):
         settings.parse_assignments(["pdl"])
