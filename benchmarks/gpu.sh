@@ -8,7 +8,7 @@
 # and says so. Everything a run writes goes into ONE archive, $OUT/results-<suites>.tar.gz (logs, JSON, CSV,
 # tables), and the short tables come last on stdout; it exits 1 when a part failed. Suites (budget on one H200):
 #   tests     every cuda-marked test but the real-size recipes, in WORKERS (8) processes, then the
-#             whole_gpu ones alone; RUNS=n repeats it (TESTS="paths": only those)                  ~300 s
+#             tests marked alone by themselves; RUNS=n repeats it (TESTS="paths": only those) ~300 s
 #   bench     bench --compare graph,fused at buckets 1,8,32: llama-3.2-1b at a KV cache of 16,384,
 #             qwen2.5-0.5b and llama-3.1-8b at 1,024; a table of ms per step last                   ~510 s
 #   verify    capture --fuse + verify --repeat $REPEAT (default 2) of every recipe, in three lanes
@@ -95,20 +95,21 @@ environment() {
   cat "$WORK/environment.txt"
 }
 
-# pytest where "no test selected" (exit 5) is not a failure: a TESTS narrowing may hold no whole_gpu test
+# pytest where "no test selected" (exit 5) is not a failure: a TESTS narrowing may hold no test marked alone
 pytest_some() { python3 -m pytest "$@"; local rc=$?; [ "$rc" = 5 ] && rc=0; return "$rc"; }
 export -f pytest_some
 tests_suite() {
   # WORKERS pytest processes share the GPU (compiling kernels is most of the time, and host-bound); the tests
-  # that fill or measure the whole GPU's memory (marker whole_gpu) run after, alone. RUNS: the suite again.
+  # marked alone (they fill or measure the whole GPU's memory, or count their process's compilations) run
+  # after, by themselves, in one process. RUNS: the suite again.
   local run workers=()
   python3 -c "import xdist" 2>/dev/null && workers=(-n "${WORKERS:-8}" --dist worksteal)
   for run in $(seq 1 "${RUNS:-1}"); do
     # shellcheck disable=SC2086 # TESTS is a list of pytest paths
-    part "tests-$run" 60 480 python3 -m pytest -m "cuda and not realsize and not whole_gpu" "${workers[@]}" \
+    part "tests-$run" 60 480 python3 -m pytest -m "cuda and not realsize and not alone" "${workers[@]}" \
       -q -p no:cacheprovider -rf --durations=25 ${TESTS:-tests}
     # shellcheck disable=SC2086
-    part "tests-alone-$run" 30 240 bash -c 'pytest_some "$@"' _ -m "cuda and whole_gpu and not realsize" -q \
+    part "tests-alone-$run" 30 240 bash -c 'pytest_some "$@"' _ -m "cuda and alone and not realsize" -q \
       -p no:cacheprovider -rf ${TESTS:-tests}
     TABLES+=("pytest $WORK/tests-$run.log $WORK/tests-alone-$run.log")
   done

@@ -40,7 +40,7 @@ def test_a_suite_run_writes_one_archive_and_ends_with_its_tables(tmp_path):
     assert "skipped" in log and "slowest" in log  # cuda-marked tests skip on the CPU; --durations
     tail = done.stdout.splitlines()[-7:]
     assert tail[0] == "== pytest" and re.match(r"tests-1: \d+ skipped in ", tail[1])  # the suite's table
-    assert re.match(r"tests-alone-1: \d+ deselected in ", tail[2])  # no whole_gpu test in that file: not a failure
+    assert re.match(r"tests-alone-1: \d+ deselected in ", tail[2])  # no alone test in that file: not a failure
     assert tail[3] == "== parts (exit code, seconds)" and tail[4].split()[:2] == ["tests-1", "0"]
     assert tail[5].split()[:2] == ["tests-alone-1", "0"]
     assert tail[-1].startswith(f"wrote {out / 'results-tests.tar.gz'} in ")

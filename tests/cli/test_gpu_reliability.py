@@ -27,7 +27,7 @@ def test_device_side_assert_is_one_clear_line():
     assert "process must end" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.whole_gpu
+@pytest.mark.alone
 def test_oom_during_capture_names_the_bucket():
     result = run("tests/scripts/oom_during_capture.py")
     assert result.returncode == 1, result.stderr[-2000:]
@@ -35,7 +35,7 @@ def test_oom_during_capture_names_the_bucket():
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.whole_gpu
+@pytest.mark.alone
 def test_cache_too_large_for_the_gpu_gets_the_number(tmp_path):
     result = run(
         "-m",
