@@ -100,8 +100,7 @@ pytest_some() { python3 -m pytest "$@"; local rc=$?; [ "$rc" = 5 ] && rc=0; retu
 export -f pytest_some
 tests_suite() {
   # WORKERS pytest processes share the GPU (compiling kernels is most of the time, and host-bound); the tests
-  # marked alone (they fill or measure the whole GPU's memory, or count their process's compilations) run
-  # after, by themselves, in one process. RUNS: the suite again.
+  # marked alone (they fill or measure the whole GPU's memory) run after, by themselves, in one process. RUNS: the suite again.
   local run workers=()
   python3 -c "import xdist" 2>/dev/null && workers=(-n "${WORKERS:-8}" --dist worksteal)
   for run in $(seq 1 "${RUNS:-1}"); do

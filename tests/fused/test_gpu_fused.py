@@ -38,7 +38,6 @@ def test_context_buckets_on_gpu(attn):
     capture_and_verify(model, fused=False)
 
 
-@pytest.mark.alone  # counts its process's compilations: a test that ran before it in the process can add one
 def test_fused_layers_compile_once_per_batch_class_and_replay_like_eager():
     model = tiny_decoder("llama")
     use_grouped_attention(model)  # what --fuse runs
