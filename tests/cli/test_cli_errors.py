@@ -535,7 +535,7 @@ def test_verify_hand_edited_single_bucket_plan(good_plan, tmp_path):
     assert_clean(result)
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)["rows"]
-    assert [(r["bucket"], r["batch"]) for r in rows] == [(4, 4), (4, 1)]
+    assert {(r["bucket"], r["batch"]) for r in rows} == {(4, 4), (4, 1)}  # full and padded, at spread slots
 
 
 def test_capture_eager_then_verify(tmp_path):
@@ -637,7 +637,9 @@ def test_verify_says_where_its_time_went(good_plan, monkeypatch):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     cases = len(data["rows"])  # every case of both repeats: one eager, replay and judging phase each
-    assert data["seconds"] == {"prefill": 2.0, "eager": cases, "replay": cases, "judging": cases}  # float32 model
+    seconds = dict(data["seconds"])
+    assert 1 <= seconds.pop("long runs") <= cases  # one stretch per graph before its last case
+    assert seconds == {"prefill": 2.0, "eager": cases, "replay": cases, "judging": cases}  # float32 model
     shown = invoke("verify", "--plan", good_plan)
     assert "verify took" in shown.output and "prefill" in shown.output
 

@@ -21,7 +21,9 @@ def test_off_and_a_percent_apply_to_every_graph():
 
 @pytest.mark.parametrize("text", ["101", "-1", "max", ""])
 def test_anything_else_is_one_line_naming_the_setting(text):
-    with pytest.raises(BadOptionError, match=r"^--set sets smem_carveout to .*, which is not auto, off or a percent"):
+    with pytest.raises(
+        BadOptionError, match=r"^assignments sets smem_carveout to .*, which is not auto, off or a percent"
+    ):
         settings.resolve({"smem_carveout": text}, environ={})
     with pytest.raises(BadOptionError, match=r"^The environment sets smem_carveout to .*, which is not auto, off"):
         settings.resolve(environ={"CUGRAPH_ACCEL_SMEM_CARVEOUT": text})

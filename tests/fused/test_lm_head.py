@@ -61,5 +61,5 @@ def test_auto_takes_only_the_head_shapes_measured_faster(monkeypatch):
 
 @pytest.mark.parametrize("text", ["maybe", "2", "true"])
 def test_a_bad_value_is_one_clear_error_naming_the_setting(text):
-    with pytest.raises(BadOptionError, match=r"^--set sets lm_head_kernel to .* which is not auto, on or off\."):
+    with pytest.raises(BadOptionError, match=r"^assignments sets lm_head_kernel to .* which is not auto, on or off\."):
         settings.resolve({"lm_head_kernel": text}, environ={})
