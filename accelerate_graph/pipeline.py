@@ -236,9 +236,14 @@ def capture_fused(prepared: Prepared, request: CaptureRequest) -> DecodeGraphs:
         emulate=request.emulate,
         tp=plan.tp,
     )
+    # fusing merges q/k/v and gate/up into new tensors; the plan's graphs recorded the old ones' addresses,
+    # so those stay alive while the graphs do (on the H200 they replayed NaN once their memory was reused)
+    recorded = [*prepared.session.model.parameters(), *prepared.session.model.buffers()]
     graphs, _, undo = capture_on_session(prepared.session, fused)
     for step in undo:  # graphs keep the kernels they recorded: switching the attention back changes none
         step()
+    if prepared.graphs is not None:
+        prepared.graphs.retained = recorded
     return graphs
 
 

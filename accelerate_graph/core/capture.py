@@ -87,6 +87,7 @@ class DecodeGraphs:
         self._pointers = {name: t.data_ptr() for name, t in self._static_buffers().items()}
         self._later = later  # graphs captured when first needed (capture_decode_graphs(lazy=True))
         self.backend = backend  # what captured them: small graphs of the same kind may join them (generate)
+        self.retained: list[torch.Tensor] = []  # tensors the graphs read that the model no longer holds
 
     @property
     def pending(self) -> set[tuple[int, int]]:

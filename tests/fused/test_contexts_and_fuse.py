@@ -202,8 +202,12 @@ def test_bench_fused_contender_uses_grouped_attention_and_leaves_the_plan_step_a
 
     torch._dynamo.reset()
     prepared = prepare(CaptureRequest(model="tiny", buckets=(1, 2), max_cache_len=64, device="cpu"))
+    original = prepared.session.model.model.layers[0].self_attn.q_proj.weight
     fused = capture_fused(prepared, CaptureRequest())
     assert prepared.session.fused.recompiles == 0 and fused.buckets == (1, 2)
+    # the merged projections are new tensors; the plan's graphs recorded the old ones: they hold them
+    assert original is not prepared.session.model.model.layers[0].self_attn.q_proj.weight
+    assert any(kept is original for kept in prepared.graphs.retained)
     assert prepared.session.model.config._attn_implementation == "sdpa"  # eager, graph and compile keep it
     # the size marks of the fused compilation stay off the session's own tensors: the compile contender
     # compiles those with static shapes (marks left on them cost it graph breaks, seen on the H200)
