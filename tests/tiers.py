@@ -87,6 +87,34 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         "inductor on two ranks; capture and verify at tp 2 stay fast, the fused tests cover the layer program",
     ),
     Exhaustive(
+        "tests/bench/test_gpu_entry.py::test_a_suite_run_writes_one_archive_and_ends_with_its_tables",
+        "gpu.sh's tests suite runs a child pytest twice; its CLI parts keep the entry script fast",
+    ),
+    Exhaustive(
+        "tests/bench/test_gpu_entry.py::test_verify_entries_capture_then_verify_repeated_and_end_with_their_table",
+        "captures and verifies in a child; its CLI parts keep the entry script fast",
+    ),
+    Exhaustive(
+        "tests/bench/test_first_token.py::test_a_failing_process_is_its_exit_and_last_line_and_exit_1",
+        "a second child process; the tiny recipe's first-token run keeps the module fast",
+    ),
+    Exhaustive(
+        "tests/distributed/test_tp_cpu.py::test_bench_at_tp2_floors_the_bytes_one_rank_moves_with_the_one_shot_op",
+        "bench on two rank processes; capture and verify at tp 2 stay fast",
+    ),
+    Exhaustive(
+        "tests/fused/kernels/test_decode_attention.py::test_inductor_passes_the_cache_itself_not_a_copy",
+        "inductor over the kernel's op; the grouped-attention test keeps the compiled path fast",
+    ),
+    Exhaustive(
+        "tests/fused/kernels/test_decode_attention.py::test_the_op_compiles_once_for_every_larger_batch_and_context",
+        "inductor over the op at several shapes; the grouped-attention test keeps the compiled path fast",
+    ),
+    Exhaustive(
+        "tests/distributed/test_tp_failures.py::test_rendezvous_timeout_is_one_line",
+        "waits out a rendezvous timeout; a rank failing during capture keeps the failures fast",
+    ),
+    Exhaustive(
         "tests/verify/test_non_finite.py::test_a_non_finite_top_logit_in_one_row_fails_every_case[*]",
         "a whole verify per kind and dtype; NaN in bf16 (and every GPU case) stays fast",
         keep=("*[nan_top_logit-NaN-dtype1-cpu]", "*-cuda]"),
