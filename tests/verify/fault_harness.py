@@ -48,3 +48,20 @@ def failed(rows) -> set[tuple[int, int, int, str]]:
 
 def every(rows) -> set[tuple[int, int, int, str]]:
     return {(r.bucket, r.batch, r.context, r.slots) for r in rows}
+
+
+def hook_the_captured_head(monkeypatch, hook) -> None:
+    """Every capture of the flow records the LM head with `hook` (a forward hook) on it; the eager runs that
+    judge it, after the capture, run without: a fault only the graphs have, for the check after capture."""
+    from accelerate_graph import capture_flow
+
+    real = capture_flow.capture_decode_graphs
+
+    def hooked(session, *args, **kwargs):
+        handle = session.model.lm_head.register_forward_hook(hook)
+        try:
+            return real(session, *args, **kwargs)
+        finally:
+            handle.remove()
+
+    monkeypatch.setattr(capture_flow, "capture_decode_graphs", hooked)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from fault_harness import every, failed, tiny_session, verify_with
+from fault_harness import every, failed, hook_the_captured_head, tiny_session, verify_with
 
 from accelerate_graph.common.errors import NonFiniteError, VerificationError
 from accelerate_graph.pipeline import CaptureRequest, prepare
@@ -41,21 +41,10 @@ def test_a_nan_written_into_one_cache_layer_fails_naming_the_layer(device):
 
 
 def test_the_check_right_after_capture_fails_on_a_nan_top_logit(monkeypatch):
-    import accelerate_graph.capture_flow as pipeline  # the flow that captures: what these tests patch
+    def poison(module, args, out):
+        return out.index_fill(-1, out[0].reshape(-1).argmax().reshape(1), float("nan"))
 
-    real = pipeline.capture_decode_graphs
-
-    def faulty(session, *args, **kwargs):
-        def poison(module, args, out):
-            return out.index_fill(-1, out[0].reshape(-1).argmax().reshape(1), float("nan"))
-
-        handle = session.model.lm_head.register_forward_hook(poison)
-        try:
-            return real(session, *args, **kwargs)
-        finally:
-            handle.remove()
-
-    monkeypatch.setattr(pipeline, "capture_decode_graphs", faulty)
+    hook_the_captured_head(monkeypatch, poison)
     request = CaptureRequest(model="tiny", buckets=(2,), dtype="bfloat16", device="cpu", max_cache_len=32)
     with pytest.raises(VerificationError, match=r"right after capture.*graph \(bucket 2, context 32\), logits of row"):
         prepare(request)
@@ -72,9 +61,9 @@ def _nan_checkpoint(tiny_model_dir, tmp_path):
 
 
 def test_nan_weights_are_refused_before_capture_naming_them(tiny_model_dir, tmp_path, monkeypatch):
-    import accelerate_graph.capture_flow as pipeline  # the flow that captures: what these tests patch
+    from accelerate_graph import capture_flow
 
-    monkeypatch.setattr(pipeline, "capture_decode_graphs", lambda *a, **k: pytest.fail("captured"))
+    monkeypatch.setattr(capture_flow, "capture_decode_graphs", lambda *a, **k: pytest.fail("captured"))
     request = CaptureRequest(model=_nan_checkpoint(tiny_model_dir, tmp_path), buckets=(1,), device="cpu")
     request.max_cache_len = 32
     with pytest.raises(NonFiniteError, match=r"not finite, before any graph.*layers\.1\.self_attn\.o_proj\.weight"):

@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from fault_harness import hook_the_captured_head
 from tiny_models import tiny_decoder
 from typer.testing import CliRunner
 
@@ -46,18 +47,7 @@ def test_every_logit_scaled_by_1_04_in_the_replay_fails_in_bf16():
 
 
 def test_the_check_right_after_capture_uses_the_same_criterion(monkeypatch):
-    import accelerate_graph.capture_flow as pipeline  # the flow that captures: what these tests patch
-
-    real = pipeline.capture_decode_graphs
-
-    def faulty(session, *args, **kwargs):
-        handle = session.model.lm_head.register_forward_hook(lambda m, a, out: out * 1.04)
-        try:
-            return real(session, *args, **kwargs)
-        finally:
-            handle.remove()
-
-    monkeypatch.setattr(pipeline, "capture_decode_graphs", faulty)
+    hook_the_captured_head(monkeypatch, lambda m, a, out: out * 1.04)
     request = CaptureRequest(model="tiny", buckets=(2,), dtype="bfloat16", device="cpu", max_cache_len=32)
     with pytest.raises(VerificationError, match="float32 reference.*drifts"):
         prepare(request)
