@@ -22,7 +22,7 @@ from .options import (
     SetOpt,
     buckets_or_none,
 )
-from .output import STDOUT, Output
+from .output import Output
 
 TextOpt = Annotated[
     Path | None, typer.Option("--text", metavar="FILE", help="UTF-8 text to score, encoded by the model's tokenizer.")
@@ -97,7 +97,6 @@ def eval_command(
 
       cugraph-accel eval ./my-model --tokens ids.json --windows 16 --window-len 256
     """
-    from accelerate_graph.common.atomic_io import check_writable
     from accelerate_graph.common.errors import BadOptionError
     from accelerate_graph.eval import windows as windowing
 
@@ -110,8 +109,7 @@ def eval_command(
     words = windowing.read_text(text) if text is not None else None
     ids = windowing.read_token_ids(tokens) if tokens is not None else None
     out = Output(json)
-    if json not in (None, STDOUT):
-        check_writable(json, "JSON results", force)
+    out.check_json_writable(force)
     request, source = request_for(
         model,
         plan,

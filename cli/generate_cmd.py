@@ -25,7 +25,7 @@ from .options import (
     TpOpt,
     buckets_or_none,
 )
-from .output import STDOUT, Output
+from .output import Output
 
 PromptOpt = Annotated[list[str] | None, typer.Option("--prompt", help="A prompt (repeat for a batch).")]
 PromptsOpt = Annotated[
@@ -112,7 +112,6 @@ def generate(
     import transformers  # noqa: F401 - the same
 
     stamps.append(("transformers imported", time.time()))
-    from accelerate_graph.common.atomic_io import check_writable
     from accelerate_graph.generate.prompts import collect_prompts, encode_prompts, load_tokenizer
     from accelerate_graph.generate.run import GenerateJob, generation_report
     from accelerate_graph.generate.sampling import Sampling
@@ -121,9 +120,8 @@ def generate(
 
     sampling = Sampling(temperature, top_k, top_p, seed).check()
     wanted = collect_prompts(prompt, prompts, input_ids)
-    if json not in (None, STDOUT):
-        check_writable(json, "JSON results", force)
     out = Output(json)
+    out.check_json_writable(force)
     if seed is not None and sampling.greedy:
         out.note(f"--seed {seed} has no effect: decoding is greedy (--temperature 0), so no token is drawn at random.")
     overrides = dict(buckets=buckets_or_none(buckets), max_cache_len=max_cache_len, revision=revision)

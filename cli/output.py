@@ -47,13 +47,18 @@ def json_text(data: dict) -> str:
 class Output:
     """Human output on stdout, unless the JSON document goes there (`--json -`)."""
 
-    def __init__(self, json_path: str | Path | bool | None = None):
-        if isinstance(json_path, bool):  # the old `--json` flag: True meant standard output
-            json_path = STDOUT if json_path else None
+    def __init__(self, json_path: str | Path | None = None):
         self.json_path = None if json_path is None else str(json_path)
         self.json_mode = self.json_path == STDOUT
         self.quiet = not _main_rank()  # under --tp only rank 0 speaks (and writes the JSON document)
         self.console = _console(stderr=self.json_mode, quiet=self.quiet)
+
+    def check_json_writable(self, force: bool) -> None:
+        """Before any work: a --json PATH that holds a file is replaced only with --force (check_writable)."""
+        from accelerate_graph.common.atomic_io import check_writable
+
+        if self.json_path not in (None, STDOUT):
+            check_writable(self.json_path, "JSON results", force)
 
     def line(self, text: str = "") -> None:
         self.console.print(text)

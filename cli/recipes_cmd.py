@@ -8,7 +8,7 @@ from accelerate_graph.models.recipes import DEFAULT_RECIPE, builtin_recipe_names
 
 from .errors import guarded
 from .options import ForceFlag, JsonOpt
-from .output import STDOUT, Output
+from .output import Output
 
 
 @guarded
@@ -23,11 +23,9 @@ def recipes(json: JsonOpt = None, force: ForceFlag = False) -> None:
 
       cugraph-accel capture qwen2.5-0.5b          # a recipe's name as MODEL
     """
-    from accelerate_graph.common.atomic_io import check_writable
 
     out = Output(json)
-    if json not in (None, STDOUT):
-        check_writable(json, "JSON results", force)
+    out.check_json_writable(force)
     table = Table(title="built-in recipes (random weights, fixed seed)")
     for name in ("name", "model type", "description", "buckets", "cache len"):
         table.add_column(name)

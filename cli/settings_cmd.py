@@ -8,7 +8,7 @@ from accelerate_graph import settings as engine_settings
 
 from .errors import guarded
 from .options import ForceFlag, JsonOpt
-from .output import STDOUT, Output
+from .output import Output
 
 
 @guarded
@@ -27,11 +27,9 @@ def settings(json: JsonOpt = None, force: ForceFlag = False) -> None:
 
       cugraph-accel bench --set pdl=off           # one setting changed for one run
     """
-    from accelerate_graph.common.atomic_io import check_writable
 
     out = Output(json)
-    if json not in (None, STDOUT):
-        check_writable(json, "JSON results", force)
+    out.check_json_writable(force)
     from_environment = engine_settings.from_environment()
     resolved = engine_settings.from_text(from_environment, "The environment")  # a bad value: one line, exit 2
     table = Table(title=f"engine settings (--set NAME=VALUE, or {engine_settings.ENV_PREFIX}<NAME>)")

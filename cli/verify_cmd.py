@@ -20,7 +20,7 @@ from .options import (
     TpOpt,
     buckets_or_none,
 )
-from .output import STDOUT, Output
+from .output import Output
 
 StepsOpt = Annotated[int, typer.Option("--steps", min=1, help="Decode steps compared per batch.")]
 RepeatOpt = Annotated[
@@ -95,7 +95,6 @@ def verify(
     arguments["tp"] = tp = plan_tp(tp, model, plan)
     if tp > 1 and spread(verify, arguments, tp, plan_device(model, plan)):
         return
-    from accelerate_graph.common.atomic_io import check_writable
     from accelerate_graph.distributed.single_device import against_single_device
     from accelerate_graph.verify.against_eager import PhaseClock, verify_graphs
     from accelerate_graph.verify.cases import THOROUGH, VERIFY, describe_slots, plan_cases, sliding_window, uncovered
@@ -105,8 +104,7 @@ def verify(
     from .tables import verify_table
 
     out = Output(json)
-    if json not in (None, STDOUT):
-        check_writable(json, "JSON results", force)
+    out.check_json_writable(force)
     request, source = request_for(
         model,
         plan,
