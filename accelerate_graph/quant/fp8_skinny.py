@@ -76,9 +76,9 @@ def table_op(block: int | None) -> str:
 
 def default_config(m: int, n: int, k: int, sms: int = configs.DEFAULT_SMS) -> SkinnyConfig:
     """Unmeasured starting point: float32 multiply-and-sum up to 2 rows (one row: K tiles of 256 bytes, 16
-    threads of 16 bytes a row), tensor cores with the weights on the MMA's long side above; blocks of N small
-    enough that every multiprocessor gets a program, and split-K where even then fewer than half of them would
-    have one and K is long."""
+    threads of 16 bytes a row), tensor cores above, not swapped (swapped, the pipelined weight
+    copies compile to 8 bytes, not 16, for sm_90); blocks of N small enough that every multiprocessor gets a
+    program, and split-K where even then fewer than half of them would have one and K is long."""
     dot = m > 2
     block_k = 128 if dot else (256 if m == 1 else 128)
     rows = SkinnyConfig(16, block_k, dot=dot).block_m(m)
@@ -93,7 +93,7 @@ def default_config(m: int, n: int, k: int, sms: int = configs.DEFAULT_SMS) -> Sk
     split = 1
     if 2 * programs <= sms and k >= 2048:
         split = max(1, min(-(-sms // programs), k // 1024))
-    return SkinnyConfig(block_n, block_k, num_warps=4, num_stages=4 if dot else 2, split_k=split, dot=dot, swap=dot)
+    return SkinnyConfig(block_n, block_k, num_warps=4, num_stages=4 if dot else 2, split_k=split, dot=dot)
 
 
 def config_for(m: int, n: int, k: int, block: int | None, device: torch.device) -> SkinnyConfig:
