@@ -3,9 +3,10 @@
 Activations are quantized per call: per row (amax / 448 a row) for per-channel weights, the row-wise recipe of
 `torch._scaled_mm` (compat.torch_internals.scaled_mm); per row and 128 columns for 128 x 128 block weights,
 its 1x128 by 128x128 recipe, which cuBLASLt offers on sm90 only. Where neither serves (another GPU for
-blocks, K or N not a multiple of 16, block scales whose K blocks are not a multiple of 4 (cuBLASLt reads the
-weight scales with a leading dimension rounded up to 4; torch 2.11 passes them unpadded), or float32 x),
-`dequantized_linear` runs instead: the weight dequantized to x's dtype, then cuBLAS.
+blocks, K or N not a multiple of 16, block weights whose N is not a multiple of 128 or whose K blocks are not
+a multiple of 4 (cuBLASLt reads the weight scales with a leading dimension rounded up to 4, torch's
+`_scaled_mm` passes them unpadded), or float32 x), `dequantized_linear` runs instead: the weight dequantized
+to x's dtype, then cuBLAS.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def serves(x: Tensor, weight: Tensor, block: int | None) -> bool:
         return False
     if block is None:
         return _capability(x.device) >= ROWWISE_FROM
-    return block == BLOCK and k % (4 * BLOCK) == 0 and _capability(x.device)[0] == BLOCKWISE_ON
+    whole_blocks = k % (4 * BLOCK) == 0 and n % BLOCK == 0  # a ragged last block of rows is not GPU-tested
+    return block == BLOCK and whole_blocks and _capability(x.device)[0] == BLOCKWISE_ON
 
 
 def quantize_rows(x2: Tensor) -> tuple[Tensor, Tensor]:
