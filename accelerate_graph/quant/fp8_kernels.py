@@ -87,18 +87,60 @@ def _accumulate_fma(
 
 
 @triton.jit
+def _row_loads(
+    x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k0, SCALE_BLOCK, S_COLS,
+    BLOCKWISE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """One K tile's loads and nothing that waits for them: x's row, its columns' block scales (the offsets,
+    unread, without block scales) and W's rows."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    xr = _x_tile(x_ptr, offs_m, offs_k, M, K, EVEN_K)
+    if BLOCKWISE:
+        scales = _column_scales(s_ptr, row_block, offs_k, K, SCALE_BLOCK, S_COLS)
+    else:
+        scales = offs_k
+    return xr, scales, _w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K)
+
+
+@triton.jit
+def _multiply_row(wide, xr, scales, w, BLOCKWISE: tl.constexpr):
+    """wide += x's row (times its block scales) times W's tile, element-wise in float32."""
+    xv = xr.to(tl.float32)  # [1, BLOCK_K]
+    if BLOCKWISE:
+        xv = xv * scales[None, :]
+    return wide + xv * w.to(tl.float32)
+
+
+@triton.jit
 def _accumulate_one_row(
     x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
     BLOCKWISE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
-    """_accumulate_fma for one row (a GEMV) with a 2-D [BLOCK_N, BLOCK_K] tile: [1, BLOCK_N]."""
+    """_accumulate_fma for one row (a GEMV) with a 2-D [BLOCK_N, BLOCK_K] tile: [1, BLOCK_N]. Triton does not
+    pipeline a loop without tl.dot; LOOKAHEAD issues tile k + 1's loads before tile k is multiplied (registers
+    for two tiles), the same sums in the same order."""
     wide = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        xv = _x_tile(x_ptr, offs_m, offs_k, M, K, EVEN_K).to(tl.float32)  # [1, BLOCK_K]
-        if BLOCKWISE:
-            xv = xv * _column_scales(s_ptr, row_block, offs_k, K, SCALE_BLOCK, S_COLS)[None, :]
-        wide += xv * _w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K).to(tl.float32)
+    if LOOKAHEAD:
+        xr, scales, w = _row_loads(
+            x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, SCALE_BLOCK, S_COLS,
+            BLOCKWISE, EVEN_K, BLOCK_K,
+        )  # fmt: skip
+        for k0 in range(k_lo + BLOCK_K, k_hi, BLOCK_K):
+            xr_next, scales_next, w_next = _row_loads(
+                x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k0, SCALE_BLOCK, S_COLS,
+                BLOCKWISE, EVEN_K, BLOCK_K,
+            )  # fmt: skip
+            wide = _multiply_row(wide, xr, scales, w, BLOCKWISE)
+            xr, scales, w = xr_next, scales_next, w_next
+        wide = _multiply_row(wide, xr, scales, w, BLOCKWISE)
+    else:
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            xr, scales, w = _row_loads(
+                x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k0, SCALE_BLOCK, S_COLS,
+                BLOCKWISE, EVEN_K, BLOCK_K,
+            )  # fmt: skip
+            wide = _multiply_row(wide, xr, scales, w, BLOCKWISE)
     return tl.sum(wide, axis=1)[None, :]
 
 
@@ -162,6 +204,7 @@ def fp8_skinny_kernel(
     HAS_B: tl.constexpr, BLOCKWISE: tl.constexpr, SPLIT: tl.constexpr, USE_DOT: tl.constexpr,
     IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
     USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
     """Grid (blocks of N, blocks of M, SPLIT). SPLIT > 1: float32 partials (per-channel scales applied) into
     the workspace [SPLIT, M, N], summed by fp8_finish_kernel. USE_PDL: ask L2 for the first weights, wait for
@@ -188,7 +231,7 @@ def fp8_skinny_kernel(
     elif BLOCK_M == 1:
         acc = _accumulate_one_row(
             x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
-            BLOCKWISE, EVEN_K, BLOCK_N, BLOCK_K,
+            BLOCKWISE, EVEN_K, BLOCK_N, BLOCK_K, LOOKAHEAD,
         )  # fmt: skip
     else:
         acc = _accumulate_fma(

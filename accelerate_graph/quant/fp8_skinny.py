@@ -145,7 +145,8 @@ def launch(x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Te
     fp8_kernels.fp8_skinny_kernel[(n_blocks, m_blocks, split)](
         x2, weight, scale, b_arg, out, ws, m, n, k, k_per_split, block or 1, scale.shape[-1] if block else 0,
         BLOCKWISE=block is not None, USE_DOT=cfg.dot, IEEE_DOT=x.dtype == torch.float32, SWAP=cfg.dot and cfg.swap,
-        EVEN_K=k % cfg.block_k == 0, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        EVEN_K=k % cfg.block_k == 0, BLOCK_K=cfg.block_k, LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **flags, **extra,
     )  # fmt: skip
     if split > 1:

@@ -186,6 +186,11 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
          "config": {"block_n": 16, "block_k": 32, "split_k": 3}}
         for scales, block in (("channel", None), ("block", 32))
     ),
+    *(
+        {"id": f"lookahead-{scales}", "rows": 1, "n": 40, "k": 200, "dtype": "bf16", "block": block, "bias": True,
+         "config": {"block_n": 16, "block_k": 32, "lookahead": True}}
+        for scales, block in (("channel", None), ("block", 32))
+    ),
     {"id": "fp16-block128", "rows": 2, "n": 136, "k": 200, "dtype": "fp16", "block": 128, "config": FMA},
     {"id": "op-default-config-rows1", "rows": 1, "n": 48, "k": 80, "dtype": "bf16", "block": None, "bias": True},
     {"id": "op-default-config-batched", "rows": 6, "n": 40, "k": 64, "dtype": "fp32", "block": 16, "batched": True},
@@ -211,14 +216,14 @@ def test_kernel_matches_the_reference_under_the_interpreter(case, interpreted_re
 # ---------------------------------------------------------------- the PTX for the H200
 
 PTX_VARIANTS = [
-    {"id": "one-row", "num_stages": 2, "flags": {"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "USE_DOT": False}},
+    {"id": "one-row", "num_stages": 2, "flags": {"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "LOOKAHEAD": True}},
     {"id": "one-row-block", "num_stages": 2, "flags": {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 256, "BLOCKWISE": True}},
     {"id": "tensor-cores", "num_stages": 4, "flags": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True}},
 ]
 for _variant in PTX_VARIANTS:  # the rest as the launch passes it for bf16 x, one slice, PDL on
     _variant["flags"] = {
         "HAS_B": True, "BLOCKWISE": False, "SPLIT": 1, "USE_DOT": False, "IEEE_DOT": False, "SWAP": False,
-        "EVEN_K": True, "OUT_BF16": True, "USE_PDL": True, **_variant["flags"],
+        "EVEN_K": True, "OUT_BF16": True, "USE_PDL": True, "LOOKAHEAD": False, **_variant["flags"],
     }  # fmt: skip
 
 

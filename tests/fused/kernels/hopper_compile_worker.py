@@ -153,7 +153,7 @@ def fp8_variants():
         flags = dict(
             HAS_B=True, BLOCKWISE=blockwise, SPLIT=split, USE_DOT=dot, IEEE_DOT=False, SWAP=swap,
             EVEN_K=split == 1, OUT_BF16=True, USE_PDL=split == 2, BLOCK_M=rows, BLOCK_N=64 if dot else 32,
-            BLOCK_K=block_k,
+            BLOCK_K=block_k, LOOKAHEAD=kind == "one-row" and split == 1,
         )  # fmt: skip
         yield f"fp8_skinny_kernel ({kind}) {flags}", fp8_kernels.fp8_skinny_kernel, flags, FP8_POINTERS
     for pdl in (False, True):
