@@ -6,11 +6,11 @@ rows and walks K (its share when split-K is on: then it writes float32 partial s
 adds them). Weight tiles are loaded row-major with a mask that does not vary along K (EVEN_K), so each thread
 reads 16 contiguous bytes at once where K is a multiple of 16.
 
-Scales (SCALE_BLOCK 0: one per output channel, applied once to the sums; else one per SCALE_BLOCK x SCALE_BLOCK
-block): a program's BLOCK_N rows lie in one block of rows (the launch keeps SCALE_BLOCK % BLOCK_N == 0), so a
-K tile needs only the block scales of its columns. Without tensor cores they multiply the activation (x * s
-per column, then the products with W); with tensor cores a tile lies in one block of columns (SCALE_BLOCK %
-BLOCK_K == 0) and its product is scaled once before it is added.
+Scales (BLOCKWISE off: one per output channel, applied once to the sums; on: one per SCALE_BLOCK x SCALE_BLOCK
+block, S_COLS of them a block row): a program's BLOCK_N rows lie in one block of rows (the launch keeps
+SCALE_BLOCK % BLOCK_N == 0), so a K tile needs only the block scales of its columns. Without tensor cores they
+multiply the activation (x * s per column, then the products with W); with tensor cores a tile lies in one
+block of columns (SCALE_BLOCK % BLOCK_K == 0) and its product is scaled once before it is added.
 
 Arithmetic is in float32 on loaded values; the output goes through skinny_kernels' `_round` (the interpreter
 truncates float32 -> bf16 casts, the GPU rounds to nearest even).
