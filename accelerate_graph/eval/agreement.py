@@ -113,15 +113,11 @@ def run_agreement(
         del model
         reference = load_model(model_dir, where, torch.float32).model
         arms["hf-fp32"] = greedy(reference, prompts, new_tokens, pad_id)
-    pairs = []
-    for name in (f"graphs-{short}", f"fused-{short}"):
-        if name in arms:
-            pairs.append(compare(arms[name], arms[f"hf-{short}"], (name, f"hf-{short}")))
-    if dtype != torch.float32:
-        pairs.insert(1, compare(arms[f"hf-{short}"], arms["hf-fp32"], (f"hf-{short}", "hf-fp32")))
-        for name in (f"graphs-{short}", f"fused-{short}"):
-            if name in arms:
-                pairs.append(compare(arms[name], arms["hf-fp32"], (name, "hf-fp32")))
+    mine = [name for name in (f"graphs-{short}", f"fused-{short}") if name in arms]
+    pairs = [compare(arms[name], arms[f"hf-{short}"], (name, f"hf-{short}")) for name in mine]
+    if dtype != torch.float32:  # HF's own rounding, then ours against float32
+        pairs.append(compare(arms[f"hf-{short}"], arms["hf-fp32"], (f"hf-{short}", "hf-fp32")))
+        pairs += [compare(arms[name], arms["hf-fp32"], (name, "hf-fp32")) for name in mine]
     return {
         "model": model_dir,
         "dtype": str(dtype).removeprefix("torch."),

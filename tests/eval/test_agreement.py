@@ -64,3 +64,13 @@ def test_bad_input_is_one_line_and_exit_2(eval_model_dir, capsys, extra, message
     assert main([eval_model_dir, "--device", "cpu", *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_the_graph_and_fused_arms_run_in_bf16(eval_model_dir, prompts):
+    report = run_agreement(eval_model_dir, prompts, 16, torch.bfloat16, "cuda", fuse=True)
+    ours = ("graphs-bf16", "fused-bf16")
+    expected = [(name, "hf-bf16") for name in ours] + [("hf-bf16", "hf-fp32")] + [(name, "hf-fp32") for name in ours]
+    assert [(p["first"], p["second"]) for p in report["pairs"]] == expected
+    assert all(len(row) == 16 for arm in report["arms"].values() for row in arm["token_ids"])
