@@ -83,10 +83,14 @@ def ours(model, prompts, new_tokens: int, pad_id: int, fuse: bool) -> tuple[list
     cache = len(prompts[0]) + new_tokens
     with accelerate(model, buckets=(len(prompts),), max_cache_len=cache, fuse=fuse) as handle:
         rows = greedy(model, prompts, new_tokens, pad_id)
-        steps = handle.counts.graph_steps
-    if steps != new_tokens - 1:
-        raise CugraphAccelError(f"the graphs replayed {steps} of the {new_tokens - 1} decode steps; {handle.counts}")
-    return rows, steps
+    counts = handle.counts
+    if counts.graph_steps != new_tokens - 1:
+        left = ", ".join(f"{reason} ({n})" for reason, n in counts.eager_calls.items()) or "none"
+        raise CugraphAccelError(
+            f"the graphs replayed {counts.graph_steps} of the {new_tokens - 1} decode steps "
+            f"({counts.eager_on_cache} eager on the cache; calls left to HF: {left}): the agreement would not be ours."
+        )
+    return rows, counts.graph_steps
 
 
 def run_agreement(
