@@ -20,7 +20,7 @@
 #   profile   profile_step.py of the fused step, one process per model, batches 1,8,32               ~510 s
 #   generate  bench of the generate contenders (tok/s), first token of a new process, GPU tests      ~420 s
 #   tp        (two GPUs) the tensor-parallel GPU tests, bench --tp 2 against --tp 1, profile_tp.py    ~560 s
-#   trained   trains the GPU models of accelerate_graph/training (TRAINED_MODELS; TRAIN_ARGS, default 45 s each)
+#   trained   trains the GPU models of accelerate_graph/training (TRAINED_MODELS; TRAIN_ARGS, default 30 s each)
 #             into TRAINED_DIR (scratch, not archived; each training.json is), then capture --fuse, verify
 #             --repeat 5, generate, eval --fuse on held-out text, the eval fault tests, bf16 greedy agreement
 #             with HF (graphs and fused) and the verify faults on each, side by side ~560 s
@@ -247,9 +247,9 @@ trained_suite() {  # one training process: the models share the corpus and token
   local dir=${TRAINED_DIR:-${TMPDIR:-/tmp}/cugraph-accel-trained} models name
   read -r -a models <<< "${TRAINED_MODELS:-llama-gqa-100m qwen2-moe-small gemma2-sliding}"
   mkdir -p "$dir"
-  # 45 s per model (2.25 min of training for the three) leaves the lanes their time within the deadline
+  # 30 s per model (1.5 min of training for the three) leaves the lanes their time within the deadline
   # shellcheck disable=SC2086 # TRAIN_ARGS is a list of options, e.g. "--budget-s 30"
-  part train 120 300 python3 -m accelerate_graph.training "${models[@]}" --out "$dir" ${TRAIN_ARGS:---budget-s 45}
+  part train 120 300 python3 -m accelerate_graph.training "${models[@]}" --out "$dir" ${TRAIN_ARGS:---budget-s 30}
   grep -E "held-out|error" "$WORK/train.log"
   # eval text: held-out files (held out by path hash, so by any corpus size) of a larger corpus
   EVAL_TEXT="$dir/eval-text.txt"
