@@ -127,8 +127,12 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
     Exhaustive(
         "tests/verify/test_faults_trained.py::*",
         "a whole verify of the trained model per fault (the long runs and late slots take minutes); the faults "
-        "in every graph and the left-padding ones stay fast",
-        keep=("*::test_a_fault_in_every_graph_fails_every_case[*", "*::test_a_replay_blind_to_left_padding*"),
+        "in every graph, the left-padding ones and the clean float32 graphs stay fast",
+        keep=(
+            "*::test_the_correct_graphs_pass[dtype0-*",
+            "*::test_a_fault_in_every_graph_fails_every_case[*",
+            "*::test_a_replay_blind_to_left_padding*",
+        ),
     ),
     Exhaustive(
         "tests/verify/test_faults_trained.py::test_a_fault_in_every_graph_fails_every_case[nan_cache-*-cpu]",

@@ -24,6 +24,13 @@ def _key(r):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, BF16])
+def test_the_correct_graphs_pass(dtype, device):
+    rows = verify_with(trained_session(dtype, device), None)
+    assert rows and not failed(rows), [r.detail for r in rows if not r.passed]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(
     "kind, size, dtype",
     [
