@@ -59,7 +59,8 @@ KINDS = (
 # kind -> default size
 SIZED = {"drift": 1e-3, "close_flip": 0.05, "padded_leak": 0.1, "rotary_skew": 0.01, "cache_noise": 1e-2}
 
-# Faults that only what generate and serve do shows; the last two must pass verify.
+# Faults that only what generate and serve do shows; the last two must pass verify (rounding_noise: on random
+# weights, or in float32).
 COVERAGE_KINDS = (
     "ignored_mask",  # the step attends every slot: a left-padded row's padding is not hidden
     "shared_position",  # every row decodes at row 0's position
