@@ -2,6 +2,11 @@
 
 A graph can only replay reads of the same memory, so everything a decode step consumes lives in
 buffers allocated once at the largest batch; a step for batch b reads their first b rows.
+
+Two modes. Shared (the default): every row writes at the cache's one write position, rows are
+left-padded to line up. Per-row (`per_row=True`, continuous batching): row r's sequence starts at slot 0
+of its own cache row and its new token goes to the slot `write_slots[r]` names (its position), and the
+step builds each row's attention mask from its position (slots 0..position), inside the graph.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from accelerate_graph.common.errors import (
     option,
 )
 from accelerate_graph.compat import torch_internals
+from accelerate_graph.compat.transformers_internals import attention_implementation, sdpa_mask_builder
 from accelerate_graph.core.backends import Step
 from accelerate_graph.core.host_constants import HostConstants
 from accelerate_graph.core.static_cache import SharedStaticCache, cache_argument_name, check_cache_fits
@@ -47,19 +53,54 @@ def draw_inputs(batch: int, steps: int, prompt_len: int, vocab: int, seed: int) 
     return prompt, tokens
 
 
+def sliding_window_below(config, slots: int) -> int | None:
+    """The model's sliding attention window where it is shorter than `slots` (so it hides slots a row
+    would otherwise attend), else None."""
+    text = config.get_text_config()
+    window = getattr(text, "sliding_window", None)
+    if not isinstance(window, int) or window >= slots or getattr(text, "use_sliding_window", True) is False:
+        return None
+    layer_types = getattr(text, "layer_types", None)
+    if layer_types is not None and "sliding_attention" not in layer_types:
+        return None
+    return window
+
+
+def check_per_row_supported(model: torch.nn.Module, max_cache_len: int) -> None:
+    """Per-row mode hands the model a 4D mask it built itself: refuse the models that would read it
+    wrong (an attention with no 4D mask, a sliding window shorter than the cache)."""
+    implementation = attention_implementation(model.config)
+    if not sdpa_mask_builder(implementation) and implementation != "eager":
+        raise UnsupportedModelError(
+            f"per-row decoding gives the model its own attention masks, which {implementation} attention does "
+            "not take.",
+            "Use {attn='sdpa'}.",
+        )
+    window = sliding_window_below(model.config, max_cache_len)
+    if window is not None:
+        raise UnsupportedModelError(
+            f"per-row decoding does not apply {type(model).__name__}'s sliding attention window of {window} "
+            f"tokens, shorter than the cache's {max_cache_len} slots.",
+            f"Use {option('max_cache_len')} of at most {window}: the window then hides nothing.",
+        )
+
+
 class DecodeSession:
-    def __init__(self, model: torch.nn.Module, max_batch: int, max_cache_len: int):
+    def __init__(self, model: torch.nn.Module, max_batch: int, max_cache_len: int, per_row: bool = False):
         if max_cache_len < 2:
             raise BadOptionError(f"{option('max_cache_len', max_cache_len)} is too small.", "Use at least 2 slots.")
+        if per_row:
+            check_per_row_supported(model, max_cache_len)
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self.max_batch = max_batch
         self.max_cache_len = max_cache_len
+        self.per_row = per_row
         self.cache_arg = cache_argument_name(model)
         self._keeps_last_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         check_cache_fits(model.config, max_batch, max_cache_len, model.dtype, self.device)
         try:
-            self.kv = SharedStaticCache(model.config, max_batch, max_cache_len)
+            self.kv = SharedStaticCache(model.config, max_batch, max_cache_len, per_row)
         except Exception as err:  # noqa: BLE001 - HF raises many types for caches it cannot build
             if is_out_of_memory(err):
                 raise self._out_of_memory() from err
@@ -73,6 +114,10 @@ class DecodeSession:
         # [B, L]: 1 where a row may attend a cache slot; causality hides slots not yet written,
         # so this only changes for left-padded prompts and stays constant while decoding.
         self.attention_mask = torch.ones(max_batch, self.kv.storage_len, **longs)  # spare slot: see SharedStaticCache
+        # Per-row mode: the slot each row's new token goes to [B, 1] (its position; a row that takes no
+        # part in a step writes the spare slot, which no step reads), and the slot numbers its masks compare.
+        self.write_slots = torch.zeros(max_batch, 1, **longs)
+        self.slot_numbers = torch.arange(self.kv.storage_len, **longs)
         self.host_constants: HostConstants | None = None  # set by the fix that hoists constant host data
         self.fused: CompiledForward | None = None  # the compiled forward of --fuse: what capture records
         self._allocate_cache()
@@ -100,23 +145,60 @@ class DecodeSession:
         self.kv.check_allocated()
         self.kv.reset()
 
+    @property
+    def spare_slot(self) -> int:
+        """The slot past every context bucket: rows that take no part in a per-row step write there."""
+        return self.max_cache_len
+
     def forward(
-        self, batch: int, input_ids, position_ids, attention_mask, context: int | None = None, runner=None
+        self,
+        batch: int,
+        input_ids,
+        position_ids,
+        attention_mask,
+        context: int | None = None,
+        runner=None,
+        write_slots: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One forward of `batch` rows through the shared cache, attending its first `context` slots
         (default: all), by the model itself or `runner` (its compiled form); returns last-position
-        logits [b, V]."""
-        kwargs = {self.cache_arg: self.kv.view(batch, context), "use_cache": True}
+        logits [b, V]. Per-row mode: each row writes at `write_slots` [b, t] (default: its position ids)
+        and attends the slots up to its position; `attention_mask` is not read."""
+        if self.per_row:
+            slots = position_ids[:batch] if write_slots is None else write_slots[:batch]
+            cache = self.kv.view(batch, context, slots)
+            attention_mask = self.rows_mask(position_ids[:batch], self.kv.slots(context))
+        else:
+            cache = self.kv.view(batch, context)
+            attention_mask = attention_mask[:batch, : self.kv.slots(context)]
+        return self._run(cache, input_ids[:batch], position_ids[:batch], attention_mask, runner)
+
+    def rows_mask(self, position_ids: torch.Tensor, slots: int) -> torch.Tensor:
+        """Per-row mode's mask [b, 1, t, slots]: the token at position p of a row attends that row's slots
+        0..p, nothing else (a row's slots past its position hold a finished request's leftovers). Bool
+        where the attention takes sdpa's masks, additive in the model's dtype for eager attention."""
+        visible = self.slot_numbers[:slots] <= position_ids[:, None, :, None]
+        if sdpa_mask_builder(attention_implementation(self.model.config)):
+            return visible
+        dtype = self.model.dtype
+        return torch.where(visible, 0.0, torch.finfo(dtype).min).to(dtype)
+
+    def row_forward(self, row: int, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Per-row mode: one eager forward of row `row` alone (input_ids/position_ids [1, t], written at
+        those positions, every other row untouched); returns its last-position logits [1, V]."""
+        cache = self.kv.row_view(row, position_ids)
+        mask = self.rows_mask(position_ids, self.max_cache_len)
+        return self._run(cache, input_ids, position_ids, mask, None)
+
+    def _run(self, cache, input_ids, position_ids, attention_mask, runner) -> torch.Tensor:
+        kwargs = {self.cache_arg: cache, "use_cache": True}
         if self._keeps_last_logits:
             kwargs["logits_to_keep"] = 1
         # compiled code builds its constants itself: the hoisting mode is for eager and captured steps
         hoist = self.host_constants is not None and runner is None
         with self.host_constants if hoist else contextlib.nullcontext():
             out = (runner or self.model)(
-                input_ids=input_ids[:batch],
-                position_ids=position_ids[:batch],
-                attention_mask=attention_mask[:batch, : self.kv.slots(context)],
-                **kwargs,
+                input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, **kwargs
             )
         return out.logits[:, -1, :]
 
@@ -125,7 +207,9 @@ class DecodeSession:
         buffers, by the model or `runner`. The write slot must lie below `context`."""
 
         def step() -> torch.Tensor:
-            return self.forward(batch, self.input_ids, self.position_ids, self.attention_mask, context, runner)
+            return self.forward(
+                batch, self.input_ids, self.position_ids, self.attention_mask, context, runner, self.write_slots
+            )
 
         return step
 
@@ -151,13 +235,18 @@ class DecodeSession:
         return out
 
     def load_inputs(self, bucket: int, tokens: torch.Tensor, positions: torch.Tensor) -> None:
-        """Write a batch's next tokens and positions ([b] each) into the buffers, padding up to `bucket`."""
+        """Write a batch's next tokens and positions ([b] each) into the buffers, padding up to `bucket`.
+        Per-row mode: each row writes at its position, padding rows at the spare slot."""
         b = tokens.shape[0]
         torch_internals.copy_each([self.input_ids[:b, 0], self.position_ids[:b, 0]], [tokens, positions])
+        if self.per_row:
+            self.write_slots[:b].copy_(self.position_ids[:b])
         if bucket > b:
             self.input_ids[b:bucket].fill_(PAD_TOKEN)
             # padding rows share the batch's write slot, in rows no sequence owns
             self.position_ids[b:bucket].copy_(self.position_ids[:1].expand(bucket - b, 1))
+            if self.per_row:
+                self.write_slots[b:bucket].fill_(self.spare_slot)
 
     def hide_left_padding(self, pads: torch.Tensor) -> None:
         """Rows [:len(pads)] of the mask buffer hide their first `pads[r]` cache slots, as a left-padded
@@ -177,6 +266,11 @@ class DecodeSession:
         generate pads a batch: the mask buffer hides them (left so for the steps after; the caller
         calls `show_every_slot` when done) and the row's positions count from its first real token."""
         b, length = prompt.shape
+        if pads is not None and self.per_row:
+            raise BadOptionError(
+                "a per-row session does not take left-padded prompts: each row starts at slot 0 of its own row.",
+                "Prefill rows of different lengths one at a time (row_forward).",
+            )
         if length >= self.max_cache_len:
             raise BadOptionError(
                 f"prompt length {length} leaves no room in a cache of {self.max_cache_len} slots.",
