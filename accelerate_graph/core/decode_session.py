@@ -264,13 +264,10 @@ class DecodeSession:
         `chunk`: at most that many tokens per forward (bounds the attention scores of a long prompt).
         `pads` [b]: row r is left-padded by pads[r] slots (its tokens there are replaced by PAD_TOKEN), as
         generate pads a batch: the mask buffer hides them (left so for the steps after; the caller
-        calls `show_every_slot` when done) and the row's positions count from its first real token."""
+        calls `show_every_slot` when done) and the row's positions count from its first real token.
+        Per-row mode has no padding: row r's real tokens (after its pads[r]) go to its slots from 0 on, at
+        the same positions, so the row's next token goes to slot P - pads[r]."""
         b, length = prompt.shape
-        if pads is not None and self.per_row:
-            raise BadOptionError(
-                "a per-row session does not take left-padded prompts: each row starts at slot 0 of its own row.",
-                "Prefill rows of different lengths one at a time (row_forward).",
-            )
         if length >= self.max_cache_len:
             raise BadOptionError(
                 f"prompt length {length} leaves no room in a cache of {self.max_cache_len} slots.",
@@ -278,6 +275,10 @@ class DecodeSession:
             )
         self.kv.rewind(0)
         step = chunk or length
+        if self.per_row:
+            logits = self._prefill_rows(prompt, step, pads)
+            self.kv.advance(length)
+            return logits
         offsets = torch.zeros(b, 1, dtype=torch.long, device=self.device)
         if pads is not None:
             self.hide_left_padding(pads)
@@ -292,6 +293,19 @@ class DecodeSession:
                 logits = self.forward(b, part, positions, self.attention_mask)
         self.kv.advance(length)
         return logits
+
+    def _prefill_rows(self, prompt: torch.Tensor, step: int, pads: torch.Tensor | None) -> torch.Tensor:
+        """Per-row mode's prefill: each row its real tokens, from slot 0 of its own row, `step` at a time."""
+        out = []
+        with torch.no_grad():
+            for row in range(prompt.shape[0]):
+                tokens = prompt[row, int(pads[row]) if pads is not None else 0 :].to(self.device)
+                for first in range(0, tokens.shape[0], step):
+                    part = tokens[first : first + step]
+                    positions = torch.arange(first, first + part.shape[0], device=self.device)
+                    logits = self.row_forward(row, part[None], positions[None])
+                out.append(logits)
+        return torch.cat(out)
 
     @property
     def vocab_size(self) -> int:

@@ -192,7 +192,7 @@ class SharedStaticCache:
     def view(self, batch: int, context: int | None = None, write_slots: torch.Tensor | None = None) -> Cache:
         """A cache whose layers are views of rows [:batch] and slots [:self.slots(context)]; positions
         are shared. Before allocation, the cache itself (its first forward allocates). Per-row mode: the
-        rows write their new tokens at `write_slots` [batch, t]."""
+        rows write their new tokens at `write_slots` [batch, t] (None: where the last forward wrote)."""
         if not self.allocated:
             return self.cache
         context = self.slots(context)
@@ -216,10 +216,9 @@ class SharedStaticCache:
 
     @staticmethod
     def _aim(view: Cache, write_slots: torch.Tensor | None) -> None:
-        if write_slots is None:
-            raise ValueError("a per-row cache view needs the slots its rows write at")
-        for layer in view.layers:
-            layer.write_slots = write_slots
+        if write_slots is not None:
+            for layer in view.layers:
+                layer.write_slots = write_slots
 
     def positions(self) -> list[torch.Tensor]:
         return [layer.cumulative_length for layer in self.layers]
