@@ -124,6 +124,15 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         "a whole verify per model, layer and noise size; 3x and 1x at layer 0 of Llama stay fast",
         keep=("*fails[llama-0]", "*passes[0-1.0]"),
     ),
+    Exhaustive(
+        "tests/serve/test_slot_engine.py::test_staggered_requests_each_equal_hf_generate_alone[*]",
+        "a capture and a whole staggered run per architecture; llama's stays fast",
+        keep=("*[llama]",),
+    ),
+    Exhaustive(
+        "tests/serve/test_slot_engine.py::test_an_eager_plan_runs_the_sessions_own_step",
+        "the staggered run again without graphs; the graph runs cover the engine's code but its eager branch",
+    ),
 )
 
 

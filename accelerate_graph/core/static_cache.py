@@ -106,9 +106,11 @@ class RowLayer(_LayerView):
         return self.keys, self.values
 
     def narrowed_copy(self) -> RowLayer:
-        """A new layer object over the same tensors (the fused step hands each layer a fresh one)."""
+        """A new layer object over new views of the same tensors (the fused step hands each layer a fresh
+        one, whose tensors it marks for dynamo)."""
         copy = static_layer_view(self, self.keys.shape[0], self.keys.shape[2], RowLayer)
-        copy.write_keys, copy.write_values, copy.write_slots = self.write_keys, self.write_values, self.write_slots
+        copy.write_keys, copy.write_values = self.write_keys[:], self.write_values[:]
+        copy.write_slots = self.write_slots[:] if self.write_slots is not None else None
         return copy
 
 
