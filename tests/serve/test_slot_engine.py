@@ -156,3 +156,11 @@ def test_verify_judges_rows_at_different_positions():
     rows = verify_graphs(graphs, steps=4, prompt_len=6, coverage=Coverage(ragged=True))
     assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
     assert any(len(set(r.padding.split("/"))) > 1 for r in rows)
+
+
+def test_eager_attention_takes_an_additive_mask_and_decodes_the_same():
+    model = tiny_decoder("llama")
+    model.set_attn_implementation("eager")
+    engine = engine_on_session(model, EmulatedBackend(), fused=False)
+    assert engine.session.rows_mask(torch.tensor([[1]]), 4).dtype == torch.float32
+    assert run_script(engine).tokens == expected_tokens(model)
