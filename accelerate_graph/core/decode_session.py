@@ -53,6 +53,11 @@ def draw_inputs(batch: int, steps: int, prompt_len: int, vocab: int, seed: int) 
     return prompt, tokens
 
 
+# Layer kinds of a config's `layer_types` whose masks per-row mode builds; a model with layer types passes the
+# masks as a dict by kind (HF's modeling files: `causal_mask_mapping`), one without takes one mask.
+MASK_KINDS = ("full_attention", "sliding_attention")
+
+
 def sliding_window_below(config, slots: int) -> int | None:
     """The model's sliding attention window where it is shorter than `slots` (so it hides slots a row
     would otherwise attend), else None."""
@@ -66,9 +71,9 @@ def sliding_window_below(config, slots: int) -> int | None:
     return window
 
 
-def check_per_row_supported(model: torch.nn.Module, max_cache_len: int) -> None:
-    """Per-row mode hands the model a 4D mask it built itself: refuse the models that would read it
-    wrong (an attention with no 4D mask, a sliding window shorter than the cache)."""
+def check_per_row_supported(model: torch.nn.Module) -> None:
+    """Per-row mode hands the model the 4D masks it built itself: refuse the models that would read them
+    wrong (an attention that takes no 4D mask, layers of a kind other than full or sliding attention)."""
     implementation = attention_implementation(model.config)
     if not sdpa_mask_builder(implementation) and implementation != "eager":
         raise UnsupportedModelError(
@@ -76,12 +81,12 @@ def check_per_row_supported(model: torch.nn.Module, max_cache_len: int) -> None:
             "not take.",
             "Use {attn='sdpa'}.",
         )
-    window = sliding_window_below(model.config, max_cache_len)
-    if window is not None:
+    other = sorted(set(getattr(model.config.get_text_config(), "layer_types", None) or ()) - set(MASK_KINDS))
+    if other:
         raise UnsupportedModelError(
-            f"per-row decoding does not apply {type(model).__name__}'s sliding attention window of {window} "
-            f"tokens, shorter than the cache's {max_cache_len} slots.",
-            f"Use {option('max_cache_len')} of at most {window}: the window then hides nothing.",
+            f"per-row decoding builds full and sliding attention masks; {type(model).__name__} also has layers of "
+            f"kind {', '.join(other)}.",
+            "Use the shared mode (per_row=False) for this model.",
         )
 
 
@@ -90,7 +95,7 @@ class DecodeSession:
         if max_cache_len < 2:
             raise BadOptionError(f"{option('max_cache_len', max_cache_len)} is too small.", "Use at least 2 slots.")
         if per_row:
-            check_per_row_supported(model, max_cache_len)
+            check_per_row_supported(model)
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self.max_batch = max_batch
@@ -118,6 +123,8 @@ class DecodeSession:
         # part in a step writes the spare slot, which no step reads), and the slot numbers its masks compare.
         self.write_slots = torch.zeros(max_batch, 1, **longs)
         self.slot_numbers = torch.arange(self.kv.storage_len, **longs)
+        self.window = sliding_window_below(model.config, max_cache_len)  # where it hides slots, per-row masks apply it
+        self._masks_by_kind = getattr(model.config.get_text_config(), "layer_types", None) is not None
         self.host_constants: HostConstants | None = None  # set by the fix that hoists constant host data
         self.fused: CompiledForward | None = None  # the compiled forward of --fuse: what capture records
         self._allocate_cache()
@@ -173,11 +180,22 @@ class DecodeSession:
             attention_mask = attention_mask[:batch, : self.kv.slots(context)]
         return self._run(cache, input_ids[:batch], position_ids[:batch], attention_mask, runner)
 
-    def rows_mask(self, position_ids: torch.Tensor, slots: int) -> torch.Tensor:
+    def rows_mask(self, position_ids: torch.Tensor, slots: int) -> torch.Tensor | dict[str, torch.Tensor]:
         """Per-row mode's mask [b, 1, t, slots]: the token at position p of a row attends that row's slots
-        0..p, nothing else (a row's slots past its position hold a finished request's leftovers). Bool
-        where the attention takes sdpa's masks, additive in the model's dtype for eager attention."""
-        visible = self.slot_numbers[:slots] <= position_ids[:, None, :, None]
+        0..p, nothing else (a row's slots past its position hold a finished request's leftovers), and under
+        a sliding window of W only p - W + 1..p, as HF's sliding mask. A dict by layer kind where the model
+        has layer types. Bool where the attention takes sdpa's masks, additive for eager attention."""
+        slot, position = self.slot_numbers[:slots], position_ids[:, None, :, None]
+        causal = slot <= position
+        windowed = causal & (slot > position - self.window) if self.window is not None else causal
+        if not self._masks_by_kind:
+            return self._as_attention_mask(windowed)
+        return {
+            "full_attention": self._as_attention_mask(causal),
+            "sliding_attention": self._as_attention_mask(windowed),
+        }
+
+    def _as_attention_mask(self, visible: torch.Tensor) -> torch.Tensor:
         if sdpa_mask_builder(attention_implementation(self.model.config)):
             return visible
         dtype = self.model.dtype

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 from slot_script import engine_on_session, expected_tokens, hf_alone, plant_stale_values, run_script
-from tiny_models import tiny_decoder
+from tiny_models import SMALL_DECODER, tiny_decoder
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from accelerate_graph.common.errors import BadOptionError, ResourceError, UnsupportedModelError
 from accelerate_graph.core.backends import EmulatedBackend
@@ -141,12 +142,25 @@ def test_an_eager_plan_runs_the_sessions_own_step(tiny_model_dir):
     assert run.tokens == expected_tokens(engine.session.model)
 
 
-def test_a_sliding_window_shorter_than_the_cache_is_refused_and_a_longer_one_decodes():
-    with pytest.raises(UnsupportedModelError, match="sliding attention window of 8 tokens, shorter than the cache"):
-        DecodeSession(tiny_decoder("mistral", sliding_window=8), 2, 64, per_row=True)
-    model = tiny_decoder("mistral", sliding_window=64)  # every row's slots lie inside its window
+@pytest.mark.parametrize("model_type", ["mistral", "gemma2"])
+def test_a_sliding_window_shorter_than_the_rows_applies_per_row(model_type):
+    """A window of 6 while rows reach position 25: mistral takes one mask, gemma2 one per layer kind (its
+    sliding and full layers alternate; eager attention, as HF runs it)."""
+    torch.manual_seed(0)
+    extra = {"head_dim": 16} if model_type == "gemma2" else {}
+    config = AutoConfig.for_model(model_type, **SMALL_DECODER, sliding_window=6, **extra)
+    attention = "eager" if model_type == "gemma2" else "sdpa"
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=attention).eval()
     engine = engine_on_session(model, EmulatedBackend(), fused=False)
+    assert engine.session.window == 6
     assert run_script(engine).tokens == expected_tokens(model)
+
+
+def test_layers_of_another_kind_are_refused():
+    model = tiny_decoder("llama")
+    model.config.layer_types = ["full_attention", "chunked_attention"]
+    with pytest.raises(UnsupportedModelError, match="also has layers of kind chunked_attention"):
+        DecodeSession(model, 2, 32, per_row=True)
 
 
 def test_verify_judges_rows_at_different_positions():
