@@ -78,11 +78,14 @@ def test_fused_staggered_requests_equal_hf_generate_alone(tiny_model_dir):
 
 
 def test_chunked_prefill_equals_one_chunk(tiny_model_dir):
-    folder = tiny_model_dir("qwen2")
     prompt = list(range(3, 40))
+    one_graph_set = engine_on_session(load(tiny_model_dir("qwen2")), EmulatedBackend(), fused=False)
     results = []
-    for chunk in (5, 256):
-        engine = prepared_engine(folder, chunk=chunk)
+    for chunk in (5, 256):  # two engines over the same graphs, one after the other
+        engine = SlotEngine(
+            SimpleNamespace(session=one_graph_set.session, graphs=one_graph_set.graphs, plan=SimpleNamespace(tp=1)),
+            chunk=chunk,
+        )
         row = engine.admit(prompt)
         chunks = 1
         while (logits := engine.prefill_chunk(row)) is None:
@@ -91,6 +94,7 @@ def test_chunked_prefill_equals_one_chunk(tiny_model_dir):
         for _ in range(6):
             tokens.append(int(engine.decode([row], torch.tensor(tokens[-1:])).argmax()))
         results.append((chunks, logits, tokens))
+        engine.release(row)
     (chunks_small, logits_small, small), (chunks_one, logits_one, one) = results
     assert (chunks_small, chunks_one) == (8, 1)
     torch.testing.assert_close(logits_small, logits_one, rtol=1e-5, atol=1e-5)
@@ -98,7 +102,7 @@ def test_chunked_prefill_equals_one_chunk(tiny_model_dir):
 
 
 def test_the_engine_refuses_what_it_cannot_do(tiny_model_dir):
-    engine = prepared_engine(tiny_model_dir("llama"))
+    engine = engine_on_session(load(tiny_model_dir("llama")), EmulatedBackend(), fused=False)
     with pytest.raises(BadOptionError, match="does not fit in a row of 64 cache slots"):
         engine.admit(list(range(65)))
     with pytest.raises(BadOptionError, match="the prompt is empty"):
