@@ -60,6 +60,7 @@ class GraphRequest:
     tp: int = 1  # above 1: captures and replays in step across the ranks
     max_memory_mib: float | None = None  # cap on graph memory: buckets that do not fit are dropped
     lazy: bool = False  # capture each graph on its first use (not under tp or a memory cap)
+    per_row: bool = False  # each row writes at its own position (DecodeSession's per-row mode)
 
     def __post_init__(self) -> None:
         if self.mode not in REQUEST_MODES:
@@ -139,7 +140,7 @@ def capture_model(model: torch.nn.Module, request: GraphRequest, hooks: Hooks | 
 
 def _capture_model(model: torch.nn.Module, request: GraphRequest, hooks: Hooks) -> Captured:
     hooks.stage("allocating the static cache")
-    session = DecodeSession(model, request.buckets[-1], request.cache_len)
+    session = DecodeSession(model, request.buckets[-1], request.cache_len, request.per_row)
     check_first_step(session)  # NaN/Inf from the weights: one clear error before any capture
     hooks.stage("looking for graph hazards")
     decision = decide_regions(session, request.mode, request.buckets[0])

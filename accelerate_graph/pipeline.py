@@ -53,6 +53,7 @@ class CaptureRequest:
     tp: int = 1  # tensor-parallel ranks; above 1 this process is one of them (distributed.launch)
     lazy: bool = False  # capture each graph on its first use (generate: the first token waits for fewer)
     settings: engine_settings.Settings | None = None  # the engine's settings; None: those in use now
+    per_row: bool = False  # each row writes at its own position (serve.engine.SlotEngine's continuous batching)
 
 
 @dataclass
@@ -159,6 +160,7 @@ def _prepare(request: CaptureRequest, hooks: Hooks) -> Prepared:
         tp=request.tp,
         max_memory_mib=request.max_memory_mib,
         lazy=request.lazy,
+        per_row=request.per_row,
     )
     captured = capture_model(loaded.model, flow, hooks)
     notes += captured.notes

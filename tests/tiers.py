@@ -138,6 +138,20 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         "tests/verify/test_faults_trained.py::test_a_fault_in_every_graph_fails_every_case[nan_cache-*-cpu]",
         "10 s of bf16 verify on the CPU; test_non_finite.py keeps a NaN cache write fast on the random tiny model",
     ),
+    Exhaustive(
+        "tests/serve/test_slot_engine.py::test_staggered_requests_each_equal_hf_generate_alone[*]",
+        "a capture and a whole staggered run per architecture; llama's stays fast",
+        keep=("*[llama]",),
+    ),
+    Exhaustive(
+        "tests/serve/test_slot_engine.py::test_a_sliding_window_shorter_than_the_rows_applies_per_row[*]",
+        "the staggered run per windowed model; mistral's (one mask) stays fast, gemma2 adds a mask per layer kind",
+        keep=("*[mistral]",),
+    ),
+    Exhaustive(
+        "tests/serve/test_slot_engine.py::test_an_eager_plan_runs_the_sessions_own_step",
+        "the staggered run again without graphs; the graph runs cover the engine's code but its eager branch",
+    ),
 )
 
 

@@ -43,8 +43,11 @@ def attention_implementations(model: torch.nn.Module) -> dict[str, str | None]:
 _LAYER_GEOMETRY = ("dtype", "device", "num_heads", "k_head_dim", "v_head_dim")
 
 
-def static_layer_view(layer: StaticLayer, batch: int, context: int, kind: type[StaticLayer] = StaticLayer):
-    """A `kind` (a StaticLayer class) over rows [:batch] and slots [:context] of an allocated layer's K/V,
+def static_layer_view(
+    layer: StaticLayer, batch: int, context: int, kind: type[StaticLayer] = StaticLayer, first_row: int = 0
+):
+    """A `kind` (a StaticLayer class) over rows [first_row:first_row + batch] and slots [:context] of an
+    allocated layer's K/V,
     sharing its write position tensor. Built with the public constructor `StaticLayer(max_cache_len=...)`;
     StaticLayer has no public method that adopts existing tensors (`lazy_initialization` allocates new
     ones), so the attributes `transformers.cache_utils.StaticLayer.lazy_initialization` sets are set here:
@@ -54,8 +57,9 @@ def static_layer_view(layer: StaticLayer, batch: int, context: int, kind: type[S
     for name in _LAYER_GEOMETRY:
         if hasattr(layer, name):
             setattr(view, name, getattr(layer, name))
-    view.keys = layer.keys[:batch, :, :context]
-    view.values = layer.values[:batch, :, :context]
+    rows = slice(first_row, first_row + batch)
+    view.keys = layer.keys[rows, :, :context]
+    view.values = layer.values[rows, :, :context]
     view.cumulative_length = layer.cumulative_length
     view.batch_size = batch
     view.is_initialized = True

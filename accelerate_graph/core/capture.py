@@ -135,7 +135,11 @@ class DecodeGraphs:
 
     def graph_now(self, bucket: int) -> tuple[tuple[int, int], CapturedGraph]:
         """The graph of `bucket` for the next step's context bucket, captured now if it was left for later."""
-        key = (bucket, self.context_now())
+        return self.graph_at(bucket, self.context_now())
+
+    def graph_at(self, bucket: int, context: int) -> tuple[tuple[int, int], CapturedGraph]:
+        """The graph of (`bucket`, `context`), captured now if it was left for later."""
+        key = (bucket, context)
         if key not in self.graphs:
             if self._later is None or key not in self._later.pending:
                 raise ReplaySafetyError(f"no graph was captured for bucket {bucket}, context {key[1]}.")
@@ -154,6 +158,8 @@ class DecodeGraphs:
         """Every tensor the graphs read or write in place, by name."""
         s = self.session
         buffers = {"input_ids": s.input_ids, "position_ids": s.position_ids, "attention_mask": s.attention_mask}
+        if s.per_row:
+            buffers.update({"write_slots": s.write_slots, "slot_numbers": s.slot_numbers})
         for i, layer in enumerate(s.kv.layers):
             buffers.update(
                 {
@@ -166,9 +172,10 @@ class DecodeGraphs:
 
     def check_static_buffers(self) -> None:
         """A graph keeps the addresses it captured: a buffer replaced since then would be silently ignored.
-        The host's write slot must match the device's, or a context bucket would be too short."""
+        The host's write slot must match the device's, or a context bucket would be too short (per-row
+        mode keeps its write slots in `write_slots`, loaded with every step's positions)."""
         device_slot = int(self.session.kv.positions()[0].item())
-        if device_slot != self.session.kv.next_slot:
+        if not self.session.per_row and device_slot != self.session.kv.next_slot:
             raise ReplaySafetyError(
                 f"the cache's write slot is {device_slot} on the device but {self.session.kv.next_slot} on the host.",
                 "Move the cache only through the session (prefill, rewind, restore) and DecodeGraphs.",
@@ -227,7 +234,8 @@ CAPTURE_WRITES = 3
 class LaterCapture:
     """Graphs captured on first use (`generate`: a request needs one or two of them, and the first token
     should not wait for the rest). A capture mid-generation keeps the session as it was: the rows and
-    slots its warm-ups overwrite, the write positions and the input buffers are put back after it."""
+    slots its warm-ups overwrite, the write positions and the input buffers are put back after it. In
+    per-row mode the warm-ups write the spare slot only, which no step reads."""
 
     def __init__(self, session: DecodeSession, backend: GraphBackend, pending, islands, on_captured):
         self.session = session
@@ -239,8 +247,10 @@ class LaterCapture:
     def capture(self, bucket: int, context: int) -> CapturedGraph:
         s = self.session
         kept = s.kv.snapshot(bucket, 0, CAPTURE_WRITES)
-        inputs = (s.input_ids.clone(), s.position_ids.clone())
+        inputs = (s.input_ids.clone(), s.position_ids.clone(), s.write_slots.clone())
         s.kv.rewind(0)
+        if s.per_row:
+            s.write_slots.fill_(s.spare_slot)
         try:
             with frozen_gc(collect_first=False):
                 graph = _capture_one(s, self.backend, bucket, context, self.islands)
@@ -255,6 +265,7 @@ class LaterCapture:
             s.kv.restore(kept)
             s.input_ids.copy_(inputs[0])
             s.position_ids.copy_(inputs[1])
+            s.write_slots.copy_(inputs[2])
         self.pending.discard((bucket, context))
         if self.on_captured:
             self.on_captured(BucketCapture(bucket, graph.stats.seconds, graph.stats.memory_bytes, context))

@@ -2,6 +2,11 @@
 
 A graph can only replay reads of the same memory, so everything a decode step consumes lives in
 buffers allocated once at the largest batch; a step for batch b reads their first b rows.
+
+Two modes. Shared (the default): every row writes at the cache's one write position, rows are
+left-padded to line up. Per-row (`per_row=True`, continuous batching): row r's sequence starts at slot 0
+of its own cache row and its new token goes to the slot `write_slots[r]` names (its position), and the
+step builds each row's attention mask from its position (slots 0..position), inside the graph.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from accelerate_graph.common.errors import (
     option,
 )
 from accelerate_graph.compat import torch_internals
+from accelerate_graph.compat.transformers_internals import attention_implementation, sdpa_mask_builder
 from accelerate_graph.core.backends import Step
 from accelerate_graph.core.host_constants import HostConstants
 from accelerate_graph.core.static_cache import SharedStaticCache, cache_argument_name, check_cache_fits
@@ -47,19 +53,59 @@ def draw_inputs(batch: int, steps: int, prompt_len: int, vocab: int, seed: int) 
     return prompt, tokens
 
 
+# Layer kinds of a config's `layer_types` whose masks per-row mode builds; a model with layer types passes the
+# masks as a dict by kind (HF's modeling files: `causal_mask_mapping`), one without takes one mask.
+MASK_KINDS = ("full_attention", "sliding_attention")
+
+
+def sliding_window_below(config, slots: int) -> int | None:
+    """The model's sliding attention window where it is shorter than `slots` (so it hides slots a row
+    would otherwise attend), else None."""
+    text = config.get_text_config()
+    window = getattr(text, "sliding_window", None)
+    if not isinstance(window, int) or window >= slots or getattr(text, "use_sliding_window", True) is False:
+        return None
+    layer_types = getattr(text, "layer_types", None)
+    if layer_types is not None and "sliding_attention" not in layer_types:
+        return None
+    return window
+
+
+def check_per_row_supported(model: torch.nn.Module) -> None:
+    """Per-row mode hands the model the 4D masks it built itself: refuse the models that would read them
+    wrong (an attention that takes no 4D mask, layers of a kind other than full or sliding attention)."""
+    implementation = attention_implementation(model.config)
+    if not sdpa_mask_builder(implementation) and implementation != "eager":
+        raise UnsupportedModelError(
+            f"per-row decoding gives the model its own attention masks, which {implementation} attention does "
+            "not take.",
+            "Use {attn='sdpa'}.",
+        )
+    other = sorted(set(getattr(model.config.get_text_config(), "layer_types", None) or ()) - set(MASK_KINDS))
+    if other:
+        raise UnsupportedModelError(
+            f"per-row decoding builds full and sliding attention masks; {type(model).__name__} also has layers of "
+            f"kind {', '.join(other)}.",
+            "Use the shared mode (per_row=False) for this model.",
+        )
+
+
 class DecodeSession:
-    def __init__(self, model: torch.nn.Module, max_batch: int, max_cache_len: int):
+    def __init__(self, model: torch.nn.Module, max_batch: int, max_cache_len: int, per_row: bool = False):
         if max_cache_len < 2:
             raise BadOptionError(f"{option('max_cache_len', max_cache_len)} is too small.", "Use at least 2 slots.")
+        if per_row:
+            check_per_row_supported(model)
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self.max_batch = max_batch
         self.max_cache_len = max_cache_len
+        self.per_row = per_row
         self.cache_arg = cache_argument_name(model)
         self._keeps_last_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         check_cache_fits(model.config, max_batch, max_cache_len, model.dtype, self.device)
         try:
-            self.kv = SharedStaticCache(model.config, max_batch, max_cache_len)
+            self.kv = SharedStaticCache(model.config, max_batch, max_cache_len, per_row)
         except Exception as err:  # noqa: BLE001 - HF raises many types for caches it cannot build
             if is_out_of_memory(err):
                 raise self._out_of_memory() from err
@@ -73,6 +119,12 @@ class DecodeSession:
         # [B, L]: 1 where a row may attend a cache slot; causality hides slots not yet written,
         # so this only changes for left-padded prompts and stays constant while decoding.
         self.attention_mask = torch.ones(max_batch, self.kv.storage_len, **longs)  # spare slot: see SharedStaticCache
+        # Per-row mode: the slot each row's new token goes to [B, 1] (its position; a row that takes no
+        # part in a step writes the spare slot, which no step reads), and the slot numbers its masks compare.
+        self.write_slots = torch.zeros(max_batch, 1, **longs)
+        self.slot_numbers = torch.arange(self.kv.storage_len, **longs)
+        self.window = sliding_window_below(model.config, max_cache_len)  # where it hides slots, per-row masks apply it
+        self._masks_by_kind = getattr(model.config.get_text_config(), "layer_types", None) is not None
         self.host_constants: HostConstants | None = None  # set by the fix that hoists constant host data
         self.fused: CompiledForward | None = None  # the compiled forward of --fuse: what capture records
         self._allocate_cache()
@@ -100,23 +152,71 @@ class DecodeSession:
         self.kv.check_allocated()
         self.kv.reset()
 
+    @property
+    def spare_slot(self) -> int:
+        """The slot past every context bucket: rows that take no part in a per-row step write there."""
+        return self.max_cache_len
+
     def forward(
-        self, batch: int, input_ids, position_ids, attention_mask, context: int | None = None, runner=None
+        self,
+        batch: int,
+        input_ids,
+        position_ids,
+        attention_mask,
+        context: int | None = None,
+        runner=None,
+        write_slots: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One forward of `batch` rows through the shared cache, attending its first `context` slots
         (default: all), by the model itself or `runner` (its compiled form); returns last-position
-        logits [b, V]."""
-        kwargs = {self.cache_arg: self.kv.view(batch, context), "use_cache": True}
+        logits [b, V]. Per-row mode: each row writes at `write_slots` [b, t] (default: its position ids)
+        and attends the slots up to its position; `attention_mask` is not read."""
+        if self.per_row:
+            slots = position_ids[:batch] if write_slots is None else write_slots[:batch]
+            cache = self.kv.view(batch, context, slots)
+            attention_mask = self.rows_mask(position_ids[:batch], self.kv.slots(context))
+        else:
+            cache = self.kv.view(batch, context)
+            attention_mask = attention_mask[:batch, : self.kv.slots(context)]
+        return self._run(cache, input_ids[:batch], position_ids[:batch], attention_mask, runner)
+
+    def rows_mask(self, position_ids: torch.Tensor, slots: int) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Per-row mode's mask [b, 1, t, slots]: the token at position p of a row attends that row's slots
+        0..p, nothing else (a row's slots past its position hold a finished request's leftovers), and under
+        a sliding window of W only p - W + 1..p, as HF's sliding mask. A dict by layer kind where the model
+        has layer types. Bool where the attention takes sdpa's masks, additive for eager attention."""
+        slot, position = self.slot_numbers[:slots], position_ids[:, None, :, None]
+        causal = slot <= position
+        windowed = causal & (slot > position - self.window) if self.window is not None else causal
+        if not self._masks_by_kind:
+            return self._as_attention_mask(windowed)
+        return {
+            "full_attention": self._as_attention_mask(causal),
+            "sliding_attention": self._as_attention_mask(windowed),
+        }
+
+    def _as_attention_mask(self, visible: torch.Tensor) -> torch.Tensor:
+        if sdpa_mask_builder(attention_implementation(self.model.config)):
+            return visible
+        dtype = self.model.dtype
+        return torch.where(visible, 0.0, torch.finfo(dtype).min).to(dtype)
+
+    def row_forward(self, row: int, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Per-row mode: one eager forward of row `row` alone (input_ids/position_ids [1, t], written at
+        those positions, every other row untouched); returns its last-position logits [1, V]."""
+        cache = self.kv.row_view(row, position_ids)
+        mask = self.rows_mask(position_ids, self.max_cache_len)
+        return self._run(cache, input_ids, position_ids, mask, None)
+
+    def _run(self, cache, input_ids, position_ids, attention_mask, runner) -> torch.Tensor:
+        kwargs = {self.cache_arg: cache, "use_cache": True}
         if self._keeps_last_logits:
             kwargs["logits_to_keep"] = 1
         # compiled code builds its constants itself: the hoisting mode is for eager and captured steps
         hoist = self.host_constants is not None and runner is None
         with self.host_constants if hoist else contextlib.nullcontext():
             out = (runner or self.model)(
-                input_ids=input_ids[:batch],
-                position_ids=position_ids[:batch],
-                attention_mask=attention_mask[:batch, : self.kv.slots(context)],
-                **kwargs,
+                input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, **kwargs
             )
         return out.logits[:, -1, :]
 
@@ -125,7 +225,9 @@ class DecodeSession:
         buffers, by the model or `runner`. The write slot must lie below `context`."""
 
         def step() -> torch.Tensor:
-            return self.forward(batch, self.input_ids, self.position_ids, self.attention_mask, context, runner)
+            return self.forward(
+                batch, self.input_ids, self.position_ids, self.attention_mask, context, runner, self.write_slots
+            )
 
         return step
 
@@ -151,13 +253,18 @@ class DecodeSession:
         return out
 
     def load_inputs(self, bucket: int, tokens: torch.Tensor, positions: torch.Tensor) -> None:
-        """Write a batch's next tokens and positions ([b] each) into the buffers, padding up to `bucket`."""
+        """Write a batch's next tokens and positions ([b] each) into the buffers, padding up to `bucket`.
+        Per-row mode: each row writes at its position, padding rows at the spare slot."""
         b = tokens.shape[0]
         torch_internals.copy_each([self.input_ids[:b, 0], self.position_ids[:b, 0]], [tokens, positions])
+        if self.per_row:
+            self.write_slots[:b].copy_(self.position_ids[:b])
         if bucket > b:
             self.input_ids[b:bucket].fill_(PAD_TOKEN)
             # padding rows share the batch's write slot, in rows no sequence owns
             self.position_ids[b:bucket].copy_(self.position_ids[:1].expand(bucket - b, 1))
+            if self.per_row:
+                self.write_slots[b:bucket].fill_(self.spare_slot)
 
     def hide_left_padding(self, pads: torch.Tensor) -> None:
         """Rows [:len(pads)] of the mask buffer hide their first `pads[r]` cache slots, as a left-padded
@@ -175,7 +282,9 @@ class DecodeSession:
         `chunk`: at most that many tokens per forward (bounds the attention scores of a long prompt).
         `pads` [b]: row r is left-padded by pads[r] slots (its tokens there are replaced by PAD_TOKEN), as
         generate pads a batch: the mask buffer hides them (left so for the steps after; the caller
-        calls `show_every_slot` when done) and the row's positions count from its first real token."""
+        calls `show_every_slot` when done) and the row's positions count from its first real token.
+        Per-row mode has no padding: row r's real tokens (after its pads[r]) go to its slots from 0 on, at
+        the same positions, so the row's next token goes to slot P - pads[r]."""
         b, length = prompt.shape
         if length >= self.max_cache_len:
             raise BadOptionError(
@@ -184,6 +293,10 @@ class DecodeSession:
             )
         self.kv.rewind(0)
         step = chunk or length
+        if self.per_row:
+            logits = self._prefill_rows(prompt, step, pads)
+            self.kv.advance(length)
+            return logits
         offsets = torch.zeros(b, 1, dtype=torch.long, device=self.device)
         if pads is not None:
             self.hide_left_padding(pads)
@@ -198,6 +311,19 @@ class DecodeSession:
                 logits = self.forward(b, part, positions, self.attention_mask)
         self.kv.advance(length)
         return logits
+
+    def _prefill_rows(self, prompt: torch.Tensor, step: int, pads: torch.Tensor | None) -> torch.Tensor:
+        """Per-row mode's prefill: each row its real tokens, from slot 0 of its own row, `step` at a time."""
+        out = []
+        with torch.no_grad():
+            for row in range(prompt.shape[0]):
+                tokens = prompt[row, int(pads[row]) if pads is not None else 0 :].to(self.device)
+                for first in range(0, tokens.shape[0], step):
+                    part = tokens[first : first + step]
+                    positions = torch.arange(first, first + part.shape[0], device=self.device)
+                    logits = self.row_forward(row, part[None], positions[None])
+                out.append(logits)
+        return torch.cat(out)
 
     @property
     def vocab_size(self) -> int:

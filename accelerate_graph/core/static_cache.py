@@ -88,10 +88,46 @@ class _LayerView(StaticLayer):
         return self.keys.shape[2]
 
 
-class SharedStaticCache:
-    """Owns the storage; hands out views for any batch size up to `max_batch`."""
+class RowLayer(_LayerView):
+    """A view for per-row mode: row r writes its new tokens at the slots `write_slots[r]` names, its own
+    sequence's positions (each row's sequence starts at slot 0 of its own row), instead of at one write
+    position shared by every row. The writes go to the rows' whole storage (`write_keys`, the spare slot
+    included, where rows that take no part in a step write); attention reads the context view. The shared
+    position tensor is never moved."""
 
-    def __init__(self, config, max_batch: int, max_cache_len: int):
+    write_keys: torch.Tensor  # [b, H, storage slots, d]: the same rows as `keys`, every slot
+    write_values: torch.Tensor
+    write_slots: torch.Tensor | None = None  # [b, t] long: where each row's t new tokens go
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        rows = torch.arange(key_states.shape[0], device=key_states.device)[:, None]  # [b, 1] against slots [b, t]
+        self.write_keys[rows, :, self.write_slots] = key_states.transpose(1, 2)
+        self.write_values[rows, :, self.write_slots] = value_states.transpose(1, 2)
+        return self.keys, self.values
+
+    def narrowed_copy(self) -> RowLayer:
+        """A new layer object over new views of the same tensors (the fused step hands each layer a fresh
+        one, whose tensors it marks for dynamo)."""
+        copy = static_layer_view(self, self.keys.shape[0], self.keys.shape[2], RowLayer)
+        copy.write_keys, copy.write_values = self.write_keys[:], self.write_values[:]
+        copy.write_slots = self.write_slots[:] if self.write_slots is not None else None
+        return copy
+
+
+def row_layer(layer: StaticLayer, rows: slice, context: int) -> RowLayer:
+    """A RowLayer over storage rows `rows` of an allocated layer, reading its first `context` slots."""
+    view = static_layer_view(layer, rows.stop - rows.start, context, RowLayer, first_row=rows.start)
+    view.write_keys = layer.keys[rows]
+    view.write_values = layer.values[rows]
+    return view
+
+
+class SharedStaticCache:
+    """Owns the storage; hands out views for any batch size up to `max_batch`. `per_row`: the views are
+    RowLayers (each row writes at its own positions); otherwise every row writes at the shared position."""
+
+    def __init__(self, config, max_batch: int, max_cache_len: int, per_row: bool = False):
+        self.per_row = per_row
         self.max_batch = max_batch
         self.max_cache_len = max_cache_len
         # One spare slot that no step writes: every view is then a strict slice of the storage, so no
@@ -155,16 +191,36 @@ class SharedStaticCache:
             return self.storage_len
         return context or self.max_cache_len
 
-    def view(self, batch: int, context: int | None = None) -> Cache:
+    def view(self, batch: int, context: int | None = None, write_slots: torch.Tensor | None = None) -> Cache:
         """A cache whose layers are views of rows [:batch] and slots [:self.slots(context)]; positions
-        are shared. Before allocation, the cache itself (its first forward allocates)."""
+        are shared. Before allocation, the cache itself (its first forward allocates). Per-row mode: the
+        rows write their new tokens at `write_slots` [batch, t] (None: where the last forward wrote)."""
         if not self.allocated:
             return self.cache
         context = self.slots(context)
         if (batch, context) not in self._views:
-            layers = [static_layer_view(layer, batch, context, _LayerView) for layer in self.cache.layers]
+            if self.per_row:
+                layers = [row_layer(layer, slice(0, batch), context) for layer in self.cache.layers]
+            else:
+                layers = [static_layer_view(layer, batch, context, _LayerView) for layer in self.cache.layers]
             self._views[batch, context] = Cache(layers=layers)
-        return self._views[batch, context]
+        view = self._views[batch, context]
+        if self.per_row:
+            self._aim(view, write_slots)
+        return view
+
+    def row_view(self, row: int, write_slots: torch.Tensor) -> Cache:
+        """Per-row mode: a cache over row `row` alone and every slot, its new tokens written at
+        `write_slots` [1, t] (a prompt chunk of that row, the other rows untouched)."""
+        view = Cache(layers=[row_layer(layer, slice(row, row + 1), self.max_cache_len) for layer in self.cache.layers])
+        self._aim(view, write_slots)
+        return view
+
+    @staticmethod
+    def _aim(view: Cache, write_slots: torch.Tensor | None) -> None:
+        if write_slots is not None:
+            for layer in view.layers:
+                layer.write_slots = write_slots
 
     def positions(self) -> list[torch.Tensor]:
         return [layer.cumulative_length for layer in self.layers]

@@ -38,6 +38,7 @@ from accelerate_graph.compat.transformers_internals import (
     static_layer_view,
     writes_like_static_layer,
 )
+from accelerate_graph.core.static_cache import RowLayer
 from accelerate_graph.fused import layer_program
 from accelerate_graph.fused.causal_mask import CausalMaskStandIn
 from accelerate_graph.fused.final_norm import final_norm_kernel
@@ -132,6 +133,8 @@ def _one_layer_cache(cache, index: int):
     """The cache as layer `index` alone sees it, as layer 0 of a one-layer cache over new tensor objects
     of the same memory: every layer then passes the same guards (and carries its own size marks)."""
     layer = cache.layers[index]
+    if isinstance(layer, RowLayer):  # per-row mode: its write tensors come along
+        return Cache(layers=[layer.narrowed_copy()])
     batch, _, context, _ = layer.keys.shape
     return Cache(layers=[static_layer_view(layer, batch, context, type(layer))])
 
@@ -195,6 +198,9 @@ def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int
             for tensor in (one.layers[0].keys, one.layers[0].values):  # [b, H, C, d]
                 torch_internals.maybe_mark_dynamic(tensor, 0)
                 torch_internals.maybe_mark_dynamic(tensor, 2)
+            if isinstance(one.layers[0], RowLayer):  # [b, H, storage, d] and [b, 1]: the batch is dynamic
+                for tensor in (one.layers[0].write_keys, one.layers[0].write_values, one.layers[0].write_slots):
+                    torch_internals.maybe_mark_dynamic(tensor, 0)
             return one
         value = _fresh(value, batch)
         if name == "attention_mask" and isinstance(value, torch.Tensor) and value.dim():

@@ -91,7 +91,10 @@ def _run(
             positions = first + i - pads  # a left-padded row counts its positions from its first token
             logits.append(step_once(session, tokens[i], positions))
     positions = [int(p.item()) for p in session.kv.positions()]
-    return Run(torch.stack(logits), written(session, batch, first, tokens.shape[0]), positions, log)
+    # per-row mode writes a row's steps at its own positions: from `first` less its padding
+    shift = int(pads.max()) if session.per_row and pads.numel() else 0
+    cache = written(session, batch, first - shift, tokens.shape[0] + shift)
+    return Run(torch.stack(logits), cache, positions, log)
 
 
 class PhaseClock:

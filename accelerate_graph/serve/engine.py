@@ -1,0 +1,190 @@
+"""SlotEngine: continuous batching over graphs captured in per-row mode (DecodeSession(per_row=True)).
+
+Every request holds one row of the cache from its admission to its release: its prompt is prefilled
+eagerly into that row alone, a chunk at a time, and then each decode step replays one graph for every
+row that decodes, each row at its own position. Requests keep the id `admit` gave them while the engine
+moves their rows: the rows in use are kept at the front of the cache (a release moves the last row into
+the hole), so a step of n rows in use runs the graph of the smallest bucket holding n rows.
+
+One caller at a time: the engine holds no lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from accelerate_graph.common.errors import BadOptionError, ResourceError, UnsupportedModelError, option
+from accelerate_graph.core.buckets import bucket_for, context_for
+from accelerate_graph.core.decode_session import PAD_TOKEN
+
+
+@dataclass
+class _Request:
+    prompt: list[int]
+    prefilled: int = 0  # prompt tokens in the row so far
+    position: int = 0  # tokens in the row's cache: where its next token goes
+    done: bool = False  # the whole prompt is in the row: it may decode
+
+
+class SlotEngine:
+    def __init__(self, prepared, *, chunk: int = 256):
+        """`prepared`: pipeline.prepare's result for a CaptureRequest with per_row=True (its graphs, or
+        its eager step where the plan is eager). `chunk`: the most prompt tokens one prefill_chunk runs."""
+        session = prepared.session
+        if not session.per_row:
+            raise BadOptionError(
+                "the engine needs graphs captured in per-row mode (each row at its own position); these share "
+                "one write position.",
+                f"Prepare with {option('per_row', True)}.",
+            )
+        if prepared.plan.tp > 1:
+            raise UnsupportedModelError(
+                f"the engine drives one process's graphs; this plan runs {prepared.plan.tp} tensor-parallel ranks.",
+                f"Prepare with {option('tp', 1)}.",
+            )
+        if not isinstance(chunk, int) or chunk < 1:
+            raise BadOptionError(f"a prefill chunk of {chunk!r} tokens is invalid.", "Use at least 1 token.")
+        self.session = session
+        self.graphs = prepared.graphs  # None: the plan is eager, each step runs the session's own forward
+        self.chunk = chunk
+        self.buckets = self.graphs.buckets if self.graphs is not None else (session.max_batch,)
+        self.contexts = self.graphs.contexts if self.graphs is not None else (session.max_cache_len,)
+        self.max_rows: int = self.buckets[-1]
+        self.max_len: int = session.max_cache_len
+        self.vocab_size: int = session.vocab_size
+        self._requests: dict[int, _Request] = {}
+        self._order: list[int] = []  # request ids by physical row: row i of the cache holds _order[i]
+
+    # -- rows ---------------------------------------------------------------------------------------------
+
+    def free_rows(self) -> int:
+        return self.max_rows - len(self._order)
+
+    def admit(self, tokens: list[int]) -> int:
+        """Give the prompt `tokens` a free row; returns the request's id (the smallest id not in use,
+        below max_rows), which stays its own until `release` whichever cache row holds it."""
+        prompt = self._checked_prompt(tokens)
+        if not self.free_rows():
+            raise ResourceError(
+                f"every one of the {self.max_rows} rows holds a request.",
+                "Release a row first, or capture with a larger largest bucket.",
+            )
+        ident = next(i for i in range(self.max_rows) if i not in self._requests)
+        self._requests[ident] = _Request(prompt)
+        self._order.append(ident)
+        return ident
+
+    def _checked_prompt(self, tokens) -> list[int]:
+        prompt = [int(t) for t in tokens]
+        if not prompt:
+            raise BadOptionError("the prompt is empty.", "Give at least one token.")
+        if len(prompt) > self.max_len:
+            raise BadOptionError(
+                f"a prompt of {len(prompt)} tokens does not fit in a row of {self.max_len} cache slots.",
+                f"Shorten the prompt or capture with a larger {option('max_cache_len')}.",
+            )
+        bad = next((t for t in prompt if not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            raise BadOptionError(f"token id {bad} is not in the model's vocabulary of {self.vocab_size}.")
+        return prompt
+
+    def _request(self, row: int) -> _Request:
+        request = self._requests.get(row)
+        if request is None:
+            raise BadOptionError(f"row {row} holds no request.", "Use an id that admit returned and not released.")
+        return request
+
+    def release(self, row: int) -> None:
+        """Free the request's row (at any moment, also mid-prefill). The last row in use moves into the
+        hole (its cache up to its position), so the rows in use stay at the front."""
+        self._request(row)
+        hole = self._order.index(row)
+        last = len(self._order) - 1
+        if hole != last:
+            moved = self._order[last]
+            filled = self._requests[moved].position
+            for layer in self.session.kv.layers:
+                layer.keys[hole, :, :filled].copy_(layer.keys[last, :, :filled])
+                layer.values[hole, :, :filled].copy_(layer.values[last, :, :filled])
+            self._order[hole] = moved
+        self._order.pop()
+        del self._requests[row]
+
+    def position(self, row: int) -> int:
+        """Tokens in the request's cache row: where its next token goes."""
+        return self._request(row).position
+
+    # -- steps --------------------------------------------------------------------------------------------
+
+    def prefill_chunk(self, row: int) -> torch.Tensor | None:
+        """Run the request's next (at most `chunk`) prompt tokens into its row, eagerly and in that row
+        alone; when that finishes the prompt, the logits of its last position [V] (on the device), else None."""
+        request = self._request(row)
+        if request.done:
+            raise BadOptionError(f"row {row} has prefilled its whole prompt.", "Decode it instead.")
+        first = request.prefilled
+        part = request.prompt[first : first + self.chunk]
+        device = self.session.device
+        ids = torch.tensor([part], dtype=torch.long, device=device)
+        positions = torch.arange(first, first + len(part), dtype=torch.long, device=device)[None]
+        with torch.no_grad():
+            logits = self.session.row_forward(self._order.index(row), ids, positions)
+        request.prefilled = request.position = first + len(part)
+        if request.prefilled < len(request.prompt):
+            return None
+        request.done = True
+        return logits[0]
+
+    def decode(self, rows: list[int], tokens: torch.Tensor) -> torch.Tensor:
+        """One step for the requests `rows`, each fed its token of `tokens` [n] (long) at its own next
+        position; returns their next-token logits [n, V] on the device, in the order of `rows`."""
+        requests = [self._request(r) for r in rows]
+        if not rows or len(set(rows)) != len(rows) or tokens.shape != (len(rows),):
+            raise BadOptionError(
+                f"a decode step of rows {list(rows)} with tokens of shape {tuple(tokens.shape)}.",
+                "Give each row once, and one token per row.",
+            )
+        for r, request in zip(rows, requests):
+            if not request.done:
+                raise BadOptionError(f"row {r} has not prefilled its whole prompt yet.", "Finish its prefill first.")
+            if request.position >= self.max_len:
+                raise ResourceError(
+                    f"row {r} is full: its next token would go to slot {request.position} of {self.max_len}.",
+                    f"Release it, or capture with a larger {option('max_cache_len')}.",
+                )
+        physical = [self._order.index(r) for r in rows]
+        bucket = bucket_for(max(physical) + 1, self.buckets)
+        context = context_for(max(q.position for q in requests), self.contexts)
+        self._load(bucket, physical, tokens, [q.position for q in requests])
+        if self.graphs is not None:
+            if self.graphs.check_pointers:
+                self.graphs.check_static_buffers()
+            _, graph = self.graphs.graph_at(bucket, context)
+            logits = graph.replay()
+        else:
+            with torch.no_grad():
+                logits = self.session.step_fn(bucket, context)()
+        for request in requests:
+            request.position += 1
+        index = torch.tensor(physical, dtype=torch.long).to(logits.device, non_blocking=True)
+        return logits.index_select(0, index)
+
+    def _load(self, bucket: int, physical: list[int], tokens: torch.Tensor, positions: list[int]) -> None:
+        """The step's buffers for rows [:bucket]: each decoding row its token, position and write slot;
+        every other row (free, prefilling or not decoding now) a padding token at position 0, writing the
+        spare slot, which no step reads."""
+        s = self.session
+        places = torch.zeros(2, bucket, dtype=torch.long)
+        places[1].fill_(s.spare_slot)
+        where = torch.tensor(physical, dtype=torch.long)
+        places[:, where] = torch.tensor(positions, dtype=torch.long)
+        places = places.to(s.device, non_blocking=True)
+        s.position_ids[:bucket, 0].copy_(places[0])
+        s.write_slots[:bucket, 0].copy_(places[1])
+        if physical == list(range(bucket)):
+            s.input_ids[:bucket, 0].copy_(tokens)
+        else:
+            s.input_ids[:bucket].fill_(PAD_TOKEN)
+            s.input_ids[:, 0].index_copy_(0, where.to(s.device, non_blocking=True), tokens.to(s.device))
