@@ -60,7 +60,7 @@ KINDS = (
 )
 # kind -> default size
 SIZED = {
-    "drift": 1e-3, "close_flip": 0.05, "padded_leak": 0.1, "rotary_skew": 0.01, "cache_noise": 1e-2, "wrong_scale": 1.0,
+    "drift": 1e-3, "close_flip": 0.05, "padded_leak": 0.1, "rotary_skew": 0.01, "cache_noise": 1e-2, "wrong_scale": 3.0,
 }  # fmt: skip
 
 # Faults that only what generate and serve do shows; the last two must pass verify.
