@@ -278,7 +278,7 @@ def check_plan_compatible(plan: Plan, device_override: str | None = None) -> Non
 def check_plan_weights(plan: Plan, path: Path | str, asked: str | None) -> None:
     """A plan replays the weights it was captured with: another --weights is refused, not swapped in."""
     if asked is not None and asked != plan.weights:
-        raise PlanError(
+        raise BadOptionError(
             f"the plan {path} was captured with {option('weights', plan.weights)}, not {option('weights', asked)}.",
             f"Drop {option('weights')} to replay the plan's, or capture a plan with {option('weights', asked)}.",
         )
