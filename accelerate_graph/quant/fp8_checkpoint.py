@@ -20,11 +20,12 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from accelerate_graph.common.errors import ModelFileError, UnsupportedModelError
+from accelerate_graph.common.errors import ModelFileError, UnsupportedModelError, option
 from accelerate_graph.quant.fp8_format import E4M3
 from accelerate_graph.quant.fp8_linear import Fp8Linear
 
 SCALE_SUFFIX = ".weight_scale_inv"
+BF16_INSTEAD = f"Use the model's bf16 checkpoint, with {option('weights', 'fp8-block')} to quantize it here."
 INDEX = "model.safetensors.index.json"
 
 
@@ -60,7 +61,7 @@ def fp8_checkpoint(config, source: str) -> Fp8Checkpoint | None:
     if problem:
         raise UnsupportedModelError(
             f"{source} is an FP8 checkpoint with {problem}, which cugraph-accel does not run.",
-            "Use the model's bf16 checkpoint, with --weights fp8-block to quantize it here.",
+            BF16_INSTEAD,
         )
     return Fp8Checkpoint(int(block[0]))
 
@@ -124,7 +125,7 @@ def _replace(model, name: str, weight: torch.Tensor, scale: torch.Tensor, checkp
         raise UnsupportedModelError(
             f"{path.name} stores {name} in FP8, but the model has no Linear layer of that name (a layout "
             "transformers converts on load, such as fused experts, is not supported).",
-            "Use the model's bf16 checkpoint, with --weights fp8-block to quantize it here.",
+            BF16_INSTEAD,
         )
     if weight.dtype != E4M3:
         raise ModelFileError(
