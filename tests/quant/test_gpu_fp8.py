@@ -1,6 +1,7 @@
 """FP8 weights on a CUDA GPU (skipped without one): an FP8 checkpoint loads onto the device as our layers with
 the CPU emulation's logits (within bf16 rounding of the GPU's product), and plans captured with FP8 weights,
-plain and fused, verify against the FP8 model's own eager run."""
+plain and fused, verify against the FP8 model's own eager run; eval's FP8 arm lies further from the bf16
+model's float32 reference than bf16 eager."""
 
 import pytest
 import torch
@@ -39,3 +40,20 @@ def test_fp8_plans_verify_on_the_gpu(trained_tiny, tmp_path, scheme, fuse):
     assert prepared.plan.weights == scheme and isinstance(prepared.session.model.model.layers[0].mlp.up_proj, Fp8Linear)
     rows = verify_graphs(prepared.graphs, steps=8, prompt_len=9, coverage=VERIFY)
     assert rows and all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+
+
+def test_eval_on_the_gpu_measures_fp8_further_from_the_reference_than_bf16(trained_tiny, tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    monkeypatch.chdir(tmp_path)
+    text, out = f"{trained_tiny}/held_out_sample.txt", tmp_path / "eval.json"
+    args = ["eval", trained_tiny, "--text", text, "--windows", "8", "--dtype", "bf16", "--device", "cuda"]
+    result = CliRunner().invoke(app, [*args, "--buckets", "1,8", "--weights", "fp8-block", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    arms = {arm["name"]: arm for arm in json.loads(out.read_text())["arms"]}
+    assert arms["fp8-block"]["kl_mean"]["low"] > arms["eager"]["kl_mean"]["high"]
+    assert arms["graph"]["passed"] is True and arms["fp8-block"]["passed"] is None
