@@ -20,9 +20,10 @@
 #   profile   profile_step.py of the fused step, one process per model, batches 1,8,32               ~510 s
 #   generate  bench of the generate contenders (tok/s), first token of a new process, GPU tests      ~420 s
 #   tp        (two GPUs) the tensor-parallel GPU tests, bench --tp 2 against --tp 1, profile_tp.py    ~560 s
-#   trained   trains the GPU models of accelerate_graph/training (TRAINED_MODELS, TRAIN_ARGS) into TRAINED_DIR
-#             (scratch, not archived; each training.json is), then capture --fuse, verify --repeat 5,
-#             generate, eval --fuse on held-out text and the eval fault tests on each, side by side ~560 s
+#   trained   trains the GPU models of accelerate_graph/training (TRAINED_MODELS; TRAIN_ARGS, default 30 s each)
+#             into TRAINED_DIR (scratch, not archived; each training.json is), then capture --fuse, verify
+#             --repeat 5, generate, eval --fuse on held-out text, the eval fault tests, bf16 greedy agreement
+#             with HF (graphs and fused) and the verify faults on each, side by side ~560 s
 # More than one suite shares the deadline: a full run is one invocation per suite.
 # SET="name=value ..." passes `--set name=value` to every CLI call and profile_step.py (`cugraph-accel settings`).
 set -uo pipefail
@@ -153,7 +154,7 @@ verify_suite() {
     verify_lane $lane &
   done
   wait
-  TABLES+=("verify $WORK")
+  TABLES+=("verify $WORK" "agreement $WORK")
 }
 
 tune_suite() {  # the table goes to this run's cache folder (archived), not the user's
@@ -235,13 +236,20 @@ trained_lane() {  # FOLDER: the engine on one trained model (verify, generate, e
   # the planted faults (a 1.01 logit scale, a skewed rotary angle) must fail the gate on these weights too
   part "eval-faults-$name" 60 200 env EVAL_MODEL_DIR="$folder" python3 -m pytest -q -p no:cacheprovider -rf \
     tests/eval/test_gpu_eval.py
+  # greedy bf16 text of our graphs and the fused forward against HF bf16's, next to HF bf16's against float32
+  part "agreement-$name" 60 180 python3 -m accelerate_graph.eval.agreement "$folder" --prompts 16 --new-tokens 64 \
+    --fuse --json "$WORK/agreement-$name.json"
+  # every planted verify fault fails on these weights, and the harmless ones pass
+  part "verify-faults-$name" 60 200 env FAULTS_MODEL_DIR="$folder" python3 -m pytest -m cuda -q -p no:cacheprovider \
+    -rf tests/verify/test_faults_trained.py
 }
 trained_suite() {  # one training process: the models share the corpus and tokenizer
   local dir=${TRAINED_DIR:-${TMPDIR:-/tmp}/cugraph-accel-trained} models name
   read -r -a models <<< "${TRAINED_MODELS:-llama-gqa-100m qwen2-moe-small gemma2-sliding}"
   mkdir -p "$dir"
+  # 30 s per model (1.5 min of training for the three) leaves the lanes their time within the deadline
   # shellcheck disable=SC2086 # TRAIN_ARGS is a list of options, e.g. "--budget-s 30"
-  part train 120 400 python3 -m accelerate_graph.training "${models[@]}" --out "$dir" ${TRAIN_ARGS:-}
+  part train 120 300 python3 -m accelerate_graph.training "${models[@]}" --out "$dir" ${TRAIN_ARGS:---budget-s 30}
   grep -E "held-out|error" "$WORK/train.log"
   # eval text: held-out files (held out by path hash, so by any corpus size) of a larger corpus
   EVAL_TEXT="$dir/eval-text.txt"
@@ -252,7 +260,7 @@ open(sys.argv[1], "w").write("".join(load_corpus(64_000_000).held_out)[:400_000]
     [ -f "$dir/$name/config.json" ] && trained_lane "$dir/$name" &
   done
   wait
-  TABLES+=("verify $WORK")
+  TABLES+=("verify $WORK" "agreement $WORK")
 }
 
 environment

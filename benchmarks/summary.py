@@ -4,6 +4,7 @@
     python3 benchmarks/summary.py verify WORK                 # verify-*.json: repeats passed, worst error, memory
     python3 benchmarks/summary.py zoo WORK                    # zoo.json and zoo-cpu.json: counts, differences
     python3 benchmarks/summary.py generate WORK               # generate-bench.json, first-token.json: tok/s
+    python3 benchmarks/summary.py agreement WORK              # agreement-*.json: greedy tokens equal, per pair
     python3 benchmarks/summary.py pytest WORK/tests.log       # failures and the closing line of pytest logs
 
 A file that is missing is named as missing, so a suite cut short still prints what it has.
@@ -132,6 +133,29 @@ def generate_table(work: Path) -> list[str]:
     return out
 
 
+def agreement_table(work: Path) -> list[str]:
+    """One line per pair of each agreement-*.json (python -m accelerate_graph.eval.agreement): the share of
+    greedy tokens equal position by position and the mean common prefix, ours next to HF bf16's own."""
+    out = [f"{'model':<20}{'pair':<30}{'tokens equal':>13}{'mean prefix':>14}"]
+    for path in sorted(work.glob("agreement-*.json")):
+        name = path.stem.removeprefix("agreement-")
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            out.append(f"{name:<20}unreadable")
+            continue
+        for pair in report["pairs"]:
+            prefix = f"{pair['mean_prefix']:.1f} of {report['new_tokens']}"
+            out.append(
+                f"{name:<20}{pair['first'] + ' vs ' + pair['second']:<30}{pair['token_share']:>12.1%}{prefix:>14}"
+            )
+    if len(out) == 1:
+        return [f"no agreement results in {work}"]
+    return out + [
+        "greedy generate() of each arm on the same held-out prompts; prefix: tokens before the first difference"
+    ]
+
+
 def pytest_lines(paths: list[Path]) -> list[str]:
     """Each log's failures (its -rf lines) and its closing count line."""
     out = []
@@ -152,6 +176,7 @@ def main(argv: list[str]) -> int:
         "verify": lambda args: verify_table(Path(args[0])),
         "zoo": lambda args: zoo_table(Path(args[0])),
         "generate": lambda args: generate_table(Path(args[0])),
+        "agreement": lambda args: agreement_table(Path(args[0])),
         "pytest": lambda args: pytest_lines([Path(a) for a in args]),
     }
     if not argv or argv[0] not in kinds or (argv[0] != "bench" and len(argv) < 2):

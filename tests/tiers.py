@@ -133,6 +133,20 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         "a whole verify per model, layer and noise size; 3x and 1x at layer 0 of Llama stay fast",
         keep=("*fails[llama-0]", "*passes[0-1.0]"),
     ),
+    Exhaustive(
+        "tests/verify/test_faults_trained.py::*",
+        "a whole verify of the trained model per fault (the long runs and late slots take minutes); the faults "
+        "in every graph, the left-padding ones and the clean float32 graphs stay fast",
+        keep=(
+            "*::test_the_correct_graphs_pass[dtype0-*",
+            "*::test_a_fault_in_every_graph_fails_every_case[*",
+            "*::test_a_replay_blind_to_left_padding*",
+        ),
+    ),
+    Exhaustive(
+        "tests/verify/test_faults_trained.py::test_a_fault_in_every_graph_fails_every_case[nan_cache-*-cpu]",
+        "10 s of bf16 verify on the CPU; test_non_finite.py keeps a NaN cache write fast on the random tiny model",
+    ),
 )
 
 

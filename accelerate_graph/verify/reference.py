@@ -151,8 +151,9 @@ def float32_reference(session: DecodeSession) -> Iterator[None]:
 
 def reference_step(session: DecodeSession, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """The float32 reference of one decode step (call inside `float32_reference`): attending only the
-    slots up to the step's last position, where the model's attention allows (see the module's doc)."""
-    token = _SLOTS_IN_USE.set(int(positions.max()) + 1)
+    slots up to the step's write slot, where the model's attention allows (see the module's doc). The write
+    slot, not the positions: a left-padded row's position counts from its first real token, below the slot."""
+    token = _SLOTS_IN_USE.set(max(session.kv.next_slot, int(positions.max())) + 1)
     try:
         return eager_step(session, tokens, positions).float()
     finally:

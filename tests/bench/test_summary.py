@@ -95,6 +95,22 @@ def test_generate_speeds_against_hf_and_the_first_token_of_a_new_process(tmp_pat
     assert lines[1].split() == ["1", "500", "1,500", "(3.00x)", "3.2"]
 
 
+def test_agreement_one_line_per_pair_of_each_model(tmp_path):
+    from dataclasses import asdict
+
+    from accelerate_graph.eval.agreement import compare
+
+    pairs = [compare([[1, 2, 3, 4]], [[1, 2, 9, 4]], ("graphs-bf16", "hf-bf16")), compare([[1]], [[1]], ("a", "b"))]
+    report = {"new_tokens": 4, "pairs": [asdict(pair) for pair in pairs]}
+    (tmp_path / "agreement-gemma2-sliding.json").write_text(json.dumps(report))
+    (tmp_path / "agreement-broken.json").write_text("{")
+    lines = summary("agreement", str(tmp_path)).stdout.splitlines()
+    assert lines[1].split() == ["broken", "unreadable"]
+    assert lines[2].split() == ["gemma2-sliding", "graphs-bf16", "vs", "hf-bf16", "75.0%", "2.0", "of", "4"]
+    assert lines[3].split()[-4:] == ["100.0%", "1.0", "of", "4"]
+    assert summary("agreement", str(tmp_path / "none")).stdout.startswith("no agreement results")
+
+
 def test_an_unknown_kind_is_one_usage_line_and_exit_2():
     done = summary("benches", "x")
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and "usage" in done.stderr

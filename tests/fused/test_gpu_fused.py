@@ -38,7 +38,10 @@ def test_context_buckets_on_gpu(attn):
     capture_and_verify(model, fused=False)
 
 
-def test_fused_layers_compile_once_per_batch_class_and_replay_like_eager():
+def test_fused_layers_compile_once_per_batch_class_and_replay_like_eager(tmp_path, monkeypatch):
+    # an inductor cache of its own: a hit on an entry another test compiled brings that entry's shape
+    # guards along, which can fail at batch 4 and count as a recompile of ours
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     model = tiny_decoder("llama")
     use_grouped_attention(model)  # what --fuse runs
     session, graphs = capture_and_verify(model, fused=True)
@@ -154,3 +157,20 @@ def test_compile_contender_after_a_fused_capture_compiles_whole():
 
     compiled = compile_step(session, 4, before)
     assert compiled.graphs == 1 and compiled.cudagraph_skips == 0
+
+
+def test_plain_graphs_still_verify_after_a_fused_capture_on_their_session():
+    """Fusing merges q/k/v and gate/up into new tensors; the plan's plain graphs recorded the old ones and
+    replayed NaN once that memory was reused. The prepared graphs keep them alive: both verify."""
+    from accelerate_graph.pipeline import CaptureRequest, capture_fused, prepare
+
+    torch._dynamo.reset()
+    prepared = prepare(CaptureRequest(model="tiny", buckets=(1, 2), max_cache_len=64, device="cuda"))
+    weights = [(p.shape, p.dtype) for p in prepared.session.model.parameters()]
+    fused = capture_fused(prepared, CaptureRequest())
+    # blocks the size of the old weights, from the allocator's cache: what freed weights' memory would hold
+    poison = [torch.full(shape, float("nan"), device=GPU, dtype=dtype) for shape, dtype in weights * 2]
+    for graphs in (prepared.graphs, fused):
+        rows = verify_graphs(graphs, steps=8, prompt_len=6)
+        assert all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+    assert all(t.isnan().all() for t in poison)  # held to the end

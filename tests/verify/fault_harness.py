@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import pytest
 import torch
 from tiny_models import tiny_decoder
 
@@ -65,3 +69,29 @@ def hook_the_captured_head(monkeypatch, hook) -> None:
             handle.remove()
 
     monkeypatch.setattr(capture_flow, "capture_decode_graphs", hooked)
+
+
+TRAINED_TINY = Path(__file__).resolve().parents[1] / "assets" / "trained-tiny-llama"
+
+
+def trained_model_dir() -> str:
+    """The trained tiny llama committed with the tests; FAULTS_MODEL_DIR names another trained folder
+    (benchmarks/gpu.sh's `trained` suite points it at each model it trains)."""
+    return os.environ.get("FAULTS_MODEL_DIR") or str(TRAINED_TINY)
+
+
+def trained_session(dtype=torch.float32, device="cpu", cache: int = CACHE) -> DecodeSession:
+    """A session of the trained model, as loaded for users: peaked next-token distributions, where a random
+    tiny model's flat ones make every fault easy to see. Skips a model the whole-step harness cannot take."""
+    from accelerate_graph.models.loading import load_model
+
+    folder = trained_model_dir()
+    model = load_model(folder, torch.device(device), dtype).model
+    config = model.config
+    if device == "cuda" and ("moe" in config.model_type or getattr(config, "num_local_experts", 0)):
+        pytest.skip("an MoE on CUDA needs eager islands, which this whole-step harness cannot take")
+    session = DecodeSession(model, max(BUCKETS), cache)
+    regions = decide_regions(session, "full", BUCKETS[0]).regions
+    if regions.mode != "full":
+        pytest.skip(f"{folder}: no whole-step capture ({regions.reason})")
+    return session

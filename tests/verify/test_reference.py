@@ -94,7 +94,6 @@ def test_the_reference_reads_back_only_the_slots_a_step_can_attend_and_computes_
     the position are masked: exact zeros in the softmax); the model's attention is as before afterwards."""
     from accelerate_graph.compat.transformers_internals import attention_implementations
     from accelerate_graph.fused.grouped_attention import GROUPED, use_grouped_attention
-    from accelerate_graph.verify import reference
 
     prompt, tokens = torch.randint(0, 256, (2, 5)), torch.randint(0, 256, (3, 2))
     for grouped in (False, True):
@@ -111,9 +110,8 @@ def test_the_reference_reads_back_only_the_slots_a_step_can_attend_and_computes_
         assert prefill == [(32, 32)] * layers
         assert steps == [(5 + i + 1, 5 + i + 1) for i in range(3) for _ in range(layers)], seen
         assert attention_implementations(model) == before == {"": GROUPED if grouped else "sdpa"}
-        monkeypatch.setattr(reference, "_SLOTS_IN_USE", reference.ContextVar("never_set", default=None))
-        with float32_reference(session):
-            whole = _steps(session, reference_step, prompt, tokens)
+        with float32_reference(session):  # the same float32 step, without the cut: every slot read back
+            whole = _steps(session, eager_step, prompt, tokens)
         torch.testing.assert_close(cut, whole, rtol=1e-6, atol=1e-6)
 
 
@@ -139,3 +137,23 @@ def test_a_model_on_another_attention_reads_back_the_whole_cache(monkeypatch):
         layer.update = recorded
         reference_step(session, torch.tensor([1, 2]), torch.tensor([0, 0]))
     assert keys == [32]
+
+
+def test_the_cut_follows_the_write_slot_when_every_row_is_left_padded():
+    """A left-padded row's position counts from its first real token, below the slot the step writes: with
+    every row padded, a cut at the positions would drop the newest slots. The cut logits equal the whole
+    cache's."""
+    model = tiny_decoder("llama").to(BF16)
+    session = DecodeSession(model, 2, 32)
+    prompt, tokens, pads = torch.randint(0, 256, (2, 6)), torch.randint(0, 256, (3, 2)), torch.tensor([2, 3])
+
+    def run(step):
+        session.kv.reset()
+        session.prefill(prompt, pads=pads)
+        steps = [step(session, tokens[i], 6 - pads + i).float().clone() for i in range(len(tokens))]
+        session.show_every_slot()
+        return torch.stack(steps)
+
+    with float32_reference(session):
+        cut, whole = run(reference_step), run(eager_step)  # eager_step inside: float32, every slot read back
+    torch.testing.assert_close(cut, whole, rtol=1e-6, atol=1e-6)

@@ -11,6 +11,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from accelerate_graph.fused.kernels import decode_attention, decode_mask, skinny_kernels
+from accelerate_graph.quant import fp8_kernels
 
 HOPPER = GPUTarget("cuda", 90, 32)
 
@@ -133,6 +134,31 @@ def variants():
         pointers = {"padding_ptr": padding, "position_ptr": "*i64", "out_ptr": "*i1"}
         flags = {"BLOCK": decode_mask.BLOCK}
         yield f"decode mask {padding} {flags}", decode_mask._decode_mask_kernel, flags, pointers
+    yield from fp8_variants()
+
+
+FP8_POINTERS = {
+    "x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "b_ptr": "*bf16", "out_ptr": "*bf16", "ws_ptr": "*fp32",
+}  # fmt: skip
+
+
+def fp8_variants():
+    """The FP8-weight skinny matmul (quant/fp8_kernels.py): one row, two rows and tensor cores (swapped or not),
+    per-channel or block scales, one slice or split-K (then its finish kernel), with and without PDL."""
+    tiles = {"one-row": (False, False, 1, 256), "rows": (False, False, 2, 128), "dot": (True, False, 16, 128)}
+    tiles["swap"] = (True, True, 16, 128)
+    for (kind, (dot, swap, rows, block_k)), blockwise, split in itertools.product(
+        tiles.items(), (False, True), (1, 2)
+    ):  # fmt: skip
+        flags = dict(
+            HAS_B=True, BLOCKWISE=blockwise, SPLIT=split, USE_DOT=dot, IEEE_DOT=False, SWAP=swap,
+            EVEN_K=split == 1, OUT_BF16=True, USE_PDL=split == 2, BLOCK_M=rows, BLOCK_N=64 if dot else 32,
+            BLOCK_K=block_k, LOOKAHEAD=kind == "one-row" and split == 1,
+        )  # fmt: skip
+        yield f"fp8_skinny_kernel ({kind}) {flags}", fp8_kernels.fp8_skinny_kernel, flags, FP8_POINTERS
+    for pdl in (False, True):
+        flags = dict(HAS_B=True, SPLIT=3, OUT_BF16=True, USE_PDL=pdl, BLOCK_M=1, BLOCK_N=32)
+        yield f"fp8_finish_kernel {flags}", fp8_kernels.fp8_finish_kernel, flags, FP8_POINTERS
 
 
 def preloaded_loads_come_first() -> str | None:

@@ -1,0 +1,267 @@
+"""Triton code of the FP8-weight skinny matmul; fp8_skinny launches it (read that module first).
+
+out[M, N] = x[M, K] @ (W[N, K] * scale)^T (+ bias) for few rows: W in float8 e4m3 (one byte an element, half
+of bf16's bytes), converted in registers, float32 accumulation. A program owns BLOCK_N output columns of BLOCK_M
+rows and walks K (its share when split-K is on: then it writes float32 partial sums and `fp8_finish_kernel`
+adds them). Weight tiles are loaded row-major with a mask that does not vary along K (EVEN_K), so each thread
+reads 16 contiguous bytes at once where K is a multiple of 16.
+
+Scales (BLOCKWISE off: one per output channel, applied once to the sums; on: one per SCALE_BLOCK x SCALE_BLOCK
+block, S_COLS of them a block row): a program's BLOCK_N rows lie in one block of rows (the launch keeps
+SCALE_BLOCK % BLOCK_N == 0), so a K tile needs only the block scales of its columns. Without tensor cores they
+multiply the activation (x * s per column, then the products with W); with tensor cores a tile lies in one
+block of columns (SCALE_BLOCK % BLOCK_K == 0) and its product is scaled once before it is added.
+
+Arithmetic is in float32 on loaded values; the output goes through skinny_kernels' `_round` (the interpreter
+truncates float32 -> bf16 casts, the GPU rounds to nearest even).
+"""
+
+import os
+
+import triton
+import triton.language as tl
+
+from accelerate_graph.fused.kernels.pdl import gdc_launch_dependents, gdc_wait
+from accelerate_graph.fused.kernels.skinny_kernels import _round
+
+# @triton.jit picks the interpreter at decoration, i.e. when this module is imported.
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@triton.jit
+def _prefetch_first_block(w_ptr, pid_n, pid_s, N, K, K_PER_SPLIT, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Ask L2 for the program's first [BLOCK_N, BLOCK_K] block of W (one request per 128-byte line, 128 fp8
+    values) before the PDL wait: nothing before us writes W. Indices are clamped, never masked."""
+    LINES: tl.constexpr = (BLOCK_K + 127) // 128
+    rows = tl.minimum(pid_n * BLOCK_N + tl.arange(0, BLOCK_N), N - 1)
+    cols = tl.minimum(pid_s * K_PER_SPLIT + tl.arange(0, LINES) * 128, K - 1)
+    ptrs = w_ptr + rows[:, None].to(tl.int64) * K + cols[None, :]
+    tl.inline_asm_elementwise(
+        "prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1
+    )
+
+
+@triton.jit
+def _x_tile(x_ptr, offs_m, offs_k, M, K, EVEN_K: tl.constexpr):
+    """x[offs_m, offs_k] as stored (x's dtype)."""
+    if EVEN_K:
+        mask = (offs_m < M)[:, None]
+    else:
+        mask = (offs_m < M)[:, None] & (offs_k < K)[None, :]
+    return tl.load(x_ptr + offs_m[:, None] * K + offs_k[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K: tl.constexpr):
+    """W[offs_n, offs_k] as stored (float8 e4m3); the mask is constant along K where EVEN_K (wide loads)."""
+    if EVEN_K:
+        mask = (offs_n < N)[:, None]
+    else:
+        mask = (offs_n < N)[:, None] & (offs_k < K)[None, :]
+    return tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _column_scales(s_ptr, row_block, offs_k, K, SCALE_BLOCK, S_COLS):
+    """The block scales of columns offs_k in the program's block of rows, float32 [BLOCK_K]."""
+    return tl.load(s_ptr + row_block * S_COLS + offs_k // SCALE_BLOCK, mask=offs_k < K, other=0.0)
+
+
+@triton.jit
+def _accumulate_fma(
+    x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+    BLOCKWISE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """Float32 multiply-and-sum, the products summed element-wise over the whole K walk and reduced across
+    lanes once at the end (skinny_kernels._accumulate_one_row's way): [BLOCK_M, BLOCK_N]."""
+    wide = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        xv = _x_tile(x_ptr, offs_m, offs_k, M, K, EVEN_K).to(tl.float32)
+        if BLOCKWISE:
+            xv = xv * _column_scales(s_ptr, row_block, offs_k, K, SCALE_BLOCK, S_COLS)[None, :]
+        w = _w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K).to(tl.float32)
+        wide += xv[:, None, :] * w[None, :, :]
+    return tl.sum(wide, axis=2)
+
+
+@triton.jit
+def _row_loads(
+    x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k0, SCALE_BLOCK, S_COLS,
+    BLOCKWISE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """One K tile's loads and nothing that waits for them: x's row, its columns' block scales (the offsets,
+    unread, without block scales) and W's rows."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    xr = _x_tile(x_ptr, offs_m, offs_k, M, K, EVEN_K)
+    if BLOCKWISE:
+        scales = _column_scales(s_ptr, row_block, offs_k, K, SCALE_BLOCK, S_COLS)
+    else:
+        scales = offs_k
+    return xr, scales, _w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K)
+
+
+@triton.jit
+def _multiply_row(wide, xr, scales, w, BLOCKWISE: tl.constexpr):
+    """wide += x's row (times its block scales) times W's tile, element-wise in float32."""
+    xv = xr.to(tl.float32)  # [1, BLOCK_K]
+    if BLOCKWISE:
+        xv = xv * scales[None, :]
+    return wide + xv * w.to(tl.float32)
+
+
+@triton.jit
+def _accumulate_one_row(
+    x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+    BLOCKWISE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    LOOKAHEAD: tl.constexpr,
+):  # fmt: skip
+    """_accumulate_fma for one row (a GEMV) with a 2-D [BLOCK_N, BLOCK_K] tile: [1, BLOCK_N]. Triton does not
+    pipeline a loop without tl.dot; LOOKAHEAD issues tile k + 1's loads before tile k is multiplied (registers
+    for two tiles), the same sums in the same order."""
+    wide = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+    if LOOKAHEAD:
+        xr, scales, w = _row_loads(
+            x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, SCALE_BLOCK, S_COLS,
+            BLOCKWISE, EVEN_K, BLOCK_K,
+        )  # fmt: skip
+        for k0 in range(k_lo + BLOCK_K, k_hi, BLOCK_K):
+            xr_next, scales_next, w_next = _row_loads(
+                x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k0, SCALE_BLOCK, S_COLS,
+                BLOCKWISE, EVEN_K, BLOCK_K,
+            )  # fmt: skip
+            wide = _multiply_row(wide, xr, scales, w, BLOCKWISE)
+            xr, scales, w = xr_next, scales_next, w_next
+        wide = _multiply_row(wide, xr, scales, w, BLOCKWISE)
+    else:
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            xr, scales, w = _row_loads(
+                x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k0, SCALE_BLOCK, S_COLS,
+                BLOCKWISE, EVEN_K, BLOCK_K,
+            )  # fmt: skip
+            wide = _multiply_row(wide, xr, scales, w, BLOCKWISE)
+    return tl.sum(wide, axis=1)[None, :]
+
+
+@triton.jit
+def _dot(xv, w, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr):
+    """x @ w^T ([BLOCK_M, BLOCK_N]) or, SWAP, w @ x^T ([BLOCK_N, BLOCK_M]: the weights on the MMA's long side),
+    float32, w already converted to x's dtype (exact: every e4m3 value is a bf16 and an fp16 value)."""
+    if SWAP:
+        if IEEE_DOT:
+            part = tl.dot(w, tl.trans(xv), input_precision="ieee")
+        else:
+            part = tl.dot(w, tl.trans(xv))
+    elif IEEE_DOT:  # float32 inputs (CPU tests): no TF32
+        part = tl.dot(xv, tl.trans(w), input_precision="ieee")
+    else:
+        part = tl.dot(xv, tl.trans(w))
+    return part
+
+
+@triton.jit
+def _accumulate_dot(
+    x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+    BLOCKWISE: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """Tensor cores (BLOCK_M >= 16): each K tile's product, times its block's scale where BLOCKWISE, added in
+    float32: [BLOCK_M, BLOCK_N]."""
+    if SWAP:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        xv = _x_tile(x_ptr, offs_m, offs_k, M, K, EVEN_K)
+        w = _w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K).to(x_ptr.dtype.element_ty)
+        part = _dot(xv, w, IEEE_DOT, SWAP)
+        if BLOCKWISE:  # the tile lies in one block of columns
+            acc += part * tl.load(s_ptr + row_block * S_COLS + k0 // SCALE_BLOCK)
+        else:
+            acc += part
+    if SWAP:  # one return: the compiler types every return statement, even behind a constexpr
+        acc = tl.trans(acc)
+    return acc
+
+
+@triton.jit
+def _epilogue(acc, offs_m, offs_n, M, N, out_ptr, b_ptr, HAS_B: tl.constexpr, OUT_BF16: tl.constexpr):
+    """Bias in float32, one rounding to the output dtype, the store."""
+    out_dtype = out_ptr.dtype.element_ty
+    n_mask = offs_n < N
+    if HAS_B:
+        acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    val = _round(acc, OUT_BF16, out_dtype)
+    mask = (offs_m[:, None] < M) & n_mask[None, :]
+    tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], val.to(out_dtype), mask=mask)
+
+
+@triton.jit
+def fp8_skinny_kernel(
+    x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, M, N, K, K_PER_SPLIT, SCALE_BLOCK, S_COLS,
+    HAS_B: tl.constexpr, BLOCKWISE: tl.constexpr, SPLIT: tl.constexpr, USE_DOT: tl.constexpr,
+    IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
+    USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    LOOKAHEAD: tl.constexpr,
+):  # fmt: skip
+    """Grid (blocks of N, blocks of M, SPLIT). SPLIT > 1: float32 partials (per-channel scales applied) into
+    the workspace [SPLIT, M, N], summed by fp8_finish_kernel. USE_PDL: ask L2 for the first weights, wait for
+    the kernel before (it writes x), then let the next one launch."""
+    pid_n = tl.program_id(0)
+    pid_s = tl.program_id(2)
+    if USE_PDL:
+        _prefetch_first_block(w_ptr, pid_n, pid_s, N, K, K_PER_SPLIT, BLOCK_N, BLOCK_K)
+        gdc_wait()
+        gdc_launch_dependents()
+    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if BLOCKWISE:  # the program's block of rows
+        row_block = pid_n * BLOCK_N // SCALE_BLOCK
+    else:
+        row_block = pid_n
+    k_lo = pid_s * K_PER_SPLIT
+    k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
+    if USE_DOT:
+        acc = _accumulate_dot(
+            x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+            BLOCKWISE, IEEE_DOT, SWAP, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K,
+        )  # fmt: skip
+    elif BLOCK_M == 1:
+        acc = _accumulate_one_row(
+            x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+            BLOCKWISE, EVEN_K, BLOCK_N, BLOCK_K, LOOKAHEAD,
+        )  # fmt: skip
+    else:
+        acc = _accumulate_fma(
+            x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+            BLOCKWISE, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K,
+        )  # fmt: skip
+    if not BLOCKWISE:
+        acc = acc * tl.load(s_ptr + offs_n, mask=offs_n < N, other=0.0)[None, :]
+    if SPLIT == 1:
+        _epilogue(acc, offs_m, offs_n, M, N, out_ptr, b_ptr, HAS_B, OUT_BF16)
+    else:
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        tl.store(ws_ptr + (pid_s * M + offs_m[:, None]) * N + offs_n[None, :], acc, mask=mask)
+
+
+@triton.jit
+def fp8_finish_kernel(
+    ws_ptr, b_ptr, out_ptr, M, N, HAS_B: tl.constexpr, SPLIT: tl.constexpr, OUT_BF16: tl.constexpr,
+    USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Split-K's second pass: the partials summed in split order (no dependence on timing), then the epilogue.
+    Grid as fp8_skinny_kernel's, SPLIT 1. USE_PDL: it waits for the partials, then lets the next kernel
+    launch."""
+    if USE_PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for s in range(SPLIT):
+        acc += tl.load(ws_ptr + (s * M + offs_m[:, None]) * N + offs_n[None, :], mask=mask, other=0.0)
+    _epilogue(acc, offs_m, offs_n, M, N, out_ptr, b_ptr, HAS_B, OUT_BF16)

@@ -1,0 +1,83 @@
+"""`fp8_matmul(x, weight, scale, block, bias)`: x [..., K] @ (weight * scale)^T (+ bias) for a float8 e4m3
+weight [N, K], as one opaque custom op `torch.ops.cugraph_accel.fp8_matmul` (inductor and CUDA graphs see one
+call; its fake gives the output's shape).
+
+Scales are float32: one per output channel (`block` None, scale [N]) or one per `block` x `block` block (scale
+[ceil(N/block), ceil(K/block)]). The op picks its path per call:
+- CUDA, at most SKINNY_MAX_ROWS rows (decode): the Triton skinny kernel (fp8_skinny), which reads the weight
+  at one byte an element and accumulates float32 with x as it is (W8A16);
+- CUDA, more rows: cuBLASLt's FP8 matmul with activations quantized per call (fp8_w8a8, W8A8), or where that
+  does not serve, the weight dequantized to x's dtype and cuBLAS;
+- elsewhere: the reference (fp8_reference: dequantize, float32 matmul), which is the definition.
+"""
+
+# no `from __future__ import annotations`: torch.library infers the op's schema from the annotations (Optional[...]
+# on every supported torch)
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from accelerate_graph.quant import fp8_skinny, fp8_w8a8
+from accelerate_graph.quant.fp8_reference import reference_fp8_matmul
+
+# Rows up to which the skinny kernel runs (decode batches); above, the FP8 matmul of cuBLASLt. Not measured yet.
+SKINNY_MAX_ROWS = 16
+INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _rows(x: Tensor) -> int:
+    return x.numel() // x.shape[-1] if x.shape[-1] else 0
+
+
+def _body(x: Tensor, weight: Tensor, scale: Tensor, block: Optional[int], bias: Optional[Tensor]) -> Tensor:  # noqa: UP045
+    rows = _rows(x)
+    if fp8_skinny.runs_triton(x) and 0 < rows <= SKINNY_MAX_ROWS:
+        return fp8_skinny.launch(x, weight, scale, block, bias)
+    if x.device.type != "cuda":
+        return reference_fp8_matmul(x, weight, scale, block, bias)
+    x2 = x.reshape(-1, x.shape[-1])
+    if fp8_w8a8.serves(x, weight, block):
+        out = fp8_w8a8.w8a8_matmul(x2, weight, scale, block, bias)
+    else:
+        out = fp8_w8a8.dequantized_linear(x2, weight, scale, block, bias)
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def _fake(x: Tensor, weight: Tensor, scale: Tensor, block: Optional[int], bias: Optional[Tensor]) -> Tensor:  # noqa: UP045
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+torch.library.custom_op("cugraph_accel::fp8_matmul", _body, mutates_args=()).register_fake(_fake)
+
+
+def check(x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Tensor | None) -> None:
+    """Misuse by a caller in this package (not a user error): one line naming the argument."""
+    if weight.dim() != 2 or weight.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"the weight must be 2-D float8_e4m3fn, got {tuple(weight.shape)} / {weight.dtype}")
+    n, k = weight.shape
+    if x.shape[-1] != k or x.dtype not in INPUT_DTYPES:
+        raise ValueError(f"x {tuple(x.shape)} / {x.dtype} does not fit a weight of K={k} (bf16, fp16 or fp32)")
+    if not weight.is_contiguous():
+        raise ValueError("the weight must be contiguous (row-major [N, K])")
+    if n * k >= fp8_skinny.WEIGHT_ELEMENTS_LIMIT:
+        raise ValueError("weights of 2**31 elements or more are not supported (32-bit offsets)")
+    if block is None:
+        expected = (n,)
+    elif block < 16 or block % 16:
+        raise ValueError(f"block must be a positive multiple of 16 (128 for the usual block scales), got {block}")
+    else:
+        expected = (-(-n // block), -(-k // block))
+    if scale.dtype != torch.float32 or tuple(scale.shape) != expected:
+        raise ValueError(f"scale must be float32 of shape {expected} for block={block}, got {tuple(scale.shape)}")
+    if bias is not None and tuple(bias.shape) != (n,):
+        raise ValueError(f"bias must have shape ({n},), got {tuple(bias.shape)}")
+    if any(t.device != x.device for t in (weight, scale, *([bias] if bias is not None else []))):
+        raise ValueError(f"x, weight, scale and bias must be on one device (x is on {x.device})")
+
+
+def fp8_matmul(x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Tensor | None = None) -> Tensor:
+    """x [..., K] (bf16, fp16 or fp32) @ (weight [N, K] float8 e4m3 * scale)^T (+ bias [N]) in x's dtype,
+    [..., N]. scale: float32 [N] (`block` None) or [ceil(N/block), ceil(K/block)] (block scales, block 128)."""
+    check(x, weight, scale, block, bias)
+    return torch.ops.cugraph_accel.fp8_matmul(x, weight, scale, block, bias)

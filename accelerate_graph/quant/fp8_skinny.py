@@ -1,0 +1,156 @@
+"""Launches of the FP8-weight skinny matmul (fp8_kernels) and the configs they run with.
+
+Configs are fused/kernels/configs.SkinnyConfig values: a table per GPU (`fp8-<GPU>.json`, the user's under
+configs.user_tables_dir() over a shipped one in quant/tables/), keyed by configs.table_key with op
+"fp8_channel" or "fp8_block", the row bucket, N and K; shapes a table lacks get `default_config`. No table is
+shipped yet: the defaults are not measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from accelerate_graph.fused.kernels import configs, pdl
+from accelerate_graph.fused.kernels.configs import SkinnyConfig
+
+try:
+    from accelerate_graph.quant import fp8_kernels
+except ImportError:  # no triton: fp8_matmul runs its other paths
+    fp8_kernels = None
+
+SHIPPED_DIR = Path(__file__).with_name("tables")
+TABLE_PREFIX = "fp8-"
+WEIGHT_ELEMENTS_LIMIT = 2**31  # the kernel's offsets are 32-bit
+
+_TABLES: dict[str, dict[str, SkinnyConfig]] = {}  # device name -> entries (user's over shipped)
+_NAMES: dict[int, str] = {}  # CUDA device index -> name
+
+
+def runs_triton(x: Tensor) -> bool:
+    """Whether the kernel can run for `x`: a CUDA tensor, or a CPU one under the Triton interpreter (tests)."""
+    if fp8_kernels is None:
+        return False
+    return x.device.type == "cuda" or (fp8_kernels.INTERPRETED and x.device.type == "cpu")
+
+
+def table_file_name(device_name: str) -> str:
+    """`fp8-<device>.json`, the device named as configs names the skinny tables."""
+    return TABLE_PREFIX + configs.table_file_name(device_name).removeprefix(configs.TABLE_PREFIX)
+
+
+def _entries(device_name: str) -> dict[str, SkinnyConfig]:
+    if device_name not in _TABLES:
+        name = table_file_name(device_name)
+        shipped = configs.read_table(SHIPPED_DIR / name)
+        _TABLES[device_name] = {**shipped, **configs.read_table(configs.user_tables_dir() / name)}
+    return _TABLES[device_name]
+
+
+def forget_tables() -> None:
+    """Read the tables again at the next launch (after a new one was written)."""
+    _TABLES.clear()
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type != "cuda":
+        return ""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _NAMES:
+        _NAMES[index] = torch.cuda.get_device_name(index)
+    return _NAMES[index]
+
+
+def _sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return configs.DEFAULT_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def table_op(block: int | None) -> str:
+    return "fp8_channel" if block is None else "fp8_block"
+
+
+def default_config(m: int, n: int, k: int, sms: int = configs.DEFAULT_SMS) -> SkinnyConfig:
+    """Unmeasured starting point: float32 multiply-and-sum up to 2 rows (one row: K tiles of 256 bytes, 16
+    threads of 16 bytes a row), tensor cores above, not swapped (swapped, the pipelined weight
+    copies compile to 8 bytes, not 16, for sm_90); blocks of N small enough that every multiprocessor gets a
+    program, and split-K where even then fewer than half of them would have one and K is long."""
+    dot = m > 2
+    block_k = 128 if dot else (256 if m == 1 else 128)
+    rows = SkinnyConfig(16, block_k, dot=dot).block_m(m)
+    m_blocks = -(-m // rows)
+    block_n = 64 if dot else 16
+    if not dot:
+        for candidate in (64, 32):  # the float32 products live in registers
+            if rows * candidate * block_k <= 8192 and -(-n // candidate) * m_blocks >= sms:
+                block_n = candidate
+                break
+    programs = -(-n // block_n) * m_blocks
+    split = 1
+    if 2 * programs <= sms and k >= 2048:
+        split = max(1, min(-(-sms // programs), k // 1024))
+    return SkinnyConfig(block_n, block_k, num_warps=4, num_stages=4 if dot else 2, split_k=split, dot=dot)
+
+
+def config_for(m: int, n: int, k: int, block: int | None, device: torch.device) -> SkinnyConfig:
+    """The table's config for this shape on `device`'s GPU, else default_config."""
+    name = _device_name(device)
+    found = _entries(name).get(configs.table_key(table_op(block), configs.m_bucket(m), (n,), k)) if name else None
+    return found if found is not None else default_config(m, n, k, _sms(device))
+
+
+def fitted(cfg: SkinnyConfig, block: int | None) -> SkinnyConfig:
+    """`cfg` with its tiles inside one scale block: BLOCK_N divides the block (a program's rows share their
+    scales) and, with tensor cores, BLOCK_K too (a tile's product is scaled once)."""
+    if block is None:
+        return cfg
+    largest = block & -block  # the largest power of two that divides the block
+    block_n = min(cfg.block_n, largest)
+    block_k = min(cfg.block_k, largest) if cfg.dot else cfg.block_k
+    return dataclasses.replace(cfg, block_n=block_n, block_k=block_k)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def launch(x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Tensor | None, cfg=None) -> Tensor:
+    """out = x @ (weight * scale)^T + bias through fp8_skinny_kernel (and fp8_finish_kernel under split-K), with
+    `cfg` (default: config_for), shaped like x with N last. The caller checked the arguments (fp8_matmul)."""
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k).contiguous()
+    m, n = x2.shape[0], weight.shape[0]
+    cfg = fitted(cfg or config_for(m, n, k, block, x.device), block)
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    block_m = cfg.block_m(m)
+    n_blocks, m_blocks = _cdiv(n, cfg.block_n), _cdiv(m, block_m)
+    k_per_split = _cdiv(_cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k  # whole K tiles per slice
+    split = _cdiv(k, k_per_split)  # no empty slice
+    ws = torch.empty((split, m, n), dtype=torch.float32, device=x.device) if split > 1 else out
+    scale = scale.contiguous()
+    extra = pdl.launch_options(x.device)
+    flags = {
+        "HAS_B": bias is not None,
+        "SPLIT": split,
+        "OUT_BF16": x.dtype == torch.bfloat16,
+        "BLOCK_M": block_m,
+        "BLOCK_N": cfg.block_n,
+        "USE_PDL": bool(extra),
+    }
+    b_arg = bias if bias is not None else out
+    fp8_kernels.fp8_skinny_kernel[(n_blocks, m_blocks, split)](
+        x2, weight, scale, b_arg, out, ws, m, n, k, k_per_split, block or 1, scale.shape[-1] if block else 0,
+        BLOCKWISE=block is not None, USE_DOT=cfg.dot, IEEE_DOT=x.dtype == torch.float32, SWAP=cfg.dot and cfg.swap,
+        EVEN_K=k % cfg.block_k == 0, BLOCK_K=cfg.block_k, LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **flags, **extra,
+    )  # fmt: skip
+    if split > 1:
+        fp8_kernels.fp8_finish_kernel[(n_blocks, m_blocks, 1)](
+            ws, b_arg, out, m, n, num_warps=4, **flags, **extra
+        )  # fmt: skip
+    return out.reshape(*x.shape[:-1], n)

@@ -1,0 +1,100 @@
+"""Runs the FP8 skinny kernel in a process of its own, as test_fp8_matmul asks: under the Triton interpreter
+(TRITON_INTERPRET=1 in its environment, which must be set before triton is imported) against the reference,
+or, without it, compiled for the H200 (sm_90) to read the PTX's weight loads. Reads a job as JSON on stdin,
+writes the results as JSON on stdout.
+
+Jobs: {"cases": [...]} -> {case id: {"error_ulps": ..., "shape": ..., "dtype": ...}};
+{"ptx": [...]} -> {variant id: {"v4_loads": n, "copy_bytes": [...], "expected_vectors": n}}.
+"""
+
+import json
+import os
+import sys
+
+import torch
+
+from accelerate_graph.fused.kernels.configs import SkinnyConfig
+from accelerate_graph.quant import fp8_matmul, fp8_skinny
+from accelerate_graph.quant.fp8_reference import reference_fp8_matmul
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def operands(case: dict):
+    """x [rows, K] (a 3-D [2, rows/2, K] where `batched`), a weight [N, K] of random e4m3 codes (every value
+    from subnormals to 448, NaN codes zeroed), scales, bias."""
+    gen = torch.Generator().manual_seed(case.get("seed", 0))
+    m, n, k, block = case["rows"], case["n"], case["k"], case.get("block")
+    dtype = DTYPES[case["dtype"]]
+    x = (torch.randn(m, k, generator=gen) * 2).to(dtype)
+    if case.get("batched"):
+        x = x.reshape(2, m // 2, k)
+    codes = torch.randint(0, 256, (n, k), generator=gen, dtype=torch.uint8)
+    weight = torch.where(codes & 0x7F == 0x7F, 0, codes).view(torch.float8_e4m3fn)
+    shape = (n,) if block is None else (-(-n // block), -(-k // block))
+    scale = torch.rand(shape, generator=gen) * k**-0.5 / 64 + 1e-4
+    bias = torch.randn(n, generator=gen).to(dtype) if case.get("bias") else None
+    return x, weight, scale, block, bias
+
+
+def run_case(case: dict) -> dict:
+    x, weight, scale, block, bias = operands(case)
+    if case.get("config"):
+        got = fp8_skinny.launch(x, weight, scale, block, bias, SkinnyConfig(**case["config"]))
+    else:  # the op as callers call it: its rows decide the path
+        got = fp8_matmul.fp8_matmul(x, weight, scale, block, bias)
+    ref = reference_fp8_matmul(x, weight, scale, block, bias)
+    eps = torch.finfo(ref.dtype).eps if ref.dtype != torch.float32 else 2e-6
+    # in units of the output's last place, against the larger of the element and the mean magnitude
+    unit = eps * torch.maximum(ref.float().abs(), ref.float().abs().mean())
+    return {
+        "error_ulps": ((got.float() - ref.float()).abs() / unit).max().item(),
+        "shape": list(got.shape),
+        "dtype": str(got.dtype).removeprefix("torch."),
+    }
+
+
+def ptx_of(variant: dict) -> dict:
+    """The PTX of fp8_skinny_kernel for sm_90 with the variant's constexprs, sizes divisible by 16 as a launch
+    specializes them: its 16-byte register loads and the sizes of its asynchronous copies to shared memory."""
+    import inspect
+    import re
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from accelerate_graph.quant import fp8_kernels
+
+    kernel = fp8_kernels.fp8_skinny_kernel
+    flags, num_stages = variant["flags"], variant["num_stages"]
+    params = list(inspect.signature(kernel.fn).parameters)
+    pointers = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "b_ptr": "*bf16", "out_ptr": "*bf16"}
+    pointers["ws_ptr"] = "*fp32"
+    signature = {name: "constexpr" if name in flags else pointers.get(name, "i32") for name in params}
+    divisible = [*pointers, "N", "K", "K_PER_SPLIT"]
+    attrs = {(params.index(name),): [["tt.divisibility", 16]] for name in divisible}
+    fixed = {(params.index(name),): value for name, value in flags.items()}
+    source = ASTSource(fn=kernel, signature=signature, constexprs=fixed, attrs=attrs)
+    options = {"num_warps": 4, "num_stages": num_stages}
+    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    copies = re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^\]]*\], \[[^\]]*\], (0x[0-9a-f]+)", ptx)
+    return {
+        "v4_loads": len(re.findall(r"ld\.global(?:\.[a-z]+)*\.v4\.b32", ptx)),
+        "copy_bytes": sorted({int(size, 16) for size in copies}),
+        "expected_vectors": flags["BLOCK_N"] * flags["BLOCK_K"] // (16 * 32 * options["num_warps"]),
+    }
+
+
+def main() -> None:
+    job = json.load(sys.stdin)
+    if "cases" in job:
+        assert os.environ.get("TRITON_INTERPRET") == "1", "the cases run under the Triton interpreter"
+        result = {case["id"]: run_case(case) for case in job["cases"]}
+    else:
+        result = {variant["id"]: ptx_of(variant) for variant in job["ptx"]}
+    json.dump(result, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,361 @@
+"""FP8-weight matmul (quant/): the reference, the op's contract, the Triton kernel under the interpreter (a child
+process, fp8_kernel_worker.py) and its sm_90 PTX, the W8A8 path's quantization; on a GPU, each path against the
+reference, a CUDA graph's replay and torch.compile around the op."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from accelerate_graph.fused.kernels import configs
+from accelerate_graph.quant import fp8_matmul as fm
+from accelerate_graph.quant import fp8_skinny, fp8_w8a8
+from accelerate_graph.quant.fp8_reference import dequantize, reference_fp8_matmul
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).with_name("fp8_kernel_worker.py")
+needs_triton = pytest.mark.skipif(fp8_skinny.fp8_kernels is None, reason="needs triton")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def make(m, n, k, block=None, dtype=torch.bfloat16, device="cpu", bias=False, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(m, k, generator=gen) * 2).to(device, dtype)
+    weight = (torch.randn(n, k, generator=gen) * 100).clamp(-448, 448).to(torch.float8_e4m3fn).to(device)
+    shape = (n,) if block is None else (-(-n // block), -(-k // block))
+    scale = (torch.rand(shape, generator=gen) * k**-0.5 / 50 + 1e-4).to(device)
+    b = torch.randn(n, generator=gen).to(device, dtype) if bias else None
+    return x, weight, scale, block, b
+
+
+def run_worker(job: dict, interpreted: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if interpreted:
+        env["TRITON_INTERPRET"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    done = subprocess.run(
+        [sys.executable, str(WORKER)], input=json.dumps(job), env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout)
+
+
+# ---------------------------------------------------------------- the reference
+
+
+def test_dequantize_per_channel_and_per_block_with_ragged_edges():
+    gen = torch.Generator().manual_seed(3)
+    weight = (torch.randn(40, 72, generator=gen) * 10).to(torch.float8_e4m3fn)
+    channel = torch.rand(40, generator=gen)
+    assert torch.equal(dequantize(weight, channel, None), weight.float() * channel[:, None])
+    blocks = torch.rand(2, 3, generator=gen)  # 32 x 32 blocks: the last row block 8 rows, the last column one 8
+    expected = weight.float().clone()
+    for i in range(40):
+        for j in range(72):
+            expected[i, j] *= blocks[i // 32, j // 32]
+    assert torch.equal(dequantize(weight, blocks, 32), expected)
+
+
+def test_the_op_on_the_cpu_is_the_reference_for_any_leading_shape():
+    x, weight, scale, block, bias = make(6, 40, 96, block=32, bias=True)
+    got = fm.fp8_matmul(x.reshape(2, 3, 96), weight, scale, block, bias)
+    assert got.shape == (2, 3, 40) and got.dtype == torch.bfloat16
+    assert torch.equal(got.reshape(6, 40), reference_fp8_matmul(x, weight, scale, block, bias))
+    # the reference is x times the dequantized weight, rounded once
+    exact = (x.double() @ dequantize(weight, scale, block).double().T + bias.double()).to(torch.bfloat16)
+    assert (got.reshape(6, 40).float() - exact.float()).abs().max() <= exact.float().abs().max() * 2**-8
+
+
+# test_schema compares inputs with arithmetic the CPU lacks for float8 tensors; the op mutates nothing
+OPCHECKS = ("test_faketensor", "test_aot_dispatch_dynamic", "test_autograd_registration")
+
+
+def test_the_op_passes_torch_library_opcheck():
+    op = torch.ops.cugraph_accel.fp8_matmul.default
+    x, weight, scale, block, bias = make(3, 32, 64, block=None, bias=True)
+    torch.library.opcheck(op, (x, weight, scale, block, bias), test_utils=OPCHECKS)
+    x, weight, scale, block, _ = make(3, 32, 64, block=16)
+    torch.library.opcheck(op, (x.reshape(3, 1, 64), weight, scale, block, None), test_utils=OPCHECKS)
+
+
+def test_torch_compile_keeps_the_op_in_one_graph():
+    x, weight, scale, block, bias = make(4, 32, 64, block=32, bias=True)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    @torch.compile(backend=backend, fullgraph=True)
+    def step(x):
+        return fm.fp8_matmul(x * 2, weight, scale, block, bias) + 1
+
+    got = step(x)
+    assert len(graphs) == 1
+    assert any("cugraph_accel.fp8_matmul" in str(node.target) for node in graphs[0].graph.nodes)
+    assert torch.equal(got, reference_fp8_matmul(x * 2, weight, scale, block, bias) + 1)
+
+
+@pytest.mark.parametrize(
+    ("change", "wording"),
+    [
+        ({"weight": torch.zeros(32, 64, dtype=torch.bfloat16)}, "float8_e4m3fn"),
+        ({"x": torch.zeros(4, 48, dtype=torch.bfloat16)}, "does not fit a weight of K=64"),
+        ({"scale": torch.ones(4)}, "scale must be float32 of shape (32,)"),
+        ({"block": 128, "scale": torch.ones(32)}, "scale must be float32 of shape (1, 1)"),
+        ({"block": 20}, "block must be a positive multiple of 16"),
+        ({"bias": torch.zeros(31, dtype=torch.bfloat16)}, "bias must have shape (32,)"),
+        ({"scale": torch.ones(32, dtype=torch.float64)}, "scale must be float32"),
+    ],
+)
+def test_misuse_is_one_line_naming_the_argument(change, wording):
+    x, weight, scale, block, bias = make(4, 32, 64)
+    args = {"x": x, "weight": weight, "scale": scale, "block": block, "bias": bias, **change}
+    with pytest.raises(ValueError, match=r"^[^\n]+$") as raised:
+        fm.fp8_matmul(**args)
+    assert wording in str(raised.value)
+
+
+def test_a_non_contiguous_weight_is_refused():
+    x, weight, scale, _, _ = make(4, 32, 64)
+    with pytest.raises(ValueError, match="contiguous"):
+        fm.fp8_matmul(x[:, :32], weight[:, ::2], scale, None)
+
+
+# ---------------------------------------------------------------- configs
+
+
+def test_configs_fit_the_scale_blocks():
+    wide = configs.SkinnyConfig(256, 256, dot=True)
+    assert fp8_skinny.fitted(wide, None) == wide
+    fitted = fp8_skinny.fitted(wide, 128)
+    assert (fitted.block_n, fitted.block_k) == (128, 128)  # a program's rows and a tile's columns in one block
+    fma = fp8_skinny.fitted(configs.SkinnyConfig(64, 256), 48)
+    assert (fma.block_n, fma.block_k) == (16, 256)  # without tensor cores a tile may span blocks of columns
+
+
+def test_default_configs():
+    one = fp8_skinny.default_config(1, 4096, 4096)
+    assert not one.dot and one.block_k == 256 and one.split_k == 1
+    few_columns = fp8_skinny.default_config(1, 1024, 4096)  # 64 programs of 16 columns: K split in 3
+    assert few_columns.split_k == 3
+    sixteen = fp8_skinny.default_config(16, 4096, 4096)
+    assert sixteen.dot and not sixteen.swap and sixteen.block_m(16) == 16
+
+
+def test_tables_are_read_per_gpu_name_user_over_shipped(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    name = fp8_skinny.table_file_name("NVIDIA H200")
+    assert name == "fp8-NVIDIA_H200.json"
+    key = configs.table_key("fp8_block", 8, (4096,), 14336)
+    entry = {"block_n": 32, "block_k": 128, "num_warps": 8, "num_stages": 3, "split_k": 2, "dot": True}
+    folder = configs.user_tables_dir()
+    folder.mkdir(parents=True)
+    (folder / name).write_text(json.dumps({"entries": {key: entry}}))
+    fp8_skinny.forget_tables()
+    try:
+        assert fp8_skinny._entries("NVIDIA H200")[key] == configs.SkinnyConfig(**entry)
+    finally:
+        fp8_skinny.forget_tables()
+
+
+# ---------------------------------------------------------------- the kernel under the interpreter
+
+FMA = {"block_n": 16, "block_k": 32}
+CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
+    *(
+        {"id": f"fma-bf16-{scales}-rows{rows}", "rows": rows, "n": 40, "k": 72, "dtype": "bf16",
+         "block": block, "bias": rows % 2 == 1, "config": FMA}
+        for rows in (1, 2, 3, 8, 16)
+        for scales, block in (("channel", None), ("block", 32))
+    ),
+    *(
+        {"id": f"{path}-fp32-{scales}-rows{rows}", "rows": rows, "n": 40, "k": 72, "dtype": "fp32",
+         "block": block, "bias": True, "config": {"block_n": 16, "block_k": 32, "dot": True, "swap": path == "swap"}}
+        for rows in (1, 5, 16)
+        for path in ("dot", "swap")
+        for scales, block in (("channel", None), ("block", 32))
+    ),
+    *(
+        {"id": f"split-{scales}", "rows": 3, "n": 40, "k": 200, "dtype": "bf16", "block": block, "bias": True,
+         "config": {"block_n": 16, "block_k": 32, "split_k": 3}}
+        for scales, block in (("channel", None), ("block", 32))
+    ),
+    *(
+        {"id": f"lookahead-{scales}", "rows": 1, "n": 40, "k": 200, "dtype": "bf16", "block": block, "bias": True,
+         "config": {"block_n": 16, "block_k": 32, "lookahead": True}}
+        for scales, block in (("channel", None), ("block", 32))
+    ),
+    {"id": "fp16-block128", "rows": 2, "n": 136, "k": 200, "dtype": "fp16", "block": 128, "config": FMA},
+    {"id": "op-default-config-rows1", "rows": 1, "n": 48, "k": 80, "dtype": "bf16", "block": None, "bias": True},
+    {"id": "op-default-config-batched", "rows": 6, "n": 40, "k": 64, "dtype": "fp32", "block": 16, "batched": True},
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def interpreted_results():
+    return run_worker({"cases": CASES}, interpreted=True)
+
+
+@needs_triton
+@pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
+def test_kernel_matches_the_reference_under_the_interpreter(case, interpreted_results):
+    """Equal but for float32 summation order (a rounding flips now and then: within 2 units in the last place)."""
+    result = interpreted_results[case["id"]]
+    rows = case["rows"]
+    assert result["shape"] == ([2, rows // 2, case["n"]] if case.get("batched") else [rows, case["n"]])
+    assert result["dtype"] == {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[case["dtype"]]
+    assert result["error_ulps"] <= 2, result
+
+
+# ---------------------------------------------------------------- the PTX for the H200
+
+PTX_VARIANTS = [
+    {"id": "one-row", "num_stages": 2, "flags": {"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "LOOKAHEAD": True}},
+    {"id": "one-row-block", "num_stages": 2, "flags": {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 256, "BLOCKWISE": True}},
+    {"id": "tensor-cores", "num_stages": 4, "flags": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True}},
+]
+for _variant in PTX_VARIANTS:  # the rest as the launch passes it for bf16 x, one slice, PDL on
+    _variant["flags"] = {
+        "HAS_B": True, "BLOCKWISE": False, "SPLIT": 1, "USE_DOT": False, "IEEE_DOT": False, "SWAP": False,
+        "EVEN_K": True, "OUT_BF16": True, "USE_PDL": True, "LOOKAHEAD": False, **_variant["flags"],
+    }  # fmt: skip
+
+
+@needs_triton
+def test_weight_loads_are_16_byte_vectors_on_sm90():
+    """One byte a weight is only half bf16's traffic if the loads stay wide: a GEMV program's tile arrives in
+    16-byte register loads, the tensor-core path's pipelined copies to shared memory are 16 bytes each."""
+    found = run_worker({"ptx": PTX_VARIANTS}, interpreted=False)
+    for variant in ("one-row", "one-row-block"):
+        assert found[variant]["v4_loads"] >= found[variant]["expected_vectors"] > 0, found[variant]
+    assert found["tensor-cores"]["copy_bytes"] == [16], found["tensor-cores"]
+
+
+# ---------------------------------------------------------------- the W8A8 path's quantization (CPU)
+
+
+def test_row_quantization_round_trips_within_e4m3_precision():
+    x = torch.randn(5, 256, dtype=torch.bfloat16) * 3
+    x[2] = 0  # a row of zeros quantizes to zeros, not NaN
+    q, scales = fp8_w8a8.quantize_rows(x)
+    assert q.dtype == torch.float8_e4m3fn and scales.shape == (5, 1)
+    back = q.float() * scales
+    assert torch.equal(back[2], torch.zeros(256))
+    assert ((back - x.float()).abs() <= x.float().abs() * 2**-4 + scales * 2**-9).all()  # half a unit of 3 bits
+    assert q.float().abs().amax(dim=1)[[0, 1, 3, 4]].eq(448).all()
+
+
+def test_row_block_quantization_is_padded_and_column_major():
+    x = torch.randn(5, 512, dtype=torch.bfloat16)
+    q, scales = fp8_w8a8.quantize_row_blocks(x, rows=8)
+    assert q.shape == (8, 512) and scales.shape == (8, 4) and scales.stride() == (1, 8)
+    assert torch.equal(q[5:].float(), torch.zeros(3, 512)) and torch.equal(scales[5:], torch.ones(3, 4))
+    back = q[:5].float().reshape(5, 4, 128) * scales[:5, :, None]
+    assert (back.reshape(5, 512) - x.float()).abs().max() <= x.float().abs().max() * 2**-4
+
+
+def test_w8a8_row_wise_on_the_cpu_is_close_to_the_reference():
+    """torch's CPU _scaled_mm takes the row-wise recipe: the same call as on the GPU. Bound: e4m3 keeps 3
+    mantissa bits, so each quantized activation is off by at most 2**-4 of itself (RMS 2**-4/sqrt(3), 3.6%);
+    for random operands the output's error relative to its norm has that RMS too; 6% leaves room."""
+    x, weight, scale, block, bias = make(24, 64, 256, bias=True)
+    got = fp8_w8a8.w8a8_matmul(x, weight, scale, block, bias)
+    ref = reference_fp8_matmul(x, weight, scale, block, bias)
+    assert got.dtype == torch.bfloat16
+    assert (got.float() - ref.float()).norm() / ref.float().norm() < 0.06
+
+
+def test_the_cpu_does_not_take_the_cublas_paths():
+    x, weight, scale, _, _ = make(32, 64, 512)
+    assert not fp8_w8a8.serves(x, weight, None)
+
+
+# ---------------------------------------------------------------- GPU
+
+
+def _gpu_operands(m, n, k, block, bias=True, seed=0):
+    return make(m, n, k, block=block, device="cuda", bias=bias, seed=seed)
+
+
+def _ulps(got, ref):
+    unit = torch.finfo(ref.dtype).eps * torch.maximum(ref.float().abs(), ref.float().abs().mean())
+    return ((got.float() - ref.float()).abs() / unit).max().item()
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("rows", [1, 2, 4, 16])
+@pytest.mark.parametrize("block", [None, 128])
+def test_gpu_kernel_matches_the_reference(rows, block):
+    """Llama-8B-like shapes through the op (the skinny kernel at these rows), one odd N/K shape too."""
+    for n, k in [(4096, 4096), (1024, 4096), (4096, 14336), (200, 328)]:
+        x, weight, scale, block_, bias = _gpu_operands(rows, n, k, block)
+        got = fm.fp8_matmul(x, weight, scale, block_, bias)
+        assert _ulps(got, reference_fp8_matmul(x, weight, scale, block_, bias)) <= 2, (n, k)
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("block", [None, 128])
+def test_gpu_w8a8_path_is_close_to_the_reference(block):
+    """Above SKINNY_MAX_ROWS: cuBLASLt with activations quantized per row (or row and 128 columns). The bound
+    is test_w8a8_row_wise_on_the_cpu_is_close_to_the_reference's; rows not a multiple of 4 (the padding)."""
+    x, weight, scale, block_, bias = _gpu_operands(fm.SKINNY_MAX_ROWS + 7, 4096, 4096, block)
+    assert fp8_w8a8.serves(x, weight, block_) == (block is None or torch.cuda.get_device_capability()[0] == 9)
+    got = fm.fp8_matmul(x, weight, scale, block_, bias)
+    ref = reference_fp8_matmul(x, weight, scale, block_, bias)
+    assert (got.float() - ref.float()).norm() / ref.float().norm() < 0.06
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_gpu_fallback_dequantizes_where_cublas_does_not_serve():
+    x, weight, scale, block, bias = _gpu_operands(40, 256, 640, 128)  # 5 K blocks: not a multiple of 4
+    assert not fp8_w8a8.serves(x, weight, block)
+    got = fm.fp8_matmul(x, weight, scale, block, bias)
+    expected = F.linear(x, dequantize(weight, scale, block).to(x.dtype), bias)
+    assert torch.equal(got, expected)
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("rows", [1, 8, 64])  # the skinny kernel, its tensor-core tiles, cuBLASLt
+def test_gpu_capture_replays_what_eager_computes(rows):
+    x, weight, scale, block, bias = _gpu_operands(rows, 1024, 4096, 128)
+    static_x = x.clone()
+    eager = fm.fp8_matmul(x, weight, scale, block, bias)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fm.fp8_matmul(static_x, weight, scale, block, bias)  # warm up (Triton compiles) outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fm.fp8_matmul(static_x, weight, scale, block, bias)
+    static_x.copy_(torch.randn_like(x))
+    graph.replay()
+    assert torch.equal(out, fm.fp8_matmul(static_x, weight, scale, block, bias))
+    static_x.copy_(x)
+    graph.replay()
+    assert torch.equal(out, eager)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_gpu_inductor_compiles_around_the_op_without_a_graph_break():
+    x, weight, scale, block, bias = _gpu_operands(4, 1024, 4096, None)
+    torch._dynamo.reset()
+
+    @torch.compile(fullgraph=True)  # fullgraph: a graph break raises
+    def step(x):
+        return F.silu(fm.fp8_matmul(x, weight, scale, block, bias)) * 2
+
+    got = step(x)
+    expected = F.silu(fm.fp8_matmul(x, weight, scale, block, bias)) * 2
+    assert _ulps(got, expected) <= 2
