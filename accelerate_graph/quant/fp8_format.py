@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from accelerate_graph.quant.fp8_reference import dequantize  # noqa: F401 - Q * s in float32: the format's inverse
+
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
 BLOCK = 128
@@ -53,11 +55,6 @@ def quantize(weight: torch.Tensor, block: int | None) -> tuple[torch.Tensor, tor
     scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
     scaled = w / expand_scale(scale, w.shape, block)
     return scaled.clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scale
-
-
-def dequantize(weight: torch.Tensor, scale: torch.Tensor, block: int | None) -> torch.Tensor:
-    """Q * s in float32, [N, K]: the weight the CPU emulation (and the float32 reference) multiplies by."""
-    return weight.float() * expand_scale(scale.float(), tuple(weight.shape), block)
 
 
 def scheme_of(block: int | None) -> str:

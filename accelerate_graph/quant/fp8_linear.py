@@ -1,8 +1,9 @@
 """Fp8Linear: an nn.Linear whose weight is FP8 (e4m3) with float32 scales (fp8_format.py).
 
-Its forward is one call, `fp8_matmul`, so that inductor and CUDA graphs see the FP8 product as one
-opaque operation. The float32 reference (verify/reference.py) promotes the weight to float32 while the
-layer runs; the layer then multiplies by the dequantized weight in float32, the exact FP8 values scaled.
+Its forward is one call, `fp8_matmul` (quant/fp8_matmul.py: a custom op, so inductor and CUDA graphs see the
+FP8 product as one opaque operation; on the CPU, the dequantized weight and a float32 matmul). The float32
+reference (verify/reference.py) promotes the weight to float32 while the layer runs; the layer then runs that
+same definition on the exact FP8 values.
 """
 
 from __future__ import annotations
@@ -10,17 +11,8 @@ from __future__ import annotations
 import torch
 
 from accelerate_graph.quant.fp8_format import E4M3, dequantize, quantize, scale_shape, scheme_of
-
-
-def _reference_matmul(
-    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: int | None, bias: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Dequantize, then multiply in x's dtype: the CPU emulation of the FP8 product."""
-    return torch.nn.functional.linear(x, dequantize(weight, scale, block).to(x.dtype), bias)
-
-
-# The FP8 product every Fp8Linear calls: quant/fp8_matmul.fp8_matmul (the GPU kernels) replaces it here.
-fp8_matmul = _reference_matmul
+from accelerate_graph.quant.fp8_matmul import fp8_matmul
+from accelerate_graph.quant.fp8_reference import reference_fp8_matmul
 
 
 class Fp8Linear(torch.nn.Module):
@@ -59,7 +51,7 @@ class Fp8Linear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.weight.dtype != E4M3:  # promoted to float32 by the float32 reference: the exact values
-            return _reference_matmul(x, self.weight, self.scale, self.block, self.bias)
+            return reference_fp8_matmul(x, self.weight, self.scale, self.block, self.bias)
         return fp8_matmul(x, self.weight, self.scale, self.block, self.bias)
 
     def extra_repr(self) -> str:

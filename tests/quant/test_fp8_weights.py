@@ -49,8 +49,8 @@ def test_the_layer_multiplies_by_its_dequantized_weight(block):
     linear = torch.nn.Linear(200, 130, bias=True).to(torch.bfloat16)
     layer = Fp8Linear.from_linear(linear, block)
     x = torch.randn(3, 200, dtype=torch.bfloat16)
-    expected = torch.nn.functional.linear(x, layer.dequantized().to(torch.bfloat16), linear.bias)
-    assert torch.equal(layer(x), expected)
+    expected = torch.nn.functional.linear(x.float(), layer.dequantized(), linear.bias.float()).to(torch.bfloat16)
+    assert torch.equal(layer(x), expected)  # float32 throughout, one rounding to x's dtype
     assert not torch.equal(layer(x), linear(x))  # FP8 rounding shows
     # the float32 reference promotes the weight: the exact FP8 values, scaled in float32
     layer.weight.data, layer.bias.data = layer.weight.data.float(), layer.bias.data.float()
