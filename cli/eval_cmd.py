@@ -20,7 +20,6 @@ from .options import (
     ModelArg,
     PlanOpt,
     SetOpt,
-    WeightsOpt,
     buckets_or_none,
 )
 from .output import Output
@@ -61,6 +60,16 @@ MarginOpt = Annotated[
         "measurable excess fails).",
     ),
 ]
+CostWeightsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--weights",
+        metavar="KIND",
+        help="fp8 or fp8-block: also measure eager with the decoder's Linear layers in FP8, against the same "
+        "float32 reference of the model's own weights, in a table of what FP8 costs (measured, not judged; "
+        "docs/FP8.md). Needs --dtype bf16 or fp16.",
+    ),
+]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap resamples.")]
 
 
@@ -83,7 +92,7 @@ def eval_command(
     json: JsonOpt = None,
     force: ForceFlag = False,
     assignments: SetOpt = None,
-    weights: WeightsOpt = None,
+    weights: CostWeightsOpt = None,
 ) -> None:
     """Score a text through eager, graph (and with --fuse, fused) decoding against the float32 reference.
 
