@@ -203,7 +203,11 @@ def check_request_weights(weights: str, dtype, tp: int) -> None:
     if check_weights(weights) == "model":
         return
     check_fp8_dtype(dtype, f"{option('weights', weights)}")
-    if tp > 1:
+    check_weights_split(weights, tp)
+
+
+def check_weights_split(weights: str | None, tp: int) -> None:
+    if weights not in (None, "model") and tp > 1:
         raise BadOptionError(
             f"{option('weights', weights)} with {option('tp')} is not supported: the split layers are plain "
             "Linear layers.",

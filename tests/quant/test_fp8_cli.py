@@ -51,6 +51,7 @@ def test_a_plan_captured_with_fp8_replays_fp8_and_verify_passes(trained_tiny, tm
     [
         (["--weights", "fp8", "--device", "cpu"], ("FP8 weights multiply bf16 or fp16", "--dtype bf16")),
         (["--weights", "int4", "--dtype", "bf16", "--device", "cpu"], ("--weights int4", "model, fp8, fp8-block")),
+        (["--weights", "fp8", "--dtype", "bf16", "--device", "cpu", "--tp", "2"], ("with --tp is not supported",)),
     ],
 )
 def test_bad_weights_are_one_line(trained_tiny, args, words):
