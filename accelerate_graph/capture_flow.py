@@ -24,6 +24,7 @@ from accelerate_graph.detect.fixes import MODEL_FIXES
 from accelerate_graph.detect.hazards import Hazard, find_hazards
 from accelerate_graph.detect.regions import RegionPlan, eager_plan, plan_regions
 from accelerate_graph.models.limits import cache_length
+from accelerate_graph.quant.quantize import check_weights, ensure_weights
 from accelerate_graph.verify.against_eager import verify_batch
 from accelerate_graph.verify.finite import check_first_step
 
@@ -61,8 +62,10 @@ class GraphRequest:
     max_memory_mib: float | None = None  # cap on graph memory: buckets that do not fit are dropped
     lazy: bool = False  # capture each graph on its first use (not under tp or a memory cap)
     per_row: bool = False  # each row writes at its own position (DecodeSession's per-row mode)
+    weights: str = "model"  # model, fp8 or fp8-block (quant/): the decoder's Linear layers in FP8
 
     def __post_init__(self) -> None:
+        check_weights(self.weights)
         if self.mode not in REQUEST_MODES:
             raise BadOptionError(f"{option('mode', self.mode)} is not one of {', '.join(REQUEST_MODES)}.")
         if not self.buckets or any(not isinstance(b, int) or b < 1 for b in self.buckets):
@@ -139,6 +142,7 @@ def capture_model(model: torch.nn.Module, request: GraphRequest, hooks: Hooks | 
 
 
 def _capture_model(model: torch.nn.Module, request: GraphRequest, hooks: Hooks) -> Captured:
+    quantized = ensure_weights(model, request.weights)  # None where the model has these weights already
     hooks.stage("allocating the static cache")
     session = DecodeSession(model, request.buckets[-1], request.cache_len, request.per_row)
     check_first_step(session)  # NaN/Inf from the weights: one clear error before any capture
@@ -147,6 +151,8 @@ def _capture_model(model: torch.nn.Module, request: GraphRequest, hooks: Hooks) 
     hooks.decided(decision)
     mode = decision.regions.mode
     captured = Captured(session, decision, None, "none")
+    if quantized is not None:
+        captured.notes.append(quantized.describe())
     if mode == "eager" and request.mode == "auto":
         captured.notes.append(f"running eagerly: {decision.regions.reason}")
     if request.fuse and mode != "full":

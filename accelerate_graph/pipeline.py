@@ -32,6 +32,7 @@ from accelerate_graph.models.fingerprint import model_fingerprint
 from accelerate_graph.models.limits import peek_config
 from accelerate_graph.models.loading import LoadedModel, load_model
 from accelerate_graph.models.recipes import DEFAULT_RECIPE, RecipeDefaults
+from accelerate_graph.quant.quantize import check_fp8_dtype, check_weights, ensure_weights
 
 
 @dataclass
@@ -52,6 +53,7 @@ class CaptureRequest:
     inductor_cache: str | None = None  # where --fuse keeps compiled kernels (beside the plan)
     tp: int = 1  # tensor-parallel ranks; above 1 this process is one of them (distributed.launch)
     lazy: bool = False  # capture each graph on its first use (generate: the first token waits for fewer)
+    weights: str = "model"  # model, fp8 or fp8-block: the decoder's Linear layers in FP8 (quant/)
     settings: engine_settings.Settings | None = None  # the engine's settings; None: those in use now
     per_row: bool = False  # each row writes at its own position (serve.engine.SlotEngine's continuous batching)
 
@@ -114,6 +116,7 @@ def _prepare(request: CaptureRequest, hooks: Hooks) -> Prepared:
     device = resolve_device(request.device)
     dtype = resolve_dtype(request.dtype, device)
     reset_peak(device)  # a command's peak device memory counts from here
+    check_request_weights(request.weights, dtype, request.tp)
     if request.attn not in ATTENTIONS:
         raise BadOptionError(f"{option('attn', request.attn)} is not supported.", f"Use {', '.join(ATTENTIONS)}.")
     if request.tp > 1 and request.max_memory_mib is not None:
@@ -145,6 +148,8 @@ def _prepare(request: CaptureRequest, hooks: Hooks) -> Prepared:
     layout = split_for_ranks(loaded, request.tp, request.settings)
     hooks.loaded(loaded)
     notes = list(loaded.notes)  # fixes are shown with the region plan
+    quantized = ensure_weights(loaded.model, request.weights)  # before the preflight: it sees FP8 weights
+    notes += [quantized.describe()] if quantized is not None else []
     buckets, cache_len, prompt_len = _lengths(request, loaded, notes)
     checked = preflight(loaded.model.config, dtype, device, buckets, cache_len, prompt_len, request.fuse)
     flow = GraphRequest(
@@ -161,6 +166,7 @@ def _prepare(request: CaptureRequest, hooks: Hooks) -> Prepared:
         max_memory_mib=request.max_memory_mib,
         lazy=request.lazy,
         per_row=request.per_row,
+        weights=request.weights,
     )
     captured = capture_model(loaded.model, flow, hooks)
     notes += captured.notes
@@ -189,8 +195,26 @@ def _prepare(request: CaptureRequest, hooks: Hooks) -> Prepared:
         tp=request.tp,
         tp_layout=layout,
         settings=request.settings.recorded(),
+        weights=request.weights,
     )
     return Prepared(loaded, plan, graphs, captured.session, notes, decision.hazards, checked)
+
+
+def check_request_weights(weights: str, dtype, tp: int) -> None:
+    """--weights fp8 / fp8-block: a bf16 or fp16 run on one device (refused before any weight loads)."""
+    if check_weights(weights) == "model":
+        return
+    check_fp8_dtype(dtype, f"{option('weights', weights)}")
+    check_weights_split(weights, tp)
+
+
+def check_weights_split(weights: str | None, tp: int) -> None:
+    if weights not in (None, "model") and tp > 1:
+        raise BadOptionError(
+            f"{option('weights', weights)} with {option('tp')} is not supported: the split layers are plain "
+            "Linear layers.",
+            f"Drop {option('tp')}, or use {option('weights', 'model')}.",
+        )
 
 
 def split_for_ranks(loaded: LoadedModel, tp: int, settings: engine_settings.Settings) -> list[dict]:
@@ -265,6 +289,7 @@ def request_from_plan(plan: Plan, **overrides) -> CaptureRequest:
         contexts=tuple(plan.contexts),
         fuse=plan.fuse,
         tp=plan.tp,
+        weights=plan.weights,
         settings=engine_settings.from_recorded(plan.settings, "the plan"),
     )
     for key, value in overrides.items():

@@ -25,6 +25,7 @@ from accelerate_graph.common.atomic_io import atomic_write_text
 from accelerate_graph.core.backends import backend_for
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.models.loading import load_model
+from accelerate_graph.quant.quantize import quantize_model
 from accelerate_graph.verify.against_eager import verify_graphs
 from accelerate_graph.verify.faults import COVERAGE_KINDS, KINDS, SIZED, capture_with_fault, fault
 
@@ -72,8 +73,14 @@ def sweep(devices: list[str], rounds: int) -> list[dict]:
             for kind in (*KINDS, *COVERAGE_KINDS):
                 if kind == "wrong_context" and device != "cpu":
                     continue  # a device-side assert on a GPU: it would end this process
+                if kind == "wrong_scale" and dtype == torch.float32:
+                    continue  # FP8 weights run with bf16 activations
                 row = {"device": device, "dtype": str(dtype).removeprefix("torch."), "fault": kind}
-                if kind in SIZED:
+                if kind == "wrong_scale":  # on the same model with its decoder in FP8, per channel
+                    fp8 = load_model("tiny", torch.device(device), dtype).model
+                    quantize_model(fp8, "fp8")
+                    row["missed"], row["caught"] = smallest_caught(fp8, kind, rounds, high=16.0)
+                elif kind in SIZED:
                     row["missed"], row["caught"] = smallest_caught(model, kind, rounds)
                 else:
                     row["caught"] = caught(model, kind, None)

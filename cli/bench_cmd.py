@@ -21,6 +21,7 @@ from .options import (
     PlanOpt,
     SetOpt,
     TpOpt,
+    WeightsOpt,
     buckets_or_none,
     contexts_or_auto,
 )
@@ -145,6 +146,7 @@ def bench(
     tp: TpOpt = None,
     allreduce: AllReduceOpt = None,
     assignments: SetOpt = None,
+    weights: WeightsOpt = None,
 ) -> None:
     """Time the decode step per bucket and contender against the hardware floor (median, p10, p90).
 
@@ -211,6 +213,7 @@ def bench(
         attn=attn,
         contexts=contexts_or_auto(context_buckets),
         tp=tp,
+        weights=weights,
     )
     report = _run_with_progress(request, settings, out, source)
     if is_main_rank():  # under --tp each rank timed its own share; rank 0's are the ones reported

@@ -40,6 +40,7 @@ def environment_table(report: BenchReport) -> Table:
         (
             "model",
             f"{settings.get('model')} ({settings.get('model_type')}), {settings.get('dtype')}, "
+            f"{'' if settings.get('weights', 'model') == 'model' else 'weights ' + settings['weights'] + ', '}"
             f"attention {settings.get('attn')}",
         ),
         (

@@ -30,6 +30,7 @@ from .options import (
     RevisionOpt,
     SetOpt,
     TpOpt,
+    WeightsOpt,
     buckets_or_none,
     contexts_or_auto,
 )
@@ -74,6 +75,7 @@ def capture(
     tp: TpOpt = None,
     allreduce: AllReduceOpt = None,
     assignments: SetOpt = None,
+    weights: WeightsOpt = None,
 ) -> None:
     """Capture decode graphs for MODEL (default: the built-in `tiny` recipe) and write a plan (never over an
     existing plan without --force).
@@ -143,6 +145,7 @@ def capture(
         inductor_cache=str(kernels) if fuse else None,
         tp=tp or 1,
         settings=engine,
+        weights=weights or "model",
     )
     with _plan_lock(path, is_main_rank()):
         check_plan_target(path, force)  # again under the lock: a capture that finished while this one started

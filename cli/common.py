@@ -62,7 +62,7 @@ def request_for(
     over the environment over the plan's; one line says which of the plan's they change."""
     from accelerate_graph import settings
     from accelerate_graph.common.errors import PlanError
-    from accelerate_graph.core.plan import check_plan_compatible, read_plan
+    from accelerate_graph.core.plan import check_plan_compatible, check_plan_weights, read_plan
     from accelerate_graph.models.fingerprint import check_plan_model
     from accelerate_graph.pipeline import CaptureRequest, request_from_plan
 
@@ -76,6 +76,7 @@ def request_for(
             f"the plan {path} is for {plan.model!r}, not {model!r}.", "Drop MODEL, or capture a plan for it."
         )
     check_plan_compatible(plan, overrides.get("device"))
+    check_plan_weights(plan, path, overrides.get("weights"))
     check_plan_model(plan, path)
     resolved = resolve_settings(assignments, recorded=plan.settings)
     out.line(f"graphs cannot cross processes: re-capturing from plan {path}")

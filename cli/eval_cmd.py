@@ -60,6 +60,16 @@ MarginOpt = Annotated[
         "measurable excess fails).",
     ),
 ]
+CostWeightsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--weights",
+        metavar="KIND",
+        help="fp8 or fp8-block: also measure eager with the decoder's Linear layers in FP8, against the same "
+        "float32 reference of the model's own weights, in a table of what FP8 costs (measured, not judged; "
+        "docs/FP8.md). Needs --dtype bf16 or fp16.",
+    ),
+]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap resamples.")]
 
 
@@ -82,6 +92,7 @@ def eval_command(
     json: JsonOpt = None,
     force: ForceFlag = False,
     assignments: SetOpt = None,
+    weights: CostWeightsOpt = None,
 ) -> None:
     """Score a text through eager, graph (and with --fuse, fused) decoding against the float32 reference.
 
@@ -103,6 +114,10 @@ def eval_command(
     from .common import prepare_with_progress, request_for, settings_assignments
 
     chosen = settings_assignments(assignments)
+    if weights is not None:
+        from accelerate_graph.quant.quantize import check_weights
+
+        check_weights(weights)
     if (text is None) == (tokens is None):
         raise BadOptionError("give exactly one of --text FILE and --tokens FILE.", "Use --text for plain text.")
     # the text's own faults are found before any model loads
@@ -121,6 +136,12 @@ def eval_command(
         max_cache_len=max_cache_len,
         emulate=emulate or None,
     )
+    if weights not in (None, "model") and request.weights != "model":
+        raise BadOptionError(
+            f"--weights {weights} adds an FP8 arm beside the model's own weights, but the plan already runs "
+            f"--weights {request.weights}.",
+            "Pass MODEL (or a plan captured without --weights) to measure what FP8 costs.",
+        )
     if request.tp > 1:
         raise BadOptionError(
             f"the plan runs over {request.tp} ranks (--tp); eval scores one device.",
@@ -143,7 +164,9 @@ def eval_command(
     cut = windowing.cut_windows(ids, length, windows, session.max_cache_len)
     if prepared.graphs is None:
         out.note("the plan runs the decode step eagerly: only eager is scored, and nothing is judged.")
-    evaluation = _run(session, cut, _arms(prepared), margin, seed, out)
+    arms = _arms(prepared)
+    cost = _fp8_arm(prepared, weights, out) if weights not in (None, "model") else None
+    evaluation = _run(session, cut, arms + ([cost] if cost else []), margin, seed, out)
     if fuse and prepared.graphs is not None and not prepared.plan.fuse:
         from accelerate_graph.eval.runs import eager_arm, graph_arm
         from accelerate_graph.pipeline import capture_fused
@@ -154,7 +177,36 @@ def eval_command(
         fused = graph_arm("fused", capture_fused(prepared, request))
         second = _run(session, cut, [eager_arm(), fused], margin, seed, out)
         evaluation.arms += [arm for arm in second.arms if arm.name == "fused"]
-    _report(evaluation, out, request.settings.as_dict(), prepared)
+    _report(evaluation, out, request.settings.as_dict(), prepared, cost.name if cost else None)
+
+
+def _fp8_arm(prepared, weights: str, out: Output):
+    """Eager with the decoder's Linear layers in FP8 (`weights`), swapped in for its steps only: the other
+    arms and the float32 reference keep the model's own weights."""
+    from accelerate_graph.eval.runs import swapped_arm
+    from accelerate_graph.quant.quantize import check_fp8_dtype, quantize_model
+
+    check_fp8_dtype(prepared.loaded.dtype, f"--weights {weights}")
+    quantization = quantize_model(prepared.session.model, weights, keep_originals=True)
+    quantization.restore()
+    out.note(f"arm {weights}: {quantization.describe()}; measured against the same float32 reference, not judged.")
+    return swapped_arm(weights, quantization.installed)
+
+
+def _cost_table(evaluation, out: Output, dtype: str, cost: str) -> dict:
+    """What `cost` weights cost against the model's own in eager: one table, and its JSON."""
+    from rich.table import Table
+
+    from accelerate_graph.eval.report import COST_COLUMNS, cost_rows
+
+    rows = cost_rows(evaluation, "eager", f"{dtype} (model)", (cost,))
+    table = Table(title=f"what {cost} weights cost: eager decoding against the float32 reference of the {dtype} model")
+    for number, name in enumerate(COST_COLUMNS):
+        table.add_column(name, justify="left" if number == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    out.show(table)
+    return {"baseline": "eager", "arm": cost, "columns": list(COST_COLUMNS), "rows": [list(row) for row in rows]}
 
 
 def _arms(prepared) -> list:
@@ -182,7 +234,7 @@ def _run(session, cut, arms, margin: float, seed: int, out: Output):
         )
 
 
-def _report(evaluation, out: Output, engine: dict, prepared) -> None:
+def _report(evaluation, out: Output, engine: dict, prepared, cost: str | None = None) -> None:
     from rich.table import Table
 
     from accelerate_graph.eval.report import COLUMNS, table_rows, title, verdict_lines
@@ -196,9 +248,11 @@ def _report(evaluation, out: Output, engine: dict, prepared) -> None:
     out.show(table)
     for line in verdict_lines(evaluation):
         out.line(line)
+    cost_json = _cost_table(evaluation, out, prepared.plan.dtype, cost) if cost else None
     out.emit_json(
         {
             **evaluation.as_json(),
+            **({"cost": cost_json} if cost_json else {}),
             "model": prepared.loaded.reference,
             "dtype": prepared.plan.dtype,
             "notes": prepared.notes,

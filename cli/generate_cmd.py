@@ -23,6 +23,7 @@ from .options import (
     RevisionOpt,
     SetOpt,
     TpOpt,
+    WeightsOpt,
     buckets_or_none,
 )
 from .output import Output
@@ -68,6 +69,7 @@ def generate(
     tp: TpOpt = None,
     allreduce: AllReduceOpt = None,
     assignments: SetOpt = None,
+    weights: WeightsOpt = None,
 ) -> None:
     """Generate text for prompts: eager prefill, then one graph replay per new token.
 
@@ -124,7 +126,7 @@ def generate(
     out.check_json_writable(force)
     if seed is not None and sampling.greedy:
         out.note(f"--seed {seed} has no effect: decoding is greedy (--temperature 0), so no token is drawn at random.")
-    overrides = dict(buckets=buckets_or_none(buckets), max_cache_len=max_cache_len, revision=revision)
+    overrides = dict(buckets=buckets_or_none(buckets), max_cache_len=max_cache_len, revision=revision, weights=weights)
     if model is not None and plan is None:
         overrides.update(dtype=dtype, device=device, fuse=fuse or None, emulate=emulate or None)
     request, source = request_for(model, plan, out, chosen, tp=tp, **overrides)

@@ -63,6 +63,16 @@ ForceFlag = Annotated[
     bool,
     typer.Option("--force", help="Replace an output file even if it holds a plan, a recipe or a model file."),
 ]
+WeightsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--weights",
+        metavar="KIND",
+        help="model (default: the weights as loaded), fp8 (the decoder's Linear layers in FP8 e4m3, a scale per "
+        "output channel) or fp8-block (a scale per 128x128 block); needs --dtype bf16 or fp16 (docs/FP8.md). "
+        "A plan replays the weights it was captured with.",
+    ),
+]
 EmulateFlag = Annotated[bool, typer.Option("--emulate", help="Use the graph emulation even on a GPU.")]
 
 

@@ -49,10 +49,12 @@ def spread(command: Callable, arguments: dict, tp: int, device: str) -> bool:
     from accelerate_graph.distributed.launch import run_on_ranks
     from accelerate_graph.distributed.rank import check_world_fits, in_rank
     from accelerate_graph.distributed.teardown import end_process
+    from accelerate_graph.pipeline import check_weights_split
 
     if in_rank():
         return False
     check_world_fits(tp, resolve_device(device).type)
+    check_weights_split(arguments.get("weights"), tp)  # before any rank starts
     # the ranks resolve their settings as this process would: --set given here reaches them in the environment
     assignments = settings_assignments(arguments.get("assignments"), arguments.get("allreduce"))
     os.environ.update(settings.to_environment(settings.resolve(assignments), names=assignments))

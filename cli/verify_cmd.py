@@ -18,6 +18,7 @@ from .options import (
     PromptLenOpt,
     SetOpt,
     TpOpt,
+    WeightsOpt,
     buckets_or_none,
 )
 from .output import Output
@@ -68,6 +69,7 @@ def verify(
     allreduce: AllReduceOpt = None,
     repeat: RepeatOpt = 1,
     assignments: SetOpt = None,
+    weights: WeightsOpt = None,
     thorough: ThoroughFlag = False,
 ) -> None:
     """Re-capture from the plan (or MODEL) and prove every replay is as close to a float32 reference as eager.
@@ -113,6 +115,7 @@ def verify(
         buckets=buckets_or_none(buckets),
         prompt_len=prompt_len,
         tp=tp,
+        weights=weights,
     )
     engine = request.settings.as_dict()
     prepared = prepare_with_progress(request, out, source)

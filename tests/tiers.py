@@ -120,6 +120,15 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         keep=("*[nan_top_logit-NaN-dtype1-cpu]", "*-cuda]"),
     ),
     Exhaustive(
+        "tests/verify/test_fp8_faults.py::test_*[*]",
+        "a whole verify per FP8 scheme; block scales passing and a per-channel wrong scale (and the GPU) stay fast",
+        keep=("*pass[fp8-block-cpu]", "*case[fp8-cpu]", "*-cuda]"),
+    ),
+    Exhaustive(
+        "tests/quant/test_fp8_fused.py::test_fp8_layers_compile_with_hfs_forward_and_match_eager",
+        "inductor's CPU code over FP8 layers (two minutes); the fused tests keep the compiled path fast",
+    ),
+    Exhaustive(
         "tests/verify/test_calibrated_floor.py::test_*cache*",
         "a whole verify per model, layer and noise size; 3x and 1x at layer 0 of Llama stay fast",
         keep=("*fails[llama-0]", "*passes[0-1.0]"),

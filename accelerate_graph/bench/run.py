@@ -221,6 +221,7 @@ def _one_context(
         "model_type": plan.model_type,
         "random_weights": plan.random_weights,
         "dtype": plan.dtype,
+        "weights": plan.weights,
         "attn": plan.attn,
         "buckets": plan.buckets,
     }

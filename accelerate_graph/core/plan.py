@@ -18,7 +18,8 @@ from accelerate_graph import settings as engine_settings
 from accelerate_graph.common.atomic_io import atomic_write_text, check_writable, existing_kind
 from accelerate_graph.common.devices import DTYPE_NAMES, resolve_device
 from accelerate_graph.common.environment import environment_info, major_minor
-from accelerate_graph.common.errors import BadOptionError, DeviceError, PlanError, first_line
+from accelerate_graph.common.errors import BadOptionError, DeviceError, PlanError, first_line, option
+from accelerate_graph.quant.fp8_format import WEIGHTS
 
 PLAN_FORMAT = "cugraph-accel-plan/1"
 DEFAULT_PLAN_PATH = Path("cugraph-accel.plan.yaml")
@@ -53,6 +54,7 @@ class Plan:
     tp: int = 1  # tensor-parallel ranks (world size); device is rank 0's
     tp_layout: list = field(default_factory=list)  # per rank: device, heads, KV heads, weight bytes
     settings: dict = field(default_factory=dict)  # the engine settings it was captured under; {}: the defaults
+    weights: str = "model"  # model, fp8 or fp8-block: the decoder's Linear layers in FP8 (quant/)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     format: str = PLAN_FORMAT
 
@@ -89,6 +91,7 @@ class Plan:
             (len(set(self.contexts)) == len(self.contexts), f"contexts {self.contexts} list a context twice"),
             (all(_is_region(r) for r in self.regions), "regions must each have a path, a class, run and reason"),
             (self.tp >= 1 and len(self.tp_layout) in (0, self.tp), "tp must be at least 1, with one layout per rank"),
+            (self.weights in WEIGHTS, f"weights {self.weights!r} is not one of {', '.join(WEIGHTS)}"),
         )
         for ok, problem in checks:
             if not ok:
@@ -113,7 +116,7 @@ FIELD_TYPES = {
     "attn": str, "mode": str, "buckets": list, "max_cache_len": int, "prompt_len": int, "regions": list,
     "captures": list, "environment": dict, "revision": (str, type(None)), "backend": str, "created": str,
     "format": str, "fixes": list, "contexts": list, "fuse": bool, "fingerprint": dict, "tp": int,
-    "tp_layout": list, "settings": dict,
+    "tp_layout": list, "settings": dict, "weights": str,
 }  # fmt: skip
 
 
@@ -270,3 +273,12 @@ def check_plan_compatible(plan: Plan, device_override: str | None = None) -> Non
                 f"the plan was written with {package} {then}, this is {package} {here[package]}.",
                 "Re-run `cugraph-accel capture` in this environment.",
             )
+
+
+def check_plan_weights(plan: Plan, path: Path | str, asked: str | None) -> None:
+    """A plan replays the weights it was captured with: another --weights is refused, not swapped in."""
+    if asked is not None and asked != plan.weights:
+        raise BadOptionError(
+            f"the plan {path} was captured with {option('weights', plan.weights)}, not {option('weights', asked)}.",
+            f"Drop {option('weights')} to replay the plan's, or capture a plan with {option('weights', asked)}.",
+        )

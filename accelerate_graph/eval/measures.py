@@ -101,7 +101,7 @@ def measure_all(
     base_kl = scores[base.name].kl.double().mean(dim=1)
     base_error = _nll_error(scores[base.name], reference_nll)
     for arm, result in zip(arms, measured):
-        if arm.baseline:
+        if arm.baseline or not arm.judged:
             continue
         result.kl_vs_baseline = resampler.interval(_difference, scores[arm.name].kl.double().mean(dim=1), base_kl)
         result.nll_error_vs_baseline = resampler.interval(

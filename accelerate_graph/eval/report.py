@@ -37,7 +37,15 @@ def table_rows(evaluation: Evaluation) -> list[tuple[str, ...]]:
     """The reference's row, then one per arm (COLUMNS)."""
     rows = [("float32 reference", _interval(evaluation.reference_ppl), *[""] * (len(COLUMNS) - 2))]
     for arm in evaluation.arms:
-        verdict = "baseline" if arm.verdict is None else ("pass" if arm.verdict.passed else "FAIL")
+        verdict = (
+            "baseline"
+            if arm.baseline
+            else "measured"
+            if arm.verdict is None
+            else "pass"
+            if arm.verdict.passed
+            else "FAIL"
+        )
         rows.append(
             (
                 arm.name,
@@ -69,3 +77,27 @@ def verdict_lines(evaluation: Evaluation) -> list[str]:
     for arm in evaluation.judged:
         lines.append(f"{arm.name}: {arm.verdict.line()}")
     return lines
+
+
+COST_COLUMNS = ("weights", "KL mean", "KL p99", "same top", "ΔPPL vs float32", "ΔPPL vs baseline")
+
+
+def cost_rows(evaluation: Evaluation, baseline: str, label: str, names: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """What other weights cost (COST_COLUMNS): the baseline arm's row, labelled `label` (its dtype), then each
+    arm of `names`, against the same float32 reference."""
+    by_name = {arm.name: arm for arm in evaluation.arms}
+    base = by_name[baseline]
+    rows = []
+    for name in (baseline, *names):
+        arm = by_name[name]
+        rows.append(
+            (
+                label if name == baseline else name,
+                _interval(arm.kl_mean),
+                _number(arm.kl_p99),
+                _interval(arm.same_top, percent=True),
+                _interval(arm.delta_ppl),
+                "" if name == baseline else _number(arm.ppl.value - base.ppl.value),
+            )
+        )
+    return rows

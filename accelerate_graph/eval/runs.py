@@ -12,6 +12,7 @@ them (steps x rows x vocabulary float32 values): an arm's own are reduced step b
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +32,7 @@ class Arm:
     name: str
     step: StepFn
     baseline: bool = False  # the arm the others are judged against (eager in the model's dtype)
+    judged: bool = True  # False: measured only (what FP8 weights cost), no verdict
 
 
 def eager_arm() -> Arm:
@@ -39,6 +41,17 @@ def eager_arm() -> Arm:
 
 def graph_arm(name: str, graphs: DecodeGraphs) -> Arm:
     return Arm(name, lambda session, tokens, positions: graphs.run(tokens, positions))
+
+
+def swapped_arm(name: str, swap: Callable[[], AbstractContextManager]) -> Arm:
+    """Eager with other layers in place for the step (`swap()`: e.g. a Quantization's FP8 layers), measured
+    against the same reference and not judged: a change of weights is a cost to read, not a fault."""
+
+    def step(session: DecodeSession, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        with swap():
+            return eager_step(session, tokens, positions)
+
+    return Arm(name, step, judged=False)
 
 
 @dataclass

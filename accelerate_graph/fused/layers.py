@@ -54,6 +54,7 @@ from accelerate_graph.fused.layer_program import (
 )
 from accelerate_graph.fused.lm_head import lm_head_kernel
 from accelerate_graph.fused.rotary_table import rotary_tables
+from accelerate_graph.quant.quantize import fp8_layers
 
 # Our graphs, not inductor's; no padding of matmuls (its pass guards on the context length: a recompilation
 # per context bucket); combo kernels run each layer's rotary and cache writes as one launch instead of three.
@@ -309,6 +310,8 @@ class FusedForward:
 
     def _kind(self) -> str:
         kind = f"the layer program, {self.ops.name}" if self.programmed else "HF's layer forward"
+        if not self.programmed and fp8_layers(self.layers[0]):
+            kind += " (FP8 layers: the layer program merges plain Linear weights only)"
         skinny = self._on_skinny_path()
         if self._batch_1_is_skinny():
             kind += ", skinny GEMV kernels at batch 1"

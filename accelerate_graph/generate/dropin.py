@@ -197,6 +197,7 @@ def accelerate(
     contexts: tuple[int, ...] | None = None,
     emulate: bool = False,
     settings=None,
+    weights: str = "model",
 ) -> Accelerated:
     """Capture decode graphs for `model` (already loaded, on its device) and route its `generate()`'s
     decode steps through them: the capture flow `cugraph-accel capture` runs (capture_flow.py). Returns a
@@ -204,7 +205,9 @@ def accelerate(
     `max_cache_len`: slots per row of the cache; None: 1024, or the model's positions where it has fewer
     (a warning and `handle.notes` say so); more than the model's positions is refused.
     `settings`: the engine settings (accelerate_graph.settings) to capture and run under; None, those in
-    use now (the defaults, unless inside `settings.use(...)`)."""
+    use now (the defaults, unless inside `settings.use(...)`).
+    `weights`: "model" (as they are), "fp8" or "fp8-block": the decoder's Linear layers replaced by FP8 ones
+    (docs/FP8.md) for the handle's life; the originals are kept, and `undo()` puts them back."""
     import warnings
 
     from accelerate_graph import settings as engine_settings
@@ -227,11 +230,23 @@ def accelerate(
         contexts=contexts,
         fuse=fuse,
         emulate=emulate,
+        weights=weights,
     )
-    captured = capture_model(model, request)
-    if captured.graphs is None:
-        raise CaptureError(f"no graph can be captured for this model: {captured.decision.regions.reason}")
-    notes = ([shortened] if shortened else []) + captured.notes
+    quantized = None
+    if weights != "model":
+        from accelerate_graph.quant.quantize import quantize_model
+
+        quantized = quantize_model(model, weights, keep_originals=True)
+    try:
+        captured = capture_model(model, request)
+        if captured.graphs is None:
+            raise CaptureError(f"no graph can be captured for this model: {captured.decision.regions.reason}")
+    except BaseException:
+        if quantized is not None:
+            quantized.restore()
+        raise
+    undo = [*captured.undo, *([quantized.restore] if quantized is not None else [])]
+    notes = ([shortened] if shortened else []) + ([quantized.describe()] if quantized else []) + captured.notes
     for note in notes:
         warnings.warn(note, stacklevel=2)
-    return Accelerated(model, captured.graphs, captured.undo, request.settings, notes)
+    return Accelerated(model, captured.graphs, undo, request.settings, notes)

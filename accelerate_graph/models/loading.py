@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from dataclasses import dataclass, field
@@ -25,6 +26,13 @@ from accelerate_graph.common.errors import (
 from accelerate_graph.compat.transformers_internals import causal_lm_class_names
 from accelerate_graph.models.fingerprint import check_weight_files, hub_snapshot
 from accelerate_graph.models.recipes import Recipe, find_recipe
+from accelerate_graph.quant.fp8_checkpoint import (
+    fp8_checkpoint,
+    install_fp8_layers,
+    quiet_load_report,
+    without_quantization,
+)
+from accelerate_graph.quant.quantize import check_fp8_dtype
 
 # Encoders whose "causal LM" head only works when configured as a decoder.
 ENCODER_FAMILIES = {
@@ -143,11 +151,16 @@ def _missing_weights_note(source: str, missing: list[str]) -> str:
 def _load_pretrained(source: str, device, dtype, attn, notes, initialised: list[str] | None = None, **hub_kwargs):
     config = AutoConfig.from_pretrained(source, **hub_kwargs)
     check_causal_lm(config, source)
+    fp8 = fp8_checkpoint(config, source)
+    if fp8 is not None:  # loaded plain, then its FP8 layers put in (quant/fp8_checkpoint.py)
+        check_fp8_dtype(dtype, f"{source} is an FP8 checkpoint")
+        hub_kwargs["config"] = without_quantization(config)
 
     def build(impl):
-        model, info = AutoModelForCausalLM.from_pretrained(
-            source, dtype=dtype, attn_implementation=impl, output_loading_info=True, **hub_kwargs
-        )
+        with quiet_load_report() if fp8 is not None else contextlib.nullcontext():
+            model, info = AutoModelForCausalLM.from_pretrained(
+                source, dtype=dtype, attn_implementation=impl, output_loading_info=True, **hub_kwargs
+            )
         missing = sorted(info.get("missing_keys") or ())
         if missing and initialised is not None:
             initialised[:] = missing
@@ -156,6 +169,10 @@ def _load_pretrained(source: str, device, dtype, attn, notes, initialised: list[
     model, impl = _with_attn_fallback(build, attn, notes)
     if initialised:
         notes.append(_missing_weights_note(source, initialised))
+    if fp8 is not None:
+        folder = Path(source) if Path(source).is_dir() else hub_snapshot(source, hub_kwargs.get("revision"))
+        count = install_fp8_layers(model, folder, fp8)
+        notes.append(f"{count} linear layers in FP8 e4m3 from the checkpoint ({fp8.block}x{fp8.block} block scales)")
     return model.to(device), impl
 
 

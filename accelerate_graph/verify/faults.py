@@ -23,6 +23,7 @@ from accelerate_graph.core.backends import GraphBackend
 from accelerate_graph.core.capture import DecodeGraphs, capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.fused.layers import decoder_layers
+from accelerate_graph.quant.quantize import fp8_layers
 
 Undo = Callable[[], None]
 
@@ -55,9 +56,12 @@ KINDS = (
     "inf_top_logit",  # row 0's top logit is +Inf (its greedy token unchanged)
     "nan_cache",  # one layer writes a NaN into row 0's K
     "cache_noise",  # one layer's written K/V get noise of size x their rms (cache_noise_fault: x eager's error)
+    "wrong_scale",  # FP8 weights: one layer's output channel 0 scale x (1 + size) (its block row under block scales)
 )
 # kind -> default size
-SIZED = {"drift": 1e-3, "close_flip": 0.05, "padded_leak": 0.1, "rotary_skew": 0.01, "cache_noise": 1e-2}
+SIZED = {
+    "drift": 1e-3, "close_flip": 0.05, "padded_leak": 0.1, "rotary_skew": 0.01, "cache_noise": 1e-2, "wrong_scale": 3.0,
+}  # fmt: skip
 
 # Faults that only what generate and serve do shows; the last two must pass verify (rounding_noise: on random
 # weights, or in float32).
@@ -333,6 +337,35 @@ def cache_noise_fault(session: DecodeSession, times: float, layer: int = -1, pro
     return Fault("cache_noise", times * eager_error, layer)
 
 
+# per session: the wrong scales a wrong_scale fault's graphs read (a CUDA graph keeps their addresses)
+_WRONG_SCALES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _wrong_scale(session: DecodeSession, planted: Fault) -> list[Undo]:
+    """The last FP8 layer of one decoder layer (a Llama MLP's down projection: straight into the residual)
+    runs with its output channel 0's scale x (1 + size), under block scales its first row of blocks': the
+    replay reads a wrong scale tensor where eager reads the right one."""
+    module, _ = _layer(session, planted.layer)
+    layers = fp8_layers(module)
+    if not layers:
+        raise ValueError("a wrong-scale fault needs FP8 layers (weights fp8 or fp8-block)")
+    target = layers[-1]
+    wrong = target.scale.detach().clone()
+    wrong[0] *= 1 + planted.size
+    wrong = torch.nn.Parameter(wrong, requires_grad=False)
+    _WRONG_SCALES.setdefault(session, []).append(wrong)
+    right: list[torch.nn.Parameter] = []
+
+    def pre(module, args):
+        right.append(module.scale)
+        module.scale = wrong
+
+    def post(module, args, output):
+        module.scale = right.pop()
+
+    return [target.register_forward_pre_hook(pre).remove, target.register_forward_hook(post, always_call=True).remove]
+
+
 _RECORDING_FAULTS: dict[str, Callable[[DecodeSession, Fault], list[Undo]]] = {
     "frozen_position": _frozen_position,
     "skipped_write": lambda session, planted: _moved_write(session, planted, None),
@@ -345,6 +378,7 @@ _RECORDING_FAULTS: dict[str, Callable[[DecodeSession, Fault], list[Undo]]] = {
     "inf_top_logit": lambda session, planted: _top_logit_of_row_0(session, float("inf")),
     "nan_cache": _nan_cache,
     "cache_noise": _cache_noise,
+    "wrong_scale": _wrong_scale,
 }
 _DISPATCH_FAULTS: dict[str, Callable[[DecodeGraphs], None]] = {
     "wrong_bucket": _wrong_bucket,

@@ -1,0 +1,74 @@
+"""Hugging Face fine-grained FP8 checkpoints load through the real loading path (models/loading.py) as our
+Fp8Linear layers holding the checkpoint's own tensors; the variants we do not run, and a float32 run, are
+refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from fp8_checkpoints import QUANTIZATION_CONFIG, write_fp8_checkpoint
+from safetensors import safe_open
+from transformers import AutoModelForCausalLM
+
+from accelerate_graph.common.errors import BadOptionError, ModelFileError, UnsupportedModelError
+from accelerate_graph.models.loading import load_model
+from accelerate_graph.quant.fp8_linear import Fp8Linear
+from accelerate_graph.quant.quantize import fp8_layers, quantize_model
+
+CPU = torch.device("cpu")
+
+
+def test_the_checkpoints_fp8_layers_load_as_ours_with_its_tensors(fp8_checkpoint_dir, trained_tiny):
+    loaded = load_model(fp8_checkpoint_dir, CPU, torch.bfloat16)
+    model = loaded.model
+    layers = {name: m for name, m in model.named_modules() if isinstance(m, Fp8Linear)}
+    assert len(layers) == 7 * model.config.num_hidden_layers and all(m.block == 128 for m in layers.values())
+    assert type(model.lm_head) is torch.nn.Linear and not hasattr(model.config, "quantization_config")
+    assert any("FP8 e4m3 from the checkpoint (128x128 block scales)" in note for note in loaded.notes)
+    with safe_open(f"{fp8_checkpoint_dir}/model.safetensors", framework="pt") as stored:
+        name = "model.layers.1.mlp.gate_proj"  # 352 x 128: a partial block row
+        assert torch.equal(layers[name].weight.view(torch.uint8), stored.get_tensor(f"{name}.weight").view(torch.uint8))
+        assert torch.equal(layers[name].scale, stored.get_tensor(f"{name}.weight_scale_inv"))
+    # the same logits as the bf16 model quantized here in blocks: one format, both ways in
+    ours = AutoModelForCausalLM.from_pretrained(trained_tiny, dtype=torch.bfloat16).eval()
+    quantize_model(ours, "fp8-block")
+    ids = torch.randint(0, 4096, (2, 7))
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, ours(ids).logits)
+
+
+def test_an_fp8_checkpoint_in_float32_is_refused(fp8_checkpoint_dir):
+    with pytest.raises(BadOptionError, match="is an FP8 checkpoint: FP8 weights multiply bf16"):
+        load_model(fp8_checkpoint_dir, CPU, torch.float32)
+
+
+def test_asking_to_quantize_an_fp8_checkpoint_again_is_refused(fp8_checkpoint_dir):
+    model = load_model(fp8_checkpoint_dir, CPU, torch.bfloat16).model
+    assert fp8_layers(model)
+    with pytest.raises(BadOptionError, match="already holds FP8 layers"):
+        quantize_model(model, "fp8")
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"activation_scheme": "static"}, "static activation scales"),
+        ({"weight_block_size": [128, 64]}, "square blocks"),
+        ({"scale_fmt": "ue8m0"}, "float32 scales"),
+    ],
+)
+def test_variants_we_do_not_run_are_named(trained_tiny, tmp_path, change, words):
+    folder = write_fp8_checkpoint(trained_tiny, tmp_path / "variant", {**QUANTIZATION_CONFIG, **change})
+    with pytest.raises(UnsupportedModelError, match=words):
+        load_model(str(folder), CPU, torch.bfloat16)
+
+
+def test_a_config_that_declares_fp8_over_plain_weights_is_refused(trained_tiny, tmp_path):
+    model = AutoModelForCausalLM.from_pretrained(trained_tiny, dtype=torch.bfloat16)
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "quantization_config": QUANTIZATION_CONFIG}))
+    with pytest.raises(ModelFileError, match="no weight_scale_inv tensor"):
+        load_model(str(tmp_path), CPU, torch.bfloat16)
