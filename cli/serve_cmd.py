@@ -100,6 +100,7 @@ def serve(
     if model is not None and plan is None:
         overrides.update(dtype=dtype, device=device, fuse=fuse or None, emulate=emulate or None)
     request, source = request_for(model, plan, out, chosen, **overrides)
+    request.per_row = True  # each row at its own position: requests join and leave at any step
     prepared = prepare_with_progress(request, out, source)
     engine = SlotEngine(prepared, chunk=prefill_chunk)
     if max_batch is not None and max_batch > engine.max_rows:

@@ -84,6 +84,7 @@ class Scheduler:
         self._draining = False
         self._abort: ApiError | None = None
         self._closing = False
+        self._unfinished = 0  # submitted and not finished, counted under the lock (drain waits for 0)
         self._device = torch.device("cpu")
         self._thread = threading.Thread(target=self._run, name="serve-engine", daemon=True)
 
@@ -106,6 +107,7 @@ class Scheduler:
                     code="queue_full",
                 )  # fmt: skip
             self._waiting.append(job)
+            self._unfinished += 1
             self._wake.notify()
 
     def cancel(self, job: Job) -> None:
@@ -117,6 +119,7 @@ class Scheduler:
             if job in self._waiting:
                 self._waiting.remove(job)
                 job.finished = True
+                self._unfinished -= 1
                 self.metrics.request_done("cancelled")
                 return
             self._cancelled.append(job)
@@ -151,8 +154,9 @@ class Scheduler:
         return len(self._prefilling) + len(self._decoding)
 
     def in_flight(self) -> int:
+        """Requests taken and not finished: waiting, prefilling, decoding, or leaving."""
         with self._lock:
-            return len(self._waiting) + len(self._prefilling) + len(self._decoding) + len(self._cancelled)
+            return self._unfinished
 
     def gauges(self) -> dict[str, float]:
         return {"queue_length": self.queue_length(), "rows_in_use": self.rows_in_use()}
@@ -218,10 +222,9 @@ class Scheduler:
             self._decoding.append(job)
 
     def _decode(self) -> None:
-        jobs = self._decoding
+        jobs = list(self._decoding)  # the list itself stays whole during the step: the gauges read it
         if not jobs:
             return
-        self._decoding = []
         started = time.perf_counter()
         try:
             rows = [job.row for job in jobs]
@@ -231,6 +234,7 @@ class Scheduler:
         except Exception as err:  # noqa: BLE001 - a failed step fails the requests in it, the server goes on
             for job in jobs:
                 self._fail(job, err)
+            self._decoding = []
             return
         self.metrics.step("decode", time.perf_counter() - started, len(jobs))
         self._decoding = [job for job, token in zip(jobs, chosen) if self._take(job, token)]
@@ -284,9 +288,8 @@ class Scheduler:
 
     def _end(self, job: Job, finish: str) -> None:
         """A job done: its row freed, its last text and usage handed out (or nothing: it was cancelled)."""
-        if job.finished:
+        if not self._mark_finished(job):
             return
-        job.finished = True
         try:
             self._release(job)
         except Exception as err:  # noqa: BLE001 - a row that cannot be freed is this request's failure
@@ -302,9 +305,8 @@ class Scheduler:
         self.metrics.request_done("ok", len(job.prompt), job.generated)
 
     def _fail(self, job: Job, err: BaseException | ApiError, already_finished: bool = False) -> None:
-        if job.finished and not already_finished:
+        if not already_finished and not self._mark_finished(job):
             return
-        job.finished = True
         try:
             self._release(job)
         except Exception:  # noqa: BLE001, S110 - the request fails already; its row stays taken
@@ -312,6 +314,15 @@ class Scheduler:
         error = err if isinstance(err, ApiError) else ApiError(500, f"the engine failed on this request: {_line(err)}")
         job.deliver(Event("error", error=error))
         self.metrics.request_done("error", len(job.prompt), job.generated)
+
+    def _mark_finished(self, job: Job) -> bool:
+        """Whether `job` was unfinished (now it is finished)."""
+        with self._lock:
+            if job.finished:
+                return False
+            job.finished = True
+            self._unfinished -= 1
+            return True
 
     def _fail_all(self, error: ApiError) -> None:
         with self._lock:
