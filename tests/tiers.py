@@ -120,6 +120,10 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         keep=("*[nan_top_logit-NaN-dtype1-cpu]", "*-cuda]"),
     ),
     Exhaustive(
+        "tests/serve/test_soak.py::*",
+        "2,000 requests from 64 clients: over two minutes on two cores; the scheduling tests keep the server fast",
+    ),
+    Exhaustive(
         "tests/verify/test_calibrated_floor.py::test_*cache*",
         "a whole verify per model, layer and noise size; 3x and 1x at layer 0 of Llama stay fast",
         keep=("*fails[llama-0]", "*passes[0-1.0]"),

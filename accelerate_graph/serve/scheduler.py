@@ -1,9 +1,10 @@
 """Continuous batching: one engine thread drives the engine; requests join and leave the batch at any step.
 
-Each turn of the loop: drop cancelled requests (their rows freed), give free rows to waiting requests, run one
-prefill chunk of the oldest prefilling row (so a decode step waits for at most one chunk), then one decode step
-of every decoding row. The next tokens are chosen on the device (greedy rows in one argmax, each sampling row
-with its own seeded generator) and read to the host once a step, for the stop checks and the text.
+Each turn of the loop: drop cancelled requests (their rows freed), give free rows to waiting requests, prefill at
+most one chunk's worth of prompt tokens (the engine's `chunk`: one chunk of the oldest prompt, or several short
+prompts whole), so a decode step waits for one chunk at most, then one decode step of every decoding row. The
+next tokens are chosen on the device (greedy rows in one argmax, each sampling row with its own seeded
+generator) and read to the host once a step, for the stop checks and the text.
 
 A failure inside a step fails only the requests of that step (500); the loop goes on with the rest.
 """
@@ -47,6 +48,7 @@ class Job:
     text: IncrementalText
     deliver: Callable[[Event], None]
     row: int | None = None
+    prefilled: int = 0  # prompt tokens in its row
     generated: int = 0
     last_token: int = 0
     cancelled: bool = False
@@ -73,6 +75,7 @@ class Scheduler:
         self.tokenizer = tokenizer
         self.eos = set(eos_ids)
         self.max_rows = min(max_batch or engine.max_rows, engine.max_rows)
+        self.chunk = engine.chunk  # prompt tokens a turn prefills at most: what a decode step may wait for
         self.queue_limit = queue_limit
         self.metrics = metrics or Metrics(self.max_rows)
         self._lock = threading.Lock()
@@ -183,7 +186,7 @@ class Scheduler:
                 continue
             for job in admitted:
                 self._admit(job)
-            self._prefill_one()
+            self._prefill()
             self._decode()
 
     def _admissible(self) -> list[Job]:
@@ -202,10 +205,19 @@ class Scheduler:
             return
         self._prefilling.append(job)
 
-    def _prefill_one(self) -> None:
-        if not self._prefilling:
-            return
-        job = self._prefilling[0]
+    def _prefill(self) -> None:
+        """Prefill chunks, oldest row first, while their prompt tokens fit one chunk: a long prompt takes a
+        chunk a turn, several short ones share one."""
+        budget = self.chunk
+        while self._prefilling:
+            job = self._prefilling[0]
+            size = min(self.chunk, len(job.prompt) - job.prefilled)
+            if size > budget:
+                return
+            budget -= size
+            self._prefill_chunk(job, size)
+
+    def _prefill_chunk(self, job: Job, size: int) -> None:
         started = time.perf_counter()
         try:
             logits = self.engine.prefill_chunk(job.row)
@@ -214,12 +226,13 @@ class Scheduler:
             self._prefilling.popleft()
             self._fail(job, err)
             return
+        job.prefilled += size
         self.metrics.step("prefill", time.perf_counter() - started)
         if token is None:
             return
-        self._prefilling.popleft()
         if self._take(job, token):
             self._decoding.append(job)
+        self._prefilling.popleft()
 
     def _decode(self) -> None:
         jobs = list(self._decoding)  # the list itself stays whole during the step: the gauges read it
