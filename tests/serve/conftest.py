@@ -39,6 +39,7 @@ def prepared():
     from accelerate_graph.pipeline import CaptureRequest, prepare
 
     request = CaptureRequest(model=str(TRAINED_TINY), device="cpu", buckets=BUCKETS, max_cache_len=CACHE_LEN)
+    request.per_row = True  # graphs whose rows stand at positions of their own (what SlotEngine drives)
     return prepare(request)
 
 
