@@ -42,7 +42,9 @@ DrainOpt = Annotated[
 ]
 ChunkOpt = Annotated[
     int,
-    typer.Option("--prefill-chunk", min=1, help="Prompt tokens per prefill chunk: a decode step waits for one at most."),
+    typer.Option(
+        "--prefill-chunk", min=1, help="Prompt tokens per prefill chunk: a decode step waits for one at most."
+    ),
 ]
 
 
@@ -87,10 +89,11 @@ def serve(
     if bucket_sizes is None and max_batch is not None and plan is None:
         bucket_sizes = _powers_of_two_to(max_batch)
 
+    from accelerate_graph.serve.engine import SlotEngine
+
     from accelerate_graph.common.devices import device_label
     from accelerate_graph.common.errors import BadOptionError
     from accelerate_graph.serve.assemble import assemble
-    from accelerate_graph.serve.engine import SlotEngine
     from accelerate_graph.serve.server import serve as run_server
 
     from .common import prepare_with_progress, request_for
@@ -106,7 +109,7 @@ def serve(
     if max_batch is not None and max_batch > engine.max_rows:
         raise BadOptionError(
             f"{{max_batch={max_batch}}} is more than the plan's largest bucket ({engine.max_rows}).",
-            f"Lower {{max_batch}}, or capture with larger {{buckets}}.",
+            "Lower {max_batch}, or capture with larger {buckets}.",
         )
     service = assemble(prepared, engine, max_batch=max_batch, queue_limit=queue)
     where = f"{source.path}" if source is not None else "none (captured now)"

@@ -142,7 +142,10 @@ def encode(params: GenerationParams, served: Served) -> list[int]:
         ids = list(params.prompt)
         param = "prompt"
         if max(ids) >= served.vocab_size:
-            raise bad("prompt", f"'prompt' holds token id {max(ids)}, outside the vocabulary (ids 0 to {served.vocab_size - 1}).")
+            raise bad(
+                "prompt",
+                f"'prompt' holds token id {max(ids)}, outside the vocabulary (ids 0 to {served.vocab_size - 1}).",
+            )
     if not ids:
         raise bad(param, f"the '{param}' encodes to no token; give some text.")
     if len(ids) >= served.max_len:

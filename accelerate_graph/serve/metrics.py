@@ -47,7 +47,11 @@ class Metrics:
 
     def render(self) -> str:
         with self._lock:
-            requests, counts, sums = dict(self.requests), {k: list(v) for k, v in self._counts.items()}, dict(self._sums)
+            requests, counts, sums = (
+                dict(self.requests),
+                {k: list(v) for k, v in self._counts.items()},
+                dict(self._sums),
+            )
             prompt, generated, occupancy = self.prompt_tokens, self.generated_tokens, self.occupancy_sum
         gauges = self._gauges()
         lines = [

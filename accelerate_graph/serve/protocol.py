@@ -200,7 +200,7 @@ def _prompt(value) -> str | list[int]:
 
 def _messages(value) -> list[dict]:
     if not isinstance(value, list) or not value:
-        raise bad("messages", "'messages' must be a non-empty list of {\"role\", \"content\"} objects.")
+        raise bad("messages", '\'messages\' must be a non-empty list of {"role", "content"} objects.')
     checked = []
     for number, message in enumerate(value):
         where = f"messages[{number}]"
@@ -208,7 +208,9 @@ def _messages(value) -> list[dict]:
             raise bad(where, f"'{where}' must be an object with a string 'role'.")
         content = message.get("content")
         if isinstance(content, list):  # content parts: text only
-            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+            if not all(
+                isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
+            ):
                 raise bad(f"{where}.content", f"'{where}.content' parts must all be text parts here.")
             content = "".join(p["text"] for p in content)
         if not isinstance(content, str):

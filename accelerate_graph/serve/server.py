@@ -54,7 +54,9 @@ def make_server(app, scheduler, host: str, port: int, drain_s: float = DEFAULT_D
             while scheduler.in_flight() and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             if scheduler.in_flight():
-                scheduler.abort(ApiError(503, f"the server shut down: this request did not finish within {drain_s:g} s."))
+                scheduler.abort(
+                    ApiError(503, f"the server shut down: this request did not finish within {drain_s:g} s.")
+                )
                 await asyncio.sleep(0.2)  # the failures reach their clients
             self.should_exit = True
 
@@ -74,7 +76,9 @@ def serve(app, scheduler, host: str, port: int, drain_s: float, on_listening: Ca
         sock.bind((host, port))
     except OSError as err:
         sock.close()
-        raise BadOptionError(f"cannot listen on {host}:{port}: {err.strerror}.", "Choose another {port} or {host}.") from err
+        raise BadOptionError(
+            f"cannot listen on {host}:{port}: {err.strerror}.", "Choose another {port} or {host}."
+        ) from err
     server = make_server(app, scheduler, host, sock.getsockname()[1], drain_s)
     if on_listening is not None:
         on_listening(sock.getsockname()[1])

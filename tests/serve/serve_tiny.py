@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1])]
 
 import torch  # noqa: E402
-from conftest import BUCKETS, CACHE_LEN, TRAINED_TINY, Engine  # noqa: E402
+from serving import BUCKETS, CACHE_LEN, TRAINED_TINY, Engine  # noqa: E402
 
 from accelerate_graph.pipeline import CaptureRequest, prepare  # noqa: E402
 from accelerate_graph.serve.assemble import assemble  # noqa: E402
@@ -31,7 +31,14 @@ def main() -> None:
     decode = engine.decode
     engine.decode = lambda rows, tokens: (time.sleep(args.step_s), decode(rows, tokens))[1]
     service = assemble(prepared, engine)
-    serve(service.app, service.scheduler, "127.0.0.1", 0, args.drain_s, lambda port: print(f"listening {port}", flush=True))
+    serve(
+        service.app,
+        service.scheduler,
+        "127.0.0.1",
+        0,
+        args.drain_s,
+        lambda port: print(f"listening {port}", flush=True),
+    )
     print("stopped", flush=True)
 
 

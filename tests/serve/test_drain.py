@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from conftest import client, openai
+from serving import client, openai
 
 SCRIPT = Path(__file__).with_name("serve_tiny.py")
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from conftest import TRAINED_TINY, client, openai, running
+from serving import TRAINED_TINY, client, openai, running
 
 PROMPT = "def main("  # the trained tiny model writes Python
 
@@ -76,9 +76,7 @@ def test_stop_strings_cut_the_text_before_them(server):
     free = api.completions.create(model=service.served.name, prompt=PROMPT, max_tokens=24, temperature=0)
     text = free.choices[0].text
     stop = next(text[i : i + 2] for i in range(len(text) // 3, len(text)) if len(text[i : i + 2].strip()) == 2)
-    cut = api.completions.create(
-        model=service.served.name, prompt=PROMPT, max_tokens=24, temperature=0, stop=[stop]
-    )
+    cut = api.completions.create(model=service.served.name, prompt=PROMPT, max_tokens=24, temperature=0, stop=[stop])
     assert cut.choices[0].text == text[: text.index(stop)] and cut.choices[0].finish_reason == "stop"
     streamed = api.completions.create(
         model=service.served.name, prompt=PROMPT, max_tokens=24, temperature=0, stop=stop, stream=True

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 import torch
-from conftest import TRAINED_TINY, Engine, async_client, client, openai, running, wait_until
+from serving import TRAINED_TINY, Engine, async_client, client, openai, running, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -133,13 +133,15 @@ def test_a_failed_step_fails_only_its_requests_and_the_server_goes_on(prepared, 
     engine.admit, engine.prefill_chunk, engine.decode = admitting, prefilling, decoding
     with running(prepared, engine) as (url, service):
         api, name = client(url), service.served.name
-        stream = iter(api.completions.create(model=name, prompt="def main(", max_tokens=100, temperature=0, stream=True))
+        stream = iter(
+            api.completions.create(model=name, prompt="def main(", max_tokens=100, temperature=0, stream=True)
+        )
         next(stream)
         results = {}
         later = threading.Thread(
-            target=lambda: results.update(done=api.completions.create(
-                model=name, prompt=long_prompt, max_tokens=8, temperature=0
-            ))  # fmt: skip
+            target=lambda: results.update(
+                done=api.completions.create(model=name, prompt=long_prompt, max_tokens=8, temperature=0)
+            )  # fmt: skip
         )
         later.start()
         with pytest.raises(openai.APIError, match="injected"):
@@ -180,7 +182,9 @@ def test_a_seed_repeats_its_draw_alone_or_among_others(prepared):
         api = async_client(url)
 
         def sample(seed, prompt="def main("):
-            return api.completions.create(model=name, prompt=prompt, max_tokens=16, temperature=0.9, top_p=0.95, seed=seed)
+            return api.completions.create(
+                model=name, prompt=prompt, max_tokens=16, temperature=0.9, top_p=0.95, seed=seed
+            )
 
         alone = (await sample(7)).choices[0].text
         crowd = await asyncio.gather(sample(7), sample(8, "import os"), sample(9), sample(10, "class A("))

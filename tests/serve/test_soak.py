@@ -7,7 +7,7 @@ import asyncio
 import random
 import time
 
-from conftest import async_client, running, wait_until
+from serving import async_client, running, wait_until
 
 REQUESTS = 2000
 CLIENTS = 64
@@ -23,7 +23,9 @@ def _rss_mib() -> float:
 
 async def _load(url: str, name: str, count: int, seed: int) -> list:
     draw = random.Random(seed)
-    plan = [(f"def f{draw.randrange(1000)}(" * draw.randint(1, 6), draw.randint(1, 4), draw.random()) for _ in range(count)]
+    plan = [
+        (f"def f{draw.randrange(1000)}(" * draw.randint(1, 6), draw.randint(1, 4), draw.random()) for _ in range(count)
+    ]
     api = async_client(url)  # its pool holds more connections than CLIENTS
     queue = list(enumerate(plan))
     results = [None] * count
@@ -32,10 +34,14 @@ async def _load(url: str, name: str, count: int, seed: int) -> list:
         while queue:
             number, (prompt, new, coin) = queue.pop()
             if coin < 0.3:
-                stream = await api.completions.create(model=name, prompt=prompt, max_tokens=new, temperature=0, stream=True)
+                stream = await api.completions.create(
+                    model=name, prompt=prompt, max_tokens=new, temperature=0, stream=True
+                )
                 results[number] = [c async for c in stream][-1].choices[0].finish_reason
             else:
-                done = await api.completions.create(model=name, prompt=prompt, max_tokens=new, temperature=0.7, seed=number)
+                done = await api.completions.create(
+                    model=name, prompt=prompt, max_tokens=new, temperature=0.7, seed=number
+                )
                 results[number] = done.choices[0].finish_reason
 
     await asyncio.gather(*(worker() for _ in range(CLIENTS)))
