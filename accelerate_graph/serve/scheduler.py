@@ -311,11 +311,11 @@ class Scheduler:
         if finish == "cancelled":
             self.metrics.request_done("cancelled", len(job.prompt), job.generated)
             return
+        self.metrics.request_done("ok", len(job.prompt), job.generated)  # counted before the client hears
         rest = job.text.finish()
         if rest:
             job.deliver(Event("text", rest))
         job.deliver(Event("done", finish=finish, usage=usage(len(job.prompt), job.generated)))
-        self.metrics.request_done("ok", len(job.prompt), job.generated)
 
     def _fail(self, job: Job, err: BaseException | ApiError, already_finished: bool = False) -> None:
         if not already_finished and not self._mark_finished(job):
@@ -325,8 +325,8 @@ class Scheduler:
         except Exception:  # noqa: BLE001, S110 - the request fails already; its row stays taken
             pass
         error = err if isinstance(err, ApiError) else ApiError(500, f"the engine failed on this request: {_line(err)}")
-        job.deliver(Event("error", error=error))
         self.metrics.request_done("error", len(job.prompt), job.generated)
+        job.deliver(Event("error", error=error))
 
     def _mark_finished(self, job: Job) -> bool:
         """Whether `job` was unfinished (now it is finished)."""
