@@ -79,10 +79,11 @@ def serve(app, scheduler, host: str, port: int, drain_s: float, on_listening: Ca
         raise BadOptionError(
             f"cannot listen on {host}:{port}: {err.strerror}.", "Choose another {port} or {host}."
         ) from err
+    sock.listen(2048)  # connections wait in the backlog from now until uvicorn's loop accepts them
     server = make_server(app, scheduler, host, sock.getsockname()[1], drain_s)
+    scheduler.start()
     if on_listening is not None:
         on_listening(sock.getsockname()[1])
-    scheduler.start()
     try:
         server.run(sockets=[sock])
     finally:
