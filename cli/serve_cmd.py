@@ -89,8 +89,6 @@ def serve(
     if bucket_sizes is None and max_batch is not None and plan is None:
         bucket_sizes = _powers_of_two_to(max_batch)
 
-    from accelerate_graph.serve.engine import SlotEngine
-
     from accelerate_graph.common.devices import device_label
     from accelerate_graph.common.errors import BadOptionError
     from accelerate_graph.serve.assemble import assemble
@@ -104,6 +102,13 @@ def serve(
         overrides.update(dtype=dtype, device=device, fuse=fuse or None, emulate=emulate or None)
     request, source = request_for(model, plan, out, chosen, **overrides)
     request.per_row = True  # each row at its own position: requests join and leave at any step
+    if max_batch is not None and request.buckets and max_batch > max(request.buckets):
+        raise BadOptionError(
+            f"{{max_batch={max_batch}}} is more than the largest bucket ({max(request.buckets)}).",
+            "Lower {max_batch}, or give larger {buckets}.",
+        )
+    from accelerate_graph.serve.engine import SlotEngine
+
     prepared = prepare_with_progress(request, out, source)
     engine = SlotEngine(prepared, chunk=prefill_chunk)
     if max_batch is not None and max_batch > engine.max_rows:

@@ -184,10 +184,14 @@ class Scheduler:
                 if closing:
                     return
                 continue
-            for job in admitted:
-                self._admit(job)
-            self._prefill()
-            self._decode()
+            try:
+                for job in admitted:
+                    self._admit(job)
+                self._prefill()
+                self._decode()
+            except Exception as err:  # noqa: BLE001 - outside any one step (a stop check, a hand-over): the
+                # requests in flight fail, the thread lives on for the next ones
+                self._fail_all(ApiError(500, f"the server failed between steps: {_line(err)}"))
 
     def _admissible(self) -> list[Job]:
         """Waiting jobs that get a row this turn (the lock held)."""

@@ -32,3 +32,11 @@ def test_without_fastapi_one_line_says_how_to_install_the_extra(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "fastapi" in lines[0] and "pip install 'cugraph-accel[serve]'" in lines[0]
     assert "loading" not in done.stdout
+
+
+def test_more_requests_at_once_than_the_largest_bucket_is_one_line_before_any_load():
+    done = _cli("serve", "tiny", "--buckets", "1,2", "--max-batch", "4")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--max-batch 4 is more than the largest bucket (2)" in lines[0]
+    assert "loading" not in done.stdout and "model" not in done.stdout
