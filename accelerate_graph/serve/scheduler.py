@@ -70,6 +70,7 @@ class Scheduler:
         max_batch: int | None = None,
         queue_limit: int = DEFAULT_QUEUE,
         metrics: Metrics | None = None,
+        device: torch.device | str = "cpu",
     ):
         self.engine = engine
         self.tokenizer = tokenizer
@@ -77,7 +78,7 @@ class Scheduler:
         self.max_rows = min(max_batch or engine.max_rows, engine.max_rows)
         self.chunk = engine.chunk  # prompt tokens a turn prefills at most: what a decode step may wait for
         self.queue_limit = queue_limit
-        self.metrics = metrics or Metrics(self.max_rows)
+        self.metrics = metrics or Metrics(self.max_rows, self.gauges)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._waiting: deque[Job] = deque()
@@ -88,7 +89,7 @@ class Scheduler:
         self._abort: ApiError | None = None
         self._closing = False
         self._unfinished = 0  # submitted and not finished, counted under the lock (drain waits for 0)
-        self._device = torch.device("cpu")
+        self._device = torch.device(device)  # the engine's: where each step's tokens go
         self._thread = threading.Thread(target=self._run, name="serve-engine", daemon=True)
 
     # the front's side (any thread) ---------------------------------------------------------------------------
@@ -167,6 +168,12 @@ class Scheduler:
     # the engine thread ---------------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        if self._device.type == "cuda":  # a thread's current device is cuda:0 until it says otherwise
+            torch.cuda.set_device(self._device)
+        with torch.no_grad():
+            self._loop()
+
+    def _loop(self) -> None:
         while True:
             with self._lock:
                 while not (self._waiting or self._cancelled or self._prefilling or self._decoding) and not (
@@ -258,7 +265,6 @@ class Scheduler:
 
     def _choose(self, jobs: list[Job], logits: torch.Tensor) -> list[int]:
         """Each job's next token from its row of `logits` [n, V], chosen on the device; one host read."""
-        self._device = logits.device  # the next decode's tokens go where the logits are
         greedy = [i for i, job in enumerate(jobs) if job.greedy]
         if len(greedy) == len(jobs):
             return logits.argmax(-1).tolist()
