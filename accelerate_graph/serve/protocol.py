@@ -110,9 +110,11 @@ def parse_request(body: dict, served_model: str, chat: bool) -> GenerationParams
     model = body.get("model")
     if model is not None and model != served_model:
         raise ApiError(
-            404, f"the model '{model}' is not served here; this server serves '{served_model}'.", "model",
+            404,
+            f"the model '{model}' is not served here; this server serves '{served_model}'.",
+            "model",
             code="model_not_found",
-        )  # fmt: skip
+        )
     params = GenerationParams(
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0, low_open=True),

@@ -107,9 +107,10 @@ class Scheduler:
                 raise ApiError(503, "the server is shutting down and takes no new request; retry on another.")
             if len(self._waiting) >= self.queue_limit:
                 raise ApiError(
-                    429, f"the queue is full ({self.queue_limit} requests wait for a row); retry shortly.",
+                    429,
+                    f"the queue is full ({self.queue_limit} requests wait for a row); retry shortly.",
                     code="queue_full",
-                )  # fmt: skip
+                )
             self._waiting.append(job)
             self._unfinished += 1
             self._wake.notify()

@@ -27,8 +27,8 @@ def require_server_packages() -> None:
         except ImportError:
             missing.append(name)
     if missing:
-        raise BadOptionError(f"serve needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
-                             "not installed.", INSTALL_HINT)  # fmt: skip
+        verb = "is" if len(missing) == 1 else "are"
+        raise BadOptionError(f"serve needs {' and '.join(missing)}, which {verb} not installed.", INSTALL_HINT)
 
 
 def make_server(app, scheduler, host: str, port: int, drain_s: float = DEFAULT_DRAIN_S, log_level: str = "warning"):
