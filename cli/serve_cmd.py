@@ -91,6 +91,7 @@ def serve(
 
     from accelerate_graph.common.devices import device_label
     from accelerate_graph.common.errors import BadOptionError
+    from accelerate_graph.models.recipes import RecipeDefaults
     from accelerate_graph.serve.assemble import assemble
     from accelerate_graph.serve.server import serve as run_server
 
@@ -102,6 +103,9 @@ def serve(
         overrides.update(dtype=dtype, device=device, fuse=fuse or None, emulate=emulate or None)
     request, source = request_for(model, plan, out, chosen, **overrides)
     request.per_row = True  # each row at its own position: requests join and leave at any step
+    if request.prompt_len is None and request.max_cache_len is not None:
+        # the capture's own check prompt: half a short cache, without the note naming --prompt-len (not an option here)
+        request.prompt_len = max(1, min(RecipeDefaults().prompt_len, request.max_cache_len // 2))
     if max_batch is not None and request.buckets and max_batch > max(request.buckets):
         raise BadOptionError(
             f"{{max_batch={max_batch}}} is more than the largest bucket ({max(request.buckets)}).",
