@@ -104,7 +104,7 @@ def serve(
     request, source = request_for(model, plan, out, chosen, **overrides)
     request.per_row = True  # each row at its own position: requests join and leave at any step
     if request.prompt_len is None and request.max_cache_len is not None:
-        # the capture's own check prompt: half a short cache, without the note naming --prompt-len (not an option here)
+        # the capture's check prompt: half a short cache (the note naming --prompt-len would not apply here)
         request.prompt_len = max(1, min(RecipeDefaults().prompt_len, request.max_cache_len // 2))
     if max_batch is not None and request.buckets and max_batch > max(request.buckets):
         raise BadOptionError(
