@@ -277,7 +277,8 @@ def _table(results: dict, modes: list[str]) -> None:
             cells = [r["ttft_ms_p50"], r["ttft_ms_p99"], r["itl_ms_p50"], r["itl_ms_p99"]]
             shown = " ".join(f"{'-' if c is None else f'{c:.1f}':>8}" for c in cells)
             print(
-                f"{mode:<9} {r['clients']:>7} {r['requests']:>8} {r['tokens']:>7} {r['tokens_per_s'] or 0:>8.1f} {shown}"
+                f"{mode:<9} {r['clients']:>7} {r['requests']:>8} {r['tokens']:>7} "
+                f"{r['tokens_per_s'] or 0:>8.1f} {shown}"
             )
 
 
