@@ -9,33 +9,24 @@ import threading
 
 import pytest
 import torch
-from serving import TRAINED_TINY, Engine, async_client, client, openai, running, wait_until
+from serving import (
+    Engine,
+    async_client,
+    client,
+    hf_greedy,
+    openai,
+    prompts_of_length,
+    running,
+    staggered,
+    staggered_work,
+    wait_until,
+)
 
 
 @pytest.fixture(scope="module")
 def reference():
-    """(tokenizer, greedy): HF's own generate() of one prompt alone, float32, as (text, completion tokens)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(TRAINED_TINY)
-    model = AutoModelForCausalLM.from_pretrained(TRAINED_TINY, dtype=torch.float32).eval()
-    eos = model.generation_config.eos_token_id
-
-    def greedy(ids: list[int], new: int) -> tuple[str, int]:
-        with torch.no_grad():
-            out = model.generate(torch.tensor([ids]), max_new_tokens=new, do_sample=False, pad_token_id=0)
-        made = out[0, len(ids) :].tolist()
-        kept = made[: made.index(eos)] if eos in made else made
-        return tokenizer.decode(kept, skip_special_tokens=True), len(made)
-
-    return tokenizer, greedy
-
-
-def _prompts(tokenizer, lengths: list[int]) -> list[list[int]]:
-    """Prompts of the model's own held-out text, of the given token lengths, each from its own place."""
-    text = (TRAINED_TINY / "held_out_sample.txt").read_text(encoding="utf-8")
-    ids = tokenizer(text)["input_ids"]
-    return [ids[37 * i : 37 * i + length] for i, length in enumerate(lengths)]
+    """(tokenizer, greedy): HF's own generate() of one prompt alone, float32 on the CPU."""
+    return hf_greedy(torch.device("cpu"))
 
 
 def slowed(engine, seconds: float = 0.02):
@@ -55,28 +46,10 @@ def slowed(engine, seconds: float = 0.02):
 
 def test_staggered_requests_of_different_lengths_each_match_generate_alone(prepared, reference):
     tokenizer, greedy = reference
-    lengths = [3, 70, 9, 41, 17, 5, 90, 28, 12, 55, 7, 33]  # more requests than rows, prompts of 1 to 6 chunks
-    prompts = _prompts(tokenizer, lengths)
-    new = [10 + (i * 7) % 23 for i in range(len(prompts))]
+    prompts, new = staggered_work(tokenizer)
     expected = [greedy(p, n) for p, n in zip(prompts, new)]
-
-    async def ask(api, name, number):
-        await asyncio.sleep(0.03 * number)  # staggered: each joins a batch already running
-        if number % 2:
-            chunks = [c async for c in await api.completions.create(
-                model=name, prompt=prompts[number], max_tokens=new[number], temperature=0, stream=True,
-                stream_options={"include_usage": True},
-            )]  # fmt: skip
-            return "".join(c.choices[0].text for c in chunks if c.choices), chunks[-1].usage.completion_tokens
-        done = await api.completions.create(model=name, prompt=prompts[number], max_tokens=new[number], temperature=0)
-        return done.choices[0].text, done.usage.completion_tokens
-
-    async def everyone(url, name):
-        api = async_client(url)
-        return await asyncio.gather(*(ask(api, name, i) for i in range(len(prompts))))
-
     with running(prepared) as (url, service):
-        got = asyncio.run(everyone(url, service.served.name))
+        got = asyncio.run(staggered(url, service.served.name, prompts, new))
         metrics = service.scheduler.metrics
         assert metrics.occupancy_sum * service.scheduler.max_rows / metrics.steps("decode") > 2  # rows decoded together
         assert wait_until(lambda: service.scheduler.engine.free_rows() == service.scheduler.engine.max_rows)
@@ -109,7 +82,7 @@ def test_a_client_that_leaves_frees_its_row_streamed_or_not(prepared):
 
 def test_a_failed_step_fails_only_its_requests_and_the_server_goes_on(prepared, reference):
     tokenizer, greedy = reference
-    (long_prompt,) = _prompts(tokenizer, [80])  # five chunks of 16: prefilling while the step fails
+    (long_prompt,) = prompts_of_length(tokenizer, [80])  # five chunks of 16: prefilling while the step fails
     engine = slowed(Engine(prepared, chunk=16))
     admit, prefill_chunk, decode = engine.admit, engine.prefill_chunk, engine.decode
     seen = {"long_row": None, "armed": False, "fired": False}
