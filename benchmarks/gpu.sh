@@ -24,7 +24,8 @@
 #             (scratch, not archived; each training.json is), then capture --fuse, verify --repeat 5,
 #             generate, eval --fuse on held-out text and the eval fault tests on each, side by side ~560 s
 #   serve     serve_load.py on $SERVE_RECIPE (llama-3.1-8b) with --fuse, prompt 128, output 128: our server at
-#             1, 8, 32, 64 clients, then (SERVE_MODES) our fixed-batch generate and HF's generate_batch   ~560 s
+#             1, 8, 32, 64 clients, then (SERVE_MODES) our fixed-batch generate and HF's generate_batch;
+#             SERVE_PARTS="load compare" (either alone: the second when the first left it no time)  ~560 s
 # More than one suite shares the deadline: a full run is one invocation per suite.
 # SET="name=value ..." passes `--set name=value` to every CLI call and profile_step.py (`cugraph-accel settings`).
 set -uo pipefail
@@ -263,8 +264,10 @@ open(sys.argv[1], "w").write("".join(load_corpus(64_000_000).held_out)[:400_000]
 serve_suite() {  # one server process, then the other ways in this one (each captures the recipe anew)
   local load=(python3 benchmarks/serve_load.py "${SERVE_RECIPE:-llama-3.1-8b}" --fuse --prompt-len 128 --output-len 128
     --max-cache-len 1024 --clients "${SERVE_CLIENTS:-1,8,32,64}" "${SET_ARGS[@]}")
-  part serve-load 240 420 "${load[@]}" --modes server --json "$WORK/serve-load.json"
-  part serve-compare 200 400 "${load[@]}" --modes "${SERVE_MODES:-generate,hf-batch}" --json "$WORK/serve-compare.json"
+  [[ " ${SERVE_PARTS:-load compare} " == *" load "* ]] &&
+    part serve-load 240 420 "${load[@]}" --modes server --json "$WORK/serve-load.json"
+  [[ " ${SERVE_PARTS:-load compare} " == *" compare "* ]] &&
+    part serve-compare 200 400 "${load[@]}" --modes "${SERVE_MODES:-generate,hf-batch}" --json "$WORK/serve-compare.json"
   grep -hE "^(mode|server|generate|hf-batch) " "$WORK/serve-load.log" "$WORK/serve-compare.log" 2>/dev/null | grep -v "{"
 }
 
