@@ -263,7 +263,7 @@ open(sys.argv[1], "w").write("".join(load_corpus(64_000_000).held_out)[:400_000]
 
 serve_suite() {  # one server process, then the other ways in this one (each captures the recipe anew)
   local load=(python3 benchmarks/serve_load.py "${SERVE_RECIPE:-llama-3.1-8b}" --fuse --prompt-len 128 --output-len 128
-    --max-cache-len 1024 --clients "${SERVE_CLIENTS:-1,8,32,64}" "${SET_ARGS[@]}")
+    --max-cache-len "${SERVE_CACHE:-1024}" --clients "${SERVE_CLIENTS:-1,8,32,64}" "${SET_ARGS[@]}")
   [[ " ${SERVE_PARTS:-load compare} " == *" load "* ]] &&
     part serve-load 240 420 "${load[@]}" --modes server --json "$WORK/serve-load.json"
   [[ " ${SERVE_PARTS:-load compare} " == *" compare "* ]] &&
