@@ -125,7 +125,10 @@ async def _client_load(url: str, name: str, work: list, clients: int) -> dict:
                     last = now
 
     started = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
+    try:
+        await asyncio.gather(*(client() for _ in range(clients)))
+    finally:
+        await api.close()  # inside this event loop: its connections cannot close after asyncio.run ends
     return row(clients, len(work), tokens[0], time.perf_counter() - started, ttft, itl)
 
 
