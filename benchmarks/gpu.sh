@@ -24,11 +24,14 @@
 #             into TRAINED_DIR (scratch, not archived; each training.json is), then capture --fuse, verify
 #             --repeat 5, generate, eval --fuse on held-out text, the eval fault tests, bf16 greedy agreement
 #             with HF (graphs and fused) and the verify faults on each, side by side ~560 s
+#   serve     serve_load.py on $SERVE_RECIPE (llama-3.1-8b) with --fuse, prompt 128, output 128: our server at
+#             1, 8, 32, 64 clients, then (SERVE_MODES) our fixed-batch generate and HF's generate_batch;
+#             SERVE_PARTS="load compare" (either alone: the second when the first left it no time)  ~560 s
 # More than one suite shares the deadline: a full run is one invocation per suite.
 # SET="name=value ..." passes `--set name=value` to every CLI call and profile_step.py (`cugraph-accel settings`).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-SUITES=(tests bench verify tune zoo faults profile generate tp trained)
+SUITES=(tests bench verify tune zoo faults profile generate tp trained serve)
 usage() { echo "usage: bash benchmarks/gpu.sh SUITE [SUITE...]; suites: ${SUITES[*]}" >&2; exit 2; }
 [ $# -gt 0 ] || usage
 for suite in "$@"; do
@@ -42,6 +45,9 @@ ARCHIVE="$OUT/results-$(IFS=-; echo "$*").tar.gz"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/cugraph-accel-gpu.XXXXXX")
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200}
 export TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
+# the server's pure-Python packages where the machine has no index: installed into .serve-deps beforehand
+# (benchmarks/README.md), after the machine's own packages on the path so those win
+[ -d .serve-deps ] && PYTHONPATH="$PYTHONPATH:$PWD/.serve-deps"
 # NVLink multicast off in NCCL and torch: the tensor-parallel paths do not use it
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # a cold inductor cache shared by every part of this run: the first compile of a step is in its setup time
@@ -261,6 +267,16 @@ open(sys.argv[1], "w").write("".join(load_corpus(64_000_000).held_out)[:400_000]
   done
   wait
   TABLES+=("verify $WORK" "agreement $WORK")
+}
+
+serve_suite() {  # one server process, then the other ways in this one (each captures the recipe anew)
+  local load=(python3 benchmarks/serve_load.py "${SERVE_RECIPE:-llama-3.1-8b}" --fuse --prompt-len 128 --output-len 128
+    --max-cache-len "${SERVE_CACHE:-1024}" --clients "${SERVE_CLIENTS:-1,8,32,64}" "${SET_ARGS[@]}")
+  [[ " ${SERVE_PARTS:-load compare} " == *" load "* ]] &&
+    part serve-load 240 420 "${load[@]}" --modes server --json "$WORK/serve-load.json"
+  [[ " ${SERVE_PARTS:-load compare} " == *" compare "* ]] &&
+    part serve-compare 200 400 "${load[@]}" --modes "${SERVE_MODES:-generate,hf-batch}" --json "$WORK/serve-compare.json"
+  grep -hE "^(mode|server|generate|hf-batch) " "$WORK/serve-load.log" "$WORK/serve-compare.log" 2>/dev/null | grep -v "{"
 }
 
 environment

@@ -19,6 +19,7 @@ from .errors import DEBUG_ENV
 from .eval_cmd import eval_command
 from .generate_cmd import generate
 from .recipes_cmd import recipes
+from .serve_cmd import serve
 from .settings_cmd import settings
 from .tune_cmd import tune
 from .verify_cmd import verify
@@ -68,6 +69,6 @@ def main(
     # --debug was taken out of the command line (wherever it stood) by DebugAnywhereGroup
 
 
-for command in (capture, verify, bench, generate, recipes, settings, tune, zoo):
+for command in (capture, verify, bench, generate, serve, recipes, settings, tune, zoo):
     app.command(cls=CheckedCommand)(command)
 app.command(name="eval", cls=CheckedCommand)(eval_command)  # `eval` would shadow the builtin as a function name

@@ -129,6 +129,10 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         "inductor's CPU code over FP8 layers (two minutes); the fused tests keep the compiled path fast",
     ),
     Exhaustive(
+        "tests/serve/test_soak.py::*",
+        "2,000 requests from 64 clients: over two minutes on two cores; the scheduling tests keep the server fast",
+    ),
+    Exhaustive(
         "tests/verify/test_calibrated_floor.py::test_*cache*",
         "a whole verify per model, layer and noise size; 3x and 1x at layer 0 of Llama stay fast",
         keep=("*fails[llama-0]", "*passes[0-1.0]"),

@@ -1,0 +1,289 @@
+"""Load on `cugraph-accel serve`, and the same requests through two other ways, at several client counts.
+
+Modes (--modes, any of):
+  server    `cugraph-accel serve MODEL` started here (or --url, one already running); N clients each stream
+            completions one after another through the OpenAI API (token-id prompts, greedy)
+  hf-batch  transformers' continuous batching, `model.generate_batch` (as installed), all requests at once
+            (each call sizes its own cache manager, inside its time; a warm-up call first)
+  generate  our fixed-batch generate: the captured graphs, N prompts a batch, one batch after another
+
+Each row: requests, generated tokens, tokens/s over the wall time, time to first token and inter-token latency
+p50/p99 (a server's gaps between streamed chunks; generate_batch's token timestamps; generate's step times).
+Prompt and output lengths are drawn uniformly within +-spread of their means (seeded).
+
+  python3 benchmarks/serve_load.py recipes/llama-3.1-8b.yaml --fuse --clients 1,8,32,64 --prompt-len 128 \\
+      --output-len 128 --json serve-load.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+MODES = ("server", "hf-batch", "generate")
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def workload(count: int, args, vocab: int, seed: int) -> list[tuple[list[int], int]]:
+    """`count` (prompt ids, output length) pairs: ids drawn from the vocabulary's first quarter past the
+    specials, lengths uniform within the spreads."""
+    draw = random.Random(seed)
+
+    def length(mean: int, spread: int) -> int:
+        return max(1, mean + draw.randint(-spread, spread))
+
+    top = max(16, vocab // 4)
+    return [
+        ([draw.randrange(8, top) for _ in range(length(args.prompt_len, args.prompt_spread))],
+         length(args.output_len, args.output_spread))
+        for _ in range(count)
+    ]  # fmt: skip
+
+
+def row(clients: int, requests: int, tokens: int, seconds: float, ttft: list[float], itl: list[float]) -> dict:
+    return {
+        "clients": clients,
+        "requests": requests,
+        "tokens": tokens,
+        "seconds": round(seconds, 3),
+        "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None,
+        "ttft_ms_p50": _ms(percentile(ttft, 50)),
+        "ttft_ms_p99": _ms(percentile(ttft, 99)),
+        "itl_ms_p50": _ms(percentile(itl, 50)),
+        "itl_ms_p99": _ms(percentile(itl, 99)),
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 2)
+
+
+# server -----------------------------------------------------------------------------------------------------
+
+
+def start_server(args) -> tuple[subprocess.Popen, str]:
+    command = [sys.executable, "-m", "cli", "serve", args.model, "--port", "0", "--max-batch", str(max(args.clients))]
+    command += ["--max-cache-len", str(args.max_cache_len), "--queue", str(max(args.clients) * 4)]
+    command += ["--fuse"] if args.fuse else []
+    for assignment in args.set or []:
+        command += ["--set", assignment]
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"}
+    )
+    deadline = time.monotonic() + args.server_timeout
+    for line in process.stdout:
+        print(line, end="", flush=True)
+        if line.startswith("serving ") and " on http://" in line:
+            return process, line.split(" on ", 1)[1].split()[0].removesuffix("/v1")
+        if time.monotonic() > deadline:
+            break
+    process.kill()
+    raise SystemExit(f"the server did not start (exit {process.wait()})")
+
+
+async def _client_load(url: str, name: str, work: list, clients: int) -> dict:
+    import openai
+
+    api = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
+    pending = list(reversed(work))
+    ttft, itl, tokens = [], [], [0]
+
+    async def client():
+        while pending:
+            prompt, new = pending.pop()
+            sent = time.perf_counter()
+            last = None
+            stream = await api.completions.create(
+                model=name, prompt=prompt, max_tokens=new, temperature=0, stream=True,
+                stream_options={"include_usage": True},
+            )  # fmt: skip
+            async for chunk in stream:
+                now = time.perf_counter()
+                if chunk.usage is not None:
+                    tokens[0] += chunk.usage.completion_tokens
+                if chunk.choices and chunk.choices[0].text:
+                    if last is None:
+                        ttft.append(now - sent)
+                    else:
+                        itl.append(now - last)
+                    last = now
+
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(client() for _ in range(clients)))
+    finally:
+        await api.close()  # inside this event loop: its connections cannot close after asyncio.run ends
+    return row(clients, len(work), tokens[0], time.perf_counter() - started, ttft, itl)
+
+
+def server_mode(args, vocab: int) -> list[dict]:
+    process, url = (None, args.url) if args.url else start_server(args)
+    try:
+        import urllib.request
+
+        with urllib.request.urlopen(f"{url}/v1/models", timeout=30) as answer:
+            name = json.loads(answer.read())["data"][0]["id"]
+        asyncio.run(_client_load(url, name, workload(2, args, vocab, 99), 2))  # warm-up
+        rows = []
+        for clients in args.clients:
+            work = workload(clients * args.per_client, args, vocab, clients)
+            rows.append(asyncio.run(_client_load(url, name, work, clients)))
+            print("server", rows[-1], flush=True)
+        return rows
+    finally:
+        if process is not None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(60)
+
+
+# transformers' generate_batch -------------------------------------------------------------------------------
+
+
+def hf_batch_mode(args, loaded) -> list[dict]:
+    from transformers import GenerationConfig
+
+    model = loaded.model
+    rows = []
+    for clients in args.clients:
+        work = workload(clients * args.per_client, args, _vocab(model), clients)
+        config = GenerationConfig(max_new_tokens=max(new for _, new in work), do_sample=False, eos_token_id=None)
+        model.generate_batch([ids for ids, _ in work[:clients]], generation_config=config)  # warm-up: kernels, graphs
+        started = time.perf_counter()
+        outputs = model.generate_batch([ids for ids, _ in work], generation_config=config, record_timestamps=True)
+        seconds = time.perf_counter() - started
+        ttft, itl, tokens = [], [], 0
+        for output in outputs.values():
+            stamps = output.timestamps or []
+            tokens += len(output.generated_tokens)
+            if stamps:
+                ttft.append(stamps[0] - output.created_time)
+                itl += [b - a for a, b in zip(stamps, stamps[1:])]
+        rows.append(row(clients, len(work), tokens, seconds, ttft, itl))
+        print("hf-batch", rows[-1], flush=True)
+    return rows
+
+
+# our fixed-batch generate -----------------------------------------------------------------------------------
+
+
+def generate_mode(args, prepared) -> list[dict]:
+    from accelerate_graph.generate.prompts import Tokens
+    from accelerate_graph.generate.run import GenerateJob, run_generate
+    from accelerate_graph.generate.sampling import Sampling
+
+    rows = []
+    for clients in args.clients:
+        work = workload(clients * args.per_client, args, prepared.session.vocab_size, clients)
+        warm = work[:clients]  # a batch of this size once first: its graphs and choice graphs captured
+        run_generate(prepared.graphs, GenerateJob(Tokens([ids for ids, _ in warm], None), 2, Sampling()))
+        ttft, itl, tokens = [], [], 0
+        started = time.perf_counter()
+        for first in range(0, len(work), clients):
+            batch = work[first : first + clients]
+            job = GenerateJob(Tokens([ids for ids, _ in batch], None), max(new for _, new in batch), Sampling())
+            generation = run_generate(prepared.graphs, job)
+            tokens += generation.new_tokens
+            ttft += [generation.first_token_seconds] * len(batch)
+            itl += [ms / 1000 for ms in generation.step_ms]
+        rows.append(row(clients, len(work), tokens, time.perf_counter() - started, ttft, itl))
+        print("generate", rows[-1], flush=True)
+    return rows
+
+
+def _vocab(model) -> int:
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model")
+    parser.add_argument("--modes", default="server,hf-batch,generate")
+    parser.add_argument("--clients", default="1,8,32,64")
+    parser.add_argument("--per-client", type=int, default=4, help="requests per client at each client count")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--prompt-spread", type=int, default=0)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--output-spread", type=int, default=0)
+    parser.add_argument("--max-cache-len", type=int, default=1024)
+    parser.add_argument("--fuse", action="store_true")
+    parser.add_argument("--set", action="append", metavar="NAME=VALUE")
+    parser.add_argument("--url", help="an already running server (mode server)")
+    parser.add_argument("--server-timeout", type=float, default=480, help="seconds the server may take to start")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    args.clients = [int(c) for c in args.clients.split(",")]
+    modes = args.modes.split(",")
+    if unknown := set(modes) - set(MODES):
+        parser.error(f"unknown mode(s) {', '.join(sorted(unknown))}; modes: {', '.join(MODES)}")
+    results = {"model": args.model, "fuse": args.fuse, "prompt_len": args.prompt_len, "output_len": args.output_len}
+    prepared = None
+    if "generate" in modes or "hf-batch" in modes:
+        from accelerate_graph import settings
+        from accelerate_graph.pipeline import CaptureRequest, prepare
+
+        chosen = settings.resolve(settings.parse_assignments(args.set or []))
+        buckets = tuple(sorted(set(args.clients)))
+        request = CaptureRequest(
+            model=args.model, buckets=buckets, max_cache_len=args.max_cache_len, fuse=args.fuse, settings=chosen
+        )
+        prepared = prepare(request) if "generate" in modes else None
+    if "server" in modes:
+        vocab = prepared.session.vocab_size if prepared else _peek_vocab(args.model)
+        results["server"] = server_mode(args, vocab)
+    if "generate" in modes:
+        results["generate"] = generate_mode(args, prepared)
+    if "hf-batch" in modes:
+        import torch
+
+        from accelerate_graph.common.devices import resolve_device, resolve_dtype
+        from accelerate_graph.models.loading import load_model
+
+        if prepared is not None:  # the graphs' memory goes back before HF's manager sizes its cache
+            del prepared
+            torch.cuda.empty_cache() if torch.cuda.is_available() else None
+        device = resolve_device("auto")
+        loaded = load_model(args.model, device, resolve_dtype("auto", device), "sdpa", None)
+        results["hf-batch"] = hf_batch_mode(args, loaded)
+    _table(results, modes)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+
+
+def _peek_vocab(model: str) -> int:
+    from accelerate_graph.models.limits import peek_config
+
+    config = peek_config(model, None)
+    return int(getattr(config, "vocab_size", 32000)) if config is not None else 32000
+
+
+def _table(results: dict, modes: list[str]) -> None:
+    print(f"{'mode':<9} {'clients':>7} {'requests':>8} {'tokens':>7} {'tok/s':>8} {'TTFT p50':>9} {'p99':>8} "
+          f"{'ITL p50':>8} {'p99':>8}  (ms)")  # fmt: skip
+    for mode in modes:
+        for r in results.get(mode, []):
+            cells = [r["ttft_ms_p50"], r["ttft_ms_p99"], r["itl_ms_p50"], r["itl_ms_p99"]]
+            shown = " ".join(f"{'-' if c is None else f'{c:.1f}':>8}" for c in cells)
+            print(
+                f"{mode:<9} {r['clients']:>7} {r['requests']:>8} {r['tokens']:>7} "
+                f"{r['tokens_per_s'] or 0:>8.1f} {shown}"
+            )
+
+
+if __name__ == "__main__":
+    main()
