@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_engine import EagerRowEngine
+
+from accelerate_graph.serve.engine import SlotEngine as Engine
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -19,15 +20,6 @@ openai = pytest.importorskip("openai")
 TRAINED_TINY = Path(__file__).resolve().parents[1] / "assets" / "trained-tiny-llama"
 BUCKETS = (1, 2, 4, 8)
 CACHE_LEN = 128
-
-# The engine the server drives: SlotEngine over the per-row graphs, or where its module is absent the eager
-# stand-in of the same API (the same tests pass on both).
-try:
-    from accelerate_graph.serve.engine import SlotEngine as Engine
-except ModuleNotFoundError as missing:
-    if missing.name != "accelerate_graph.serve.engine":
-        raise
-    Engine = EagerRowEngine
 
 
 @contextlib.contextmanager
