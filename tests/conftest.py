@@ -80,6 +80,18 @@ def pytest_collection_modifyitems(config, items):
             )
 
 
+@pytest.fixture
+def one_torch_thread():
+    """Torch on one thread for a test: on a shared two-core machine two threads spin against each other (a
+    folder's conftest makes it autouse where its tests are many small torch calls)."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """model_type -> a saved tiny model folder (built once per session)."""

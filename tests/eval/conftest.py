@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from accelerate_graph.training.save import HELD_OUT_SAMPLE
 
@@ -30,9 +29,5 @@ def eval_text(eval_model_dir) -> str:
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """Two torch threads on a shared two-core machine spin against each other (a tiny linear: 25 ms)."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+def _one_thread(one_torch_thread):
+    """Every test here on one torch thread (tests/conftest.py)."""

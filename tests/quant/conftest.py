@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 from fp8_checkpoints import write_fp8_checkpoint
 
 TRAINED_TINY = Path(__file__).resolve().parents[1] / "assets" / "trained-tiny-llama"
@@ -23,9 +22,5 @@ def fp8_checkpoint_dir(tmp_path_factory) -> str:
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """Two torch threads on a shared two-core machine spin against each other."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+def _one_thread(one_torch_thread):
+    """Every test here on one torch thread (tests/conftest.py)."""

@@ -3,17 +3,7 @@
 from __future__ import annotations
 
 import pytest
-import torch
 from serving import BUCKETS, CACHE_LEN, TRAINED_TINY, running
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Two torch threads on a shared two-core machine spin against each other."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +19,8 @@ def prepared():
 def server(prepared):
     with running(prepared) as (url, service):
         yield url, service
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
+    """Every test here on one torch thread (tests/conftest.py)."""
