@@ -18,6 +18,7 @@ from .options import (
     PlanOpt,
     RevisionOpt,
     SetOpt,
+    WeightsOpt,
     buckets_or_none,
 )
 from .output import Output
@@ -65,6 +66,7 @@ def serve(
     device: DeviceOpt = "auto",
     revision: RevisionOpt = None,
     emulate: EmulateFlag = False,
+    weights: WeightsOpt = None,
     assignments: SetOpt = None,
 ) -> None:
     """Serve MODEL (or a plan's model) over HTTP with OpenAI's API: /v1/completions, /v1/chat/completions,
@@ -98,7 +100,7 @@ def serve(
     from .common import prepare_with_progress, request_for
 
     out = Output(None)
-    overrides = dict(buckets=bucket_sizes, max_cache_len=max_cache_len, revision=revision)
+    overrides = dict(buckets=bucket_sizes, max_cache_len=max_cache_len, revision=revision, weights=weights)
     if model is not None and plan is None:
         overrides.update(dtype=dtype, device=device, fuse=fuse or None, emulate=emulate or None)
     request, source = request_for(model, plan, out, chosen, **overrides)

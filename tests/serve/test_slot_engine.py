@@ -182,3 +182,20 @@ def test_eager_attention_takes_an_additive_mask_and_decodes_the_same():
     engine = engine_on_session(model, EmulatedBackend(), fused=False)
     assert engine.session.rows_mask(torch.tensor([[1]]), 4).dtype == torch.float32
     assert run_script(engine).tokens == expected_tokens(model)
+
+
+def test_fp8_weights_serve_through_the_graphs_as_their_own_eager_steps(tiny_model_dir):
+    """`serve --weights fp8`: the per-row graphs of an FP8 model (bf16 activations) give the same tokens as
+    that model's own eager per-row steps (an eager plan), request for request."""
+
+    def tokens(mode: str) -> dict[str, list[int]]:
+        prepared = prepare(
+            CaptureRequest(
+                model=tiny_model_dir("llama"), buckets=(1, 4), max_cache_len=64, contexts=(16,), device="cpu",
+                dtype="bfloat16", emulate=True, per_row=True, weights="fp8", mode=mode,
+            )
+        )  # fmt: skip
+        assert any(type(m).__name__ == "Fp8Linear" for m in prepared.session.model.modules())
+        return run_script(SlotEngine(prepared, chunk=4)).tokens
+
+    assert tokens("auto") == tokens("eager")
