@@ -10,7 +10,7 @@
 #   tests     every cuda-marked test but the real-size recipes, in WORKERS (8) processes, then the
 #             tests marked alone by themselves; RUNS=n repeats it (TESTS="paths": only those) ~300 s
 #   bench     bench --compare graph,fused at buckets 1,8,32: llama-3.2-1b at a KV cache of 16,384,
-#             qwen2.5-0.5b and llama-3.1-8b at 1,024; a table of ms per step last                   ~510 s
+#             qwen2.5-0.5b and llama-3.1-8b at 1,024 (BENCH_ENTRIES model:cache[:fp8]); ms per step ~510 s
 #   verify    capture --fuse + verify --repeat $REPEAT (default 2) of every recipe, in three lanes
 #             side by side on the one GPU (VERIFY_ENTRIES; see verify_lane)                          ~560 s
 #   tune      cugraph-accel tune $TUNE_RECIPE (default qwen2.5-0.5b), then a bench in a new process
@@ -122,13 +122,15 @@ tests_suite() {
 }
 
 bench_suite() {  # most wanted first: the 1B at 16,384 is the published batch-1 comparison
-  local entry model cache files=()
+  local entry model cache weights name files=()
+  # model:cache[:weights]: weights fp8 or fp8-block adds --weights (the same model twice compares them)
   for entry in ${BENCH_ENTRIES:-llama-3.2-1b:16384 qwen2.5-0.5b:1024 llama-3.1-8b:1024}; do
-    IFS=: read -r model cache <<< "$entry"
-    part "bench-$model" 60 170 "${CLI[@]}" bench "$model" --compare "${BENCH_COMPARE:-graph,fused}" --buckets 1,8,32 \
-      --context "$cache" --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" \
-      --json "$WORK/bench-$model.json" --csv "$WORK/bench-$model.csv"
-    files+=("$WORK/bench-$model.csv")
+    IFS=: read -r model cache weights <<< "$entry"
+    name=$model${weights:+-$weights}
+    part "bench-$name" 60 170 "${CLI[@]}" bench "$model" --compare "${BENCH_COMPARE:-graph,fused}" --buckets 1,8,32 \
+      --context "$cache" --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" ${weights:+--weights "$weights"} \
+      --json "$WORK/bench-$name.json" --csv "$WORK/bench-$name.csv"
+    files+=("$WORK/bench-$name.csv")
   done
   TABLES+=("bench ${files[*]}")
 }
