@@ -45,8 +45,8 @@ ARCHIVE="$OUT/results-$(IFS=-; echo "$*").tar.gz"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/cugraph-accel-gpu.XXXXXX")
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200}
 export TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
-# the server's pure-Python packages where the machine has no index: installed into .serve-deps beforehand
-# (benchmarks/README.md), after the machine's own packages on the path so those win
+# the server's packages where the machine has no index: built into .serve-deps beforehand (benchmarks/README.md),
+# without those the machine has, so its own are the ones found
 [ -d .serve-deps ] && PYTHONPATH="$PYTHONPATH:$PWD/.serve-deps"
 # NVLink multicast off in NCCL and torch: the tensor-parallel paths do not use it
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
