@@ -18,11 +18,11 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from accelerate_graph.quant import fp8_skinny, fp8_w8a8
 from accelerate_graph.quant.fp8_reference import reference_fp8_matmul
 
 # Rows up to which the skinny kernel runs (decode batches); above, the FP8 matmul of cuBLASLt. Not measured yet.
 SKINNY_MAX_ROWS = 16
+WEIGHT_ELEMENTS_LIMIT = 2**31  # the skinny kernel's offsets are 32-bit
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -31,6 +31,9 @@ def _rows(x: Tensor) -> int:
 
 
 def _body(x: Tensor, weight: Tensor, scale: Tensor, block: Optional[int], bias: Optional[Tensor]) -> Tensor:  # noqa: UP045
+    # the kernels' modules load on the first call: a model loaded with FP8 layers imports no Triton code until then
+    from accelerate_graph.quant import fp8_skinny, fp8_w8a8
+
     rows = _rows(x)
     if fp8_skinny.runs_triton(x) and 0 < rows <= SKINNY_MAX_ROWS:
         return fp8_skinny.launch(x, weight, scale, block, bias)
@@ -60,7 +63,7 @@ def check(x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Ten
         raise ValueError(f"x {tuple(x.shape)} / {x.dtype} does not fit a weight of K={k} (bf16, fp16 or fp32)")
     if not weight.is_contiguous():
         raise ValueError("the weight must be contiguous (row-major [N, K])")
-    if n * k >= fp8_skinny.WEIGHT_ELEMENTS_LIMIT:
+    if n * k >= WEIGHT_ELEMENTS_LIMIT:
         raise ValueError("weights of 2**31 elements or more are not supported (32-bit offsets)")
     if block is None:
         expected = (n,)

@@ -24,7 +24,6 @@ except ImportError:  # no triton: fp8_matmul runs its other paths
 
 SHIPPED_DIR = Path(__file__).with_name("tables")
 TABLE_PREFIX = "fp8-"
-WEIGHT_ELEMENTS_LIMIT = 2**31  # the kernel's offsets are 32-bit
 
 _TABLES: dict[str, dict[str, SkinnyConfig]] = {}  # device name -> entries (user's over shipped)
 _NAMES: dict[int, str] = {}  # CUDA device index -> name
