@@ -45,9 +45,11 @@ ARCHIVE="$OUT/results-$(IFS=-; echo "$*").tar.gz"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/cugraph-accel-gpu.XXXXXX")
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200}
 export TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
-# the server's packages where the machine has no index: built into .serve-deps beforehand (benchmarks/README.md),
-# without those the machine has, so its own are the ones found
-[ -d .serve-deps ] && PYTHONPATH="$PYTHONPATH:$PWD/.serve-deps"
+# the server's packages where the machine lacks them: built into .serve-deps beforehand for its Python
+# (benchmarks/README.md), without those the machine has; a machine with its own server packages keeps them
+if [ -d .serve-deps ] && ! python3 -c "import fastapi, uvicorn, openai" 2>/dev/null; then
+  PYTHONPATH="$PYTHONPATH:$PWD/.serve-deps"
+fi
 # NVLink multicast off in NCCL and torch: the tensor-parallel paths do not use it
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # a cold inductor cache shared by every part of this run: the first compile of a step is in its setup time
