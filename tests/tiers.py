@@ -79,12 +79,9 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         keep=("*[2-72]", "*[1-32]"),
     ),
     Exhaustive(
-        "tests/distributed/test_tp_cpu.py::test_generate_at_tp2_gives_tp1s_greedy_tokens",
-        "generates at tp 1 and tp 2 (four rank processes); capture, verify and bench at tp 2 stay fast",
-    ),
-    Exhaustive(
-        "tests/distributed/test_tp_cpu.py::test_fused_capture_at_tp2_runs_the_layer_program_with_the_ranks_summed",
-        "inductor on two ranks; capture and verify at tp 2 stay fast, the fused tests cover the layer program",
+        "tests/distributed/test_tp_cpu.py::*",
+        "whole commands on two rank processes (a minute each on two cores); test_tp_failures.py keeps the ranks' "
+        "launch and capture fast, test_tp_units.py the split model and its emulated collectives",
     ),
     Exhaustive(
         "tests/bench/test_gpu_entry.py::test_a_suite_run_writes_one_archive_and_ends_with_its_tables",
@@ -97,10 +94,6 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
     Exhaustive(
         "tests/bench/test_first_token.py::test_a_failing_process_is_its_exit_and_last_line_and_exit_1",
         "a second child process; the tiny recipe's first-token run keeps the module fast",
-    ),
-    Exhaustive(
-        "tests/distributed/test_tp_cpu.py::test_bench_at_tp2_floors_the_bytes_one_rank_moves_with_the_one_shot_op",
-        "bench on two rank processes; capture and verify at tp 2 stay fast",
     ),
     Exhaustive(
         "tests/fused/kernels/test_decode_attention.py::test_inductor_passes_the_cache_itself_not_a_copy",
