@@ -282,7 +282,7 @@ def _kept(merged: torch.Tensor | None, modules, name: str) -> bool:
     return at == merged.shape[0]
 
 
-def mergeable(modules) -> bool:
+def _mergeable(modules) -> bool:
     """Whether `modules`' weights can be one matrix: plain weights always, FP8 ones where their scales can be
     one too: per channel, or per block where no block row spans two parts (each N but the last a multiple
     of the block)."""
@@ -292,9 +292,9 @@ def mergeable(modules) -> bool:
 
 def _merge(owner: torch.nn.Module, modules, buffers: dict[str, str]) -> None:
     """Each module attribute of `buffers` (attribute -> buffer name) concatenated as `owner`'s non-persistent
-    buffer, unless intact already; None buffers where `modules` are not `mergeable` (the ops then get each
+    buffer, unless intact already; None buffers where `modules` are not `_mergeable` (the ops then get each
     module's own weight). Scales are FP8 layers' alone: a plain layer's scale buffer is None."""
-    merge = mergeable(modules)
+    merge = _mergeable(modules)
     if merge and all(_kept(getattr(owner, buffer, None), modules, name) for name, buffer in buffers.items()):
         return
     for name, buffer in buffers.items():
@@ -333,9 +333,9 @@ def kept_apart(layer: torch.nn.Module) -> list[str]:
 
 
 def _projection_kind(module) -> str | tuple[str, int | None] | None:
-    """ "linear" for a plain nn.Linear over floating-point weights, ("fp8", block) for an Fp8Linear over e4m3
-    weights, else None: this forward calls F.linear or fp8_matmul on the weight itself, so a subclass with its
-    own forward (a quantized one: bitsandbytes' Linear4bit packs its weight) is not taken."""
+    """A projection's kind: "linear" for a plain nn.Linear over floating-point weights, ("fp8", block) for an
+    Fp8Linear over e4m3 weights, else None: this forward calls F.linear or fp8_matmul on the weight itself,
+    so a subclass with its own forward (a quantized one: bitsandbytes' Linear4bit packs its weight) is not."""
     if type(module) is torch.nn.Linear and module.weight.dtype.is_floating_point:
         return "linear"
     if type(module) is Fp8Linear and module.weight.dtype == E4M3:
