@@ -118,8 +118,9 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         keep=("*pass[fp8-block-cpu]", "*case[fp8-cpu]", "*-cuda]"),
     ),
     Exhaustive(
-        "tests/quant/test_fp8_fused.py::test_fp8_layers_compile_with_hfs_forward_and_match_eager",
-        "inductor's CPU code over FP8 layers (two minutes); the fused tests keep the compiled path fast",
+        "tests/quant/test_fp8_fused.py::test_cli_fuse_with_fp8_weights_runs_the_layer_program_and_verifies",
+        "inductor's CPU code over the FP8 layer program, then a verify (two minutes); the eager-backend FP8 "
+        "program tests stay fast",
     ),
     Exhaustive(
         "tests/serve/test_soak.py::*",

@@ -9,7 +9,8 @@ operations runs (the torch reference here, or Triton kernels that read each weig
 
 Only layers whose forward is known to be exactly this sequence take it (`program_for`); every other
 layer, and every step with more than one token (the prompt), keeps HF's forward. `verify` judges the
-result like any other graph.
+result like any other graph. The projections are plain nn.Linear layers, or all FP8 (quant/fp8_linear.py,
+one scheme): then each projection is one call of the FP8 product (`fp8_matmul`) after the norm.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -24,6 +26,9 @@ from accelerate_graph.compat.torch_internals import has_call_hooks
 from accelerate_graph.compat.transformers_internals import static_layer_write
 from accelerate_graph.fused.grouped_attention import grouped_decode_attention
 from accelerate_graph.fused.kernels import configs, skinny_matmul
+from accelerate_graph.quant.fp8_format import E4M3
+from accelerate_graph.quant.fp8_linear import Fp8Linear
+from accelerate_graph.quant.fp8_matmul import fp8_matmul
 from accelerate_graph.settings import SKINNY_OPS, current
 
 # Decoder layers whose forward is the sequence above with a Llama RMSNorm (x * rsqrt, cast, * w),
@@ -40,13 +45,38 @@ class LayerOps:
     """How the four folded operations run (fused/kernels/skinny_matmul.py: the Triton kernels and their
     torch references, which define the rounding), for Llama's RMSNorm and SiLU. `merged`: q/k/v and
     gate/up run as one projection each, over weights `merge_projections` concatenated once; then
-    norm_projections gets the one q/k/v weight and norm_gate_up the one gate/up weight (w_up None)."""
+    norm_projections gets the one q/k/v weight and norm_gate_up the one gate/up weight (w_up None).
+    `fp8`: the ops also take `Fp8Weight`s, so layers of FP8 projections run the program under them."""
 
     name: str
     norm_projections: Callable
     linear_residual: Callable
     norm_gate_up: Callable
     merged: bool = False
+    fp8: bool = False
+
+
+class Fp8Weight(NamedTuple):
+    """An FP8 projection's weight as the ops take it (quant/fp8_format.py): e4m3 [N, K], its float32 scale
+    ([N] per channel, or per `block` x `block` block) and the block (None: per channel)."""
+
+    weight: torch.Tensor
+    scale: torch.Tensor
+    block: int | None
+
+
+def _weight(module: torch.nn.Module) -> torch.Tensor | Fp8Weight:
+    """What the ops multiply by for a projection `program_for` took."""
+    if isinstance(module, Fp8Linear):
+        return Fp8Weight(module.weight, module.scale, module.block)
+    return module.weight
+
+
+def _project(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ W^T (+ bias) in x's dtype, as HF's Linear or Fp8Linear rounds it."""
+    if isinstance(weight, Fp8Weight):
+        return fp8_matmul(x, weight.weight, weight.scale, weight.block, bias)
+    return torch.nn.functional.linear(x, weight, bias)
 
 
 def _ops(name: str, norm_projections, linear_residual, norm_gate_up) -> LayerOps:
@@ -71,6 +101,7 @@ REFERENCE_OPS = _ops(
 # own weights become views of the concatenation, so memory does not grow and HF's forward (the prompt,
 # verify's eager run) reads the same numbers.
 MERGED_QKV, MERGED_QKV_BIAS, MERGED_GATE_UP = "cugraph_qkv_weight", "cugraph_qkv_bias", "cugraph_gate_up_weight"
+MERGED_QKV_SCALE, MERGED_GATE_UP_SCALE = "cugraph_qkv_scale", "cugraph_gate_up_scale"  # FP8 layers' scales
 
 
 # At batch 1 each projection is a GEMV: our skinny kernels (the norm and the residual folded in) at the
@@ -178,17 +209,20 @@ def _skinny(x: torch.Tensor, op: str, ns: tuple[int, ...]) -> bool:
     return _skinny_at(op, ns, int(x.shape[-1]), x.shape[0])
 
 
+# FP8 weights never take the skinny kernels here (they read the model's dtype): fp8_matmul picks its own path
+# per call, a skinny FP8 kernel at decode's rows on a GPU.
 def _merged_projections(x, norm_weight, eps, weights, biases):
-    if _skinny(x, "proj", tuple(int(w.shape[0]) for w in weights)):
+    fp8 = isinstance(weights[0], Fp8Weight)
+    if not fp8 and _skinny(x, "proj", tuple(int(w.shape[0]) for w in weights)):
         return skinny_matmul.norm_projections(x, norm_weight, eps, "llama", weights, biases)
     xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
-    return tuple(torch.nn.functional.linear(xn, w, b) for w, b in zip(weights, biases))
+    return tuple(_project(xn, w, b) for w, b in zip(weights, biases))
 
 
 def _merged_linear_residual(x, weight, bias, residual):
-    if _skinny(x, "residual", (int(weight.shape[0]),)):
+    if not isinstance(weight, Fp8Weight) and _skinny(x, "residual", (int(weight.shape[0]),)):
         return skinny_matmul.linear_residual(x, weight, bias, residual)
-    return residual + torch.nn.functional.linear(x, weight, bias)
+    return residual + _project(x, weight, bias)
 
 
 # At batch 1, where the skinny kernels do not run, the projections are inductor's GEMVs (gemv_lowering).
@@ -197,18 +231,26 @@ def _merged_linear_residual(x, weight, bias, residual):
 
 
 def _merged_gate_up(x, norm_weight, eps, w_gate_up, w_up):
-    gate_half, up_half = w_gate_up.chunk(2)  # w_up is None: both halves are in w_gate_up
+    """w_up None: both halves are in w_gate_up (merge_projections); else the two weights, kept apart."""
+    if isinstance(w_gate_up, Fp8Weight):  # one FP8 call over both halves, or one for each weight
+        xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
+        if w_up is None:
+            gate, up = _project(xn, w_gate_up).chunk(2, dim=-1)
+        else:
+            gate, up = _project(xn, w_gate_up), _project(xn, w_up)
+        return torch.nn.functional.silu(gate) * up
+    gate_half, up_half = w_gate_up.chunk(2) if w_up is None else (w_gate_up, w_up)
     if _skinny(x, "gate_up", (int(gate_half.shape[0]),)):
         return skinny_matmul.norm_gate_up(x, norm_weight, eps, "llama", gate_half, up_half, "silu")
     xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
-    if xn.shape[0] == 1:
+    if xn.shape[0] == 1 or w_up is not None:
         gate, up = torch.nn.functional.linear(xn, gate_half), torch.nn.functional.linear(xn, up_half)
     else:
         gate, up = torch.nn.functional.linear(xn, w_gate_up).chunk(2, dim=-1)
     return torch.nn.functional.silu(gate) * up
 
 
-MERGED_OPS = LayerOps("merged", _merged_projections, _merged_linear_residual, _merged_gate_up, merged=True)
+MERGED_OPS = LayerOps("merged", _merged_projections, _merged_linear_residual, _merged_gate_up, merged=True, fp8=True)
 
 
 def _concatenated(modules, name: str) -> torch.Tensor | None:
@@ -227,7 +269,7 @@ def _concatenated(modules, name: str) -> torch.Tensor | None:
 def _kept(merged: torch.Tensor | None, modules, name: str) -> bool:
     """Whether each module's `name` is still the rows of `merged` it was made into. `.to()`, `.half()` or a
     new Parameter give a module a tensor of its own, and the concatenation would then read stale numbers."""
-    tensors = [getattr(m, name) for m in modules]
+    tensors = [getattr(m, name, None) for m in modules]
     if merged is None:
         return any(t is None for t in tensors)  # what _concatenated leaves unmerged
     at = 0
@@ -240,34 +282,81 @@ def _kept(merged: torch.Tensor | None, modules, name: str) -> bool:
     return at == merged.shape[0]
 
 
+def _mergeable(modules) -> bool:
+    """Whether `modules`' weights can be one matrix: plain weights always, FP8 ones where their scales can be
+    one too: per channel, or per block where no block row spans two parts (each N but the last a multiple
+    of the block)."""
+    block = getattr(modules[0], "block", None)
+    return block is None or all(m.out_features % block == 0 for m in modules[:-1])
+
+
+def _merge(owner: torch.nn.Module, modules, buffers: dict[str, str]) -> None:
+    """Each module attribute of `buffers` (attribute -> buffer name) concatenated as `owner`'s non-persistent
+    buffer, unless intact already; None buffers where `modules` are not `_mergeable` (the ops then get each
+    module's own weight). Scales are FP8 layers' alone: a plain layer's scale buffer is None."""
+    merge = _mergeable(modules)
+    if merge and all(_kept(getattr(owner, buffer, None), modules, name) for name, buffer in buffers.items()):
+        return
+    for name, buffer in buffers.items():
+        has = all(hasattr(m, name) for m in modules)
+        owner.register_buffer(buffer, _concatenated(modules, name) if merge and has else None, persistent=False)
+
+
 def merge_projections(layer: torch.nn.Module) -> None:
-    """Concatenate q/k/v's weights (and biases) and gate/up's, as non-persistent buffers of the attention
-    and MLP modules; each projection's weight becomes a view of its rows. Idempotent: merged again only
-    where a module's weight is no longer its view (after `.to(...)`, say)."""
+    """Concatenate q/k/v's weights (and biases; FP8 layers' scales too) and gate/up's, as non-persistent
+    buffers of the attention and MLP modules; each projection's weight becomes a view of its rows. Idempotent:
+    merged again only where a module's weight is no longer its view (after `.to(...)`, say)."""
     attention, mlp = layer.self_attn, layer.mlp
-    projections = (attention.q_proj, attention.k_proj, attention.v_proj)
-    if not (
-        _kept(getattr(attention, MERGED_QKV, None), projections, "weight")
-        and _kept(getattr(attention, MERGED_QKV_BIAS, None), projections, "bias")
-    ):
-        attention.register_buffer(MERGED_QKV, _concatenated(projections, "weight"), persistent=False)
-        attention.register_buffer(MERGED_QKV_BIAS, _concatenated(projections, "bias"), persistent=False)
-    if not _kept(getattr(mlp, MERGED_GATE_UP, None), (mlp.gate_proj, mlp.up_proj), "weight"):
-        mlp.register_buffer(MERGED_GATE_UP, _concatenated((mlp.gate_proj, mlp.up_proj), "weight"), persistent=False)
-
-
-def _is_linear(module, bias_allowed: bool) -> bool:
-    """A plain nn.Linear over floating-point weights: this forward calls F.linear on the weight itself, so
-    a subclass with its own forward (a quantized one: bitsandbytes' Linear4bit packs its weight) is not."""
-    return (
-        type(module) is torch.nn.Linear
-        and module.weight.dtype.is_floating_point
-        and (bias_allowed or module.bias is None)
+    _merge(
+        attention,
+        (attention.q_proj, attention.k_proj, attention.v_proj),
+        {"weight": MERGED_QKV, "bias": MERGED_QKV_BIAS, "scale": MERGED_QKV_SCALE},
     )
+    _merge(mlp, (mlp.gate_proj, mlp.up_proj), {"weight": MERGED_GATE_UP, "scale": MERGED_GATE_UP_SCALE})
 
 
-def program_for(layer: torch.nn.Module) -> bool:
-    """Whether `layer` is exactly the sequence this module writes out (else HF's forward runs)."""
+def _merged_weight(owner: torch.nn.Module, weight: str, scale: str, first: torch.nn.Module):
+    """The concatenation merge_projections made of a group whose first module is `first` (an Fp8Weight for
+    FP8 layers), or None where it made none."""
+    merged = getattr(owner, weight, None)
+    if merged is None or not isinstance(first, Fp8Linear):
+        return merged
+    return Fp8Weight(merged, getattr(owner, scale), first.block)
+
+
+def kept_apart(layer: torch.nn.Module) -> list[str]:
+    """The groups ("q/k/v", "gate/up") of `layer` that merge_projections left as separate projections (FP8
+    block scales whose block rows would span two parts), for notes."""
+    attention, mlp = layer.self_attn, layer.mlp
+    groups = {"q/k/v": (attention, MERGED_QKV), "gate/up": (mlp, MERGED_GATE_UP)}
+    return [name for name, (owner, buffer) in groups.items() if getattr(owner, buffer, None) is None]
+
+
+def _projection_kind(module) -> str | tuple[str, int | None] | None:
+    """A projection's kind: "linear" for a plain nn.Linear over floating-point weights, ("fp8", block) for an
+    Fp8Linear over e4m3 weights, else None: this forward calls F.linear or fp8_matmul on the weight itself,
+    so a subclass with its own forward (a quantized one: bitsandbytes' Linear4bit packs its weight) is not."""
+    if type(module) is torch.nn.Linear and module.weight.dtype.is_floating_point:
+        return "linear"
+    if type(module) is Fp8Linear and module.weight.dtype == E4M3:
+        return ("fp8", module.block)
+    return None
+
+
+def _projections_taken(attention, mlp, fp8: bool) -> bool:
+    """q/k/v/o and gate/up/down all plain Linear layers, or (`fp8`) all FP8 layers of one scheme; no bias on
+    gate or up."""
+    projections = [getattr(attention, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
+    projections += [getattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")]
+    kinds = {_projection_kind(p) for p in projections}
+    if len(kinds) != 1 or None in kinds or (kinds != {"linear"} and not fp8):
+        return False
+    return mlp.gate_proj.bias is None and mlp.up_proj.bias is None
+
+
+def program_for(layer: torch.nn.Module, fp8: bool = True) -> bool:
+    """Whether `layer` is exactly the sequence this module writes out (else HF's forward runs); `fp8`: whether
+    layers of FP8 projections are taken (the ops in use take them, LayerOps.fp8)."""
     if type(layer).__name__ not in LLAMA_FAMILY:
         return False
     if {name for name, _ in layer.named_children()} != _LAYER_CHILDREN:
@@ -277,13 +366,7 @@ def program_for(layer: torch.nn.Module) -> bool:
         return False  # q_norm/k_norm (Qwen3) or anything else this forward would skip
     if {name for name, _ in mlp.named_children()} != _MLP_CHILDREN:
         return False
-    if not all(_is_linear(getattr(attention, n), True) for n in ("q_proj", "k_proj", "v_proj")):
-        return False
-    if not _is_linear(attention.o_proj, True) or not all(
-        _is_linear(getattr(mlp, n), False) for n in ("gate_proj", "up_proj")
-    ):
-        return False
-    if not _is_linear(mlp.down_proj, True):
+    if not _projections_taken(attention, mlp, fp8):
         return False
     called = (attention.o_proj, mlp.down_proj)  # run as modules when hooked (_output_projection)
     if any(has_call_hooks(m) for m in layer.modules() if m not in called):
@@ -308,20 +391,21 @@ def _output_projection(module, x, residual, ops: LayerOps):
     (distributed/sharding.py); else the op that folds the residual add in."""
     if has_call_hooks(module):
         return residual + module(x)
-    return ops.linear_residual(x, module.weight, module.bias, residual)
+    return ops.linear_residual(x, _weight(module), module.bias, residual)
 
 
 def _projected_rotated_written(layer, x, batch, tokens, cos, sin, cache, ops: LayerOps, advance: bool):
     """q [b, Hq, t, d] after its rotary embedding, and the cache's keys and values with the step's k (after
     its rotary embedding) and v written in: norm, q/k/v projections, rotary and cache write as HF's layer."""
     attention, first = layer.self_attn, layer.input_layernorm
-    if ops.merged:  # one projection over the concatenated weights, split after
-        weights, biases = (getattr(attention, MERGED_QKV),), (getattr(attention, MERGED_QKV_BIAS),)
+    merged = _merged_weight(attention, MERGED_QKV, MERGED_QKV_SCALE, attention.q_proj) if ops.merged else None
+    if merged is not None:  # one projection over the concatenated weights, split after
+        weights, biases = (merged,), (getattr(attention, MERGED_QKV_BIAS),)
     else:
-        weights = (attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight)
+        weights = tuple(_weight(p) for p in (attention.q_proj, attention.k_proj, attention.v_proj))
         biases = (attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias)
     projected = ops.norm_projections(x, first.weight, first.variance_epsilon, weights, biases)
-    if ops.merged:
+    if merged is not None:
         sizes = (attention.q_proj.out_features, attention.k_proj.out_features, attention.v_proj.out_features)
         projected = projected[0].split(sizes, dim=-1)
     q, k, v = projected
@@ -347,7 +431,8 @@ def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cach
     out, _ = grouped_decode_attention(attention, q, k, v, attention_mask, scaling=attention.scaling)
     h = _output_projection(attention.o_proj, out.reshape(batch * tokens, -1), x, ops)
     second = layer.post_attention_layernorm
-    w_gate, w_up = (getattr(mlp, MERGED_GATE_UP), None) if ops.merged else (mlp.gate_proj.weight, mlp.up_proj.weight)
+    merged = _merged_weight(mlp, MERGED_GATE_UP, MERGED_GATE_UP_SCALE, mlp.gate_proj) if ops.merged else None
+    w_gate, w_up = (merged, None) if merged is not None else (_weight(mlp.gate_proj), _weight(mlp.up_proj))
     gated = ops.norm_gate_up(h, second.weight, second.variance_epsilon, w_gate, w_up)
     out = _output_projection(mlp.down_proj, gated, h, ops)
     return out.view(batch, tokens, hidden)

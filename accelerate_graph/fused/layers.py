@@ -48,13 +48,14 @@ from accelerate_graph.fused.layer_program import (
     MERGED_OPS,
     LayerOps,
     decode_layer,
+    kept_apart,
     layer_at_batch_1_is_skinny,
     merge_projections,
     program_for,
 )
 from accelerate_graph.fused.lm_head import lm_head_kernel
 from accelerate_graph.fused.rotary_table import rotary_tables
-from accelerate_graph.quant.quantize import fp8_layers
+from accelerate_graph.quant.quantize import fp8_scheme
 
 # Our graphs, not inductor's; no padding of matmuls (its pass guards on the context length: a recompilation
 # per context bucket); combo kernels run each layer's rotary and cache writes as one launch instead of three.
@@ -261,7 +262,9 @@ class FusedForward:
         # layer_program.py's merged forward (q/k/v and gate/up one projection each: Qwen2.5-0.5B's batch 8
         # 1.513 -> 1.268 ms on the H200), for the layers it covers; the others keep HF's forward
         self.ops = ops if ops is not None else MERGED_OPS
-        self.programmed = self.ops is not None and all(program_for(layer) for layer in self.layers)
+        self.programmed = self.ops is not None and all(program_for(layer, self.ops.fp8) for layer in self.layers)
+        # FP8 layers run the program with the FP8 product (fp8_matmul) for every projection, not the skinny kernels
+        self.fp8 = fp8_scheme(self.layers[0]) if self.programmed else None
         self.device = next(model.parameters()).device
         self.tuned = tune_pays(model, self.settings.inductor_tuning, self._batch_1_is_skinny())
         self.pdl = pdl.active(self.device)
@@ -289,8 +292,8 @@ class FusedForward:
         self.causal_mask = CausalMaskStandIn(hf_create_causal_mask()) if self.settings.mask_kernel else None
 
     def _on_skinny_path(self) -> bool:
-        """The merged layer program on a CUDA device: where the skinny kernels may run."""
-        return self.programmed and self.ops.merged and self.device.type == "cuda"
+        """The merged layer program over plain weights on a CUDA device: where the skinny kernels may run."""
+        return self.programmed and self.ops.merged and self.device.type == "cuda" and self.fp8 is None
 
     def _batch_class(self, batch: int) -> tuple:
         """Batches of one class share a compiled graph: batch 1 (a specialised size), and above it one class
@@ -310,8 +313,13 @@ class FusedForward:
 
     def _kind(self) -> str:
         kind = f"the layer program, {self.ops.name}" if self.programmed else "HF's layer forward"
-        if not self.programmed and fp8_layers(self.layers[0]):
-            kind += " (FP8 layers: the layer program merges plain Linear weights only)"
+        if self.fp8:
+            kind += f", FP8 weights ({self.fp8}"
+            apart = kept_apart(self.layers[0]) if self.ops.merged else []
+            if apart:
+                block = self.layers[0].self_attn.q_proj.block
+                kind += f"; {' and '.join(apart)} kept apart: an output size not a whole number of {block}-row blocks"
+            kind += ")"
         skinny = self._on_skinny_path()
         if self._batch_1_is_skinny():
             kind += ", skinny GEMV kernels at batch 1"

@@ -1,7 +1,7 @@
 """FP8 weights on a CUDA GPU (skipped without one): an FP8 checkpoint loads onto the device as our layers with
 the CPU emulation's logits (within bf16 rounding of the GPU's product), and plans captured with FP8 weights,
-plain and fused, verify against the FP8 model's own eager run; eval's FP8 arm lies further from the bf16
-model's float32 reference than bf16 eager."""
+plain and fused (the layer program over the FP8 layers), verify against the FP8 model's own eager run; eval's
+FP8 arm lies further from the bf16 model's float32 reference than bf16 eager."""
 
 import pytest
 import torch
@@ -38,6 +38,10 @@ def test_fp8_plans_verify_on_the_gpu(trained_tiny, tmp_path, scheme, fuse):
     request.inductor_cache = str(tmp_path / "inductor") if fuse else None
     prepared = prepare(request)  # the quick check after capture: the same criterion
     assert prepared.plan.weights == scheme and isinstance(prepared.session.model.model.layers[0].mlp.up_proj, Fp8Linear)
+    if fuse:  # the layer program with the FP8 product; block scales: k/v's 64 rows and gate's 352 keep both apart
+        kind = prepared.session.fused.layer_forward_kind()
+        assert f"the layer program, merged, FP8 weights ({scheme}" in kind, kind
+        assert ("q/k/v and gate/up kept apart" in kind) is (scheme == "fp8-block"), kind
     rows = verify_graphs(prepared.graphs, steps=8, prompt_len=9, coverage=VERIFY)
     assert rows and all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
 
