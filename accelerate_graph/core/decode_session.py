@@ -315,15 +315,20 @@ class DecodeSession:
     def _prefill_rows(self, prompt: torch.Tensor, step: int, pads: torch.Tensor | None) -> torch.Tensor:
         """Per-row mode's prefill: each row its real tokens, from slot 0 of its own row, `step` at a time."""
         out = []
-        with torch.no_grad():
-            for row in range(prompt.shape[0]):
-                tokens = prompt[row, int(pads[row]) if pads is not None else 0 :].to(self.device)
-                for first in range(0, tokens.shape[0], step):
-                    part = tokens[first : first + step]
-                    positions = torch.arange(first, first + part.shape[0], device=self.device)
-                    logits = self.row_forward(row, part[None], positions[None])
-                out.append(logits)
+        for row in range(prompt.shape[0]):
+            tokens = prompt[row, int(pads[row]) if pads is not None else 0 :]
+            for first in range(0, tokens.shape[0], step):
+                logits = self.prefill_row(row, tokens[first : first + step], first)
+            out.append(logits)
         return torch.cat(out)
+
+    def prefill_row(self, row: int, tokens: torch.Tensor, first: int) -> torch.Tensor:
+        """Per-row mode: a chunk of row `row`'s prompt, `tokens` [t], written at positions (and slots)
+        first .. first + t - 1 of that row alone; its last position's logits [1, V]."""
+        tokens = tokens.to(self.device)
+        positions = torch.arange(first, first + tokens.shape[0], device=self.device)
+        with torch.no_grad():
+            return self.row_forward(row, tokens[None], positions[None])
 
     @property
     def vocab_size(self) -> int:

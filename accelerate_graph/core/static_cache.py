@@ -222,6 +222,12 @@ class SharedStaticCache:
             for layer in view.layers:
                 layer.write_slots = write_slots
 
+    def copy_row(self, source: int, target: int, slots: int) -> None:
+        """Row `source`'s first `slots` slots into row `target`, every layer (per-row mode moves a request)."""
+        for layer in self.layers:
+            layer.keys[target, :, :slots].copy_(layer.keys[source, :, :slots])
+            layer.values[target, :, :slots].copy_(layer.values[source, :, :slots])
+
     def positions(self) -> list[torch.Tensor]:
         return [layer.cumulative_length for layer in self.layers]
 

@@ -104,10 +104,7 @@ class SlotEngine:
         last = len(self._order) - 1
         if hole != last:
             moved = self._order[last]
-            filled = self._requests[moved].position
-            for layer in self.session.kv.layers:
-                layer.keys[hole, :, :filled].copy_(layer.keys[last, :, :filled])
-                layer.values[hole, :, :filled].copy_(layer.values[last, :, :filled])
+            self.session.kv.copy_row(last, hole, self._requests[moved].position)
             self._order[hole] = moved
         self._order.pop()
         del self._requests[row]
@@ -118,6 +115,11 @@ class SlotEngine:
 
     # -- steps --------------------------------------------------------------------------------------------
 
+    def next_chunk(self, row: int) -> int:
+        """Prompt tokens the request's next `prefill_chunk` runs (0 once its prompt is in)."""
+        request = self._request(row)
+        return min(self.chunk, len(request.prompt) - request.prefilled)
+
     def prefill_chunk(self, row: int) -> torch.Tensor | None:
         """Run the request's next (at most `chunk`) prompt tokens into its row, eagerly and in that row
         alone; when that finishes the prompt, the logits of its last position [V] (on the device), else None."""
@@ -125,12 +127,8 @@ class SlotEngine:
         if request.done:
             raise BadOptionError(f"row {row} has prefilled its whole prompt.", "Decode it instead.")
         first = request.prefilled
-        part = request.prompt[first : first + self.chunk]
-        device = self.session.device
-        ids = torch.tensor([part], dtype=torch.long, device=device)
-        positions = torch.arange(first, first + len(part), dtype=torch.long, device=device)[None]
-        with torch.no_grad():
-            logits = self.session.row_forward(self._order.index(row), ids, positions)
+        part = request.prompt[first : first + self.next_chunk(row)]
+        logits = self.session.prefill_row(self._order.index(row), torch.tensor(part, dtype=torch.long), first)
         request.prefilled = request.position = first + len(part)
         if request.prefilled < len(request.prompt):
             return None

@@ -48,7 +48,6 @@ class Job:
     text: IncrementalText
     deliver: Callable[[Event], None]
     row: int | None = None
-    prefilled: int = 0  # prompt tokens in its row
     generated: int = 0
     last_token: int = 0
     cancelled: bool = False
@@ -223,13 +222,13 @@ class Scheduler:
         budget = self.chunk
         while self._prefilling:
             job = self._prefilling[0]
-            size = min(self.chunk, len(job.prompt) - job.prefilled)
+            size = self.engine.next_chunk(job.row)
             if size > budget:
                 return
             budget -= size
-            self._prefill_chunk(job, size)
+            self._prefill_chunk(job)
 
-    def _prefill_chunk(self, job: Job, size: int) -> None:
+    def _prefill_chunk(self, job: Job) -> None:
         started = time.perf_counter()
         try:
             logits = self.engine.prefill_chunk(job.row)
@@ -238,7 +237,6 @@ class Scheduler:
             self._prefilling.popleft()
             self._fail(job, err)
             return
-        job.prefilled += size
         self.metrics.step("prefill", time.perf_counter() - started)
         if token is None:
             return
