@@ -186,6 +186,9 @@ class Scheduler:
                 admitted = self._admissible() if not (abort or closing) else []
             for job in cancelled:
                 self._end(job, "cancelled")
+            if cancelled:  # their rows are free now: a step over them would fail every request in it
+                self._prefilling = deque(job for job in self._prefilling if not job.finished)
+                self._decoding = [job for job in self._decoding if not job.finished]
             if abort or closing:
                 self._fail_all(abort or ApiError(503, "the server stopped before this request finished."))
                 if closing:

@@ -80,6 +80,26 @@ def test_a_client_that_leaves_frees_its_row_streamed_or_not(prepared):
         assert scheduler.metrics.requests["cancelled"] == 2 and scheduler.metrics.requests["ok"] == 0
 
 
+def test_a_client_that_leaves_mid_stream_leaves_the_others_decoding(prepared):
+    with running(prepared, slowed(Engine(prepared))) as (url, service):
+        scheduler = service.scheduler
+        leaving = client(url).completions.create(
+            model=service.served.name, prompt="def main(", max_tokens=100, temperature=0, stream=True
+        )
+        next(iter(leaving))
+        staying = client(url).completions.create(
+            model=service.served.name, prompt="import os", max_tokens=30, temperature=0, stream=True
+        )
+        chunks = iter(staying)
+        next(chunks)
+        assert scheduler.rows_in_use() == 2
+        leaving.close()
+        rest = list(chunks)  # the one that stayed decodes on to its length, never a failed step
+        assert rest[-1].choices[0].finish_reason == "length"
+        assert wait_until(lambda: scheduler.metrics.requests["cancelled"] == 1)
+        assert scheduler.metrics.requests["ok"] == 1 and scheduler.metrics.requests["error"] == 0
+
+
 def test_a_failed_step_fails_only_its_requests_and_the_server_goes_on(prepared, reference):
     tokenizer, greedy = reference
     (long_prompt,) = prompts_of_length(tokenizer, [80])  # five chunks of 16: prefilling while the step fails
