@@ -130,7 +130,8 @@ def fp8_one_row_grid(k: int) -> list[SkinnyConfig]:
 def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
     """More than two rows on tensor cores (rows padded to 16): blocks of 16-128 outputs over K tiles of 64-256,
     3 or 5 stages, a few with 8 warps or the weights on the MMA's long side (swap); split-K 2 and 4 where the
-    blocks of N alone leave multiprocessors idle. Those that give every multiprocessor a program come first."""
+    blocks of N alone leave multiprocessors idle; K tiles no longer than K. Those that give every
+    multiprocessor a program come first."""
     out = [
         SkinnyConfig(bn, bk, 4, s, dot=True)
         for bn, bk in ((32, 128), (64, 128), (16, 128), (128, 128), (64, 256), (32, 256), (128, 64), (64, 64))
@@ -140,7 +141,8 @@ def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
     out += [SkinnyConfig(128, 128, 4, 4, dot=True, swap=True)]
     for bn in (32, 64):
         if programs(n, bn, 1) < sms:
-            out += [SkinnyConfig(bn, 128, 4, 4, split_k=x, dot=True) for x in (2, 4) if x * 128 <= k]
+            out += [SkinnyConfig(bn, 128, 4, 4, split_k=x, dot=True) for x in (2, 4)]
+    out = [c for c in out if c.split_k * c.block_k <= max(k, 64)]  # no slice of K past its end
     return sorted(out, key=lambda c: programs(n, c.block_n, c.split_k) < sms)
 
 
