@@ -98,9 +98,11 @@ def tune(
 
     Later runs on a GPU of this name read it; the bench header names the table that served.
 
-    At batch 1 only configs that beat inductor's kernels and cuBLAS are written. With --weights fp8 or
-    fp8-block the FP8 kernel's configs are swept (1, 8 and 16 rows) into its own table; a config is kept only
-    where its product agrees with the reference.
+    At batch 1 only configs that beat inductor's kernels and cuBLAS are written.
+
+    With --weights fp8 or fp8-block: the FP8 kernel's configs at 1, 8 and 16 rows, into its own table.
+
+    An FP8 config is kept only where its product agrees with the reference.
 
     Examples:
 
