@@ -112,8 +112,8 @@ def tune_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took: No
 
 def tune_fp8_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took: None) -> BucketResult:
     """The configs of an FP8 chain's ops (tune/fp8_chain.py) at its rows, chosen by coordinate descent until
-    `deadline`; a config enters only after its product agreed with the reference (chain.agrees). An op whose
-    config in use disagrees starts from the first of its grid that agrees."""
+    `deadline`; a config enters only after its product agreed with the reference (chain.error_ulps within
+    chain.max_ulps). An op whose config in use disagrees starts from the first of its grid that agrees."""
     from accelerate_graph.quant import fp8_skinny
 
     rows, block, name = chain.rows, chain.block, fp8_device_name(chain.device)
@@ -126,7 +126,7 @@ def tune_fp8_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took
 
     def agrees(op: str, cfg: SkinnyConfig) -> bool:
         error = chain.error_ulps(op, cfg)
-        if error > chain.max_ulps:
+        if not error <= chain.max_ulps:  # NaN too
             wrong.append(f"{op} {grids.describe(cfg)}: {error:.1f} ulps")
         return error <= chain.max_ulps
 
@@ -136,7 +136,7 @@ def tune_fp8_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took
 
     start, unchecked = dict(before), set()
     for op, cfg in before.items():
-        if not agrees(op, cfg):
+        if not _agrees_quietly(agrees, op, cfg):
             start[op] = next((c for c in grid(op) if _agrees_quietly(agrees, op, c)), cfg)
             if start[op] == cfg:
                 unchecked.add(op)
@@ -150,6 +150,7 @@ def tune_fp8_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took
     chosen, _ = descend(start, grid, chain.layer_us, start_us, deadline, trial=counted, accept=agrees)
     chosen_us = start_us if chosen == start else chain.layer_us(chosen)
     keys = {op: fp8_skinny.table_key(block, rows, n, k) for op, (n, k) in chain.ops.items()}
+    wrong = list(dict.fromkeys(wrong))  # an op none of whose configs agreed tried them twice
     return BucketResult(rows, before, chosen, before_us, chosen_us, None, keys, tried[0], wrong, frozenset(unchecked))
 
 

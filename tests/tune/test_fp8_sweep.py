@@ -16,13 +16,13 @@ OPS = {"gate_up": (9728, 896), "down": (896, 4864), "qkv": (1152, 896), "o": (89
 
 class FakeChain:
     """What tune_fp8_bucket reads of an Fp8Chain: each config costs 10 us but `fast` ones (5) and `wrong` ones
-    (1: the fastest, and their product is 9 ulps off)."""
+    (1: the fastest, and their product is 9 ulps off, or NaN for those in `nan`)."""
 
     max_ulps = 2.0
 
-    def __init__(self, rows: int, block: int | None, fast=(), wrong=()):
+    def __init__(self, rows: int, block: int | None, fast=(), wrong=(), nan=()):
         self.rows, self.block, self.device, self.ops = rows, block, torch.device("cpu"), dict(OPS)
-        self.fast, self.wrong, self.checked = set(fast), set(wrong), []
+        self.fast, self.wrong, self.nan, self.checked = set(fast), set(wrong) | set(nan), set(nan), []
         self.layers_count = 8
 
     def layer_us(self, cfgs) -> float:
@@ -30,6 +30,8 @@ class FakeChain:
 
     def error_ulps(self, op, cfg) -> float:
         self.checked.append((op, cfg))
+        if (op, cfg) in self.nan:
+            return float("nan")
         return 9.0 if (op, cfg) in self.wrong else 0.5
 
 
@@ -54,9 +56,10 @@ def test_a_config_in_use_that_disagrees_is_replaced_and_an_op_with_none_agreeing
     rows, block = 1, None
     before = {op: fp8_skinny.config_named("", rows, n, k, block) for op, (n, k) in OPS.items()}
     everything_o = {("o", c) for c in [before["o"], *grid("o", rows, block)]}
-    chain = FakeChain(rows, block, wrong={("qkv", before["qkv"]), *everything_o})
+    chain = FakeChain(rows, block, wrong=everything_o, nan={("qkv", before["qkv"])})
     result = tune_fp8_bucket(chain, 132, time.monotonic() + 60)
-    assert result.before == before
+    assert result.before == before and f"qkv {grids.describe(before['qkv'])}: nan ulps" in result.wrong
+    assert len(result.wrong) == len(set(result.wrong)) == 1 + len(everything_o)
     assert result.chosen["qkv"] != before["qkv"] and ("qkv", result.chosen["qkv"]) not in chain.wrong
     assert result.unchecked == {"o"} and fp8_skinny.table_key(None, 1, 896, 896) not in result.entries()
     assert set(result.entries()) == {fp8_skinny.table_key(None, 1, *OPS[op]) for op in ("gate_up", "down", "qkv")}
