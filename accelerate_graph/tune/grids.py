@@ -104,8 +104,8 @@ def describe(cfg: SkinnyConfig) -> str:
 
 # -- the FP8-weight kernel (quant/fp8_kernels.py) ------------------------------------------------------------
 # Its weights are one byte: a 16-byte load is 16 values, so its K tiles run longer than bf16's for the same
-# bytes. About 20 configs an op and bucket: with a compile, a check and a timed replay a trial, a model's four
-# ops at 1, 8 and 16 rows fit DEFAULT_BUDGET_S.
+# bytes. 15-28 configs an op and bucket, so that a model's four ops at 1, 8 and 16 rows (under 300 trials) fit
+# tune's default budget at ~1.6 s a trial (a compile, a check, a timed replay: estimated, not yet measured).
 
 
 def fp8_one_row_grid(k: int) -> list[SkinnyConfig]:

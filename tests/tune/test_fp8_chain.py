@@ -51,7 +51,7 @@ from accelerate_graph.tune.fp8_chain import Fp8Chain
 from accelerate_graph.tune.model_shapes import layer_shapes
 
 shapes = layer_shapes("tiny")
-for block in (None, 128):
+for block in BLOCKS:
     for rows in ROWS:
         chain = Fp8Chain(shapes, block, rows, torch.device(DEVICE), layers=LAYERS)
         want = chain.torch_chain()
@@ -72,7 +72,9 @@ print("chains agree")
 
 def check(device: str, rows: tuple[int, ...], interpret: bool) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **({"TRITON_INTERPRET": "1"} if interpret else {})}
-    script = f"DEVICE, ROWS, LAYERS = {device!r}, {rows!r}, {1 if interpret else 4}\n" + CHECK
+    # interpreted: block scales alone (q/k/v kept apart; the kernel tests cover per-channel scales), one layer
+    blocks, layers = ((128,), 1) if interpret else ((None, 128), 4)
+    script = f"DEVICE, ROWS, BLOCKS, LAYERS = {device!r}, {rows!r}, {blocks!r}, {layers}\n" + CHECK
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
