@@ -14,13 +14,13 @@ import torch
 
 from accelerate_graph.common.errors import BadOptionError, CpuTimingRefused, DeviceError, UnsupportedModelError, option
 from accelerate_graph.fused.kernels import configs
+from accelerate_graph.quant.fp8_matmul import SKINNY_MAX_ROWS
 from accelerate_graph.tune.model_shapes import LayerShapes, layer_shapes
 from accelerate_graph.tune.sweep import BucketResult, tune_bucket, tune_fp8_bucket
 from accelerate_graph.tune.table import check_target, merge_into
 
 DEFAULT_BUDGET_S = 480.0
-FP8_MAX_ROWS = 16  # quant/fp8_matmul.SKINNY_MAX_ROWS: above, cuBLASLt's FP8 matmul runs, nothing to tune
-FP8_BUCKETS = tuple(b for b in configs.M_BUCKETS if b <= FP8_MAX_ROWS)
+FP8_BUCKETS = tuple(b for b in configs.M_BUCKETS if b <= SKINNY_MAX_ROWS)  # above, cuBLASLt: nothing to tune
 
 
 @dataclasses.dataclass
@@ -67,12 +67,11 @@ def check_buckets(buckets: Sequence[int], weights: str = "model") -> tuple[int, 
     kept = default_buckets(weights)
     wrong = [b for b in buckets if b not in kept]
     if wrong or not buckets:
-        fp8 = [b for b in wrong if b in configs.M_BUCKETS]
         why = (
-            f"FP8 weights run their skinny kernel up to {FP8_MAX_ROWS} rows (cuBLASLt's FP8 matmul above), so "
-            "the FP8 table keeps configs for"
-            if fp8
-            else "the tuning table keeps configs for"
+            "the tuning table keeps configs for"
+            if weights == "model"
+            else f"FP8 weights run their skinny kernel up to {SKINNY_MAX_ROWS} rows (cuBLASLt's FP8 matmul above), "
+            "so the FP8 table keeps configs for"
         )
         raise BadOptionError(
             f"{option('buckets', tuple(buckets))}: {why} {','.join(map(str, kept))} rows only.",
