@@ -14,7 +14,8 @@
 #   verify    capture --fuse + verify --repeat $REPEAT (default 2) of every recipe, in three lanes
 #             side by side on the one GPU (VERIFY_ENTRIES; see verify_lane)                          ~560 s
 #   tune      cugraph-accel tune $TUNE_RECIPE (default qwen2.5-0.5b), then a bench in a new process
-#             whose header names the table it used                                                   ~360 s
+#             whose header names the table it used; TUNE_WEIGHTS=fp8 or fp8-block: the FP8 kernel's
+#             table, passed as --weights to both                                                     ~360 s
 #   zoo       the zoo on CUDA (isolated children) beside the CPU emulation, and where they differ    ~420 s
 #   faults    the CUDA fault suite (tests/verify/test_faults.py), then fault_sweep.py on CUDA        ~540 s
 #   profile   profile_step.py of the fused step, one process per model, batches 1,8,32               ~510 s
@@ -168,15 +169,15 @@ verify_suite() {
 }
 
 tune_suite() {  # the table goes to this run's cache folder (archived), not the user's
-  local recipe=${TUNE_RECIPE:-qwen2.5-0.5b}
+  local recipe=${TUNE_RECIPE:-qwen2.5-0.5b} weights=${TUNE_WEIGHTS:-}
   local -x XDG_CACHE_HOME="$WORK/cache"  # this suite's parts only: a later suite uses the tables as they were
   part tune 120 $((${TUNE_BUDGET:-180} + 120)) "${CLI[@]}" tune "$recipe" --buckets "${TUNE_BUCKETS:-1,8}" \
-    --budget-s "${TUNE_BUDGET:-180}"
+    --budget-s "${TUNE_BUDGET:-180}" ${weights:+--weights "$weights"} --json "$WORK/tune.json"
   part bench-tuned 60 150 "${CLI[@]}" bench "$recipe" --compare fused --buckets "${TUNE_BUCKETS:-1,8}" --context 1024 \
-    --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" --json "$WORK/bench-tuned.json" \
-    --csv "$WORK/bench-tuned.csv"
+    --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" ${weights:+--weights "$weights"} \
+    --json "$WORK/bench-tuned.json" --csv "$WORK/bench-tuned.csv"
   echo "the bench's header on its tuning table:"
-  grep -iE "tuning|table" "$WORK/bench-tuned.log" | head -n 3
+  grep -iE "tuning|table" "$WORK/bench-tuned.log" | head -n 4
   (cd "$WORK" && find cache -name '*.json' -printf 'the table, in the archive: %p\n' 2>/dev/null)
   TABLES+=("bench $WORK/bench-tuned.csv")
 }

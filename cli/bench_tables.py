@@ -13,12 +13,15 @@ from .generate_bench_table import ORDER as END_TO_END_ORDER
 from .generate_bench_table import end_to_end_table
 
 
-def tuning_table_line(found: dict | None) -> str:
-    """The skinny kernels' table that served (fused/kernels/configs.TableInUse.as_dict), or none."""
+def tuning_table_line(found: dict | None, none: str = "none: the fused step uses inductor's kernels") -> str:
+    """The skinny kernels' table that served (fused/kernels/configs.TableInUse.as_dict), or `none`."""
     if not found or not found.get("path"):
-        return "none: the fused step uses inductor's kernels"
+        return none
     over = f", over the shipped {found['shipped']}" if found.get("shipped") else ""
     return f"{found['origin']} {found['path']}{over}"
+
+
+FP8_NO_TABLE = "none: the FP8 kernel runs its default configs (`cugraph-accel tune MODEL --weights fp8` makes one)"
 
 
 def environment_table(report: BenchReport) -> Table:
@@ -55,6 +58,8 @@ def environment_table(report: BenchReport) -> Table:
         ),
         ("settings", engine_settings.summary(engine_settings.from_recorded(report.settings, "the report"))),
     ]
+    if settings.get("weights", "model") != "model" and "fp8_tuning_table" in env:
+        rows.insert(4, ("FP8 tuning table", tuning_table_line(env["fp8_tuning_table"], FP8_NO_TABLE)))
     for what, value in rows:
         table.add_row(what, value)
     return table

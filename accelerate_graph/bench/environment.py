@@ -8,6 +8,7 @@ import torch
 
 from accelerate_graph.common.environment import environment_info
 from accelerate_graph.fused.kernels.configs import table_in_use
+from accelerate_graph.quant import fp8_skinny
 
 UNKNOWN = "unknown"
 
@@ -41,6 +42,7 @@ def bench_environment(device: torch.device) -> dict:
     if device.type == "cuda":
         info["gpu_memory_bytes"] = torch.cuda.get_device_properties(device).total_memory
         info["tuning_table"] = table_in_use(torch.cuda.get_device_name(device)).as_dict()
+        info["fp8_tuning_table"] = fp8_skinny.table_in_use(torch.cuda.get_device_name(device)).as_dict()
     info["sm_clock_mhz_start"] = sm_clock_mhz(device)
     info["sm_clock_mhz_end"] = UNKNOWN
     return info

@@ -3,7 +3,7 @@
 Configs are fused/kernels/configs.SkinnyConfig values: a table per GPU (`fp8-<GPU>.json`, the user's under
 configs.user_tables_dir() over a shipped one in quant/tables/), keyed by configs.table_key with op
 "fp8_channel" or "fp8_block", the row bucket, N and K; shapes a table lacks get `default_config`. No table is
-shipped yet: the defaults are not measured.
+shipped yet: the defaults are not measured; `cugraph-accel tune MODEL --weights fp8` writes the user's.
 """
 
 from __future__ import annotations
@@ -47,12 +47,31 @@ def table_file_name(device_name: str) -> str:
     return TABLE_PREFIX + configs.table_file_name(device_name).removeprefix(configs.TABLE_PREFIX)
 
 
+def user_table_path(device_name: str) -> Path:
+    """Where `cugraph-accel tune --weights fp8` writes `device_name`'s table (beside the skinny kernels' ones)."""
+    return configs.user_tables_dir() / table_file_name(device_name)
+
+
+def shipped_table_path(device_name: str) -> Path:
+    return SHIPPED_DIR / table_file_name(device_name)
+
+
 def _entries(device_name: str) -> dict[str, SkinnyConfig]:
     if device_name not in _TABLES:
-        name = table_file_name(device_name)
-        shipped = configs.read_table(SHIPPED_DIR / name)
-        _TABLES[device_name] = {**shipped, **configs.read_table(configs.user_tables_dir() / name)}
+        shipped = configs.read_table(shipped_table_path(device_name))
+        _TABLES[device_name] = {**shipped, **configs.read_table(user_table_path(device_name))}
     return _TABLES[device_name]
+
+
+def table_in_use(device_name: str) -> configs.TableInUse:
+    """Which FP8 table serves `device_name` (the bench header's line): the user's (over the shipped one, if any),
+    the shipped one, or none (the default configs)."""
+    user, shipped = user_table_path(device_name), shipped_table_path(device_name)
+    if user.exists():
+        return configs.TableInUse(device_name, "user", user, shipped if shipped.exists() else None)
+    if shipped.exists():
+        return configs.TableInUse(device_name, "shipped", shipped)
+    return configs.TableInUse(device_name, "none")
 
 
 def forget_tables() -> None:
@@ -101,11 +120,22 @@ def default_config(m: int, n: int, k: int, sms: int = configs.DEFAULT_SMS) -> Sk
     return SkinnyConfig(block_n, block_k, num_warps=4, num_stages=4 if dot else 2, split_k=split, dot=dot)
 
 
+def table_key(block: int | None, m: int, n: int, k: int) -> str:
+    """The key of a call of `m` rows, N `n`, K `k` in an FP8 table (its row bucket's)."""
+    return configs.table_key(table_op(block), configs.m_bucket(m), (n,), k)
+
+
+def config_named(
+    device_name: str, m: int, n: int, k: int, block: int | None, sms: int = configs.DEFAULT_SMS
+) -> SkinnyConfig:
+    """The config of the table of the GPU named `device_name` ("": none) for this shape, else default_config."""
+    found = _entries(device_name).get(table_key(block, m, n, k)) if device_name else None
+    return found if found is not None else default_config(m, n, k, sms)
+
+
 def config_for(m: int, n: int, k: int, block: int | None, device: torch.device) -> SkinnyConfig:
     """The table's config for this shape on `device`'s GPU, else default_config."""
-    name = _device_name(device)
-    found = _entries(name).get(configs.table_key(table_op(block), configs.m_bucket(m), (n,), k)) if name else None
-    return found if found is not None else default_config(m, n, k, _sms(device))
+    return config_named(_device_name(device), m, n, k, block, _sms(device))
 
 
 def fitted(cfg: SkinnyConfig, block: int | None) -> SkinnyConfig:

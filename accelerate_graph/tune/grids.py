@@ -100,3 +100,57 @@ def describe(cfg: SkinnyConfig) -> str:
     return f"n{cfg.block_n} k{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} x{cfg.split_k} {kind}" + (
         " ahead" if cfg.lookahead else ""
     )
+
+
+# -- the FP8-weight kernel (quant/fp8_kernels.py) ------------------------------------------------------------
+# Its weights are one byte: a 16-byte load is 16 values, so its K tiles run longer than bf16's for the same
+# bytes. 15-28 configs an op and bucket, so that a model's four ops at 1, 8 and 16 rows (under 300 trials) fit
+# tune's default budget at ~1.6 s a trial (a compile, a check, a timed replay: estimated, not yet measured).
+
+
+def fp8_one_row_grid(k: int) -> list[SkinnyConfig]:
+    """One row, float32 multiply-and-sum on a [BLOCK_N, BLOCK_K] tile: first with the next K tile loaded ahead
+    (two tiles in registers, at most 32 values a thread; a K of two tiles or more), then without (up to 64
+    values a thread), then split-K 2 and 4 for long reductions. Triton does not pipeline these loops: one
+    num_stages each."""
+    tiles = [(n, bk, w) for w in (4, 8) for n in (8, 16, 32, 64) for bk in (256, 512, 1024)]
+    ahead = [
+        SkinnyConfig(n, bk, w, 1, lookahead=True)
+        for n, bk, w in tiles
+        if 8 * 32 * w <= n * bk <= 32 * 32 * w and k >= 2 * bk
+    ]
+    plain = [SkinnyConfig(n, bk, w, 2) for n, bk, w in tiles if 8 * 32 * w <= n * bk <= 64 * 32 * w]
+    split = []
+    if k >= 4096:
+        split = [SkinnyConfig(16, 512, 4, 2, split_k=x) for x in (2, 4)]
+        split += [SkinnyConfig(16, 256, 4, 1, split_k=x, lookahead=True) for x in (2, 4) if k // x >= 512]
+    return ahead + plain + split
+
+
+def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
+    """More than two rows on tensor cores (rows padded to 16): blocks of 16-128 outputs over K tiles of 64-256,
+    3 or 5 stages, a few with 8 warps or the weights on the MMA's long side (swap); split-K 2 and 4 where the
+    blocks of N alone leave multiprocessors idle; K tiles no longer than K. Those that give every
+    multiprocessor a program come first."""
+    out = [
+        SkinnyConfig(bn, bk, 4, s, dot=True)
+        for bn, bk in ((32, 128), (64, 128), (16, 128), (128, 128), (64, 256), (32, 256), (128, 64), (64, 64))
+        for s in (3, 5)
+    ]
+    out += [SkinnyConfig(128, 128, 8, 4, dot=True), SkinnyConfig(64, 128, 4, 4, dot=True, swap=True)]
+    out += [SkinnyConfig(128, 128, 4, 4, dot=True, swap=True)]
+    for bn in (32, 64):
+        if programs(n, bn, 1) < sms:
+            out += [SkinnyConfig(bn, 128, 4, 4, split_k=x, dot=True) for x in (2, 4)]
+    out = [c for c in out if c.split_k * c.block_k <= max(k, 64)]  # no slice of K past its end
+    return sorted(out, key=lambda c: programs(n, c.block_n, c.split_k) < sms)
+
+
+def fp8_grid(rows: int, n: int, k: int, block: int | None, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
+    """What `tune --weights fp8` tries for a call of `n` outputs over `k` at `rows` rows, the likeliest first:
+    multiply-and-sum at 1-2 rows, tensor cores above (fp8_skinny.default_config's split). With block scales
+    (`block`) only configs whose tiles lie inside one scale block (fp8_skinny.fitted leaves them as they are)."""
+    from accelerate_graph.quant.fp8_skinny import fitted
+
+    ordered = fp8_one_row_grid(k) if rows <= 2 else fp8_rows_grid(n, k, sms)
+    return list(dict.fromkeys(cfg for cfg in ordered if fitted(cfg, block) == cfg))

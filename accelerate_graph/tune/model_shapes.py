@@ -3,6 +3,7 @@ built on the meta device (no weights loaded, nothing downloaded but the config).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import torch
@@ -15,13 +16,17 @@ ORDER = ("gate_up", "down", "qkv", "o")  # the largest first: the others are tun
 @dataclasses.dataclass(frozen=True)
 class LayerShapes:
     """One decoder layer's four folded calls: op name (ORDER's) -> (kernel op, output sizes as the table keys
-    them, K); which of q/k/v, o and down carry a bias; the RMSNorm's epsilon."""
+    them, K); which of q/k/v, o and down carry a bias; the RMSNorm's epsilon. `parts`: the output sizes of the
+    projections merged into q/k/v (q, k, v) and gate/up (gate, up), which FP8 block scales may keep apart.
+    `fp8_block`: the scale block of an FP8 checkpoint (its layers are FP8 whatever is asked), else None."""
 
     model: str
     hidden: int
     calls: dict[str, tuple[str, tuple[int, ...], int]]
     biases: frozenset[str]
     eps: float
+    parts: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    fp8_block: int | None = None
 
     @property
     def layer_bytes(self) -> int:
@@ -56,8 +61,12 @@ def layer_shapes(reference: str, revision: str | None = None) -> LayerShapes:
 
     from accelerate_graph.fused import layer_program
     from accelerate_graph.fused.layers import decoder_layers
+    from accelerate_graph.quant.fp8_checkpoint import fp8_checkpoint, without_quantization
 
     config = _config(reference, revision)
+    checkpoint = fp8_checkpoint(config, reference)
+    if checkpoint is not None:  # its layers' shapes, built plain as the loader builds them
+        config = without_quantization(copy.deepcopy(config))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     layer = decoder_layers(model)[0]
@@ -76,4 +85,9 @@ def layer_shapes(reference: str, revision: str | None = None) -> LayerShapes:
         calls={name: calls[name] for name in ORDER},
         biases=frozenset(name for name, bias in biases.items() if bias is not None),
         eps=float(layer.input_layernorm.variance_epsilon),
+        parts={
+            "qkv": tuple(p.out_features for p in (attention.q_proj, attention.k_proj, attention.v_proj)),
+            "gate_up": (mlp.gate_proj.out_features, mlp.up_proj.out_features),
+        },
+        fp8_block=checkpoint.block if checkpoint is not None else None,
     )

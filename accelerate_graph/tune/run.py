@@ -1,5 +1,6 @@
 """`tune`'s work, front to back: refuse off a GPU, read MODEL's shapes, sweep each row bucket, merge what won
-into the user's table for this GPU."""
+into the user's table for this GPU: the skinny kernels' (`--weights model`) or the FP8 kernel's (`fp8`,
+`fp8-block`: quant/fp8_skinny.py's table, fp8-<GPU>.json)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from pathlib import Path
 
 import torch
 
-from accelerate_graph.common.errors import BadOptionError, CpuTimingRefused, DeviceError, option
+from accelerate_graph.common.errors import BadOptionError, CpuTimingRefused, DeviceError, UnsupportedModelError, option
 from accelerate_graph.fused.kernels import configs
+from accelerate_graph.quant.fp8_matmul import SKINNY_MAX_ROWS
 from accelerate_graph.tune.model_shapes import LayerShapes, layer_shapes
-from accelerate_graph.tune.sweep import BucketResult, tune_bucket
+from accelerate_graph.tune.sweep import BucketResult, tune_bucket, tune_fp8_bucket
 from accelerate_graph.tune.table import check_target, merge_into
 
 DEFAULT_BUDGET_S = 480.0
+FP8_BUCKETS = tuple(b for b in configs.M_BUCKETS if b <= SKINNY_MAX_ROWS)  # above, cuBLASLt: nothing to tune
 
 
 @dataclasses.dataclass
@@ -28,11 +31,13 @@ class TuneReport:
     path: Path
     added: int = 0
     changed: int = 0
+    weights: str = "model"
 
     def to_dict(self) -> dict:
         return {
             "device": self.device,
             "model": self.shapes.model,
+            "weights": self.weights,
             "table": str(self.path),
             "added": self.added,
             "changed": self.changed,
@@ -41,37 +46,67 @@ class TuneReport:
                     "rows": r.rows,
                     "before_us_per_layer": round(r.before_us, 3),
                     "chosen_us_per_layer": round(r.chosen_us, 3),
-                    "inductor_us_per_layer": round(r.inductor_us, 3),
+                    "inductor_us_per_layer": None if r.inductor_us is None else round(r.inductor_us, 3),
                     "written": r.written,
                     "chosen": {r.keys[op]: dataclasses.asdict(cfg) for op, cfg in r.chosen.items()},
+                    "wrong": r.wrong,
+                    "unchecked": sorted(r.unchecked),
                 }
                 for r in self.results
             ],
         }
 
 
-def check_buckets(buckets: Sequence[int]) -> tuple[int, ...]:
-    """The row buckets to sweep: some of the table's (configs.M_BUCKETS), each once, in order."""
-    wrong = [b for b in buckets if b not in configs.M_BUCKETS]
+def default_buckets(weights: str = "model") -> tuple[int, ...]:
+    """Every row bucket the weights' table keeps: the skinny kernels' (configs.M_BUCKETS), FP8's up to 16 rows."""
+    return configs.M_BUCKETS if weights == "model" else FP8_BUCKETS
+
+
+def check_buckets(buckets: Sequence[int], weights: str = "model") -> tuple[int, ...]:
+    """The row buckets to sweep: some of the weights' table's (default_buckets), each once, in order."""
+    kept = default_buckets(weights)
+    wrong = [b for b in buckets if b not in kept]
     if wrong or not buckets:
+        why = (
+            "the tuning table keeps configs for"
+            if weights == "model"
+            else f"FP8 weights run their skinny kernel up to {SKINNY_MAX_ROWS} rows (cuBLASLt's FP8 matmul above), "
+            "so the FP8 table keeps configs for"
+        )
         raise BadOptionError(
-            f"{option('buckets', tuple(buckets))}: the tuning table keeps configs for "
-            f"{','.join(map(str, configs.M_BUCKETS))} rows only.",
-            f"Give some of {','.join(map(str, configs.M_BUCKETS))}.",
+            f"{option('buckets', tuple(buckets))}: {why} {','.join(map(str, kept))} rows only.",
+            f"Give some of {','.join(map(str, kept))}.",
         )
     return tuple(sorted(set(buckets)))
+
+
+def fp8_block_for(shapes: LayerShapes, weights: str) -> int | None:
+    """The scale block the FP8 chain runs with (None: per channel); refused in one line where MODEL's layers
+    are not what `weights` asks to tune: an FP8 checkpoint's layers are FP8 with its block scales."""
+    from accelerate_graph.quant.fp8_format import SCHEME_BLOCK
+
+    if shapes.fp8_block is None:
+        return SCHEME_BLOCK.get(weights)
+    if weights != "fp8-block":
+        raise UnsupportedModelError(
+            f"{shapes.model} is an FP8 checkpoint ({shapes.fp8_block}x{shapes.fp8_block} block scales): its "
+            f"layers run the FP8 kernel, not what {option('weights', weights)} tunes.",
+            f"Pass {option('weights', 'fp8-block')}.",
+        )
+    return shapes.fp8_block
 
 
 def gpu_at_hand() -> torch.device:
     """The current CUDA device, where the skinny kernels run; refused in one line elsewhere."""
     from accelerate_graph.fused.kernels import skinny_matmul
+    from accelerate_graph.quant import fp8_skinny
 
     if not torch.cuda.is_available():
         raise CpuTimingRefused(
             "tune times the skinny kernels on a CUDA GPU, and this machine has none.",
             "Run it on the GPU the table is for.",
         )
-    if skinny_matmul.skinny_kernels is None:
+    if skinny_matmul.skinny_kernels is None or fp8_skinny.fp8_kernels is None:
         raise DeviceError("tune needs Triton for the skinny kernels, and it does not import here.", "Install triton.")
     return torch.device("cuda", torch.cuda.current_device())
 
@@ -96,44 +131,57 @@ def swept_with() -> dict[str, str]:
 
 def run_tune(
     model: str,
-    buckets: Sequence[int] = configs.M_BUCKETS,
+    buckets: Sequence[int] | None = None,
     budget_s: float = DEFAULT_BUDGET_S,
     out: Path | None = None,
     force: bool = False,
     revision: str | None = None,
     say: Callable[[str], None] = lambda text: None,
+    weights: str = "model",
 ) -> TuneReport:
-    """Sweeps MODEL's shapes at each of `buckets` rows on the GPU at hand, `budget_s` seconds of trying configs
-    shared among them, and merges the configs that beat inductor's kernels into the table at `out` (default
-    the user's table for this GPU). Later lookups in this process read it."""
+    """Sweeps MODEL's shapes at each of `buckets` rows (default: every bucket of the weights' table) on the GPU
+    at hand, `budget_s` seconds of trying configs shared among them, and merges what won into the table at
+    `out` (default the user's table for this GPU: the skinny kernels' for `weights` "model", configs that beat
+    inductor's kernels at one row; the FP8 kernel's for "fp8" / "fp8-block", configs that agree with the
+    reference). Later lookups in this process read it."""
     from accelerate_graph.fused.kernels import skinny_matmul
+    from accelerate_graph.quant import fp8_skinny
+    from accelerate_graph.quant.quantize import check_weights
     from accelerate_graph.tune.chain import Chain
+    from accelerate_graph.tune.fp8_chain import Fp8Chain
 
-    buckets = check_buckets(buckets)
+    fp8 = check_weights(weights) != "model"
+    buckets = check_buckets(default_buckets(weights) if buckets is None else buckets, weights)
     if budget_s < 0:
         raise BadOptionError(f"{option('budget_s', budget_s)} is negative.", "Give 0 or more seconds.")
     device = gpu_at_hand()
     name = torch.cuda.get_device_name(device)
-    path = Path(out) if out is not None else configs.user_table_path(name)
+    path = Path(out) if out is not None else (fp8_skinny.user_table_path if fp8 else configs.user_table_path)(name)
     check_target(path, name, force)
     shapes = layer_shapes(model, revision)
+    block = fp8_block_for(shapes, weights)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    skinny_matmul.prepare_split_finish(device)  # split-K's counters, made before any capture
-    say(f"{name}: {model}, row buckets {','.join(map(str, buckets))}, {budget_s:g} s of trials")
+    if not fp8:
+        skinny_matmul.prepare_split_finish(device)  # split-K's counters, made before any capture
+    kind = f", weights {weights}" if fp8 else ""
+    say(f"{name}: {model}{kind}, row buckets {','.join(map(str, buckets))}, {budget_s:g} s of trials")
     results = []
     start = time.monotonic()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="no tuning table")  # what this run is making
         for index, rows in enumerate(buckets):
             share = (budget_s - (time.monotonic() - start)) / (len(buckets) - index)
-            chain = Chain(shapes, rows, device)
+            chain = Fp8Chain(shapes, block, rows, device) if fp8 else Chain(shapes, rows, device)
             say(f"{rows} row(s): {chain.layers_count} layers in the chain")
-            results.append(tune_bucket(chain, sms, time.monotonic() + max(0.0, share), _announcer(rows, say)))
+            deadline = time.monotonic() + max(0.0, share)
+            tune = tune_fp8_bucket if fp8 else tune_bucket
+            results.append(tune(chain, sms, deadline, _announcer(rows, say)))
             del chain
             torch.cuda.empty_cache()
-    report = TuneReport(name, shapes, results, path)
+    report = TuneReport(name, shapes, results, path, weights=weights)
     chosen = {key: cfg for result in results for key, cfg in result.entries().items()}
     if chosen:
         report.added, report.changed = merge_into(path, chosen, name, swept_with(), force)
         configs.forget_tables()
+        fp8_skinny.forget_tables()
     return report

@@ -23,11 +23,13 @@ def descend(
     deadline: float,
     min_gain: float = MIN_GAIN,
     trial: Callable[[str, SkinnyConfig, float | None], None] = lambda op, cfg, took: None,
+    accept: Callable[[str, SkinnyConfig], bool] = lambda op, cfg: True,
 ) -> tuple[dict[str, SkinnyConfig], float]:
     """For each op of `current` in its order, every config of grid(op) with the others held, timed by
     timed(configs); one faster than the best by more than `min_gain` is kept. Stops trying at `deadline`
-    (time.monotonic). A config the compiler refuses (shared memory, registers) is skipped. `trial` hears each
-    (op, config, time or None when refused). Returns the configs and their time."""
+    (time.monotonic). A config the compiler refuses (shared memory, registers) or that accept(op, config)
+    refuses (a wrong result) is skipped. `trial` hears each (op, config, time or None when refused). Returns
+    the configs and their time."""
     for op in list(current):
         for cfg in grid(op):
             if time.monotonic() > deadline:
@@ -35,6 +37,9 @@ def descend(
             if cfg == current[op]:
                 continue
             try:
+                if not accept(op, cfg):
+                    trial(op, cfg, None)
+                    continue
                 took = timed({**current, op: cfg})
             except Exception:  # noqa: BLE001 - Triton's and the driver's refusals have no common type
                 trial(op, cfg, None)
@@ -48,25 +53,32 @@ def descend(
 @dataclasses.dataclass
 class BucketResult:
     """One row bucket: the configs before (the table in use, else the heuristic) and chosen, the chain's
-    microseconds per layer with each and on inductor's kernels and cuBLAS. `written`: whether the chosen configs
-    go into the table: at one row only when they beat inductor's (a shape the table has at batch 1 runs the
-    skinny kernels there); above, always (the table gives only the config, layer_program decides where they run)."""
+    microseconds per layer with each and on inductor's kernels and cuBLAS (None for FP8 weights: up to 16 rows
+    their kernel runs whatever the table holds). `written`: whether the chosen configs go into the table: at one
+    row only when they beat inductor's (a shape the table has at batch 1 runs the skinny kernels there); above,
+    always (the table gives only the config, layer_program decides where they run). `wrong`: the configs that
+    disagreed with the reference (FP8), one line each; `unchecked`: ops none of whose configs agreed, never
+    written."""
 
     rows: int
     before: dict[str, SkinnyConfig]
     chosen: dict[str, SkinnyConfig]
     before_us: float
     chosen_us: float
-    inductor_us: float
+    inductor_us: float | None
     keys: dict[str, str]
     trials: int = 0
+    wrong: list[str] = dataclasses.field(default_factory=list)
+    unchecked: frozenset[str] = frozenset()
 
     @property
     def written(self) -> bool:
-        return self.rows > 1 or self.chosen_us < self.inductor_us
+        return self.rows > 1 or self.inductor_us is None or self.chosen_us < self.inductor_us
 
     def entries(self) -> dict[str, SkinnyConfig]:
-        return {self.keys[op]: cfg for op, cfg in self.chosen.items()} if self.written else {}
+        if not self.written:
+            return {}
+        return {self.keys[op]: cfg for op, cfg in self.chosen.items() if op not in self.unchecked}
 
 
 def table_configs(shapes: LayerShapes, rows: int, sms: int) -> dict[str, SkinnyConfig]:
@@ -96,3 +108,62 @@ def tune_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took: No
     chosen_us = before_us if chosen == before else chain.layer_us(chosen)
     keys = {op: configs.table_key(kind, configs.m_bucket(rows), ns, k) for op, (kind, ns, k) in shapes.calls.items()}
     return BucketResult(rows, before, chosen, before_us, chosen_us, chain.inductor_layer_us(), keys, tried[0])
+
+
+def tune_fp8_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took: None) -> BucketResult:
+    """The configs of an FP8 chain's ops (tune/fp8_chain.py) at its rows, chosen by coordinate descent until
+    `deadline`; a config enters only after its product agreed with the reference (chain.error_ulps within
+    chain.max_ulps). An op whose config in use disagrees starts from the first of its grid that agrees."""
+    from accelerate_graph.quant import fp8_skinny
+
+    rows, block, name = chain.rows, chain.block, fp8_device_name(chain.device)
+    before = {
+        op: fp8_skinny.fitted(fp8_skinny.config_named(name, rows, n, k, block, sms), block)
+        for op, (n, k) in chain.ops.items()
+    }
+    before_us = chain.layer_us(before)
+    wrong: list[str] = []
+
+    def agrees(op: str, cfg: SkinnyConfig) -> bool:
+        error = chain.error_ulps(op, cfg)
+        if not error <= chain.max_ulps:  # NaN too
+            wrong.append(f"{op} {grids.describe(cfg)}: {error:.1f} ulps")
+        return error <= chain.max_ulps
+
+    def grid(op: str) -> list[SkinnyConfig]:
+        n, k = chain.ops[op]
+        return grids.fp8_grid(rows, n, k, block, sms)
+
+    start, unchecked = dict(before), set()
+    for op, cfg in before.items():
+        if not _agrees_quietly(agrees, op, cfg):
+            start[op] = next((c for c in grid(op) if _agrees_quietly(agrees, op, c)), cfg)
+            if start[op] == cfg:
+                unchecked.add(op)
+    start_us = before_us if start == before else chain.layer_us(start)
+    tried = [0]
+
+    def counted(op, cfg, took):
+        tried[0] += 1
+        trial(op, cfg, took)
+
+    chosen, _ = descend(start, grid, chain.layer_us, start_us, deadline, trial=counted, accept=agrees)
+    chosen_us = start_us if chosen == start else chain.layer_us(chosen)
+    keys = {op: fp8_skinny.table_key(block, rows, n, k) for op, (n, k) in chain.ops.items()}
+    wrong = list(dict.fromkeys(wrong))  # an op none of whose configs agreed tried them twice
+    return BucketResult(rows, before, chosen, before_us, chosen_us, None, keys, tried[0], wrong, frozenset(unchecked))
+
+
+def _agrees_quietly(agrees: Callable[[str, SkinnyConfig], bool], op: str, cfg: SkinnyConfig) -> bool:
+    """agrees(op, cfg), False where the compiler refuses the config."""
+    try:
+        return agrees(op, cfg)
+    except Exception:  # noqa: BLE001 - Triton's and the driver's refusals have no common type
+        return False
+
+
+def fp8_device_name(device) -> str:
+    """The name of the GPU whose FP8 table serves `device` ("" off CUDA: the default configs)."""
+    import torch
+
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else ""

@@ -59,3 +59,45 @@ def test_describe_is_one_short_line():
     assert (
         grids.describe(configs.SkinnyConfig(64, 128, 4, 4, split_k=2, dot=True, swap=True)) == "n64 k128 w4 s4 x2 swap"
     )
+
+
+FP8_SHAPES = [(6144, 4096), (28672, 4096), (4096, 14336), (1152, 896), (896, 4864), (256, 128)]
+
+
+@pytest.mark.parametrize("rows", [1, 8, 16])
+@pytest.mark.parametrize("n, k", FP8_SHAPES)
+def test_every_fp8_block_config_lies_inside_one_scale_block(rows, n, k):
+    from accelerate_graph.quant.fp8_skinny import fitted
+
+    grid = grids.fp8_grid(rows, n, k, 128)
+    assert grid and len(set(grid)) == len(grid)
+    assert all(fitted(cfg, 128) == cfg for cfg in grid)
+    assert all(128 % cfg.block_n == 0 and (not cfg.dot or 128 % cfg.block_k == 0) for cfg in grid)
+    assert set(grid) <= set(grids.fp8_grid(rows, n, k, None))  # per-channel scales take any tile
+
+
+@pytest.mark.parametrize("n, k", FP8_SHAPES)
+def test_fp8_one_row_multiplies_and_sums_more_rows_take_tensor_cores(n, k):
+    one = grids.fp8_grid(1, n, k, None)
+    assert not any(c.dot for c in one)
+    ahead = [c.lookahead for c in one if c.split_k == 1]
+    assert ahead == sorted(ahead, reverse=True)  # the tiles with the next block loaded ahead first, split-K last
+    assert [c.split_k > 1 for c in one] == sorted(c.split_k > 1 for c in one)
+    for cfg in one:
+        assert 8 * 32 * cfg.num_warps <= cfg.block_n * cfg.block_k <= 64 * 32 * cfg.num_warps
+        if cfg.lookahead:  # two tiles in registers, a second tile to load ahead
+            assert cfg.block_n * cfg.block_k <= 32 * 32 * cfg.num_warps and k // cfg.split_k >= 2 * cfg.block_k
+    for rows in (8, 16):
+        more = grids.fp8_grid(rows, n, k, None)
+        assert all(c.dot and not c.lookahead and c.split_k * c.block_k <= k for c in more)
+        busy = [grids.programs(n, c.block_n, c.split_k) >= 132 for c in more]
+        assert busy == sorted(busy, reverse=True)  # every multiprocessor busy first
+
+
+def test_an_fp8_sweep_of_a_model_fits_the_default_budget():
+    """About 20 configs an op and bucket (a compile, a check and a timed replay each): the 8B's four ops at
+    1, 8 and 16 rows under 300 trials."""
+    shapes = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]
+    for block in (None, 128):
+        trials = sum(len(grids.fp8_grid(rows, n, k, block)) for rows in (1, 8, 16) for n, k in shapes)
+        assert trials <= 300, (block, trials)
