@@ -94,7 +94,6 @@ def capture_with_fault(
     contexts: tuple[int, ...] = (),
     only: tuple[int, int] | None = None,
     fuse: bool = False,
-    inductor_cache: str | None = None,
 ) -> tuple[DecodeGraphs, Undo]:
     """Capture with `planted` in the recorded step (only in graph `only`=(bucket, context) if given;
     None: no fault). `fuse`: the fused step, set up as `capture --fuse` sets it up (a session fused
@@ -103,7 +102,7 @@ def capture_with_fault(
     undos: list[Undo] = []
     planted = planted or Fault("none")
     if fuse and session.fused is None:
-        undos.append(_start_fusing(session, inductor_cache))
+        undos.append(_start_fusing(session))
     lasting: list[_Hooked] = []
     try:
         if planted.kind in _LASTING_FAULTS:
@@ -162,7 +161,7 @@ def _capture(session, backend, buckets, planted: Fault, contexts, only, lasting:
     return graphs
 
 
-def _start_fusing(session: DecodeSession, inductor_cache: str | None) -> Undo:
+def _start_fusing(session: DecodeSession) -> Undo:
     """The session's captures record the fused step from now on, under the settings in use, as the CLI's
     `--fuse` (capture_flow) sets it up. Returns what puts the session's plain step and attention back."""
     from accelerate_graph import settings as engine_settings
@@ -175,7 +174,6 @@ def _start_fusing(session: DecodeSession, inductor_cache: str | None) -> Undo:
         prompt_len=1,
         settings=engine_settings.current(),
         fuse=True,
-        inductor_cache=inductor_cache,
     )
     attention_back = start(session, request)
 
