@@ -7,6 +7,10 @@ CUDA graphs record them alike. `padded_leak` is a step that mixes rows (a mean o
 runs only the real rows, a padded replay mixes the padding rows in. The stale-graph faults replace
 the dispatch table after capture. `COVERAGE_KINDS` are faults that only a left-padded batch, a late
 slot or a long run shows, and two that verify must pass (they change nothing a request sees).
+
+Each hook a fault adds counts its calls, and a capture in which one never ran in a recorded step is refused:
+a fault that does not fire would pass for nothing (under --fuse the layer program reads most projections' weights
+without calling their modules).
 """
 
 from __future__ import annotations
@@ -102,7 +106,7 @@ def capture_with_fault(
     undos: list[Undo] = []
     planted = planted or Fault("none")
     if fuse and session.fused is None:
-        undos.append(_start_fusing(session))
+        undos.append(_fused_step_on(session))
     lasting: list[_Hooked] = []
     try:
         if planted.kind in _LASTING_FAULTS:
@@ -161,7 +165,7 @@ def _capture(session, backend, buckets, planted: Fault, contexts, only, lasting:
     return graphs
 
 
-def _start_fusing(session: DecodeSession) -> Undo:
+def _fused_step_on(session: DecodeSession) -> Undo:
     """The session's captures record the fused step from now on, under the settings in use, as the CLI's
     `--fuse` (capture_flow) sets it up. Returns what puts the session's plain step and attention back."""
     from accelerate_graph import settings as engine_settings
@@ -220,7 +224,7 @@ def _counting(hook: Callable, hooked: _Hooked) -> Callable:
 
 
 # under --fuse a decoder layer runs the layer program or its class's compiled forward
-FUSED_SILENCE = (
+_FUSED_SILENCE = (
     "under --fuse the layer program multiplies the projections' weights without calling their modules, and a "
     "compiled layer runs no hook added after it compiled; plant it without --fuse"
 )
@@ -232,7 +236,7 @@ def _silence(session: DecodeSession, planted: Fault, hooked: list[_Hooked], batc
     if not silent:
         return []
     names = ", ".join(silent[:3]) + (f" and {len(silent) - 3} more" if len(silent) > 3 else "")
-    why = FUSED_SILENCE if session.fused is not None else "the step does not call those modules"
+    why = _FUSED_SILENCE if session.fused is not None else "the step does not call those modules"
     return [
         f"{planted.kind} never ran in the recorded step of bucket {batch}, context {context}: its hooks on "
         f"{names} did not run ({why})"
@@ -476,11 +480,11 @@ def _wrong_scale(session: DecodeSession, planted: Fault) -> list[Undo]:
     _WRONG_SCALES.setdefault(session, []).append(wrong)
     right: list[torch.nn.Parameter] = []
 
-    def pre(module, args):
+    def pre(layer, args):
         right.append(target.scale)
         target.scale = wrong
 
-    def post(module, args, output):
+    def post(layer, args, output):
         target.scale = right.pop()
 
     return [module.register_forward_pre_hook(pre).remove, module.register_forward_hook(post, always_call=True).remove]
