@@ -6,10 +6,13 @@ into every row), bisect on a log scale between a size verify misses and one it c
 without a size are run once (caught or missed), and so are the faults only a left-padded batch, a late
 slot or a long run shows (two of them harmless: they must pass). Each run captures the `tiny` recipe with
 the fault in its replay path only (accelerate_graph/verify/faults.py) and verifies it with verify's default
-cases. Prints a table and writes it into docs/VERIFY.md's section "Smallest fault caught".
+cases. Prints a table and writes it into docs/VERIFY.md's section "Smallest fault caught" (with `--fuse`,
+the fused step captured as `capture --fuse` does: its own section; a fault whose code the fused step never
+runs is listed as not planted).
 
   PYTHONPATH=. python benchmarks/fault_sweep.py                 # CPU emulation, and CUDA when present
   PYTHONPATH=. python benchmarks/fault_sweep.py --devices cpu --rounds 6 --no-docs
+  PYTHONPATH=. python benchmarks/fault_sweep.py --fuse
 """
 
 from __future__ import annotations
@@ -35,16 +38,17 @@ CONTEXTS = (16,)  # and the cache, 64: the late_slot fault starts at slot 32
 CACHE, STEPS, PROMPT = 64, 4, 6
 HARMLESS = ("padding_rows_only", "rounding_noise")  # no request sees them: verify must pass them
 SECTION = "## Smallest fault caught"
+FUSED_SECTION = "## Smallest fault caught under --fuse"
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "VERIFY.md"
 
 
-def caught(model: torch.nn.Module, kind: str, size: float | None) -> bool:
+def caught(model: torch.nn.Module, kind: str, size: float | None, fuse: bool = False) -> bool:
     """Does verify fail with this fault planted? (A fresh session each time: faults leave no trace.) The
     faults of left padding, late slots and long runs under verify's default cases, which reach them; the
     others under one case per graph, as the sizes above were always measured."""
     session = DecodeSession(model, max(BUCKETS), CACHE)
     planted = fault(kind, size)
-    graphs, undo = capture_with_fault(session, backend_for(session.device), BUCKETS, planted, CONTEXTS)
+    graphs, undo = capture_with_fault(session, backend_for(session.device), BUCKETS, planted, CONTEXTS, fuse=fuse)
     coverage = VERIFY if kind in COVERAGE_KINDS else BASIC
     try:
         rows = verify_graphs(graphs, steps=STEPS, prompt_len=PROMPT, coverage=coverage)
@@ -53,23 +57,25 @@ def caught(model: torch.nn.Module, kind: str, size: float | None) -> bool:
     return not all(r.passed for r in rows)
 
 
-def smallest_caught(model, kind: str, rounds: int, low: float = 1e-6, high: float = 1.0) -> tuple[float, float]:
+def smallest_caught(
+    model, kind: str, rounds: int, low: float = 1e-6, high: float = 1.0, fuse: bool = False
+) -> tuple[float, float]:
     """(largest size missed, smallest size caught) after `rounds` log-scale bisections; inf when even
     `high` is missed, 0 missed when even `low` is caught."""
-    if not caught(model, kind, high):
+    if not caught(model, kind, high, fuse):
         return high, math.inf
-    if caught(model, kind, low):
+    if caught(model, kind, low, fuse):
         return 0.0, low
     for _ in range(rounds):
         middle = math.sqrt(low * high)
-        if caught(model, kind, middle):
+        if caught(model, kind, middle, fuse):
             high = middle
         else:
             low = middle
     return low, high
 
 
-def sweep(devices: list[str], rounds: int) -> list[dict]:
+def sweep(devices: list[str], rounds: int, fuse: bool = False) -> list[dict]:
     results = []
     for device in devices:
         for dtype in (torch.float32, torch.bfloat16):
@@ -80,21 +86,33 @@ def sweep(devices: list[str], rounds: int) -> list[dict]:
                 if kind == "wrong_scale" and dtype == torch.float32:
                     continue  # FP8 weights run with bf16 activations
                 row = {"device": device, "dtype": str(dtype).removeprefix("torch."), "fault": kind}
-                if kind == "wrong_scale":  # on the same model with its decoder in FP8, per channel
-                    fp8 = load_model("tiny", torch.device(device), dtype).model
-                    quantize_model(fp8, "fp8")
-                    row["missed"], row["caught"] = smallest_caught(fp8, kind, rounds, high=16.0)
-                elif kind in SIZED:
-                    row["missed"], row["caught"] = smallest_caught(model, kind, rounds)
-                else:
-                    row["caught"] = caught(model, kind, None)
+                try:
+                    row.update(measure(model, device, dtype, kind, rounds, fuse))
+                except ValueError as err:  # capture_with_fault: the fault's code never ran in a recorded step
+                    if "never ran" not in str(err):
+                        raise
+                    row["not_planted"] = True
                 results.append(row)
                 print(format_row(row), flush=True)
     return results
 
 
+def measure(model, device: str, dtype: torch.dtype, kind: str, rounds: int, fuse: bool) -> dict:
+    if kind == "wrong_scale":  # on the same model with its decoder in FP8, per channel
+        fp8 = load_model("tiny", torch.device(device), dtype).model
+        quantize_model(fp8, "fp8")
+        missed, smallest = smallest_caught(fp8, kind, rounds, high=16.0, fuse=fuse)
+        return {"missed": missed, "caught": smallest}
+    if kind in SIZED:
+        missed, smallest = smallest_caught(model, kind, rounds, fuse=fuse)
+        return {"missed": missed, "caught": smallest}
+    return {"caught": caught(model, kind, None, fuse)}
+
+
 def format_row(row: dict) -> str:
-    if row["fault"] in HARMLESS:
+    if row.get("not_planted"):
+        verdict = "not planted: its code never runs in this step"
+    elif row["fault"] in HARMLESS:
         verdict = "**flagged** (a false alarm)" if row["caught"] else "passes, as it should"
     elif row["fault"] not in SIZED:
         verdict = "caught" if row["caught"] else "**missed**"
@@ -105,11 +123,12 @@ def format_row(row: dict) -> str:
     return f"| {row['device']} | {row['dtype']} | {row['fault']} | {verdict} |"
 
 
-def markdown(results: list[dict], rounds: int) -> str:
+def markdown(results: list[dict], rounds: int, fuse: bool = False) -> str:
     lines = [
-        SECTION,
+        FUSED_SECTION if fuse else SECTION,
         "",
-        "Written by `benchmarks/fault_sweep.py`: the `tiny` recipe captured with one fault planted in its replay",
+        f"Written by `benchmarks/fault_sweep.py{' --fuse' if fuse else ''}`: the `tiny` recipe captured "
+        f"{'(the fused step) ' if fuse else ''}with one fault planted in its replay",
         f"path only (`accelerate_graph/verify/faults.py`), buckets {BUCKETS}, context buckets {CONTEXTS} + cache "
         f"{CACHE}, {STEPS} steps per case; sizes bisected on a log scale ({rounds} rounds). Sizes: `drift` scales "
         "every logit by 1 + size; `close_flip` raises the runner-up logit past the top one in rows whose top-2 gap "
@@ -129,9 +148,11 @@ def markdown(results: list[dict], rounds: int) -> str:
 
 
 def write_section(path: Path, section: str) -> None:
-    """Replace the section (up to the next '## ' heading) in `path`, or append it; create the file if needed."""
+    """Replace the section (from its heading, `section`'s first line, up to the next '## ' heading) in `path`,
+    or append it; create the file if needed."""
     text = path.read_text() if path.exists() else "# Verification\n\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    heading = section.splitlines()[0]
+    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
     text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip() + "\n\n" + section
     atomic_write_text(path, text)
 
@@ -142,11 +163,12 @@ def main() -> None:
     parser.add_argument("--devices", default=default_devices)
     parser.add_argument("--rounds", type=int, default=8, help="bisection rounds per sized fault")
     parser.add_argument("--no-docs", action="store_true", help="print only; leave docs/VERIFY.md alone")
+    parser.add_argument("--fuse", action="store_true", help="capture the fused step, as capture --fuse does")
     args = parser.parse_args()
     print("| device | dtype | fault | verify |\n|---|---|---|---|")
-    results = sweep(args.devices.split(","), args.rounds)
+    results = sweep(args.devices.split(","), args.rounds, args.fuse)
     if not args.no_docs:
-        write_section(DOCS, markdown(results, args.rounds))
+        write_section(DOCS, markdown(results, args.rounds, args.fuse))
         print(f"written to {DOCS}")
 
 

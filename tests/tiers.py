@@ -118,6 +118,19 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         keep=("*pass[fp8-block-cpu]", "*case[fp8-cpu]", "*-cuda]"),
     ),
     Exhaustive(
+        "tests/verify/test_fused_faults.py::*",
+        "a fused capture and a whole verify per fault (five minutes in all); a cache fault on the last layer, the "
+        "refusals, the harmless fault, a block-scaled wrong scale and the GPU test stay fast",
+        keep=(
+            "*::test_a_fault_in_every_fused_graph_fails_every_case[skipped_write-None]",
+            "*_is_refused",
+            "*::test_rounding_noise_under_fuse_runs_in_full_or_is_refused",
+            "*::test_garbled_padding_rows_of_a_fused_step_pass_having_run",
+            "*::test_a_wrong_scale_under_fuse_fails_every_case[fp8-block]",
+            "*::test_faults_in_the_compiled_fused_step_on_the_gpu_are_caught",
+        ),
+    ),
+    Exhaustive(
         "tests/quant/test_fp8_fused.py::test_cli_fuse_with_fp8_weights_runs_the_layer_program_and_verifies",
         "inductor's CPU code over the FP8 layer program, then a verify (two minutes); the eager-backend FP8 "
         "program tests stay fast",

@@ -108,6 +108,14 @@ def has_call_hooks(module: torch.nn.Module) -> bool:
     )  # fmt: skip
 
 
+def forward_hook_tables(module: torch.nn.Module) -> tuple[dict, dict]:
+    """A module's own forward pre-hooks and forward hooks: two ordered dicts {handle id: hook}, which may be
+    changed in place (a hook replaced under its id keeps its with_kwargs and always_call flags, which live in
+    other dicts under the same id). `torch.nn.Module._forward_pre_hooks` / `_forward_hooks` (private; no
+    public way to list or wrap a module's hooks). Checked: torch 2.11, 2.13."""
+    return module._forward_pre_hooks, module._forward_hooks
+
+
 # --- dynamo --------------------------------------------------------------------------------------------
 
 

@@ -7,6 +7,10 @@ CUDA graphs record them alike. `padded_leak` is a step that mixes rows (a mean o
 runs only the real rows, a padded replay mixes the padding rows in. The stale-graph faults replace
 the dispatch table after capture. `COVERAGE_KINDS` are faults that only a left-padded batch, a late
 slot or a long run shows, and two that verify must pass (they change nothing a request sees).
+
+Each hook a fault adds counts its calls, and a capture in which one never ran in a recorded step is refused:
+a fault that does not fire would pass for nothing (under --fuse the layer program reads most projections' weights
+without calling their modules).
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ import contextlib
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
+from accelerate_graph.compat.torch_internals import forward_hook_tables
 from accelerate_graph.compat.transformers_internals import rotary_embedding_modules
 from accelerate_graph.core.backends import GraphBackend
 from accelerate_graph.core.capture import DecodeGraphs, capture_decode_graphs
@@ -26,6 +32,7 @@ from accelerate_graph.fused.layers import decoder_layers
 from accelerate_graph.quant.quantize import fp8_layers
 
 Undo = Callable[[], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -90,26 +97,61 @@ def capture_with_fault(
     planted: Fault | None,
     contexts: tuple[int, ...] = (),
     only: tuple[int, int] | None = None,
+    fuse: bool = False,
 ) -> tuple[DecodeGraphs, Undo]:
     """Capture with `planted` in the recorded step (only in graph `only`=(bucket, context) if given;
-    None: no fault). Returns the graphs and the undo of any hook that outlives the capture."""
-    undo: Undo = lambda: None  # noqa: E731
+    None: no fault). `fuse`: the fused step, set up as `capture --fuse` sets it up (a session fused
+    already records its fused step either way). Returns the graphs and what undoes any hook that outlives
+    the capture and the fusing. Raises ValueError where the fault's code did not run in a recorded step."""
+    undos: list[Undo] = []
     planted = planted or Fault("none")
-    if planted.kind == "padded_leak":
-        undo = _batch_mean_leak(session, planted.size)
-    elif planted.kind in _LASTING_FAULTS:
-        undo = _LASTING_FAULTS[planted.kind](session, planted)
+    if fuse and session.fused is None:
+        undos.append(_fused_step_on(session))
+    lasting: list[_Hooked] = []
+    try:
+        if planted.kind in _LASTING_FAULTS:
+            undo, lasting = _counting_hooks_added(
+                session.model, lambda: _LASTING_FAULTS[planted.kind](session, planted)
+            )
+            undos.append(undo)
+        graphs = _capture(session, backend, buckets, planted, contexts, only, lasting)
+        if planted.kind in _DISPATCH_FAULTS and not _DISPATCH_FAULTS[planted.kind](graphs):
+            raise ValueError(f"{planted.kind} changed no graph: the capture has nothing it could replace")
+    except BaseException:
+        _undo_all(undos)
+        raise
+    return graphs, lambda: _undo_all(undos)
+
+
+def _capture(session, backend, buckets, planted: Fault, contexts, only, lasting: list[_Hooked]) -> DecodeGraphs:
+    """capture_decode_graphs with the recording fault's hooks around each step a graph records (those of
+    graph `only` alone if given); then the check that every hook of the fault ran in each of those steps
+    (after the capture: raising inside a CUDA graph's recording would leave the stream capturing)."""
     recording = _RECORDING_FAULTS.get(planted.kind)
     plain = session.capture_step
+    silences: list[str] = []
 
     def capture_step(batch: int, context: int | None = None):
         step = plain(batch, context)
-        if recording is None or (only is not None and only != (batch, context)):
+        meant = recording is not None and (only is None or only == (batch, context))
+        if not meant and not lasting:
             return step
 
         def faulty() -> torch.Tensor:
-            with _installed(recording(session, planted)):
-                return step()
+            hooked = list(lasting)
+            for hook in hooked:
+                hook.calls = 0
+            if not meant:
+                out = step()
+            else:
+                undos, added = _counting_hooks_added(session.model, lambda: recording(session, planted))
+                if not added:
+                    silences.append(f"{planted.kind} planted no hook, so nothing shows that it ran")
+                hooked += added
+                with _installed(undos):
+                    out = step()
+            silences.extend(_silence(session, planted, hooked, batch, context))
+            return out
 
         return faulty
 
@@ -118,8 +160,87 @@ def capture_with_fault(
         graphs = capture_decode_graphs(session, backend, buckets, contexts=contexts)
     finally:
         del session.capture_step  # back to the class's method
-    _DISPATCH_FAULTS.get(planted.kind, lambda graphs: None)(graphs)
-    return graphs, undo
+    if silences:
+        raise ValueError(silences[0])
+    return graphs
+
+
+def _fused_step_on(session: DecodeSession) -> Undo:
+    """The session's captures record the fused step from now on, under the settings in use, as the CLI's
+    `--fuse` (capture_flow) sets it up. Returns what puts the session's plain step and attention back."""
+    from accelerate_graph import settings as engine_settings
+    from accelerate_graph.capture_flow import GraphRequest
+    from accelerate_graph.capture_flow import _start_fusing as start
+
+    request = GraphRequest(
+        buckets=(session.max_batch,),
+        cache_len=session.max_cache_len,
+        prompt_len=1,
+        settings=engine_settings.current(),
+        fuse=True,
+    )
+    attention_back = start(session, request)
+
+    def undo() -> None:
+        attention_back()
+        session.fused = None
+
+    return undo
+
+
+def _undo_all(undos: Sequence[Undo]) -> None:
+    for undo in reversed(undos):
+        undo()
+
+
+# -- the proof that a fault ran: every hook it added counts its calls in each recorded step ---------------
+@dataclass
+class _Hooked:
+    where: str  # the hooked module's name in the model
+    calls: int = 0
+
+
+def _counting_hooks_added(model: torch.nn.Module, install: Callable[[], T]) -> tuple[T, list[_Hooked]]:
+    """`install()`'s result, and each forward (pre-)hook it added to a module of `model`, now counting its
+    calls (replaced under its handle's id: its flags and its removal stay)."""
+    tables = [(name, table) for name, module in model.named_modules() for table in forward_hook_tables(module)]
+    before = {(id(table), key) for _, table in tables for key in table}
+    result = install()
+    added = []
+    for name, table in tables:
+        for key, hook in list(table.items()):
+            if (id(table), key) not in before:
+                added.append(_Hooked(name or type(model).__name__))
+                table[key] = _counting(hook, added[-1])
+    return result, added
+
+
+def _counting(hook: Callable, hooked: _Hooked) -> Callable:
+    def counted(*args, **kwargs):
+        hooked.calls += 1
+        return hook(*args, **kwargs)
+
+    return counted
+
+
+# under --fuse a decoder layer runs the layer program or its class's compiled forward
+_FUSED_SILENCE = (
+    "under --fuse the layer program multiplies the projections' weights without calling their modules, and a "
+    "compiled layer runs no hook added after it compiled; plant it without --fuse"
+)
+
+
+def _silence(session: DecodeSession, planted: Fault, hooked: list[_Hooked], batch: int, context) -> list[str]:
+    """What says that some hook of the fault did not run in this step; nothing where each did."""
+    silent = list(dict.fromkeys(h.where for h in hooked if not h.calls))
+    if not silent:
+        return []
+    names = ", ".join(silent[:3]) + (f" and {len(silent) - 3} more" if len(silent) > 3 else "")
+    why = _FUSED_SILENCE if session.fused is not None else "the step does not call those modules"
+    return [
+        f"{planted.kind} never ran in the recorded step of bucket {batch}, context {context}: its hooks on "
+        f"{names} did not run ({why})"
+    ]
 
 
 @contextlib.contextmanager
@@ -244,19 +365,21 @@ def _batch_mean_leak(session: DecodeSession, weight: float) -> Undo:
     return module.register_forward_hook(post).remove
 
 
-def _wrong_bucket(graphs: DecodeGraphs) -> None:
+def _wrong_bucket(graphs: DecodeGraphs) -> int:
     if len(graphs.buckets) < 2:
         raise ValueError("a wrong-bucket fault needs two batch buckets")
     largest, smaller = graphs.buckets[-1], graphs.buckets[-2]
     for context in graphs.contexts:
         graphs.graphs[largest, context] = graphs.graphs[smaller, context]
+    return len(graphs.contexts)
 
 
-def _wrong_context(graphs: DecodeGraphs) -> None:
+def _wrong_context(graphs: DecodeGraphs) -> int:
     if len(graphs.contexts) < 2:
         raise ValueError("a wrong-context fault needs two context buckets")
     for bucket in graphs.buckets:
         graphs.graphs[bucket, graphs.contexts[-1]] = graphs.graphs[bucket, graphs.contexts[0]]
+    return len(graphs.buckets)
 
 
 def _top_logit_of_row_0(session: DecodeSession, value: float) -> list[Undo]:
@@ -344,7 +467,8 @@ _WRONG_SCALES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def _wrong_scale(session: DecodeSession, planted: Fault) -> list[Undo]:
     """The last FP8 layer of one decoder layer (a Llama MLP's down projection: straight into the residual)
     runs with its output channel 0's scale x (1 + size), under block scales its first row of blocks': the
-    replay reads a wrong scale tensor where eager reads the right one."""
+    replay reads a wrong scale tensor where eager reads the right one. Swapped around the decoder layer's
+    call: the fused layer program reads the projection's scale without calling the projection."""
     module, _ = _layer(session, planted.layer)
     layers = fp8_layers(module)
     if not layers:
@@ -356,14 +480,14 @@ def _wrong_scale(session: DecodeSession, planted: Fault) -> list[Undo]:
     _WRONG_SCALES.setdefault(session, []).append(wrong)
     right: list[torch.nn.Parameter] = []
 
-    def pre(module, args):
-        right.append(module.scale)
-        module.scale = wrong
+    def pre(layer, args):
+        right.append(target.scale)
+        target.scale = wrong
 
-    def post(module, args, output):
-        module.scale = right.pop()
+    def post(layer, args, output):
+        target.scale = right.pop()
 
-    return [target.register_forward_pre_hook(pre).remove, target.register_forward_hook(post, always_call=True).remove]
+    return [module.register_forward_pre_hook(pre).remove, module.register_forward_hook(post, always_call=True).remove]
 
 
 _RECORDING_FAULTS: dict[str, Callable[[DecodeSession, Fault], list[Undo]]] = {
@@ -380,7 +504,7 @@ _RECORDING_FAULTS: dict[str, Callable[[DecodeSession, Fault], list[Undo]]] = {
     "cache_noise": _cache_noise,
     "wrong_scale": _wrong_scale,
 }
-_DISPATCH_FAULTS: dict[str, Callable[[DecodeGraphs], None]] = {
+_DISPATCH_FAULTS: dict[str, Callable[[DecodeGraphs], int]] = {  # -> how many graphs each changed
     "wrong_bucket": _wrong_bucket,
     "wrong_context": _wrong_context,
 }
@@ -504,4 +628,7 @@ _RECORDING_FAULTS.update(
         "rounding_noise": _rounding_noise,
     }
 )
-_LASTING_FAULTS: dict[str, Callable[[DecodeSession, Fault], Undo]] = {"padding_rows_only": _padding_rows_only}
+_LASTING_FAULTS: dict[str, Callable[[DecodeSession, Fault], Undo]] = {
+    "padded_leak": lambda session, planted: _batch_mean_leak(session, planted.size),
+    "padding_rows_only": _padding_rows_only,
+}

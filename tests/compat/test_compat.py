@@ -565,6 +565,22 @@ def test_has_call_hooks_sees_own_and_global_forward_hooks():
     assert not has_call_hooks(linear)
 
 
+def test_a_hook_replaced_in_its_table_runs_in_its_place_with_its_flags():
+    symbol = "torch.nn.Module._forward_pre_hooks / _forward_hooks (by handle id)"
+    linear = torch.nn.Linear(2, 2)
+    calls = []
+    linear.register_forward_pre_hook(lambda module, args, kwargs: calls.append("pre") or None, with_kwargs=True)
+    linear.register_forward_hook(lambda module, args, output: output * 0, always_call=True)
+    pre, post = ti.forward_hook_tables(linear)
+    expect(len(pre) == 1 and len(post) == 1, symbol, TORCH, f"tables of {len(pre)} and {len(post)} hooks")
+    for table in (pre, post):
+        for key, hook in list(table.items()):
+            table[key] = lambda *args, hook=hook, **kwargs: calls.append("wrapped") or hook(*args, **kwargs)
+    out = linear(torch.ones(1, 2))
+    expect(calls == ["wrapped", "pre", "wrapped"], symbol, TORCH, f"the replaced hooks ran as {calls}")
+    expect(bool((out == 0).all()), symbol, TORCH, "the replaced forward hook's result was not used")
+
+
 def test_inductor_generated_code_returns_the_result_and_the_source():
     compiled = torch.compile(lambda x: (x * 2).sin(), backend="inductor")
     result, code = ti.inductor_generated_code(compiled, torch.ones(4))

@@ -12,6 +12,7 @@ from tiny_models import tiny_decoder
 from accelerate_graph.capture_flow import decide_regions
 from accelerate_graph.core.backends import backend_for
 from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.quant.quantize import quantize_model
 from accelerate_graph.verify.against_eager import verify_graphs
 from accelerate_graph.verify.cases import BASIC, Coverage, plan_cases
 from accelerate_graph.verify.faults import Fault, capture_with_fault
@@ -35,10 +36,22 @@ def tiny_session(model_type: str = "qwen2", dtype=torch.float32, device="cpu", c
     return session
 
 
-def verify_with(session: DecodeSession, planted: Fault | None, only=None, coverage: Coverage = BASIC):
-    """Rows of verify for `session` captured with `planted` (None: no fault), cases planned with `coverage`."""
+def fp8_session(scheme: str, device: str = "cpu") -> DecodeSession:
+    """The tiny llama in bf16 with its decoder's projections in FP8 (`scheme` fp8 or fp8-block)."""
+    model = tiny_decoder("llama").to(device=device, dtype=torch.bfloat16)
+    quantize_model(model, scheme)
+    session = DecodeSession(model, max(BUCKETS), CACHE)
+    assert decide_regions(session, "full", BUCKETS[0]).regions.mode == "full"
+    return session
+
+
+def verify_with(
+    session: DecodeSession, planted: Fault | None, only=None, coverage: Coverage = BASIC, fuse: bool = False
+):
+    """Rows of verify for `session` captured with `planted` (None: no fault), cases planned with `coverage`;
+    `fuse`: the fused step captured, as `capture --fuse` captures it."""
     backend = backend_for(session.device)
-    graphs, undo = capture_with_fault(session, backend, BUCKETS, planted, CONTEXTS, only)
+    graphs, undo = capture_with_fault(session, backend, BUCKETS, planted, CONTEXTS, only, fuse)
     try:
         plan = plan_cases(graphs.buckets, graphs.contexts, STEPS, PROMPT, coverage=coverage)
         return verify_graphs(graphs, plan=plan)

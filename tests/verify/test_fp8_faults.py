@@ -4,12 +4,10 @@ every case. CPU emulation here; the CUDA rows run the GPU's FP8 product."""
 
 import pytest
 import torch
-from fault_harness import BUCKETS, CACHE, every, failed, verify_with
+from fault_harness import BUCKETS, CACHE, every, failed, fp8_session, verify_with
 from tiny_models import tiny_decoder
 
-from accelerate_graph.capture_flow import decide_regions
 from accelerate_graph.core.decode_session import DecodeSession
-from accelerate_graph.quant.quantize import quantize_model
 from accelerate_graph.verify.faults import fault
 
 CUDA = pytest.param(
@@ -17,14 +15,6 @@ CUDA = pytest.param(
     marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")],
 )
 DEVICES = ["cpu", CUDA]
-
-
-def fp8_session(scheme: str, device: str) -> DecodeSession:
-    model = tiny_decoder("llama").to(device=device, dtype=torch.bfloat16)
-    quantize_model(model, scheme)
-    session = DecodeSession(model, max(BUCKETS), CACHE)
-    assert decide_regions(session, "full", BUCKETS[0]).regions.mode == "full"
-    return session
 
 
 @pytest.mark.parametrize("device", DEVICES)
