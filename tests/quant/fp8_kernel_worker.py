@@ -71,8 +71,11 @@ def ptx_of(variant: dict) -> dict:
     flags, num_stages = variant["flags"], variant["num_stages"]
     params = list(inspect.signature(kernel.fn).parameters)
     pointers = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "b_ptr": "*bf16", "out_ptr": "*bf16"}
-    pointers["ws_ptr"] = "*fp32"
-    signature = {name: "constexpr" if name in flags else pointers.get(name, "i32") for name in params}
+    pointers.update(ws_ptr="*fp32", nw_ptr="*bf16", res_ptr="*bf16")
+    scalars = {"eps": "fp32"}
+    signature = {
+        name: "constexpr" if name in flags else pointers.get(name, scalars.get(name, "i32")) for name in params
+    }
     divisible = [*pointers, "N", "K", "K_PER_SPLIT"]
     attrs = {(params.index(name),): [["tt.divisibility", 16]] for name in divisible}
     fixed = {(params.index(name),): value for name, value in flags.items()}
