@@ -1,5 +1,5 @@
-"""FP8-weight matmul (quant/): the reference, the op's contract, the Triton kernel under the interpreter (a child
-process, fp8_kernel_worker.py) and its sm_90 PTX, the W8A8 path's quantization; on a GPU, each path against the
+"""FP8-weight matmul (quant/): the reference, the op's contract (and its folded siblings'), the Triton kernel under
+the interpreter (a child process, fp8_kernel_worker.py) and its sm_90 PTX, the W8A8 path's quantization; on a GPU, each path against the
 reference, a CUDA graph's replay and torch.compile around the op."""
 
 import json
@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from accelerate_graph.fused.kernels import configs
+from accelerate_graph.fused.kernels.skinny_matmul import reference_rms_norm
 from accelerate_graph.quant import fp8_matmul as fm
 from accelerate_graph.quant import fp8_skinny, fp8_w8a8
 from accelerate_graph.quant.fp8_reference import dequantize, reference_fp8_matmul
@@ -81,6 +82,39 @@ def test_the_op_passes_torch_library_opcheck():
     torch.library.opcheck(op, (x, weight, scale, block, bias), test_utils=OPCHECKS)
     x, weight, scale, block, _ = make(3, 32, 64, block=16)
     torch.library.opcheck(op, (x.reshape(3, 1, 64), weight, scale, block, None), test_utils=OPCHECKS)
+
+
+def test_the_folded_ops_pass_opcheck_and_on_the_cpu_are_the_unfolded_sequence():
+    """fp8_norm_matmul is the norm then the op, fp8_matmul_residual the residual plus the op's rounded output,
+    bit for bit where the kernel does not run."""
+    x, weight, scale, block, bias = make(3, 32, 64, block=16, bias=True)
+    norm_weight = (torch.rand(64) + 0.5).to(x.dtype)
+    residual = torch.randn(3, 32).to(x.dtype)
+    normed = fm.fp8_norm_matmul(x.reshape(3, 1, 64), norm_weight, 1e-5, weight, scale, block, bias)
+    expected = reference_fp8_matmul(reference_rms_norm(x, norm_weight, 1e-5, "llama"), weight, scale, block, bias)
+    assert normed.shape == (3, 1, 32) and torch.equal(normed.reshape(3, 32), expected)
+    added = fm.fp8_matmul_residual(x, weight, scale, block, bias, residual)
+    assert torch.equal(added, residual + reference_fp8_matmul(x, weight, scale, block, bias))
+    norm_op, residual_op = torch.ops.cugraph_accel.fp8_norm_matmul.default, torch.ops.cugraph_accel.fp8_matmul_residual
+    torch.library.opcheck(norm_op, (x, norm_weight, 1e-5, weight, scale, block, bias), test_utils=OPCHECKS)
+    torch.library.opcheck(residual_op.default, (x, weight, scale, block, None, residual), test_utils=OPCHECKS)
+
+
+@pytest.mark.parametrize(
+    ("call", "wording"),
+    [
+        (lambda x, w, s, nw, r: fm.fp8_norm_matmul(x, nw[:32], 1e-5, w, s, None), "the norm weight must be (64,)"),
+        (lambda x, w, s, nw, r: fm.fp8_norm_matmul(x, nw.float(), 1e-5, w, s, None), "torch.bfloat16 on x's device"),
+        (lambda x, w, s, nw, r: fm.fp8_matmul_residual(x, w, s, None, None, r[:, :16]), "the residual must be (4, 32)"),
+        (lambda x, w, s, nw, r: fm.fp8_matmul_residual(x, w, s, None, None, r.half()), "the residual must be"),
+        (lambda x, w, s, nw, r: fm.fp8_matmul_residual(x, w, s[:4], None, None, r), "scale must be float32"),
+    ],
+)
+def test_misuse_of_the_folded_ops_is_one_line(call, wording):
+    x, weight, scale, _, _ = make(4, 32, 64)
+    with pytest.raises(ValueError, match=r"^[^\n]+$") as raised:
+        call(x, weight, scale, torch.ones(64, dtype=x.dtype), torch.zeros(4, 32, dtype=x.dtype))
+    assert wording in str(raised.value)
 
 
 def test_torch_compile_keeps_the_op_in_one_graph():
@@ -198,6 +232,27 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
         {"id": f"lookahead-{scales}", "rows": 1, "n": 40, "k": 200, "dtype": "bf16", "block": block, "bias": True,
          "config": {"block_n": 16, "block_k": 32, "lookahead": True}}
         for scales, block in (("channel", None), ("block", 32))
+    ),
+    # the folds (fp8_fold): the norm as x is loaded, the residual in the epilogue, split-K's finish included
+    *(
+        {"id": f"{fold}-{path}-{dtype}-{scales}-rows{rows}", "rows": rows, "n": 40, "k": 200, "dtype": dtype,
+         "block": block, "bias": True, "fold": fold, "config": config}
+        for fold in ("norm", "residual")
+        for path, dtype, config in (
+            ("fma", "bf16", FMA),
+            ("split", "bf16", {"block_n": 16, "block_k": 32, "split_k": 3}),
+            ("lookahead", "bf16", {"block_n": 16, "block_k": 32, "lookahead": True}),
+            ("dot", "fp16", {"block_n": 16, "block_k": 32, "dot": True}),
+            ("swap-split", "fp16", {"block_n": 16, "block_k": 32, "dot": True, "swap": True, "split_k": 3}),
+            ("dot", "fp32", {"block_n": 16, "block_k": 32, "dot": True}),
+        )
+        for rows in ((1, 2) if path in ("fma", "split") else (1,) if path == "lookahead" else (4, 16))
+        for scales, block in (("channel", None), ("block", 32))
+    ),
+    *(
+        {"id": f"op-{fold}-rows{rows}", "rows": rows, "n": 48, "k": 80, "dtype": dtype, "block": 16, "fold": fold}
+        for fold in ("norm", "residual")
+        for rows, dtype in ((1, "bf16"), (2, "bf16"), (4, "fp16"))
     ),
     {"id": "fp16-block128", "rows": 2, "n": 136, "k": 200, "dtype": "fp16", "block": 128, "config": FMA},
     {"id": "op-default-config-rows1", "rows": 1, "n": 48, "k": 80, "dtype": "bf16", "block": None, "bias": True},
