@@ -372,6 +372,69 @@ def test_gpu_kernel_matches_the_reference(rows, block):
         assert _ulps(got, reference_fp8_matmul(x, weight, scale, block_, bias)) <= 2, (n, k)
 
 
+def _fold_operands(x, n, seed=1):
+    gen = torch.Generator(device=x.device).manual_seed(seed)
+    norm_weight = (torch.rand(x.shape[-1], device=x.device, generator=gen) + 0.5).to(x.dtype)
+    return norm_weight, torch.randn(x.shape[0], n, device=x.device, generator=gen).to(x.dtype)
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("rows", [1, 2, 4, 16, fm.SKINNY_MAX_ROWS + 7])
+@pytest.mark.parametrize("block", [None, 128])
+def test_gpu_folded_ops_match_the_unfolded_sequence(rows, block):
+    """The norm and the residual folded into the skinny kernel (fp8_fold) at its rows: the reference's numbers
+    within 2 units in the last place; above its rows the norm kernel, then cuBLASLt (its W8A8 bound)."""
+    for n, k in [(4096, 4096), (1024, 4096), (200, 328)]:
+        x, weight, scale, block_, bias = _gpu_operands(rows, n, k, block)
+        norm_weight, residual = _fold_operands(x, n)
+        normed = reference_rms_norm(x, norm_weight, 1e-5, "llama")
+        got_normed = fm.fp8_norm_matmul(x, norm_weight, 1e-5, weight, scale, block_, bias)
+        got_added = fm.fp8_matmul_residual(x, weight, scale, block_, bias, residual)
+        normed_ref = reference_fp8_matmul(normed, weight, scale, block_, bias)
+        added_ref = residual + reference_fp8_matmul(x, weight, scale, block_, bias)
+        if rows <= fm.SKINNY_MAX_ROWS:
+            assert _ulps(got_normed, normed_ref) <= 2 and _ulps(got_added, added_ref) <= 2, (n, k)
+        else:
+            for got, ref in ((got_normed, normed_ref), (got_added - residual, added_ref - residual)):
+                assert (got.float() - ref.float()).norm() / ref.float().norm() < 0.06, (n, k)
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("rows", [1, 8])
+def test_gpu_capture_replays_the_folded_ops(rows):
+    """Captured with PDL where the GPU has it: the folded kernels read x, the norm's weights and the residual
+    at replay, as eager does."""
+    x, weight, scale, block, bias = _gpu_operands(rows, 1024, 4096, 128)
+    norm_weight, residual = _fold_operands(x, 1024)
+    static_x = x.clone()
+
+    def both():
+        return (
+            fm.fp8_norm_matmul(static_x, norm_weight, 1e-5, weight, scale, block, bias),
+            fm.fp8_matmul_residual(static_x, weight, scale, block, bias, residual),
+        )
+
+    eager = both()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        both()  # warm up (Triton compiles) outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = both()
+    static_x.copy_(torch.randn_like(x))
+    graph.replay()
+    for out, expected in zip(outs, both()):
+        assert torch.equal(out, expected)
+    static_x.copy_(x)
+    graph.replay()
+    for out, expected in zip(outs, eager):
+        assert torch.equal(out, expected)
+
+
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.parametrize("block", [None, 128])
