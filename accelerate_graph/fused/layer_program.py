@@ -11,7 +11,7 @@ Only layers whose forward is known to be exactly this sequence take it (`program
 layer, and every step with more than one token (the prompt), keeps HF's forward. `verify` judges the
 result like any other graph. The projections are plain nn.Linear layers, or all FP8 (quant/fp8_linear.py,
 one scheme): then each projection is one call of the FP8 product (`fp8_matmul`) after the norm, or with the
-fp8_fold setting one call with the norm before it or the residual add after it folded in.
+fp8_fold setting one call with the norm before it, the residual add after it (or gate/up's activation) folded in.
 """
 
 from __future__ import annotations
@@ -29,7 +29,13 @@ from accelerate_graph.fused.grouped_attention import grouped_decode_attention
 from accelerate_graph.fused.kernels import configs, skinny_matmul
 from accelerate_graph.quant.fp8_format import E4M3
 from accelerate_graph.quant.fp8_linear import Fp8Linear
-from accelerate_graph.quant.fp8_matmul import fp8_matmul, fp8_matmul_residual, fp8_norm_matmul, skinny_kernel_runs
+from accelerate_graph.quant.fp8_matmul import (
+    fp8_matmul,
+    fp8_matmul_residual,
+    fp8_norm_gate_up,
+    fp8_norm_matmul,
+    skinny_kernel_runs,
+)
 from accelerate_graph.settings import SKINNY_OPS, current
 
 # Decoder layers whose forward is the sequence above with a Llama RMSNorm (x * rsqrt, cast, * w),
@@ -212,7 +218,7 @@ def _skinny(x: torch.Tensor, op: str, ns: tuple[int, ...]) -> bool:
 
 # FP8 weights never take the skinny kernels here (they read the model's dtype): fp8_matmul picks its own path
 # per call, a skinny FP8 kernel at decode's rows on a GPU. With the fp8_fold setting the norm before a
-# projection and the residual add after one run inside that kernel (fp8_norm_matmul, fp8_matmul_residual).
+# projection, the residual add after one and merged gate/up's silu(gate) * up run inside that kernel.
 def _fp8_folds(x: torch.Tensor) -> bool:
     """Whether FP8 projections of `x` fold their norm and residual in: fp8_fold "on" where the FP8 kernel runs
     (CUDA; the Triton interpreter in kernel tests), "auto" on CUDA, "off" never (the unfolded sequence)."""
@@ -254,7 +260,10 @@ def _merged_linear_residual(x, weight, bias, residual):
 def _merged_gate_up(x, norm_weight, eps, w_gate_up, w_up):
     """w_up None: both halves are in w_gate_up (merge_projections); else the two weights, kept apart."""
     if isinstance(w_gate_up, Fp8Weight):  # one FP8 call over both halves, or one for each weight
-        if _fp8_folds(x):
+        folds = _fp8_folds(x)
+        if folds and w_up is None:
+            return fp8_norm_gate_up(x, norm_weight, eps, w_gate_up.weight, w_gate_up.scale, w_gate_up.block)
+        if folds:
             project = lambda w: _normed_fp8(x, norm_weight, eps, w)  # noqa: E731
         else:
             xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")

@@ -14,7 +14,8 @@ block of columns (SCALE_BLOCK % BLOCK_K == 0) and its product is scaled once bef
 
 Folds (fp8_matmul's sibling ops): NORM 1 normalises x's rows as they are loaded (HF's Llama RMSNorm, the row
 norms and roundings of skinny_kernels, whose helpers run here); HAS_RES adds a residual after the product's
-rounding (out = round(round(x @ W^T + bias) + residual), eager's roundings).
+rounding (out = round(round(x @ W^T + bias) + residual), eager's roundings); GATE_UP multiplies by a merged
+gate/up weight and writes silu(gate) * up.
 
 Arithmetic is in float32 on loaded values; the output goes through skinny_kernels' `_round` (the interpreter
 truncates float32 -> bf16 casts, the GPU rounds to nearest even).
@@ -207,11 +208,12 @@ def _accumulate_dot(
 
 @triton.jit
 def _epilogue(
-    acc, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr,
-    OUT_BF16: tl.constexpr,
+    acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr,
+    GATE_UP: tl.constexpr, OUT_BF16: tl.constexpr,
 ):  # fmt: skip
     """Bias in float32, one rounding to the output dtype (HAS_RES: then the residual added and rounded again,
-    as eager rounds `residual + linear(x)`), the store."""
+    as eager rounds `residual + linear(x)`; GATE_UP: acc the gate, acc2 the up half, eager's
+    round(round(silu(round(gate))) * round(up))), the store."""
     out_dtype = out_ptr.dtype.element_ty
     n_mask = offs_n < N
     mask = (offs_m[:, None] < M) & n_mask[None, :]
@@ -221,37 +223,21 @@ def _epilogue(
     if HAS_RES:
         res = tl.load(res_ptr + offs_m[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
         val = _round(val + res, OUT_BF16, out_dtype)
+    if GATE_UP:  # silu as torch computes it: x / (1 + exp(-x))
+        act = _round(val / (1.0 + tl.exp(-val)), OUT_BF16, out_dtype)
+        val = _round(act * _round(acc2, OUT_BF16, out_dtype), OUT_BF16, out_dtype)
     tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], val.to(out_dtype), mask=mask)
 
 
 @triton.jit
-def fp8_skinny_kernel(
-    x_ptr, nw_ptr, eps, w_ptr, s_ptr, b_ptr, res_ptr, out_ptr, ws_ptr, M, N, K, K_PER_SPLIT, SCALE_BLOCK, S_COLS,
-    NORM: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, BLOCKWISE: tl.constexpr,
-    SPLIT: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr,
-    EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, RSTD_CHUNK: tl.constexpr, RSTD_CHUNKS: tl.constexpr,
-    LOOKAHEAD: tl.constexpr,
+def _product(
+    x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+    NORM: tl.constexpr, BLOCKWISE: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr,
+    SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
-    """Grid (blocks of N, blocks of M, SPLIT). SPLIT > 1: float32 partials (per-channel scales applied) into
-    the workspace [SPLIT, M, N], summed by fp8_finish_kernel. USE_PDL: ask L2 for the first weights, wait for
-    the kernel before (it writes x and the residual), then let the next one launch. NORM: each program
-    computes its rows' norms first (RSTD_CHUNKS loads of RSTD_CHUNK columns, skinny_matmul.rstd_chunks)."""
-    pid_n = tl.program_id(0)
-    pid_s = tl.program_id(2)
-    if USE_PDL:
-        _prefetch_first_block(w_ptr, pid_n, pid_s, N, K, K_PER_SPLIT, BLOCK_N, BLOCK_K)
-        gdc_wait()
-        gdc_launch_dependents()
-    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rstd = _rows_rstd(x_ptr, offs_m, M, K, eps, NORM, BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
-    if BLOCKWISE:  # the program's block of rows
-        row_block = pid_n * BLOCK_N // SCALE_BLOCK
-    else:
-        row_block = pid_n
-    k_lo = pid_s * K_PER_SPLIT
-    k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
+    """The program's [BLOCK_M, BLOCK_N] float32 sums over its K slice, scaled (per-channel scales here, block
+    scales as the path applies them): tensor cores, one row, or rows of float32 multiply-and-sum."""
     if USE_DOT:
         acc = _accumulate_dot(
             x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
@@ -269,17 +255,69 @@ def fp8_skinny_kernel(
         )  # fmt: skip
     if not BLOCKWISE:
         acc = acc * tl.load(s_ptr + offs_n, mask=offs_n < N, other=0.0)[None, :]
-    if SPLIT == 1:
-        _epilogue(acc, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B, HAS_RES, OUT_BF16)
+    return acc
+
+
+@triton.jit
+def fp8_skinny_kernel(
+    x_ptr, nw_ptr, eps, w_ptr, s_ptr, b_ptr, res_ptr, out_ptr, ws_ptr, M, N, K, K_PER_SPLIT, SCALE_BLOCK, S_COLS,
+    NORM: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, GATE_UP: tl.constexpr,
+    BLOCKWISE: tl.constexpr, SPLIT: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr,
+    SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, USE_PDL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, RSTD_CHUNK: tl.constexpr,
+    RSTD_CHUNKS: tl.constexpr, LOOKAHEAD: tl.constexpr,
+):  # fmt: skip
+    """Grid (blocks of N, blocks of M, SPLIT). SPLIT > 1: float32 partials (per-channel scales applied) into
+    the workspace [SPLIT, M, N] ([SPLIT, M, 2N] under GATE_UP: gate's, then up's), summed by
+    fp8_finish_kernel. USE_PDL: ask L2 for the first weights, wait for the kernel before (it writes x and the
+    residual), then let the next one launch. NORM: each program computes its rows' norms first (RSTD_CHUNKS
+    loads of RSTD_CHUNK columns, skinny_matmul.rstd_chunks). GATE_UP: W is [2N, K], gate's rows then up's
+    (with block scales N is a whole number of blocks), the up half's product walked after the gate's."""
+    pid_n = tl.program_id(0)
+    pid_s = tl.program_id(2)
+    if USE_PDL:
+        _prefetch_first_block(w_ptr, pid_n, pid_s, N, K, K_PER_SPLIT, BLOCK_N, BLOCK_K)
+        gdc_wait()
+        gdc_launch_dependents()
+    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rstd = _rows_rstd(x_ptr, offs_m, M, K, eps, NORM, BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
+    if BLOCKWISE:  # the program's block of rows
+        row_block = pid_n * BLOCK_N // SCALE_BLOCK
     else:
+        row_block = pid_n
+    k_lo = pid_s * K_PER_SPLIT
+    k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
+    acc = _product(
+        x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+        NORM, BLOCKWISE, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
+    )  # fmt: skip
+    acc2 = acc
+    if GATE_UP:  # the up half: its weights N rows on, its scales N channels or N // SCALE_BLOCK block rows on
+        if BLOCKWISE:
+            s_up = s_ptr + (N // SCALE_BLOCK) * S_COLS
+        else:
+            s_up = s_ptr + N
+        acc2 = _product(
+            x_ptr, nw_ptr, rstd, w_ptr + N * K, s_up, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK,
+            S_COLS, NORM, BLOCKWISE, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
+        )  # fmt: skip
+    if SPLIT == 1:
+        _epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B, HAS_RES, GATE_UP, OUT_BF16)
+    else:
+        NT: tl.constexpr = 2 if GATE_UP else 1
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        tl.store(ws_ptr + (pid_s * M + offs_m[:, None]) * N + offs_n[None, :], acc, mask=mask)
+        at = ws_ptr + (pid_s * M + offs_m[:, None]) * (NT * N) + offs_n[None, :]
+        tl.store(at, acc, mask=mask)
+        if GATE_UP:
+            tl.store(at + N, acc2, mask=mask)
 
 
 @triton.jit
 def fp8_finish_kernel(
-    ws_ptr, b_ptr, res_ptr, out_ptr, M, N, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, SPLIT: tl.constexpr,
-    OUT_BF16: tl.constexpr, USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    ws_ptr, b_ptr, res_ptr, out_ptr, M, N, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, GATE_UP: tl.constexpr,
+    SPLIT: tl.constexpr, OUT_BF16: tl.constexpr, USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """Split-K's second pass: the partials summed in split order (no dependence on timing), then the epilogue.
     Grid as fp8_skinny_kernel's, SPLIT 1. USE_PDL: it waits for the partials, then lets the next kernel
@@ -287,10 +325,15 @@ def fp8_finish_kernel(
     if USE_PDL:
         gdc_wait()
         gdc_launch_dependents()
+    NT: tl.constexpr = 2 if GATE_UP else 1
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for s in range(SPLIT):
-        acc += tl.load(ws_ptr + (s * M + offs_m[:, None]) * N + offs_n[None, :], mask=mask, other=0.0)
-    _epilogue(acc, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B, HAS_RES, OUT_BF16)
+        at = ws_ptr + (s * M + offs_m[:, None]) * (NT * N) + offs_n[None, :]
+        acc += tl.load(at, mask=mask, other=0.0)
+        if GATE_UP:
+            acc2 += tl.load(at + N, mask=mask, other=0.0)
+    _epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B, HAS_RES, GATE_UP, OUT_BF16)

@@ -126,22 +126,23 @@ def _cdiv(a: int, b: int) -> int:
 
 def launch(
     x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Tensor | None, cfg=None, *,
-    norm_weight: Tensor | None = None, eps: float = 0.0, residual: Tensor | None = None,
+    norm_weight: Tensor | None = None, eps: float = 0.0, residual: Tensor | None = None, gate_up: bool = False,
 ) -> Tensor:  # fmt: skip
     """out = x @ (weight * scale)^T + bias through fp8_skinny_kernel (and fp8_finish_kernel under split-K), with
     `cfg` (default: config_for), shaped like x with N last. `norm_weight`: x's rows through HF's Llama RMSNorm
-    (`eps`) first; `residual` (shaped like the output): added after the product's rounding. The caller checked
+    (`eps`) first; `residual` (shaped like the output): added after the product's rounding; `gate_up`: the
+    weight is gate's rows then up's, out = silu(gate) * up with N half the weight's rows. The caller checked
     the arguments (fp8_matmul)."""
     k = x.shape[-1]
     x2 = x.reshape(-1, k).contiguous()
-    m, n = x2.shape[0], weight.shape[0]
+    m, n = x2.shape[0], weight.shape[0] // (2 if gate_up else 1)
     cfg = fitted(cfg or config_for(m, n, k, block, x.device), block)
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     block_m = cfg.block_m(m)
     n_blocks, m_blocks = _cdiv(n, cfg.block_n), _cdiv(m, block_m)
     k_per_split = _cdiv(_cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k  # whole K tiles per slice
     split = _cdiv(k, k_per_split)  # no empty slice
-    ws = torch.empty((split, m, n), dtype=torch.float32, device=x.device) if split > 1 else out
+    ws = torch.empty((split, m, 2 * n if gate_up else n), dtype=torch.float32, device=x.device) if split > 1 else out
     scale = scale.contiguous()
     res = residual.reshape(m, n).contiguous() if residual is not None else out
     # the row norm's constexprs only with a norm: else they would compile variants that differ in nothing
@@ -150,6 +151,7 @@ def launch(
     flags = {
         "HAS_B": bias is not None,
         "HAS_RES": residual is not None,
+        "GATE_UP": gate_up,
         "SPLIT": split,
         "OUT_BF16": x.dtype == torch.bfloat16,
         "BLOCK_M": block_m,

@@ -42,11 +42,12 @@ def operands(case: dict):
 
 
 def fold_operands(case: dict, x: torch.Tensor, n: int) -> dict:
-    """The launch's keywords for the case's fold: a norm weight around 1 (case "norm") or a residual shaped
-    like the output (case "residual"); none without a fold."""
+    """The launch's keywords for the case's fold: a norm weight around 1 (case "norm", and "gate_up": the
+    weight's halves then gate and up) or a residual shaped like the output (case "residual"); none without."""
     gen = torch.Generator().manual_seed(case.get("seed", 0) + 1)
-    if case.get("fold") == "norm":
-        return {"norm_weight": (torch.rand(x.shape[-1], generator=gen) + 0.5).to(x.dtype), "eps": 1e-5}
+    if case.get("fold") in ("norm", "gate_up"):
+        norm = {"norm_weight": (torch.rand(x.shape[-1], generator=gen) + 0.5).to(x.dtype), "eps": 1e-5}
+        return {**norm, "gate_up": True} if case["fold"] == "gate_up" else norm
     if case.get("fold") == "residual":
         return {"residual": torch.randn(*x.shape[:-1], n, generator=gen).to(x.dtype)}  # as large as the product
     return {}
@@ -57,17 +58,22 @@ def run_case(case: dict) -> dict:
     fold = fold_operands(case, x, weight.shape[0])
     if case.get("config"):
         got = fp8_skinny.launch(x, weight, scale, block, bias, SkinnyConfig(**case["config"]), **fold)
-    elif "norm_weight" in fold:  # the ops as callers call them: their rows decide the path
+    elif "gate_up" in fold:  # the ops as callers call them: their rows decide the path
+        got = fp8_matmul.fp8_norm_gate_up(x, fold["norm_weight"], fold["eps"], weight, scale, block)
+    elif "norm_weight" in fold:
         got = fp8_matmul.fp8_norm_matmul(x, fold["norm_weight"], fold["eps"], weight, scale, block, bias)
     elif "residual" in fold:
         got = fp8_matmul.fp8_matmul_residual(x, weight, scale, block, bias, fold["residual"])
     else:
         got = fp8_matmul.fp8_matmul(x, weight, scale, block, bias)
-    # the unfolded sequence's rounding: the norm, then the product; the product, then the residual
+    # the unfolded sequence's rounding: the norm, then the product; the product, then the residual or silu(gate) * up
     normed = reference_rms_norm(x, fold["norm_weight"], fold["eps"], "llama") if "norm_weight" in fold else x
     ref = reference_fp8_matmul(normed, weight, scale, block, bias)
     if "residual" in fold:
         ref = fold["residual"] + ref
+    if "gate_up" in fold:
+        gate, up = ref.chunk(2, dim=-1)
+        ref = torch.nn.functional.silu(gate) * up
     eps = torch.finfo(ref.dtype).eps if ref.dtype != torch.float32 else 2e-6
     # in units of the output's last place, against the larger of the element and the mean magnitude
     unit = eps * torch.maximum(ref.float().abs(), ref.float().abs().mean())
@@ -90,7 +96,7 @@ def layer_steps(job: dict) -> dict:
     from accelerate_graph.fused.layers import FusedForward
 
     calls = []
-    for name in ("fp8_norm_matmul", "fp8_matmul_residual"):  # counted, not replaced
+    for name in ("fp8_norm_matmul", "fp8_matmul_residual", "fp8_norm_gate_up"):  # counted, not replaced
         op = getattr(layer_program, name)
         setattr(layer_program, name, lambda *args, _op=op, _name=name: calls.append(_name) or _op(*args))
     torch._dynamo.reset()

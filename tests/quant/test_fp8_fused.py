@@ -162,10 +162,15 @@ def folded_layers():
 @pytest.mark.skipif(fp8_skinny.fp8_kernels is None, reason="needs triton")
 @pytest.mark.parametrize("block", [None, 128])  # per channel (all merged); q/k/v kept apart (three calls)
 def test_fp8_fold_folds_the_norms_and_residuals_into_the_kernel_under_the_interpreter(folded_layers, block):
-    """fp8_fold on: the layers call both folded ops and decode as the unfolded program does, within float32
-    summation order (the rows' norms); off, and auto off CUDA: neither, the unfolded program."""
+    """fp8_fold on: the layers call the folded ops (q/k/v's norm, merged gate/up's norm and activation, the
+    residual adds) and decode as the unfolded program does, within float32 summation order (the rows' norms);
+    off, and auto off CUDA: none, the unfolded program."""
     off, on = folded_layers[f"{block}-off"], folded_layers[f"{block}-on"]
-    assert off["folded_ops"] == [] and on["folded_ops"] == ["fp8_matmul_residual", "fp8_norm_matmul"]
+    assert off["folded_ops"] == [] and on["folded_ops"] == [
+        "fp8_matmul_residual",
+        "fp8_norm_gate_up",
+        "fp8_norm_matmul",
+    ]
     if block is None:
         assert folded_layers["None-auto"]["folded_ops"] == []
         assert folded_layers["None-auto"]["logits"] == off["logits"]
