@@ -10,7 +10,8 @@ operations runs (the torch reference here, or Triton kernels that read each weig
 Only layers whose forward is known to be exactly this sequence take it (`program_for`); every other
 layer, and every step with more than one token (the prompt), keeps HF's forward. `verify` judges the
 result like any other graph. The projections are plain nn.Linear layers, or all FP8 (quant/fp8_linear.py,
-one scheme): then each projection is one call of the FP8 product (`fp8_matmul`) after the norm.
+one scheme): then each projection is one call of the FP8 product (`fp8_matmul`) after the norm, or with the
+fp8_fold setting one call with the norm before it, the residual add after it (or gate/up's activation) folded in.
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ from accelerate_graph.fused.grouped_attention import grouped_decode_attention
 from accelerate_graph.fused.kernels import configs, skinny_matmul
 from accelerate_graph.quant.fp8_format import E4M3
 from accelerate_graph.quant.fp8_linear import Fp8Linear
-from accelerate_graph.quant.fp8_matmul import fp8_matmul
+from accelerate_graph.quant.fp8_matmul import (
+    fp8_matmul,
+    fp8_matmul_residual,
+    fp8_norm_gate_up,
+    fp8_norm_matmul,
+    skinny_kernel_runs,
+)
 from accelerate_graph.settings import SKINNY_OPS, current
 
 # Decoder layers whose forward is the sequence above with a Llama RMSNorm (x * rsqrt, cast, * w),
@@ -210,9 +217,26 @@ def _skinny(x: torch.Tensor, op: str, ns: tuple[int, ...]) -> bool:
 
 
 # FP8 weights never take the skinny kernels here (they read the model's dtype): fp8_matmul picks its own path
-# per call, a skinny FP8 kernel at decode's rows on a GPU.
+# per call, a skinny FP8 kernel at decode's rows on a GPU. With the fp8_fold setting the norm before a
+# projection, the residual add after one and merged gate/up's silu(gate) * up run inside that kernel.
+def _fp8_folds(x: torch.Tensor) -> bool:
+    """Whether FP8 projections of `x` fold their norm and residual in: fp8_fold "on" where the FP8 kernel runs
+    (CUDA; the Triton interpreter in kernel tests), "auto" on CUDA, "off" never (the unfolded sequence)."""
+    chosen = current().fp8_fold
+    if chosen == "off" or not skinny_kernel_runs(x):
+        return False
+    return chosen == "on" or x.device.type == "cuda"
+
+
+def _normed_fp8(x, norm_weight, eps, weight: Fp8Weight, bias=None):
+    """The projection of HF's Llama RMSNorm of x by an FP8 weight, the norm folded into the FP8 kernel."""
+    return fp8_norm_matmul(x, norm_weight, eps, weight.weight, weight.scale, weight.block, bias)
+
+
 def _merged_projections(x, norm_weight, eps, weights, biases):
     fp8 = isinstance(weights[0], Fp8Weight)
+    if fp8 and _fp8_folds(x):
+        return tuple(_normed_fp8(x, norm_weight, eps, w, b) for w, b in zip(weights, biases))
     if not fp8 and _skinny(x, "proj", tuple(int(w.shape[0]) for w in weights)):
         return skinny_matmul.norm_projections(x, norm_weight, eps, "llama", weights, biases)
     xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
@@ -220,7 +244,10 @@ def _merged_projections(x, norm_weight, eps, weights, biases):
 
 
 def _merged_linear_residual(x, weight, bias, residual):
-    if not isinstance(weight, Fp8Weight) and _skinny(x, "residual", (int(weight.shape[0]),)):
+    if isinstance(weight, Fp8Weight):
+        if _fp8_folds(x):
+            return fp8_matmul_residual(x, weight.weight, weight.scale, weight.block, bias, residual)
+    elif _skinny(x, "residual", (int(weight.shape[0]),)):
         return skinny_matmul.linear_residual(x, weight, bias, residual)
     return residual + _project(x, weight, bias)
 
@@ -233,11 +260,18 @@ def _merged_linear_residual(x, weight, bias, residual):
 def _merged_gate_up(x, norm_weight, eps, w_gate_up, w_up):
     """w_up None: both halves are in w_gate_up (merge_projections); else the two weights, kept apart."""
     if isinstance(w_gate_up, Fp8Weight):  # one FP8 call over both halves, or one for each weight
-        xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
-        if w_up is None:
-            gate, up = _project(xn, w_gate_up).chunk(2, dim=-1)
+        folds = _fp8_folds(x)
+        if folds and w_up is None:
+            return fp8_norm_gate_up(x, norm_weight, eps, w_gate_up.weight, w_gate_up.scale, w_gate_up.block)
+        if folds:
+            project = lambda w: _normed_fp8(x, norm_weight, eps, w)  # noqa: E731
         else:
-            gate, up = _project(xn, w_gate_up), _project(xn, w_up)
+            xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
+            project = lambda w: _project(xn, w)  # noqa: E731
+        if w_up is None:
+            gate, up = project(w_gate_up).chunk(2, dim=-1)
+        else:
+            gate, up = project(w_gate_up), project(w_up)
         return torch.nn.functional.silu(gate) * up
     gate_half, up_half = w_gate_up.chunk(2) if w_up is None else (w_gate_up, w_up)
     if _skinny(x, "gate_up", (int(gate_half.shape[0]),)):

@@ -12,6 +12,11 @@ SCALE_BLOCK % BLOCK_N == 0), so a K tile needs only the block scales of its colu
 multiply the activation (x * s per column, then the products with W); with tensor cores a tile lies in one
 block of columns (SCALE_BLOCK % BLOCK_K == 0) and its product is scaled once before it is added.
 
+Folds (fp8_matmul's sibling ops): NORM 1 normalises x's rows as they are loaded (HF's Llama RMSNorm, the row
+norms and roundings of skinny_kernels, whose helpers run here); HAS_RES adds a residual after the product's
+rounding (out = round(round(x @ W^T + bias) + residual), eager's roundings); GATE_UP multiplies by a merged
+gate/up weight and writes silu(gate) * up.
+
 Arithmetic is in float32 on loaded values; the output goes through skinny_kernels' `_round` (the interpreter
 truncates float32 -> bf16 casts, the GPU rounds to nearest even).
 """
@@ -22,7 +27,7 @@ import triton
 import triton.language as tl
 
 from accelerate_graph.fused.kernels.pdl import gdc_launch_dependents, gdc_wait
-from accelerate_graph.fused.kernels.skinny_kernels import _round
+from accelerate_graph.fused.kernels.skinny_kernels import _norm_weights, _normed_by, _round, _rows_rstd
 
 # @triton.jit picks the interpreter at decoration, i.e. when this module is imported.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -52,6 +57,12 @@ def _x_tile(x_ptr, offs_m, offs_k, M, K, EVEN_K: tl.constexpr):
 
 
 @triton.jit
+def _normed_x(xr, rstd, nw, NORM: tl.constexpr, OUT_BF16: tl.constexpr, x_dtype: tl.constexpr):
+    """x's tile as loaded, in float32, after the RMSNorm where NORM (values of x's dtype either way)."""
+    return _normed_by(xr.to(tl.float32), rstd, nw, NORM, OUT_BF16, x_dtype)
+
+
+@triton.jit
 def _w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K: tl.constexpr):
     """W[offs_n, offs_k] as stored (float8 e4m3); the mask is constant along K where EVEN_K (wide loads)."""
     if EVEN_K:
@@ -69,16 +80,17 @@ def _column_scales(s_ptr, row_block, offs_k, K, SCALE_BLOCK, S_COLS):
 
 @triton.jit
 def _accumulate_fma(
-    x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
-    BLOCKWISE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+    NORM: tl.constexpr, BLOCKWISE: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Float32 multiply-and-sum, the products summed element-wise over the whole K walk and reduced across
     lanes once at the end (skinny_kernels._accumulate_one_row's way): [BLOCK_M, BLOCK_N]."""
     wide = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        xv = _x_tile(x_ptr, offs_m, offs_k, M, K, EVEN_K).to(tl.float32)
+        xr = _x_tile(x_ptr, offs_m, offs_k, M, K, EVEN_K)
+        xv = _normed_x(xr, rstd, _norm_weights(nw_ptr, offs_k, K, NORM), NORM, OUT_BF16, x_ptr.dtype.element_ty)
         if BLOCKWISE:
             xv = xv * _column_scales(s_ptr, row_block, offs_k, K, SCALE_BLOCK, S_COLS)[None, :]
         w = _w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K).to(tl.float32)
@@ -88,24 +100,28 @@ def _accumulate_fma(
 
 @triton.jit
 def _row_loads(
-    x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k0, SCALE_BLOCK, S_COLS,
-    BLOCKWISE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr,
+    x_ptr, nw_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k0, SCALE_BLOCK, S_COLS,
+    NORM: tl.constexpr, BLOCKWISE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """One K tile's loads and nothing that waits for them: x's row, its columns' block scales (the offsets,
-    unread, without block scales) and W's rows."""
+    """One K tile's loads and nothing that waits for them: x's row, the norm's weights (the offsets, unread,
+    without a norm), its columns' block scales (the offsets, unread, without block scales) and W's rows."""
     offs_k = k0 + tl.arange(0, BLOCK_K)
     xr = _x_tile(x_ptr, offs_m, offs_k, M, K, EVEN_K)
     if BLOCKWISE:
         scales = _column_scales(s_ptr, row_block, offs_k, K, SCALE_BLOCK, S_COLS)
     else:
         scales = offs_k
-    return xr, scales, _w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K)
+    nw = _norm_weights(nw_ptr, offs_k, K, NORM)
+    return xr, nw, scales, _w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K)
 
 
 @triton.jit
-def _multiply_row(wide, xr, scales, w, BLOCKWISE: tl.constexpr):
-    """wide += x's row (times its block scales) times W's tile, element-wise in float32."""
-    xv = xr.to(tl.float32)  # [1, BLOCK_K]
+def _multiply_row(
+    wide, xr, nw, rstd, scales, w, NORM: tl.constexpr, BLOCKWISE: tl.constexpr, OUT_BF16: tl.constexpr,
+    x_dtype: tl.constexpr,
+):  # fmt: skip
+    """wide += x's row (normed where NORM, times its block scales) times W's tile, element-wise in float32."""
+    xv = _normed_x(xr, rstd, nw, NORM, OUT_BF16, x_dtype)  # [1, BLOCK_K]
     if BLOCKWISE:
         xv = xv * scales[None, :]
     return wide + xv * w.to(tl.float32)
@@ -113,34 +129,35 @@ def _multiply_row(wide, xr, scales, w, BLOCKWISE: tl.constexpr):
 
 @triton.jit
 def _accumulate_one_row(
-    x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
-    BLOCKWISE: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    LOOKAHEAD: tl.constexpr,
+    x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+    NORM: tl.constexpr, BLOCKWISE: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
     """_accumulate_fma for one row (a GEMV) with a 2-D [BLOCK_N, BLOCK_K] tile: [1, BLOCK_N]. Triton does not
     pipeline a loop without tl.dot; LOOKAHEAD issues tile k + 1's loads before tile k is multiplied (registers
     for two tiles), the same sums in the same order."""
+    x_dtype = x_ptr.dtype.element_ty
     wide = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
     if LOOKAHEAD:
-        xr, scales, w = _row_loads(
-            x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, SCALE_BLOCK, S_COLS,
-            BLOCKWISE, EVEN_K, BLOCK_K,
+        xr, nw, scales, w = _row_loads(
+            x_ptr, nw_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, SCALE_BLOCK, S_COLS,
+            NORM, BLOCKWISE, EVEN_K, BLOCK_K,
         )  # fmt: skip
         for k0 in range(k_lo + BLOCK_K, k_hi, BLOCK_K):
-            xr_next, scales_next, w_next = _row_loads(
-                x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k0, SCALE_BLOCK, S_COLS,
-                BLOCKWISE, EVEN_K, BLOCK_K,
+            xr_next, nw_next, scales_next, w_next = _row_loads(
+                x_ptr, nw_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k0, SCALE_BLOCK, S_COLS,
+                NORM, BLOCKWISE, EVEN_K, BLOCK_K,
             )  # fmt: skip
-            wide = _multiply_row(wide, xr, scales, w, BLOCKWISE)
-            xr, scales, w = xr_next, scales_next, w_next
-        wide = _multiply_row(wide, xr, scales, w, BLOCKWISE)
+            wide = _multiply_row(wide, xr, nw, rstd, scales, w, NORM, BLOCKWISE, OUT_BF16, x_dtype)
+            xr, nw, scales, w = xr_next, nw_next, scales_next, w_next
+        wide = _multiply_row(wide, xr, nw, rstd, scales, w, NORM, BLOCKWISE, OUT_BF16, x_dtype)
     else:
         for k0 in range(k_lo, k_hi, BLOCK_K):
-            xr, scales, w = _row_loads(
-                x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k0, SCALE_BLOCK, S_COLS,
-                BLOCKWISE, EVEN_K, BLOCK_K,
+            xr, nw, scales, w = _row_loads(
+                x_ptr, nw_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k0, SCALE_BLOCK, S_COLS,
+                NORM, BLOCKWISE, EVEN_K, BLOCK_K,
             )  # fmt: skip
-            wide = _multiply_row(wide, xr, scales, w, BLOCKWISE)
+            wide = _multiply_row(wide, xr, nw, rstd, scales, w, NORM, BLOCKWISE, OUT_BF16, x_dtype)
     return tl.sum(wide, axis=1)[None, :]
 
 
@@ -162,12 +179,12 @@ def _dot(xv, w, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr):
 
 @triton.jit
 def _accumulate_dot(
-    x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
-    BLOCKWISE: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+    NORM: tl.constexpr, BLOCKWISE: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
+    OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Tensor cores (BLOCK_M >= 16): each K tile's product, times its block's scale where BLOCKWISE, added in
-    float32: [BLOCK_M, BLOCK_N]."""
+    float32: [BLOCK_M, BLOCK_N]. A normed x tile holds values of x's dtype: its cast back is exact."""
     if SWAP:
         acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     else:
@@ -175,6 +192,9 @@ def _accumulate_dot(
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         xv = _x_tile(x_ptr, offs_m, offs_k, M, K, EVEN_K)
+        if NORM != 0:
+            nw = _norm_weights(nw_ptr, offs_k, K, NORM)
+            xv = _normed_x(xv, rstd, nw, NORM, OUT_BF16, x_ptr.dtype.element_ty).to(x_ptr.dtype.element_ty)
         w = _w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K).to(x_ptr.dtype.element_ty)
         part = _dot(xv, w, IEEE_DOT, SWAP)
         if BLOCKWISE:  # the tile lies in one block of columns
@@ -187,28 +207,72 @@ def _accumulate_dot(
 
 
 @triton.jit
-def _epilogue(acc, offs_m, offs_n, M, N, out_ptr, b_ptr, HAS_B: tl.constexpr, OUT_BF16: tl.constexpr):
-    """Bias in float32, one rounding to the output dtype, the store."""
+def _epilogue(
+    acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr,
+    GATE_UP: tl.constexpr, OUT_BF16: tl.constexpr,
+):  # fmt: skip
+    """Bias in float32, one rounding to the output dtype (HAS_RES: then the residual added and rounded again,
+    as eager rounds `residual + linear(x)`; GATE_UP: acc the gate, acc2 the up half, eager's
+    round(round(silu(round(gate))) * round(up))), the store."""
     out_dtype = out_ptr.dtype.element_ty
     n_mask = offs_n < N
+    mask = (offs_m[:, None] < M) & n_mask[None, :]
     if HAS_B:
         acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     val = _round(acc, OUT_BF16, out_dtype)
-    mask = (offs_m[:, None] < M) & n_mask[None, :]
+    if HAS_RES:
+        res = tl.load(res_ptr + offs_m[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+        val = _round(val + res, OUT_BF16, out_dtype)
+    if GATE_UP:  # silu as torch computes it: x / (1 + exp(-x))
+        act = _round(val / (1.0 + tl.exp(-val)), OUT_BF16, out_dtype)
+        val = _round(act * _round(acc2, OUT_BF16, out_dtype), OUT_BF16, out_dtype)
     tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], val.to(out_dtype), mask=mask)
 
 
 @triton.jit
+def _product(
+    x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+    NORM: tl.constexpr, BLOCKWISE: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr,
+    SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LOOKAHEAD: tl.constexpr,
+):  # fmt: skip
+    """The program's [BLOCK_M, BLOCK_N] float32 sums over its K slice, scaled (per-channel scales here, block
+    scales as the path applies them): tensor cores, one row, or rows of float32 multiply-and-sum."""
+    if USE_DOT:
+        acc = _accumulate_dot(
+            x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+            NORM, BLOCKWISE, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+        )  # fmt: skip
+    elif BLOCK_M == 1:
+        acc = _accumulate_one_row(
+            x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+            NORM, BLOCKWISE, EVEN_K, OUT_BF16, BLOCK_N, BLOCK_K, LOOKAHEAD,
+        )  # fmt: skip
+    else:
+        acc = _accumulate_fma(
+            x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+            NORM, BLOCKWISE, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+        )  # fmt: skip
+    if not BLOCKWISE:
+        acc = acc * tl.load(s_ptr + offs_n, mask=offs_n < N, other=0.0)[None, :]
+    return acc
+
+
+@triton.jit
 def fp8_skinny_kernel(
-    x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, M, N, K, K_PER_SPLIT, SCALE_BLOCK, S_COLS,
-    HAS_B: tl.constexpr, BLOCKWISE: tl.constexpr, SPLIT: tl.constexpr, USE_DOT: tl.constexpr,
-    IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
-    USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    LOOKAHEAD: tl.constexpr,
+    x_ptr, nw_ptr, eps, w_ptr, s_ptr, b_ptr, res_ptr, out_ptr, ws_ptr, M, N, K, K_PER_SPLIT, SCALE_BLOCK, S_COLS,
+    NORM: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, GATE_UP: tl.constexpr,
+    BLOCKWISE: tl.constexpr, SPLIT: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr,
+    SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, USE_PDL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, RSTD_CHUNK: tl.constexpr,
+    RSTD_CHUNKS: tl.constexpr, LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
     """Grid (blocks of N, blocks of M, SPLIT). SPLIT > 1: float32 partials (per-channel scales applied) into
-    the workspace [SPLIT, M, N], summed by fp8_finish_kernel. USE_PDL: ask L2 for the first weights, wait for
-    the kernel before (it writes x), then let the next one launch."""
+    the workspace [SPLIT, M, N] ([SPLIT, M, 2N] under GATE_UP: gate's, then up's), summed by
+    fp8_finish_kernel. USE_PDL: ask L2 for the first weights, wait for the kernel before (it writes x and the
+    residual), then let the next one launch. NORM: each program computes its rows' norms first (RSTD_CHUNKS
+    loads of RSTD_CHUNK columns, skinny_matmul.rstd_chunks). GATE_UP: W is [2N, K], gate's rows then up's
+    (with block scales N is a whole number of blocks), the up half's product walked after the gate's."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(2)
     if USE_PDL:
@@ -217,40 +281,43 @@ def fp8_skinny_kernel(
         gdc_launch_dependents()
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rstd = _rows_rstd(x_ptr, offs_m, M, K, eps, NORM, BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
     if BLOCKWISE:  # the program's block of rows
         row_block = pid_n * BLOCK_N // SCALE_BLOCK
     else:
         row_block = pid_n
     k_lo = pid_s * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
-    if USE_DOT:
-        acc = _accumulate_dot(
-            x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
-            BLOCKWISE, IEEE_DOT, SWAP, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K,
+    acc = _product(
+        x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+        NORM, BLOCKWISE, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
+    )  # fmt: skip
+    acc2 = acc
+    if GATE_UP:  # the up half: its weights N rows on, its scales N channels or N // SCALE_BLOCK block rows on
+        if BLOCKWISE:
+            s_up = s_ptr + (N // SCALE_BLOCK) * S_COLS
+        else:
+            s_up = s_ptr + N
+        acc2 = _product(
+            x_ptr, nw_ptr, rstd, w_ptr + N * K, s_up, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK,
+            S_COLS, NORM, BLOCKWISE, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
         )  # fmt: skip
-    elif BLOCK_M == 1:
-        acc = _accumulate_one_row(
-            x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
-            BLOCKWISE, EVEN_K, BLOCK_N, BLOCK_K, LOOKAHEAD,
-        )  # fmt: skip
-    else:
-        acc = _accumulate_fma(
-            x_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
-            BLOCKWISE, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K,
-        )  # fmt: skip
-    if not BLOCKWISE:
-        acc = acc * tl.load(s_ptr + offs_n, mask=offs_n < N, other=0.0)[None, :]
     if SPLIT == 1:
-        _epilogue(acc, offs_m, offs_n, M, N, out_ptr, b_ptr, HAS_B, OUT_BF16)
+        _epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B, HAS_RES, GATE_UP, OUT_BF16)
     else:
+        NT: tl.constexpr = 2 if GATE_UP else 1
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        tl.store(ws_ptr + (pid_s * M + offs_m[:, None]) * N + offs_n[None, :], acc, mask=mask)
+        at = ws_ptr + (pid_s * M + offs_m[:, None]) * (NT * N) + offs_n[None, :]
+        tl.store(at, acc, mask=mask)
+        if GATE_UP:
+            tl.store(at + N, acc2, mask=mask)
 
 
 @triton.jit
 def fp8_finish_kernel(
-    ws_ptr, b_ptr, out_ptr, M, N, HAS_B: tl.constexpr, SPLIT: tl.constexpr, OUT_BF16: tl.constexpr,
-    USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    ws_ptr, b_ptr, res_ptr, out_ptr, M, N, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, GATE_UP: tl.constexpr,
+    SPLIT: tl.constexpr, OUT_BF16: tl.constexpr, USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """Split-K's second pass: the partials summed in split order (no dependence on timing), then the epilogue.
     Grid as fp8_skinny_kernel's, SPLIT 1. USE_PDL: it waits for the partials, then lets the next kernel
@@ -258,10 +325,15 @@ def fp8_finish_kernel(
     if USE_PDL:
         gdc_wait()
         gdc_launch_dependents()
+    NT: tl.constexpr = 2 if GATE_UP else 1
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for s in range(SPLIT):
-        acc += tl.load(ws_ptr + (s * M + offs_m[:, None]) * N + offs_n[None, :], mask=mask, other=0.0)
-    _epilogue(acc, offs_m, offs_n, M, N, out_ptr, b_ptr, HAS_B, OUT_BF16)
+        at = ws_ptr + (s * M + offs_m[:, None]) * (NT * N) + offs_n[None, :]
+        acc += tl.load(at, mask=mask, other=0.0)
+        if GATE_UP:
+            acc2 += tl.load(at + N, mask=mask, other=0.0)
+    _epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B, HAS_RES, GATE_UP, OUT_BF16)

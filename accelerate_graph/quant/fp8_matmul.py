@@ -9,6 +9,13 @@ Scales are float32: one per output channel (`block` None, scale [N]) or one per 
 - CUDA, more rows: cuBLASLt's FP8 matmul with activations quantized per call (fp8_w8a8, W8A8), or where that
   does not serve, the weight dequantized to x's dtype and cuBLAS;
 - elsewhere: the reference (fp8_reference: dequantize, float32 matmul), which is the definition.
+
+Two sibling ops fold a decoder layer's neighbours into the skinny kernel (the layer program's FP8 branches,
+setting fp8_fold), each exactly the unfolded sequence's rounding wherever the kernel does not run:
+- `fp8_norm_matmul(x, norm_weight, eps, ...)`: HF's Llama RMSNorm of x's rows, then the product;
+- `fp8_matmul_residual(x, ..., residual)`: residual + the product (rounded first, as eager adds it);
+- `fp8_norm_gate_up(x, norm_weight, eps, weight, ...)`: the norm, the product by a merged gate/up weight (gate's
+  rows, then up's), then silu(gate) * up, each rounded as eager rounds it.
 """
 
 # no `from __future__ import annotations`: torch.library infers the op's schema from the annotations (Optional[...]
@@ -54,6 +61,85 @@ def _fake(x: Tensor, weight: Tensor, scale: Tensor, block: Optional[int], bias: 
 torch.library.custom_op("cugraph_accel::fp8_matmul", _body, mutates_args=()).register_fake(_fake)
 
 
+def _skinny_runs(x: Tensor) -> bool:
+    from accelerate_graph.quant import fp8_skinny
+
+    return fp8_skinny.runs_triton(x) and 0 < _rows(x) <= SKINNY_MAX_ROWS
+
+
+def skinny_kernel_runs(x: Tensor) -> bool:
+    """Whether x's device runs the skinny kernel (CUDA, or the interpreter where a kernel test asked), its
+    rows aside: where the folded ops are worth calling."""
+    from accelerate_graph.quant import fp8_skinny
+
+    return fp8_skinny.runs_triton(x)
+
+
+def _norm_matmul_body(
+    x: Tensor,
+    norm_weight: Tensor,
+    eps: float,
+    weight: Tensor,
+    scale: Tensor,
+    block: Optional[int],  # noqa: UP045
+    bias: Optional[Tensor],  # noqa: UP045
+) -> Tensor:
+    if _skinny_runs(x):
+        from accelerate_graph.quant import fp8_skinny
+
+        return fp8_skinny.launch(x, weight, scale, block, bias, norm_weight=norm_weight, eps=eps)
+    from accelerate_graph.fused.kernels import skinny_matmul
+
+    # more rows on a GPU: the norm as one kernel (skinny_matmul's, the same rounding), then the op's other paths
+    if x.device.type == "cuda":
+        xn = skinny_matmul.rms_norm(x, norm_weight, eps)
+    else:
+        xn = skinny_matmul.reference_rms_norm(x, norm_weight, eps, "llama")
+    return _body(xn, weight, scale, block, bias)
+
+
+def _matmul_residual_body(
+    x: Tensor,
+    weight: Tensor,
+    scale: Tensor,
+    block: Optional[int],  # noqa: UP045
+    bias: Optional[Tensor],  # noqa: UP045
+    residual: Tensor,
+) -> Tensor:
+    if _skinny_runs(x):
+        from accelerate_graph.quant import fp8_skinny
+
+        return fp8_skinny.launch(x, weight, scale, block, bias, residual=residual)
+    return residual + _body(x, weight, scale, block, bias)
+
+
+def _norm_gate_up_body(
+    x: Tensor,
+    norm_weight: Tensor,
+    eps: float,
+    weight: Tensor,
+    scale: Tensor,
+    block: Optional[int],  # noqa: UP045
+) -> Tensor:
+    if _skinny_runs(x):
+        from accelerate_graph.quant import fp8_skinny
+
+        return fp8_skinny.launch(x, weight, scale, block, None, norm_weight=norm_weight, eps=eps, gate_up=True)
+    gate, up = _norm_matmul_body(x, norm_weight, eps, weight, scale, block, None).chunk(2, dim=-1)
+    return torch.nn.functional.silu(gate) * up
+
+
+torch.library.custom_op("cugraph_accel::fp8_norm_matmul", _norm_matmul_body, mutates_args=()).register_fake(
+    lambda x, norm_weight, eps, weight, scale, block, bias: _fake(x, weight, scale, block, bias)
+)
+torch.library.custom_op("cugraph_accel::fp8_matmul_residual", _matmul_residual_body, mutates_args=()).register_fake(
+    lambda x, weight, scale, block, bias, residual: residual.new_empty(residual.shape)
+)
+torch.library.custom_op("cugraph_accel::fp8_norm_gate_up", _norm_gate_up_body, mutates_args=()).register_fake(
+    lambda x, norm_weight, eps, weight, scale, block: x.new_empty((*x.shape[:-1], weight.shape[0] // 2))
+)
+
+
 def check(x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Tensor | None) -> None:
     """Misuse by a caller in this package (not a user error): one line naming the argument."""
     if weight.dim() != 2 or weight.dtype != torch.float8_e4m3fn:
@@ -84,3 +170,46 @@ def fp8_matmul(x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias
     [..., N]. scale: float32 [N] (`block` None) or [ceil(N/block), ceil(K/block)] (block scales, block 128)."""
     check(x, weight, scale, block, bias)
     return torch.ops.cugraph_accel.fp8_matmul(x, weight, scale, block, bias)
+
+
+def fp8_norm_matmul(
+    x: Tensor, norm_weight: Tensor, eps: float, weight: Tensor, scale: Tensor, block: int | None, bias=None
+) -> Tensor:
+    """fp8_matmul of HF's Llama RMSNorm of x (skinny_matmul.reference_rms_norm's rounding; norm_weight [K] in
+    x's dtype), the norm folded into the skinny kernel where it runs."""
+    check(x, weight, scale, block, bias)
+    _check_norm_weight(x, norm_weight)
+    return torch.ops.cugraph_accel.fp8_norm_matmul(x, norm_weight, float(eps), weight, scale, block, bias)
+
+
+def _check_norm_weight(x: Tensor, norm_weight: Tensor) -> None:
+    if tuple(norm_weight.shape) != (x.shape[-1],) or norm_weight.dtype != x.dtype or norm_weight.device != x.device:
+        raise ValueError(f"the norm weight must be ({x.shape[-1]},) / {x.dtype} on x's device, got "
+                         f"{tuple(norm_weight.shape)} / {norm_weight.dtype} on {norm_weight.device}")  # fmt: skip
+
+
+def fp8_matmul_residual(
+    x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Tensor | None, residual: Tensor
+) -> Tensor:
+    """residual + fp8_matmul(x, ...), the product rounded to x's dtype before the add (eager's rounding), the
+    add folded into the skinny kernel where it runs."""
+    check(x, weight, scale, block, bias)
+    expected = (*x.shape[:-1], weight.shape[0])
+    if tuple(residual.shape) != expected or residual.dtype != x.dtype or residual.device != x.device:
+        raise ValueError(f"the residual must be {expected} / {x.dtype} on x's device, got "
+                         f"{tuple(residual.shape)} / {residual.dtype} on {residual.device}")  # fmt: skip
+    return torch.ops.cugraph_accel.fp8_matmul_residual(x, weight, scale, block, bias, residual)
+
+
+def fp8_norm_gate_up(
+    x: Tensor, norm_weight: Tensor, eps: float, weight: Tensor, scale: Tensor, block: int | None
+) -> Tensor:
+    """silu(gate) * up of fp8_norm_matmul's output by a merged gate/up weight [2N, K] (gate's rows, then up's;
+    with block scales N a whole number of blocks): [..., N], rounded as eager rounds each step."""
+    check(x, weight, scale, block, None)
+    _check_norm_weight(x, norm_weight)
+    rows = weight.shape[0]
+    if rows % 2 or (block is not None and (rows // 2) % block):
+        within = f", N a multiple of the block {block}" if block is not None else ""
+        raise ValueError(f"a merged gate/up weight has 2N rows{within}; got {rows}")
+    return torch.ops.cugraph_accel.fp8_norm_gate_up(x, norm_weight, float(eps), weight, scale, block)

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from accelerate_graph.fused.kernels import configs, pdl
+from accelerate_graph.fused.kernels import configs, pdl, skinny_matmul
 from accelerate_graph.fused.kernels.configs import SkinnyConfig
 
 try:
@@ -29,8 +29,9 @@ _TABLES: dict[str, dict[str, SkinnyConfig]] = {}  # device name -> entries (user
 _NAMES: dict[int, str] = {}  # CUDA device index -> name
 
 
-# The Triton interpreter runs the kernel on the CPU only where a kernel test asks: it does not emulate the bf16
-# tensor-core path faithfully (garbage at 4 rows), and a model on the CPU runs the reference, the definition.
+# The Triton interpreter runs the kernel on the CPU only where a kernel test asks (a model on the CPU runs the
+# reference, the definition). Its tl.dot multiplies bf16 operands' bits as integers (numpy has no bf16; it keeps
+# them as uint16): its tests run the tensor-core path on fp16 and fp32 x, the GPU tests on bf16.
 interpret_on_cpu = False
 
 
@@ -153,23 +154,34 @@ def _cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
-def launch(x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Tensor | None, cfg=None) -> Tensor:
+def launch(
+    x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Tensor | None, cfg=None, *,
+    norm_weight: Tensor | None = None, eps: float = 0.0, residual: Tensor | None = None, gate_up: bool = False,
+) -> Tensor:  # fmt: skip
     """out = x @ (weight * scale)^T + bias through fp8_skinny_kernel (and fp8_finish_kernel under split-K), with
-    `cfg` (default: config_for), shaped like x with N last. The caller checked the arguments (fp8_matmul)."""
+    `cfg` (default: config_for), shaped like x with N last. `norm_weight`: x's rows through HF's Llama RMSNorm
+    (`eps`) first; `residual` (shaped like the output): added after the product's rounding; `gate_up`: the
+    weight is gate's rows then up's, out = silu(gate) * up with N half the weight's rows. The caller checked
+    the arguments (fp8_matmul)."""
     k = x.shape[-1]
     x2 = x.reshape(-1, k).contiguous()
-    m, n = x2.shape[0], weight.shape[0]
+    m, n = x2.shape[0], weight.shape[0] // (2 if gate_up else 1)
     cfg = fitted(cfg or config_for(m, n, k, block, x.device), block)
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     block_m = cfg.block_m(m)
     n_blocks, m_blocks = _cdiv(n, cfg.block_n), _cdiv(m, block_m)
     k_per_split = _cdiv(_cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k  # whole K tiles per slice
     split = _cdiv(k, k_per_split)  # no empty slice
-    ws = torch.empty((split, m, n), dtype=torch.float32, device=x.device) if split > 1 else out
+    ws = torch.empty((split, m, 2 * n if gate_up else n), dtype=torch.float32, device=x.device) if split > 1 else out
     scale = scale.contiguous()
+    res = residual.reshape(m, n).contiguous() if residual is not None else out
+    # the row norm's constexprs only with a norm: else they would compile variants that differ in nothing
+    rstd_chunk, rstd_loads = skinny_matmul.rstd_chunks(k, block_m) if norm_weight is not None else (1, 0)
     extra = pdl.launch_options(x.device)
     flags = {
         "HAS_B": bias is not None,
+        "HAS_RES": residual is not None,
+        "GATE_UP": gate_up,
         "SPLIT": split,
         "OUT_BF16": x.dtype == torch.bfloat16,
         "BLOCK_M": block_m,
@@ -178,14 +190,16 @@ def launch(x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Te
     }
     b_arg = bias if bias is not None else out
     fp8_kernels.fp8_skinny_kernel[(n_blocks, m_blocks, split)](
-        x2, weight, scale, b_arg, out, ws, m, n, k, k_per_split, block or 1, scale.shape[-1] if block else 0,
-        BLOCKWISE=block is not None, USE_DOT=cfg.dot, IEEE_DOT=x.dtype == torch.float32, SWAP=cfg.dot and cfg.swap,
-        EVEN_K=k % cfg.block_k == 0, BLOCK_K=cfg.block_k, LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        x2, norm_weight if norm_weight is not None else x2, float(eps), weight, scale, b_arg, res, out, ws,
+        m, n, k, k_per_split, block or 1, scale.shape[-1] if block else 0,
+        NORM=1 if norm_weight is not None else 0, BLOCKWISE=block is not None, USE_DOT=cfg.dot,
+        IEEE_DOT=x.dtype == torch.float32, SWAP=cfg.dot and cfg.swap, EVEN_K=k % cfg.block_k == 0,
+        BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads,
+        LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **flags, **extra,
     )  # fmt: skip
     if split > 1:
         fp8_kernels.fp8_finish_kernel[(n_blocks, m_blocks, 1)](
-            ws, b_arg, out, m, n, num_warps=4, **flags, **extra
+            ws, b_arg, res, out, m, n, num_warps=4, **flags, **extra
         )  # fmt: skip
     return out.reshape(*x.shape[:-1], n)

@@ -4,7 +4,9 @@ or, without it, compiled for the H200 (sm_90) to read the PTX's weight loads. Re
 writes the results as JSON on stdout.
 
 Jobs: {"cases": [...]} -> {case id: {"error_ulps": ..., "shape": ..., "dtype": ...}};
-{"ptx": [...]} -> {variant id: {"v4_loads": n, "copy_bytes": [...], "expected_vectors": n}}.
+{"ptx": [...]} -> {variant id: {"v4_loads": n, "copy_bytes": [...], "expected_vectors": n}};
+{"layers": [...]} -> {id: {"fold": setting, "folded_ops": [...], "logits": [...]}}: the FP8 tiny llama's decode
+steps through the fused layer program under each fp8_fold value.
 """
 
 import json
@@ -14,6 +16,7 @@ import sys
 import torch
 
 from accelerate_graph.fused.kernels.configs import SkinnyConfig
+from accelerate_graph.fused.kernels.skinny_matmul import reference_rms_norm
 from accelerate_graph.quant import fp8_matmul, fp8_skinny
 from accelerate_graph.quant.fp8_reference import reference_fp8_matmul
 
@@ -38,13 +41,39 @@ def operands(case: dict):
     return x, weight, scale, block, bias
 
 
+def fold_operands(case: dict, x: torch.Tensor, n: int) -> dict:
+    """The launch's keywords for the case's fold: a norm weight around 1 (case "norm", and "gate_up": the
+    weight's halves then gate and up) or a residual shaped like the output (case "residual"); none without."""
+    gen = torch.Generator().manual_seed(case.get("seed", 0) + 1)
+    if case.get("fold") in ("norm", "gate_up"):
+        norm = {"norm_weight": (torch.rand(x.shape[-1], generator=gen) + 0.5).to(x.dtype), "eps": 1e-5}
+        return {**norm, "gate_up": True} if case["fold"] == "gate_up" else norm
+    if case.get("fold") == "residual":
+        return {"residual": torch.randn(*x.shape[:-1], n, generator=gen).to(x.dtype)}  # as large as the product
+    return {}
+
+
 def run_case(case: dict) -> dict:
     x, weight, scale, block, bias = operands(case)
+    fold = fold_operands(case, x, weight.shape[0])
     if case.get("config"):
-        got = fp8_skinny.launch(x, weight, scale, block, bias, SkinnyConfig(**case["config"]))
-    else:  # the op as callers call it: its rows decide the path
+        got = fp8_skinny.launch(x, weight, scale, block, bias, SkinnyConfig(**case["config"]), **fold)
+    elif "gate_up" in fold:  # the ops as callers call them: their rows decide the path
+        got = fp8_matmul.fp8_norm_gate_up(x, fold["norm_weight"], fold["eps"], weight, scale, block)
+    elif "norm_weight" in fold:
+        got = fp8_matmul.fp8_norm_matmul(x, fold["norm_weight"], fold["eps"], weight, scale, block, bias)
+    elif "residual" in fold:
+        got = fp8_matmul.fp8_matmul_residual(x, weight, scale, block, bias, fold["residual"])
+    else:
         got = fp8_matmul.fp8_matmul(x, weight, scale, block, bias)
-    ref = reference_fp8_matmul(x, weight, scale, block, bias)
+    # the unfolded sequence's rounding: the norm, then the product; the product, then the residual or silu(gate) * up
+    normed = reference_rms_norm(x, fold["norm_weight"], fold["eps"], "llama") if "norm_weight" in fold else x
+    ref = reference_fp8_matmul(normed, weight, scale, block, bias)
+    if "residual" in fold:
+        ref = fold["residual"] + ref
+    if "gate_up" in fold:
+        gate, up = ref.chunk(2, dim=-1)
+        ref = torch.nn.functional.silu(gate) * up
     eps = torch.finfo(ref.dtype).eps if ref.dtype != torch.float32 else 2e-6
     # in units of the output's last place, against the larger of the element and the mean magnitude
     unit = eps * torch.maximum(ref.float().abs(), ref.float().abs().mean())
@@ -53,6 +82,32 @@ def run_case(case: dict) -> dict:
         "shape": list(got.shape),
         "dtype": str(got.dtype).removeprefix("torch."),
     }
+
+
+def layer_steps(job: dict) -> dict:
+    """One decode step's logits at each (batch, context) of the job's cases, by the FP8 tiny llama (fp16: the
+    interpreter's tensor-core path gets bf16 wrong, fp8_skinny says) through the fused layer program under the
+    job's fp8_fold, and which folded ops its layers called (while dynamo traced them)."""
+    from test_fp8_fused import fp8_tiny
+
+    from accelerate_graph import settings
+    from accelerate_graph.core.decode_session import DecodeSession
+    from accelerate_graph.fused import layer_program
+    from accelerate_graph.fused.layers import FusedForward
+
+    calls = []
+    for name in ("fp8_norm_matmul", "fp8_matmul_residual", "fp8_norm_gate_up"):  # counted, not replaced
+        op = getattr(layer_program, name)
+        setattr(layer_program, name, lambda *args, _op=op, _name=name: calls.append(_name) or _op(*args))
+    torch._dynamo.reset()
+    torch.manual_seed(1)
+    prompt = torch.randint(0, 100, (2, 6))
+    model = fp8_tiny(job.get("block"), torch.float16)
+    session = DecodeSession(model, 2, 64)
+    chosen = settings.DEFAULTS.replace(fp8_fold=job["fold"])
+    fused = FusedForward(model, backend="eager", settings=chosen)
+    logits = session.first_steps(prompt, [tuple(case) for case in job["cases"]], fused)
+    return {"fold": job["fold"], "folded_ops": sorted(set(calls)), "logits": [t.float().tolist() for t in logits]}
 
 
 def ptx_of(variant: dict) -> dict:
@@ -71,8 +126,11 @@ def ptx_of(variant: dict) -> dict:
     flags, num_stages = variant["flags"], variant["num_stages"]
     params = list(inspect.signature(kernel.fn).parameters)
     pointers = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "b_ptr": "*bf16", "out_ptr": "*bf16"}
-    pointers["ws_ptr"] = "*fp32"
-    signature = {name: "constexpr" if name in flags else pointers.get(name, "i32") for name in params}
+    pointers.update(ws_ptr="*fp32", nw_ptr="*bf16", res_ptr="*bf16")
+    scalars = {"eps": "fp32"}
+    signature = {
+        name: "constexpr" if name in flags else pointers.get(name, scalars.get(name, "i32")) for name in params
+    }
     divisible = [*pointers, "N", "K", "K_PER_SPLIT"]
     attrs = {(params.index(name),): [["tt.divisibility", 16]] for name in divisible}
     fixed = {(params.index(name),): value for name, value in flags.items()}
@@ -92,6 +150,9 @@ def main() -> None:
     if "cases" in job:
         assert os.environ.get("TRITON_INTERPRET") == "1", "the cases run under the Triton interpreter"
         result = {case["id"]: run_case(case) for case in job["cases"]}
+    elif "layers" in job:
+        assert os.environ.get("TRITON_INTERPRET") == "1", "the layers run under the Triton interpreter"
+        result = {layers["id"]: layer_steps(layers) for layers in job["layers"]}
     else:
         result = {variant["id"]: ptx_of(variant) for variant in job["ptx"]}
     json.dump(result, sys.stdout)

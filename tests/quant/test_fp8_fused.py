@@ -1,6 +1,7 @@
 """FP8 layers under the fused forward: the layer program runs them (the FP8 product one call per merged
 projection), decodes like HF's forward over the same FP8 layers, and keeps the weights and scales where they
-were; block scales that would straddle two projections keep them apart, and the notes say so."""
+were; block scales that would straddle two projections keep them apart, and the notes say so. Under the Triton
+interpreter (a child process) the fp8_fold setting folds the norms and residual adds into the FP8 kernel."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 from tiny_models import tiny_decoder
 from typer.testing import CliRunner
 
+from accelerate_graph import settings
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.core.memory import weight_bytes
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
@@ -26,15 +28,17 @@ from accelerate_graph.fused.layer_program import (
     program_for,
 )
 from accelerate_graph.fused.layers import FusedForward
+from accelerate_graph.quant import fp8_skinny
 from accelerate_graph.quant.fp8_linear import Fp8Linear
 
 BF16_ULP_AT_ONE = 2.0**-7  # the logits here are below 1: HF's forward and the program agree within one bf16 step
+FP16_ULP_AT_ONE = 2.0**-10
 
 
-def fp8_tiny(block: int | None) -> torch.nn.Module:
-    """The tiny llama (hidden 64, q 64, k and v 32, gate and up 128) in bf16, every decoder projection an
+def fp8_tiny(block: int | None, dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:
+    """The tiny llama (hidden 64, q 64, k and v 32, gate and up 128) in `dtype`, every decoder projection an
     Fp8Linear with `block` (None: per channel), grouped attention."""
-    model = tiny_decoder("llama").to(torch.bfloat16)
+    model = tiny_decoder("llama").to(dtype)
     use_grouped_attention(model)
     for layer in model.model.layers:
         for owner in (layer.self_attn, layer.mlp):
@@ -135,3 +139,40 @@ def test_cli_fuse_with_fp8_weights_runs_the_layer_program_and_verifies(tmp_path,
     verified = CliRunner().invoke(app, ["verify", "--plan", "p.yaml", "--steps", "2"])
     assert verified.exit_code == 0, verified.output
     assert "verified:" in verified.output
+
+
+def test_fp8_fold_is_a_setting_off_by_default_off_cuda():
+    fold = settings.BY_NAME["fp8_fold"]
+    assert fold.default == "auto" and "unmeasured" in fold.why
+    assert [fold.parse(text) for text in ("auto", "on", "off", "1", "0")] == ["auto", "on", "off", "on", "off"]
+    assert settings.resolve({"fp8_fold": "off"}, environ={}).fp8_fold == "off"
+
+
+FOLD_RUNS = [(None, "off"), (None, "on"), (None, "auto"), (128, "off"), (128, "on")]
+
+
+@pytest.fixture(scope="module")
+def folded_layers():
+    from test_fp8_matmul import run_worker
+
+    job = [{"id": f"{block}-{fold}", "block": block, "fold": fold, "cases": [[2, 32]]} for block, fold in FOLD_RUNS]
+    return run_worker({"layers": job}, interpreted=True)
+
+
+@pytest.mark.skipif(fp8_skinny.fp8_kernels is None, reason="needs triton")
+@pytest.mark.parametrize("block", [None, 128])  # per channel (all merged); q/k/v kept apart (three calls)
+def test_fp8_fold_folds_the_norms_and_residuals_into_the_kernel_under_the_interpreter(folded_layers, block):
+    """fp8_fold on: the layers call the folded ops (q/k/v's norm, merged gate/up's norm and activation, the
+    residual adds) and decode as the unfolded program does, within float32 summation order (the rows' norms);
+    off, and auto off CUDA: none, the unfolded program."""
+    off, on = folded_layers[f"{block}-off"], folded_layers[f"{block}-on"]
+    assert off["folded_ops"] == [] and on["folded_ops"] == [
+        "fp8_matmul_residual",
+        "fp8_norm_gate_up",
+        "fp8_norm_matmul",
+    ]
+    if block is None:
+        assert folded_layers["None-auto"]["folded_ops"] == []
+        assert folded_layers["None-auto"]["logits"] == off["logits"]
+    for a, b in zip(on["logits"], off["logits"]):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=0, atol=2 * FP16_ULP_AT_ONE)

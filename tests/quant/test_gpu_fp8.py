@@ -6,6 +6,7 @@ FP8 arm lies further from the bf16 model's float32 reference than bf16 eager."""
 import pytest
 import torch
 
+from accelerate_graph import settings
 from accelerate_graph.models.loading import load_model
 from accelerate_graph.pipeline import CaptureRequest, prepare
 from accelerate_graph.quant.fp8_linear import Fp8Linear
@@ -31,10 +32,13 @@ def test_an_fp8_checkpoint_loads_onto_the_gpu_like_the_emulation(fp8_checkpoint_
 
 
 @pytest.mark.parametrize("scheme", ["fp8", "fp8-block"])
-@pytest.mark.parametrize("fuse", [False, True])
-def test_fp8_plans_verify_on_the_gpu(trained_tiny, tmp_path, scheme, fuse):
+@pytest.mark.parametrize("fuse, fold", [(False, "auto"), (True, "auto"), (True, "off")])
+def test_fp8_plans_verify_on_the_gpu(trained_tiny, tmp_path, scheme, fuse, fold):
+    """fp8_fold auto (on CUDA): the fused plan's FP8 kernels fold the norms, residual adds and gate/up's
+    activation in; off: the norms and adds are inductor's kernels around fp8_matmul."""
     request = CaptureRequest(model=trained_tiny, buckets=(1, 8), dtype="bf16", device="cuda", weights=scheme)
     request.max_cache_len, request.fuse = 256, fuse
+    request.settings = settings.DEFAULTS.replace(fp8_fold=fold)
     request.inductor_cache = str(tmp_path / "inductor") if fuse else None
     prepared = prepare(request)  # the quick check after capture: the same criterion
     assert prepared.plan.weights == scheme and isinstance(prepared.session.model.model.layers[0].mlp.up_proj, Fp8Linear)

@@ -139,12 +139,20 @@ def variants():
 
 FP8_POINTERS = {
     "x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "b_ptr": "*bf16", "out_ptr": "*bf16", "ws_ptr": "*fp32",
+    "nw_ptr": "*bf16", "res_ptr": "*bf16",
 }  # fmt: skip
+FP8_UNFOLDED = dict(NORM=0, HAS_RES=False, GATE_UP=False, RSTD_CHUNK=1, RSTD_CHUNKS=0)
+# the folds (setting fp8_fold): the norm with merged gate/up's activation, or the residual
+FP8_FOLDS = {
+    "norm, gate/up": dict(NORM=1, GATE_UP=True, RSTD_CHUNK=1024, RSTD_CHUNKS=4),
+    "residual": dict(HAS_RES=True),
+}
 
 
 def fp8_variants():
     """The FP8-weight skinny matmul (quant/fp8_kernels.py): one row, two rows and tensor cores (swapped or not),
-    per-channel or block scales, one slice or split-K (then its finish kernel), with and without PDL."""
+    per-channel or block scales, one slice or split-K (then its finish kernel), with and without PDL; each
+    tiling with the folds too (block scales, split-K)."""
     tiles = {"one-row": (False, False, 1, 256), "rows": (False, False, 2, 128), "dot": (True, False, 16, 128)}
     tiles["swap"] = (True, True, 16, 128)
     for (kind, (dot, swap, rows, block_k)), blockwise, split in itertools.product(
@@ -153,11 +161,16 @@ def fp8_variants():
         flags = dict(
             HAS_B=True, BLOCKWISE=blockwise, SPLIT=split, USE_DOT=dot, IEEE_DOT=False, SWAP=swap,
             EVEN_K=split == 1, OUT_BF16=True, USE_PDL=split == 2, BLOCK_M=rows, BLOCK_N=64 if dot else 32,
-            BLOCK_K=block_k, LOOKAHEAD=kind == "one-row" and split == 1,
+            BLOCK_K=block_k, LOOKAHEAD=kind == "one-row" and split == 1, **FP8_UNFOLDED,
         )  # fmt: skip
         yield f"fp8_skinny_kernel ({kind}) {flags}", fp8_kernels.fp8_skinny_kernel, flags, FP8_POINTERS
-    for pdl in (False, True):
-        flags = dict(HAS_B=True, SPLIT=3, OUT_BF16=True, USE_PDL=pdl, BLOCK_M=1, BLOCK_N=32)
+        if blockwise and split == 2:
+            for fold in FP8_FOLDS.values():
+                folded = {**flags, **fold, "HAS_B": not fold.get("GATE_UP", False)}
+                yield f"fp8_skinny_kernel ({kind}) {folded}", fp8_kernels.fp8_skinny_kernel, folded, FP8_POINTERS
+    for pdl, fold in itertools.product((False, True), ({}, FP8_FOLDS["residual"], {"GATE_UP": True})):
+        flags = dict(HAS_B=True, SPLIT=3, OUT_BF16=True, USE_PDL=pdl, BLOCK_M=1, BLOCK_N=32, **FP8_UNFOLDED)
+        flags = _only(fp8_kernels.fp8_finish_kernel, {**flags, **fold})
         yield f"fp8_finish_kernel {flags}", fp8_kernels.fp8_finish_kernel, flags, FP8_POINTERS
 
 
