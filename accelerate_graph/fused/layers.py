@@ -319,6 +319,8 @@ class FusedForward:
             if apart:
                 block = self.layers[0].self_attn.q_proj.block
                 kind += f"; {' and '.join(apart)} kept apart: an output size not a whole number of {block}-row blocks"
+            if self.device.type == "cuda" and self.settings.fp8_fold != "off":  # layer_program._fp8_folds
+                kind += "; norms, residual adds and gate/up's activation folded into the FP8 kernel"
             kind += ")"
         skinny = self._on_skinny_path()
         if self._batch_1_is_skinny():

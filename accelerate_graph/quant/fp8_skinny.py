@@ -2,8 +2,9 @@
 
 Configs are fused/kernels/configs.SkinnyConfig values: a table per GPU (`fp8-<GPU>.json`, the user's under
 configs.user_tables_dir() over a shipped one in quant/tables/), keyed by configs.table_key with op
-"fp8_channel" or "fp8_block", the row bucket, N and K; shapes a table lacks get `default_config`. No table is
-shipped yet: the defaults are not measured; `cugraph-accel tune MODEL --weights fp8` writes the user's.
+"fp8_channel" or "fp8_block" (with "_gate_up" for the folded gate/up), the row bucket, N and K; shapes a table
+lacks get `default_config`. No table is shipped yet: the defaults are not measured; `cugraph-accel tune MODEL
+--weights fp8` writes the user's.
 """
 
 from __future__ import annotations
@@ -95,8 +96,9 @@ def _sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def table_op(block: int | None) -> str:
-    return "fp8_channel" if block is None else "fp8_block"
+def table_op(block: int | None, gate_up: bool = False) -> str:
+    """The op a table keys a call under; the folded gate/up reads two weight rows an output: its own op."""
+    return ("fp8_channel" if block is None else "fp8_block") + ("_gate_up" if gate_up else "")
 
 
 def default_config(m: int, n: int, k: int, sms: int = configs.DEFAULT_SMS) -> SkinnyConfig:
@@ -121,22 +123,28 @@ def default_config(m: int, n: int, k: int, sms: int = configs.DEFAULT_SMS) -> Sk
     return SkinnyConfig(block_n, block_k, num_warps=4, num_stages=4 if dot else 2, split_k=split, dot=dot)
 
 
-def table_key(block: int | None, m: int, n: int, k: int) -> str:
-    """The key of a call of `m` rows, N `n`, K `k` in an FP8 table (its row bucket's)."""
-    return configs.table_key(table_op(block), configs.m_bucket(m), (n,), k)
+def table_key(block: int | None, m: int, n: int, k: int, gate_up: bool = False) -> str:
+    """The key of a call of `m` rows, N `n` (outputs), K `k` in an FP8 table (its row bucket's)."""
+    return configs.table_key(table_op(block, gate_up), configs.m_bucket(m), (n,), k)
 
 
 def config_named(
-    device_name: str, m: int, n: int, k: int, block: int | None, sms: int = configs.DEFAULT_SMS
+    device_name: str,
+    m: int,
+    n: int,
+    k: int,
+    block: int | None,
+    sms: int = configs.DEFAULT_SMS,
+    gate_up: bool = False,
 ) -> SkinnyConfig:
     """The config of the table of the GPU named `device_name` ("": none) for this shape, else default_config."""
-    found = _entries(device_name).get(table_key(block, m, n, k)) if device_name else None
+    found = _entries(device_name).get(table_key(block, m, n, k, gate_up)) if device_name else None
     return found if found is not None else default_config(m, n, k, sms)
 
 
-def config_for(m: int, n: int, k: int, block: int | None, device: torch.device) -> SkinnyConfig:
+def config_for(m: int, n: int, k: int, block: int | None, device: torch.device, gate_up: bool = False) -> SkinnyConfig:
     """The table's config for this shape on `device`'s GPU, else default_config."""
-    return config_named(_device_name(device), m, n, k, block, _sms(device))
+    return config_named(_device_name(device), m, n, k, block, _sms(device), gate_up)
 
 
 def fitted(cfg: SkinnyConfig, block: int | None) -> SkinnyConfig:
@@ -166,7 +174,7 @@ def launch(
     k = x.shape[-1]
     x2 = x.reshape(-1, k).contiguous()
     m, n = x2.shape[0], weight.shape[0] // (2 if gate_up else 1)
-    cfg = fitted(cfg or config_for(m, n, k, block, x.device), block)
+    cfg = fitted(cfg or config_for(m, n, k, block, x.device, gate_up), block)
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     block_m = cfg.block_m(m)
     n_blocks, m_blocks = _cdiv(n, cfg.block_n), _cdiv(m, block_m)

@@ -3,10 +3,11 @@ fused FP8 program calls them (fused/layer_program.py), replayed as one CUDA grap
 
 The program runs the norm, one FP8 product over q/k/v (one per projection where block scales keep them apart),
 o with its residual, the norm, one product over gate/up (or one each) with silu(gate) * up, then down with its
-residual. Here the products are fp8_skinny.launch at the configs tried and the rest is torch (the same for
-every config); the weights are random e4m3 values with float32 scales, made on the GPU, every layer its own,
-more than the L2 cache holds. What is tuned is a distinct (N, K): the table keys a config by it, so calls of
-one shape (k and v apart, say) share one.
+residual. Here the products are fp8_skinny.launch at the configs tried; with the fp8_fold setting on (as the
+step runs them on a GPU) the norms, residual adds and the merged gate/up's activation are folded into those
+launches, else they are torch (the same for every config). The weights are random e4m3 values with float32
+scales, made on the GPU, every layer its own, more than the L2 cache holds. What is tuned is what the table
+keys a config by (N, K, and whether the gate/up is folded), so calls of one shape (k and v apart, say) share one.
 """
 
 from __future__ import annotations
@@ -27,13 +28,20 @@ WEIGHT_SPREAD = 100.0  # e4m3 values of about this size (e4m3 holds up to 448)
 
 @dataclasses.dataclass(frozen=True)
 class Fp8Call:
-    """One FP8 product of a layer: its name ("qkv" or "q", "o", "gate_up" or "gate", ...), N, K, and the op it
-    is tuned under (`op`: the names of the calls of its (N, K) joined by "+")."""
+    """One FP8 product of a layer: its name ("qkv" or "q", "o", "gate_up" or "gate", ...), its weight's rows N and
+    K, the op it is tuned under (`op`: the names of the calls of its key joined by "+"), and `gate_up`: the
+    merged gate/up with silu(gate) * up folded in (N/2 outputs)."""
 
     name: str
     n: int
     k: int
     op: str = ""
+    gate_up: bool = False
+
+    @property
+    def key(self) -> tuple[int, int, bool]:
+        """What the table keys its config by: outputs, K, folded gate/up."""
+        return (self.n // 2 if self.gate_up else self.n), self.k, self.gate_up
 
 
 def _merged(sizes: tuple[int, ...], block: int | None) -> bool:
@@ -41,9 +49,9 @@ def _merged(sizes: tuple[int, ...], block: int | None) -> bool:
     return block is None or all(size % block == 0 for size in sizes[:-1])
 
 
-def program_calls(shapes: LayerShapes, block: int | None) -> dict[str, list[Fp8Call]]:
+def program_calls(shapes: LayerShapes, block: int | None, folds: bool = False) -> dict[str, list[Fp8Call]]:
     """The FP8 products of one layer by step of the program (qkv, o, gate_up, down), each named by the op it is
-    tuned under."""
+    tuned under; `folds`: the merged gate/up folds its activation in (the fp8_fold setting)."""
     hidden = shapes.hidden
     _, (o_n,), o_k = shapes.calls["o"]
     _, (down_n,), inter = shapes.calls["down"]
@@ -53,23 +61,30 @@ def program_calls(shapes: LayerShapes, block: int | None) -> dict[str, list[Fp8C
         "qkv": [Fp8Call("qkv", sum(qkv), hidden)] if _merged(qkv, block) else
                [Fp8Call(name, n, hidden) for name, n in zip("qkv", qkv)],
         "o": [Fp8Call("o", o_n, o_k)],
-        "gate_up": [Fp8Call("gate_up", sum(gate_up), hidden)] if _merged(gate_up, block) else
+        "gate_up": [Fp8Call("gate_up", sum(gate_up), hidden, gate_up=folds)] if _merged(gate_up, block) else
                    [Fp8Call(name, n, hidden) for name, n in zip(("gate", "up"), gate_up)],
         "down": [Fp8Call("down", down_n, inter)],
     }  # fmt: skip
-    names: dict[tuple[int, int], list[str]] = {}
+    names: dict[tuple[int, int, bool], list[str]] = {}
     for calls in steps.values():
         for call in calls:
-            names.setdefault((call.n, call.k), []).append(call.name)
-    return {
-        step: [dataclasses.replace(c, op="+".join(names[(c.n, c.k)])) for c in calls] for step, calls in steps.items()
-    }
+            names.setdefault(call.key, []).append(call.name)
+    return {step: [dataclasses.replace(c, op="+".join(names[c.key])) for c in calls] for step, calls in steps.items()}
 
 
-def tuned_ops(shapes: LayerShapes, block: int | None) -> dict[str, tuple[int, int]]:
-    """The ops the sweep tunes, op -> (N, K), the most bytes first (the others are tuned around them)."""
-    ops = {c.op: (c.n, c.k) for calls in program_calls(shapes, block).values() for c in calls}
-    return dict(sorted(ops.items(), key=lambda item: -item[1][0] * item[1][1]))
+def tuned_calls(shapes: LayerShapes, block: int | None, folds: bool = False) -> dict[str, Fp8Call]:
+    """The ops the sweep tunes, op -> its first call, the most weight bytes first (the others are tuned around
+    them)."""
+    ops: dict[str, Fp8Call] = {}
+    for calls in program_calls(shapes, block, folds).values():
+        for call in calls:
+            ops.setdefault(call.op, call)
+    return dict(sorted(ops.items(), key=lambda item: -item[1].n * item[1].k))
+
+
+def tuned_ops(shapes: LayerShapes, block: int | None, folds: bool = False) -> dict[str, tuple[int, int]]:
+    """The ops the sweep tunes, op -> (outputs, K), the most weight bytes first."""
+    return {op: call.key[:2] for op, call in tuned_calls(shapes, block, folds).items()}
 
 
 def fp8_layer_bytes(shapes: LayerShapes, block: int | None) -> int:
@@ -101,17 +116,22 @@ def ulps(got: torch.Tensor, want: torch.Tensor) -> float:
 
 class Fp8Chain:
     """`layers` decoder layers of `shapes` with FP8 weights (`block`: None per channel, else block scales) at
-    `rows` rows on `device`. `ops`: what the sweep tunes, op -> (N, K); a config whose product is further than
-    `max_ulps` from the reference's is wrong."""
+    `rows` rows on `device`. `ops`: what the sweep tunes, op -> (outputs, K); `gate_up_ops`: those that are the
+    folded gate/up (their own table key); a config whose output is further than `max_ulps` from the reference's
+    is wrong. The folds follow the fp8_fold setting in use: on unless it is "off" (the kernel runs here)."""
 
     max_ulps = MAX_ULPS
 
     def __init__(
         self, shapes: LayerShapes, block: int | None, rows: int, device: torch.device, layers: int | None = None
     ):
+        from accelerate_graph import settings
+
         self.shapes, self.block, self.rows, self.device = shapes, block, rows, device
-        self.steps = program_calls(shapes, block)
-        self.ops = tuned_ops(shapes, block)
+        self.folds = settings.current().fp8_fold != "off"
+        self.steps = program_calls(shapes, block, self.folds)
+        self.ops = tuned_ops(shapes, block, self.folds)
+        self.gate_up_ops = frozenset(op for op, call in tuned_calls(shapes, block, self.folds).items() if call.gate_up)
         self.layers_count = layers or fp8_layers_for(shapes, block)
         gen = torch.Generator(device=device).manual_seed(0)
 
@@ -137,26 +157,45 @@ class Fp8Chain:
         self.attention = rand(rows, self.steps["o"][0].k)  # stands for the attention's output, which o reads
         self._checked: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # op -> (input, reference product)
 
-    def _product(self, layer: dict, call, x: torch.Tensor, cfgs: dict[str, SkinnyConfig]) -> torch.Tensor:
+    def _product(self, layer: dict, call, x: torch.Tensor, cfgs: dict[str, SkinnyConfig], **folded) -> torch.Tensor:
+        """`call`'s launch at its op's config; `folded`: launch's norm_weight/eps, residual or gate_up."""
         from accelerate_graph.quant import fp8_skinny
 
         weight, scale, bias = layer["calls"][call.name]
-        return fp8_skinny.launch(x, weight, scale, self.block, bias, cfg=cfgs[call.op])
+        return fp8_skinny.launch(x, weight, scale, self.block, bias, cfg=cfgs[call.op], **folded)
 
     def run(self, cfgs: dict[str, SkinnyConfig]) -> torch.Tensor:
         """The chain with each op (`ops`' names) at its config in `cfgs`: the last hidden."""
+        if not self.folds:
+            return self._unfolded(lambda layer, call, x: self._product(layer, call, x, cfgs))
+        eps, h, steps = self.shapes.eps, self.x, self.steps
+        for layer in self.layers:
+            for call in steps["qkv"]:
+                self._product(layer, call, h, cfgs, norm_weight=layer["norm1"], eps=eps)
+            h2 = self._product(layer, steps["o"][0], self.attention, cfgs, residual=h)
+            normed = dict(norm_weight=layer["norm2"], eps=eps)
+            if len(steps["gate_up"]) == 1:
+                act = self._product(layer, steps["gate_up"][0], h2, cfgs, gate_up=True, **normed)
+            else:
+                gate, up = (self._product(layer, call, h2, cfgs, **normed) for call in steps["gate_up"])
+                act = torch.nn.functional.silu(gate) * up
+            h = self._product(layer, steps["down"][0], act, cfgs, residual=h2)
+        return h
+
+    def _unfolded(self, product) -> torch.Tensor:
+        """The chain with the norms, residual adds and activation in torch around `product(layer, call, x)`."""
         from accelerate_graph.fused.kernels.skinny_matmul import reference_rms_norm
 
         eps, h, steps = self.shapes.eps, self.x, self.steps
         for layer in self.layers:
             xn = reference_rms_norm(h, layer["norm1"], eps, "llama")
             for call in steps["qkv"]:
-                self._product(layer, call, xn, cfgs)
-            h2 = h + self._product(layer, steps["o"][0], self.attention, cfgs)
+                product(layer, call, xn)
+            h2 = h + product(layer, steps["o"][0], self.attention)
             xn = reference_rms_norm(h2, layer["norm2"], eps, "llama")
-            halves = [self._product(layer, call, xn, cfgs) for call in steps["gate_up"]]
+            halves = [product(layer, call, xn) for call in steps["gate_up"]]
             gate, up = halves[0].chunk(2, dim=-1) if len(halves) == 1 else halves
-            h = h2 + self._product(layer, steps["down"][0], torch.nn.functional.silu(gate) * up, cfgs)
+            h = h2 + product(layer, steps["down"][0], torch.nn.functional.silu(gate) * up)
         return h
 
     def layer_us(self, cfgs: dict[str, SkinnyConfig]) -> float:
@@ -164,34 +203,60 @@ class Fp8Chain:
         return graph_us(lambda: self.run(cfgs), self.rows, self.layers_count)
 
     def error_ulps(self, op: str, cfg: SkinnyConfig) -> float:
-        """`op`'s product at `cfg` on the first layer's weights (random input rows) against the reference
-        (quant/fp8_reference.py), in units of bf16's last place."""
+        """`op`'s launches at `cfg` on the first layer's weights (random input rows), each as the chain calls it
+        (folded or not), against the reference (quant/fp8_reference.py, torch around it), in units of bf16's last
+        place: the worst."""
+        from accelerate_graph.fused.kernels.skinny_matmul import reference_rms_norm
         from accelerate_graph.quant import fp8_skinny
         from accelerate_graph.quant.fp8_reference import reference_fp8_matmul
 
-        call = next(c for calls in self.steps.values() for c in calls if c.op == op)
-        weight, scale, bias = self.layers[0]["calls"][call.name]
-        if op not in self._checked:
-            gen = torch.Generator(device=self.device).manual_seed(1)
-            x = torch.randn(self.rows, call.k, device=self.device, generator=gen).to(DTYPE)
-            self._checked[op] = x, reference_fp8_matmul(x, weight, scale, self.block, bias)
-        x, want = self._checked[op]
-        return ulps(fp8_skinny.launch(x, weight, scale, self.block, bias, cfg=cfg), want)
+        worst = 0.0
+        for step, call in self._calls_of(op):
+            weight, scale, bias = self.layers[0]["calls"][call.name]
+            if (step, call.name) not in self._checked:
+                gen = torch.Generator(device=self.device).manual_seed(1)
+                x = torch.randn(self.rows, call.k, device=self.device, generator=gen).to(DTYPE)
+                norm = (torch.randn(call.k, device=self.device, generator=gen) * 0.1 + 1).to(DTYPE)
+                out_n = call.key[0]
+                residual = torch.randn(self.rows, out_n, device=self.device, generator=gen).to(DTYPE)
+                kwargs: dict = {}
+                xn = x
+                if self.folds and step in ("qkv", "gate_up"):
+                    kwargs = dict(norm_weight=norm, eps=self.shapes.eps)
+                    xn = reference_rms_norm(x, norm, self.shapes.eps, "llama")
+                want = reference_fp8_matmul(xn, weight, scale, self.block, bias)
+                if call.gate_up:
+                    kwargs["gate_up"] = True
+                    gate, up = want.chunk(2, dim=-1)
+                    want = torch.nn.functional.silu(gate) * up
+                if self.folds and step in ("o", "down"):
+                    kwargs["residual"] = residual
+                    want = residual + want
+                self._checked[(step, call.name)] = x, kwargs, want
+            x, kwargs, want = self._checked[(step, call.name)]
+            got = fp8_skinny.launch(x, weight, scale, self.block, bias, cfg=cfg, **kwargs)
+            error = ulps(got, want)
+            if math.isnan(error):
+                return error
+            worst = max(worst, error)
+        return worst
+
+    def _calls_of(self, op: str) -> list[tuple[str, Fp8Call]]:
+        """Each distinct way the chain calls `op`: (its step, its first call there)."""
+        found: dict[str, Fp8Call] = {}
+        for step, calls in self.steps.items():
+            for call in calls:
+                if call.op == op:
+                    found.setdefault(step, call)
+        return list(found.items())
 
     def torch_chain(self) -> torch.Tensor:
-        """The same chain with every product the reference's (the definition): what run() must agree with. The
-        q/k/v products are left out: nothing in the chain reads them (error_ulps checks them)."""
-        from accelerate_graph.fused.kernels.skinny_matmul import reference_rms_norm
+        """The same chain with every product the reference's (the definition) and torch around them: what run()
+        must agree with, folded or not."""
         from accelerate_graph.quant.fp8_reference import reference_fp8_matmul
 
         def product(layer, call, x):
-            return reference_fp8_matmul(x, *layer["calls"][call.name][:2], self.block, layer["calls"][call.name][2])
+            weight, scale, bias = layer["calls"][call.name]
+            return reference_fp8_matmul(x, weight, scale, self.block, bias)
 
-        eps, h, steps = self.shapes.eps, self.x, self.steps
-        for layer in self.layers:
-            h2 = h + product(layer, steps["o"][0], self.attention)
-            xn = reference_rms_norm(h2, layer["norm2"], eps, "llama")
-            halves = [product(layer, call, xn) for call in steps["gate_up"]]
-            gate, up = halves[0].chunk(2, dim=-1) if len(halves) == 1 else halves
-            h = h2 + product(layer, steps["down"][0], torch.nn.functional.silu(gate) * up)
-        return h
+        return self._unfolded(product)

@@ -118,7 +118,7 @@ def tune_fp8_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took
 
     rows, block, name = chain.rows, chain.block, fp8_device_name(chain.device)
     before = {
-        op: fp8_skinny.fitted(fp8_skinny.config_named(name, rows, n, k, block, sms), block)
+        op: fp8_skinny.fitted(fp8_skinny.config_named(name, rows, n, k, block, sms, op in chain.gate_up_ops), block)
         for op, (n, k) in chain.ops.items()
     }
     before_us = chain.layer_us(before)
@@ -149,7 +149,7 @@ def tune_fp8_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took
 
     chosen, _ = descend(start, grid, chain.layer_us, start_us, deadline, trial=counted, accept=agrees)
     chosen_us = start_us if chosen == start else chain.layer_us(chosen)
-    keys = {op: fp8_skinny.table_key(block, rows, n, k) for op, (n, k) in chain.ops.items()}
+    keys = {op: fp8_skinny.table_key(block, rows, n, k, op in chain.gate_up_ops) for op, (n, k) in chain.ops.items()}
     wrong = list(dict.fromkeys(wrong))  # an op none of whose configs agreed tried them twice
     return BucketResult(rows, before, chosen, before_us, chosen_us, None, keys, tried[0], wrong, frozenset(unchecked))
 

@@ -49,11 +49,13 @@ fp8_skinny.interpret_on_cpu = DEVICE == "cpu"
 from accelerate_graph.tune import grids
 from accelerate_graph.tune.fp8_chain import Fp8Chain
 from accelerate_graph.tune.model_shapes import layer_shapes
+from accelerate_graph import settings
 
 shapes = layer_shapes("tiny")
-for block in BLOCKS:
-    for rows in ROWS:
+for fold, block, rows in ((f, b, r) for f in FOLDS for b in BLOCKS for r in ROWS):
+    with settings.use(settings.DEFAULTS.replace(fp8_fold=fold)):
         chain = Fp8Chain(shapes, block, rows, torch.device(DEVICE), layers=LAYERS)
+        assert chain.folds == (fold == "on")
         want = chain.torch_chain()
         base = {op: fp8_skinny.fitted(fp8_skinny.config_named("", rows, n, k, block), block)
                 for op, (n, k) in chain.ops.items()}
@@ -72,9 +74,10 @@ print("chains agree")
 
 def check(device: str, rows: tuple[int, ...], interpret: bool) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **({"TRITON_INTERPRET": "1"} if interpret else {})}
-    # interpreted: block scales alone (q/k/v kept apart; the kernel tests cover per-channel scales), one layer
-    blocks, layers = ((128,), 1) if interpret else ((None, 128), 4)
-    script = f"DEVICE, ROWS, BLOCKS, LAYERS = {device!r}, {rows!r}, {blocks!r}, {layers}\n" + CHECK
+    # interpreted: block scales alone (q/k/v kept apart; the kernel tests cover per-channel scales), one layer,
+    # the folds on (the step's way on a GPU; the kernel tests compare each fold with its unfolded sequence)
+    blocks, layers, folds = ((128,), 1, ("on",)) if interpret else ((None, 128), 4, ("on", "off"))
+    script = f"DEVICE, ROWS, BLOCKS, LAYERS, FOLDS = {device!r}, {rows!r}, {blocks!r}, {layers}, {folds!r}\n" + CHECK
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
@@ -91,3 +94,14 @@ def test_the_one_row_fp8_chain_agrees_with_its_reference_twin_interpreted():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_the_fp8_chain_agrees_with_its_reference_twin_on_the_gpu():
     check("cuda", (1, 8, 16), interpret=False)
+
+
+def test_the_folded_gate_up_is_its_own_op_keyed_by_its_outputs():
+    shapes = layer_shapes("qwen2.5-0.5b")
+    folded = program_calls(shapes, None, folds=True)
+    assert folded["gate_up"] == [Fp8Call("gate_up", 9728, 896, "gate_up", gate_up=True)]
+    assert folded["gate_up"][0].key == (4864, 896, True)  # silu(gate) * up: half the weight's rows out
+    assert tuned_ops(shapes, None, folds=True)["gate_up"] == (4864, 896)
+    from accelerate_graph.quant import fp8_skinny
+
+    assert fp8_skinny.table_key(None, 1, 4864, 896, gate_up=True) != fp8_skinny.table_key(None, 1, 4864, 896)
