@@ -71,7 +71,7 @@ COVERAGE_KINDS = (
     "late_slot",  # every logit x1.5 from write slot `size` on
     "late_replay",  # every logit x1.5 from a graph's `size`-th run of the step on (its count kept on the device)
     "padding_rows_only",  # the bucket's padding rows garbled: no real row changes
-    "rounding_noise",  # every nn.Linear as another correct kernel: within ~0.56 ulp of exact, unlike eager's
+    "rounding_noise",  # every nn.Linear as another correct kernel: within 5/8 ulp of exact, unlike eager
 )
 COVERAGE_SIZED = {"late_slot": 32, "late_replay": 41}  # kind -> default first slot / first run
 
