@@ -1,14 +1,17 @@
 """Faults that only what generate and serve do shows: left-padded rows, late slots, long runs. Each fails
 verify on the CPU emulation under the part of cases.VERIFY that is meant to see it (VERIFY runs every
 part: its cases include those, and its long runs come first), and passes the one case per graph of
-cases.BASIC; a fault only in padding rows and rounding-sized noise pass the whole of VERIFY."""
+cases.BASIC; a fault only in padding rows and another correct kernel's rounding pass the whole of VERIFY, and
+each is shown to have changed the replay."""
 
 import pytest
 import torch
-from fault_harness import BUCKETS, CACHE, CONTEXTS, failed, tiny_session, verify_with
+from fault_harness import BUCKETS, CACHE, CONTEXTS, PROMPT, failed, tiny_session, verify_with
 
+from accelerate_graph.core.backends import backend_for
+from accelerate_graph.core.decode_session import DecodeSession, draw_inputs
 from accelerate_graph.verify.cases import BASIC, VERIFY, Case, Coverage, graphs_replayed
-from accelerate_graph.verify.faults import COVERAGE_SIZED, fault
+from accelerate_graph.verify.faults import COVERAGE_SIZED, Fault, capture_with_fault, fault
 
 CUDA = pytest.param(
     "cuda",
@@ -71,6 +74,51 @@ def test_what_no_request_sees_passes(kind, dtype):
     assert rows and not failed(rows), [(r.slots, r.padding, r.detail) for r in rows if not r.passed]
     if kind == "padding_rows_only":
         assert any(r.batch < r.bucket for r in rows)
+    else:
+        assert_replay_moved(rows)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_padding_fault_garbles_the_padding_rows_alone(dtype):
+    assert_only_padding_garbled(*padded_replay(tiny_session(dtype=dtype), fault("padding_rows_only")))
+
+
+def assert_replay_moved(rows) -> None:
+    """A harmless fault that passes must have changed the replay: its logits differ from eager's somewhere
+    (unfaulted, the replay repeats eager's own operations)."""
+    assert max(r.max_abs for r in rows) > 0, "the replay's logits equal eager's everywhere: the fault did nothing"
+
+
+def padded_replay(session: DecodeSession, planted: Fault, batch: int = 2) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """One step of `batch` rows padded up to the largest bucket: the logits [bucket, V] of its replay with
+    `planted` captured, and of the session's own eager step of the whole bucket from the same cache state
+    with no fault; and `batch`."""
+    bucket = BUCKETS[-1]
+    prompt, tokens = draw_inputs(bucket, 1, PROMPT, session.vocab_size, 11)
+    tokens = tokens[0, :batch].to(session.device)
+    positions = torch.full((batch,), PROMPT, device=session.device)
+    graphs, undo = capture_with_fault(session, backend_for(session.device), BUCKETS, planted, CONTEXTS)
+    try:
+        with torch.no_grad():
+            session.prefill(prompt)
+        start = session.kv.snapshot(bucket, PROMPT, 1)
+        session.load_inputs(bucket, tokens, positions)
+        replayed = graphs.replay_loaded(bucket).float().clone()
+    finally:
+        undo()
+    session.kv.restore(start)
+    session.load_inputs(bucket, tokens, positions)
+    with torch.no_grad():
+        plain = session.step_fn(bucket, CONTEXTS[0])().float()
+    session.kv.reset()
+    return replayed, plain, batch
+
+
+def assert_only_padding_garbled(replayed: torch.Tensor, plain: torch.Tensor, batch: int) -> None:
+    """Every padding row's logits far from the unfaulted step's (relative L2; the final norm takes out most of
+    the x1000), every real row's as close as one rounding."""
+    distance = ((replayed - plain).norm(dim=-1) / plain.norm(dim=-1)).tolist()
+    assert max(distance[:batch]) <= 1e-2 and min(distance[batch:]) >= 0.2, distance
 
 
 def test_the_check_after_capture_runs_a_left_padded_batch():
