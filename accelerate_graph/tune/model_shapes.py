@@ -3,7 +3,6 @@ built on the meta device (no weights loaded, nothing downloaded but the config).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import torch
@@ -65,8 +64,8 @@ def layer_shapes(reference: str, revision: str | None = None) -> LayerShapes:
 
     config = _config(reference, revision)
     checkpoint = fp8_checkpoint(config, reference)
-    if checkpoint is not None:  # its layers' shapes, built plain as the loader builds them
-        config = without_quantization(copy.deepcopy(config))
+    if checkpoint is not None:  # its layers' shapes, built plain as the loader builds them (the config is ours)
+        config = without_quantization(config)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     layer = decoder_layers(model)[0]
