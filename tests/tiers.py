@@ -172,6 +172,14 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         "tests/serve/test_slot_engine.py::test_an_eager_plan_runs_the_sessions_own_step",
         "the staggered run again without graphs; the graph runs cover the engine's code but its eager branch",
     ),
+    Exhaustive(
+        "tests/tune/test_fp8_chain.py::test_the_one_row_fp8_chain_agrees_with_its_reference_twin_interpreted",
+        "18 s of interpreted chain; the kernel tests interpret each fold, the fast chain tests its calls",
+    ),
+    Exhaustive(
+        "tests/tune/test_tune_suite.py::*",
+        "gpu.sh's tune suite wiring through a stand-in python3 (13 s); the tune CLI tests stay fast",
+    ),
 )
 
 
