@@ -5,10 +5,11 @@ where the top-2 gap is under a fraction of the row's largest logit; a weight of 
 into every row), bisect on a log scale between a size verify misses and one it catches; the faults
 without a size are run once (caught or missed), and so are the faults only a left-padded batch, a late
 slot or a long run shows (two of them harmless: they must pass). Each run captures the `tiny` recipe with
-the fault in its replay path only (accelerate_graph/verify/faults.py) and verifies it with verify's default
-cases. Prints a table and writes it into docs/VERIFY.md's section "Smallest fault caught" (with `--fuse`,
-the fused step captured as `capture --fuse` does: its own section; a fault whose code the fused step never
-runs is listed as not planted).
+the fault in its replay path only (accelerate_graph/verify/faults.py) and verifies it: those last faults
+under verify's default cases, the others under one case per graph. Prints a table and writes it into
+docs/VERIFY.md's section "Smallest fault caught" (with `--fuse`, the fused step captured as `capture --fuse`
+does: its own section; a fault whose code the fused step never runs is listed as not planted). The
+paragraphs written by hand after a section's table are kept.
 
   PYTHONPATH=. python benchmarks/fault_sweep.py                 # CPU emulation, and CUDA when present
   PYTHONPATH=. python benchmarks/fault_sweep.py --devices cpu --rounds 6 --no-docs
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import textwrap
 from pathlib import Path
 
 import torch
@@ -124,20 +126,29 @@ def format_row(row: dict) -> str:
 
 
 def markdown(results: list[dict], rounds: int, fuse: bool = False) -> str:
+    step = (
+        "the `tiny` recipe's fused step (as `capture --fuse` records it; uncompiled on the CPU emulation) captured"
+        if fuse
+        else "the `tiny` recipe captured"
+    )
+    intro = (
+        f"Written by `benchmarks/fault_sweep.py{' --fuse' if fuse else ''}`: {step} with one fault planted in its "
+        f"replay path only (`accelerate_graph/verify/faults.py`), buckets {BUCKETS}, context buckets {CONTEXTS} + "
+        f"cache {CACHE}, {STEPS} steps per case; sizes bisected on a log scale ({rounds} rounds). Sizes: `drift` "
+        "scales every logit by 1 + size; `close_flip` raises the runner-up logit past the top one in rows whose "
+        "top-2 gap is under size x the row's largest |logit|; `padded_leak` adds size x the batch mean to every row "
+        "after the first layer (eager sees only real rows); `rotary_skew` scales every rotary angle by 1 + size; "
+        "`cache_noise` adds noise of size x their rms to one layer's written K/V; `wrong_scale` (bf16 only, the "
+        "decoder's projections in FP8 per channel) scales output channel 0's scale of the last layer's down "
+        "projection by 1 + size. The faults from `ignored_mask` on are those only a left-padded batch, a late "
+        "slot (from 32) or a long run (from the 41st replay) shows, run under verify's default cases (the others "
+        "under one case per graph); `padding_rows_only` and `rounding_noise` touch nothing a request sees and "
+        "must pass."
+    )
     lines = [
         FUSED_SECTION if fuse else SECTION,
         "",
-        f"Written by `benchmarks/fault_sweep.py{' --fuse' if fuse else ''}`: the `tiny` recipe captured "
-        f"{'(the fused step) ' if fuse else ''}with one fault planted in its replay",
-        f"path only (`accelerate_graph/verify/faults.py`), buckets {BUCKETS}, context buckets {CONTEXTS} + cache "
-        f"{CACHE}, {STEPS} steps per case; sizes bisected on a log scale ({rounds} rounds). Sizes: `drift` scales "
-        "every logit by 1 + size; `close_flip` raises the runner-up logit past the top one in rows whose top-2 gap "
-        "is under size x the row's largest |logit|; `padded_leak` adds size x the batch mean to every row after "
-        "the first layer (eager sees only real rows); `rotary_skew` scales every rotary angle by 1 + size; "
-        "`cache_noise` adds noise of size x their rms to one layer's written K/V. The faults after `cache_noise` "
-        "are those only a left-padded batch, a late slot (from 32) or a long run (from the 41st replay) shows, run "
-        "under verify's default cases (the others under one case per graph); the last two touch nothing a "
-        "request sees and must pass.",
+        textwrap.fill(intro, 110, break_long_words=False, break_on_hyphens=False),
         "",
         "| device | dtype | fault | verify |",
         "|---|---|---|---|",
@@ -149,12 +160,21 @@ def markdown(results: list[dict], rounds: int, fuse: bool = False) -> str:
 
 def write_section(path: Path, section: str) -> None:
     """Replace the section (from its heading, `section`'s first line, up to the next '## ' heading) in `path`,
-    or append it; create the file if needed."""
+    or append it; create the file if needed. The paragraphs written by hand after the old section's table stay,
+    after the new one's."""
     text = path.read_text() if path.exists() else "# Verification\n\n"
     heading = section.splitlines()[0]
     pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
-    text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip() + "\n\n" + section
-    atomic_write_text(path, text)
+    found = pattern.search(text)
+    if not found:
+        atomic_write_text(path, text.rstrip() + "\n\n" + section)
+        return
+    old = found.group(0).splitlines()
+    table = [n for n, line in enumerate(old) if line.startswith("|")]
+    notes = "\n".join(old[table[-1] + 1 :]).strip() if table else ""
+    rest = text[found.end() :]
+    new = "\n\n".join(part for part in (section.strip(), notes) if part) + ("\n\n" if rest else "\n")
+    atomic_write_text(path, text[: found.start()] + new + rest)
 
 
 def main() -> None:
