@@ -19,6 +19,20 @@ def test_the_section_is_replaced_up_to_the_next_heading_and_the_rest_kept(tmp_pa
     assert text.startswith("# Verification\n\nintro\n") and text.endswith("## Next\n\nkept\n")
 
 
+def test_the_paragraphs_written_after_the_old_table_follow_the_new_one(tmp_path):
+    docs = tmp_path / "VERIFY.md"
+    docs.write_text(
+        "# Verification\n\n## Smallest fault caught\n\n| a | b |\n|---|---|\n| old | row |\n\n"
+        "What the numbers say, by hand.\n\n## Next\n\nkept\n"
+    )
+    row = {"device": "cpu", "dtype": "float32", "fault": "drift", "missed": 1e-4, "caught": 3e-4}
+    fault_sweep.write_section(docs, fault_sweep.markdown([row], rounds=6))
+    text = docs.read_text()
+    assert "| old | row |" not in text and text.endswith("## Next\n\nkept\n")
+    new_row = text.index("| cpu | float32 | drift |")
+    assert new_row < text.index("What the numbers say, by hand.") < text.index("## Next")
+
+
 def test_a_missing_section_is_appended_and_a_missing_file_made(tmp_path):
     docs = tmp_path / "VERIFY.md"
     fault_sweep.write_section(docs, fault_sweep.markdown([], rounds=1))
