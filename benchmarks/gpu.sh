@@ -17,7 +17,8 @@
 #             whose header names the table it used; TUNE_WEIGHTS=fp8 or fp8-block: the FP8 kernel's
 #             table, passed as --weights to both                                                     ~360 s
 #   zoo       the zoo on CUDA (isolated children) beside the CPU emulation, and where they differ    ~420 s
-#   faults    the CUDA fault suites (tests/verify/test_faults.py, test_fused_faults.py), then fault_sweep.py ~540 s
+#   faults    the CUDA fault suites (tests/verify/test_faults.py, test_fused_faults.py), then fault_sweep.py
+#             (FAULT_SWEEP=--fuse: of the fused step)                                                ~540 s
 #   profile   profile_step.py of the fused step, one process per model, batches 1,8,32               ~510 s
 #   generate  bench of the generate contenders (tok/s), first token of a new process, GPU tests      ~420 s
 #   tp        (two GPUs) the tensor-parallel GPU tests, bench --tp 2 against --tp 1, profile_tp.py    ~560 s
@@ -194,7 +195,8 @@ zoo_suite() {  # the CPU emulation with capped threads in the background, so bot
 faults_suite() {  # alone: a fault ending in a device-side assert would poison other tests' CUDA context
   part faults 60 240 python3 -m pytest -m cuda -q -p no:cacheprovider -rf tests/verify/test_faults.py \
     tests/verify/test_fused_faults.py
-  part fault-sweep 60 300 python3 benchmarks/fault_sweep.py --devices cuda --rounds 6 --no-docs
+  # FAULT_SWEEP="--fuse": the sweep of the fused step (compiled layers on a GPU) instead of plain graphs
+  part fault-sweep 60 300 python3 benchmarks/fault_sweep.py --devices cuda --rounds 6 --no-docs ${FAULT_SWEEP:-}
   grep -E "^\| cuda" "$WORK/fault-sweep.log" 2>/dev/null
   TABLES+=("pytest $WORK/faults.log")
 }
