@@ -264,6 +264,12 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
         for fold in ("norm", "residual", "gate_up")
         for rows, dtype in ((1, "bf16"), (2, "bf16"), (4, "fp16"))
     ),
+    # a bias and a norm weight that are views with a stride of 2 (the kernel reads them contiguous)
+    *(
+        {"id": f"strided-{fold}", "rows": 2, "n": 40, "k": 72, "dtype": "bf16", "block": None, "bias": True,
+         "fold": fold, "strided": True, "config": FMA}
+        for fold in ("norm", "residual")
+    ),
     {"id": "fp16-block128", "rows": 2, "n": 136, "k": 200, "dtype": "fp16", "block": 128, "config": FMA},
     {"id": "op-default-config-rows1", "rows": 1, "n": 48, "k": 80, "dtype": "bf16", "block": None, "bias": True},
     {"id": "op-default-config-batched", "rows": 6, "n": 40, "k": 64, "dtype": "fp32", "block": 16, "batched": True},
