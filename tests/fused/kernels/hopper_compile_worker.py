@@ -4,6 +4,7 @@ because the kernels' tests turn the Triton interpreter on, under which kernels d
 
 import inspect
 import itertools
+import re
 import sys
 
 import triton
@@ -19,7 +20,7 @@ HOPPER = GPUTarget("cuda", 90, 32)
 def compile_for_hopper(
     kernel, constexprs: dict, pointers: dict, float_type: str, floats=("eps", "scale", "softcap"), *,
     divisible=(), options=None,
-) -> None:  # fmt: skip
+):  # fmt: skip
     """`divisible`: arguments marked divisible by 16 as a launch specializes aligned pointers and sizes (the
     pipelined, vectorized code); `options`: num_warps/num_stages."""
     missing = [p.name for p in kernel.params if p.is_constexpr and p.name not in constexprs]
@@ -38,8 +39,8 @@ def compile_for_hopper(
             signature[name] = "i32"
     fixed = {(params.index(name),): value for name, value in constexprs.items()}
     attrs = {(params.index(name),): [["tt.divisibility", 16]] for name in divisible if name in params}
-    triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=fixed, attrs=attrs), target=HOPPER,
-                   options=options or {})  # fmt: skip
+    source = ASTSource(fn=kernel, signature=signature, constexprs=fixed, attrs=attrs)
+    return triton.compile(source, target=HOPPER, options=options or {})
 
 
 def _only(kernel, flags: dict) -> dict:
@@ -225,6 +226,17 @@ def fp8_variants():
             )
 
 
+def loads_before_the_wait(ptx: str) -> str | None:
+    """What is wrong with an FP8 kernel's PTX under PDL, or None: nothing before `griddepcontrol.wait` reads
+    memory the kernel in front may write (no global load, no asynchronous copy; the weights' L2 prefetch is
+    neither)."""
+    wait = ptx.find("griddepcontrol.wait")
+    before = len(re.findall(r"\bld\.global|\bcp\.async\.c[ag]", ptx[: max(wait, 0)]))
+    if wait < 0 or before:
+        return f"griddepcontrol.wait at {wait}, {before} global loads or copies before it"
+    return None
+
+
 def preloaded_loads_come_first() -> str | None:
     """What is wrong with the PTX of the preloaded attention under PDL (the 1B's shape), or None: its mask, K
     and V loads before `griddepcontrol.wait`, only q and the step's own slot (a few loads) after it."""
@@ -257,7 +269,11 @@ def main() -> int:
     # that only the H200 run inside inductor showed (2026-12-01)
     for (description, kernel, flags, pointers, *launch), float_type in itertools.product(variants(), ("fp32", "fp64")):
         try:
-            compile_for_hopper(kernel, flags, pointers, float_type, **(launch[0] if launch else {}))
+            compiled = compile_for_hopper(kernel, flags, pointers, float_type, **(launch[0] if launch else {}))
+            wrong = loads_before_the_wait(compiled.asm["ptx"]) if launch and flags.get("USE_PDL") else None
+            if wrong:
+                failed += 1
+                print(f"FAILED {description} (floats {float_type}): {wrong}")
         except Exception as err:  # noqa: BLE001 - report every variant that fails
             failed += 1
             text = " ".join(str(err).split())
