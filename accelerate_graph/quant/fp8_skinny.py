@@ -181,7 +181,12 @@ def launch(
     k_per_split = _cdiv(_cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k  # whole K tiles per slice
     split = _cdiv(k, k_per_split)  # no empty slice
     ws = torch.empty((split, m, 2 * n if gate_up else n), dtype=torch.float32, device=x.device) if split > 1 else out
+    if gate_up and bias is not None:  # the epilogue adds a bias to the gate half alone
+        raise ValueError("a merged gate/up launch takes no bias")
+    # the kernel reads every operand with unit stride along its last dimension
     scale = scale.contiguous()
+    bias = bias.contiguous() if bias is not None else None
+    norm_weight = norm_weight.contiguous() if norm_weight is not None else None
     res = residual.reshape(m, n).contiguous() if residual is not None else out
     # the row norm's constexprs only with a norm: else they would compile variants that differ in nothing
     rstd_chunk, rstd_loads = skinny_matmul.rstd_chunks(k, block_m) if norm_weight is not None else (1, 0)

@@ -38,6 +38,8 @@ def operands(case: dict):
     shape = (n,) if block is None else (-(-n // block), -(-k // block))
     scale = torch.rand(shape, generator=gen) * k**-0.5 / 64 + 1e-4
     bias = torch.randn(n, generator=gen).to(dtype) if case.get("bias") else None
+    if bias is not None and case.get("strided"):  # every other element of a longer tensor: a stride of 2
+        bias = torch.stack([bias, torch.full_like(bias, 1e4)], dim=-1)[:, 0]
     return x, weight, scale, block, bias
 
 
@@ -47,6 +49,9 @@ def fold_operands(case: dict, x: torch.Tensor, n: int) -> dict:
     gen = torch.Generator().manual_seed(case.get("seed", 0) + 1)
     if case.get("fold") in ("norm", "gate_up"):
         norm = {"norm_weight": (torch.rand(x.shape[-1], generator=gen) + 0.5).to(x.dtype), "eps": 1e-5}
+        if case.get("strided"):
+            weight = norm["norm_weight"]
+            norm["norm_weight"] = torch.stack([weight, torch.full_like(weight, 1e4)], dim=-1)[:, 0]
         return {**norm, "gate_up": True} if case["fold"] == "gate_up" else norm
     if case.get("fold") == "residual":
         return {"residual": torch.randn(*x.shape[:-1], n, generator=gen).to(x.dtype)}  # as large as the product

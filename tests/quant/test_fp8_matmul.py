@@ -264,6 +264,12 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
         for fold in ("norm", "residual", "gate_up")
         for rows, dtype in ((1, "bf16"), (2, "bf16"), (4, "fp16"))
     ),
+    # a bias and a norm weight that are views with a stride of 2 (the kernel reads them contiguous)
+    *(
+        {"id": f"strided-{fold}", "rows": 2, "n": 40, "k": 72, "dtype": "bf16", "block": None, "bias": True,
+         "fold": fold, "strided": True, "config": FMA}
+        for fold in ("norm", "residual")
+    ),
     {"id": "fp16-block128", "rows": 2, "n": 136, "k": 200, "dtype": "fp16", "block": 128, "config": FMA},
     {"id": "op-default-config-rows1", "rows": 1, "n": 48, "k": 80, "dtype": "bf16", "block": None, "bias": True},
     {"id": "op-default-config-batched", "rows": 6, "n": 40, "k": 64, "dtype": "fp32", "block": 16, "batched": True},
@@ -418,6 +424,61 @@ def test_gpu_folded_ops_match_the_unfolded_sequence(rows, block):
             pairs = [(got_normed, normed_ref), (got_added - residual, added_ref - residual), (got_gated, gated_ref)]
             for got, ref in pairs:
                 assert (got.float() - ref.float()).norm() / ref.float().norm() < 0.06, (n, k)
+
+
+# Tilings the default configs never pick but the tune grids (tune/grids.py) try: rows, config.
+GPU_CONFIGS = {
+    "lookahead": (1, configs.SkinnyConfig(32, 256, 4, 1, lookahead=True)),
+    "lookahead-split": (1, configs.SkinnyConfig(16, 256, 4, 1, split_k=4, lookahead=True)),
+    "dot-8-warps": (8, configs.SkinnyConfig(128, 128, 8, 4, dot=True)),
+    "dot-split-3-rows": (3, configs.SkinnyConfig(32, 128, 4, 4, split_k=2, dot=True)),
+    "swap": (8, configs.SkinnyConfig(64, 128, 4, 4, dot=True, swap=True)),
+    "swap-split": (16, configs.SkinnyConfig(64, 128, 4, 4, split_k=4, dot=True, swap=True)),
+}
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("name", list(GPU_CONFIGS))
+@pytest.mark.parametrize("block", [None, 128])
+def test_gpu_tune_grid_tilings_match_the_reference(name, block):
+    """bf16 on tensor cores (the interpreter cannot run it), swapped, split-K, the one-row lookahead, each
+    plain and folded: the reference's numbers within 2 units in the last place. (264, 4160): a ragged last
+    tile of N, K neither a multiple of the K tile nor of the scale block."""
+    rows, cfg = GPU_CONFIGS[name]
+    for n, k in [(1024, 4096), (264, 4160)]:
+        x, weight, scale, block_, bias = _gpu_operands(rows, n, k, block)
+        norm_weight, residual = _fold_operands(x, n)
+        normed = reference_rms_norm(x, norm_weight, 1e-5, "llama")
+        want = reference_fp8_matmul(x, weight, scale, block_, bias)
+        assert _ulps(fp8_skinny.launch(x, weight, scale, block_, bias, cfg), want) <= 2, (n, k)
+        got = fp8_skinny.launch(x, weight, scale, block_, bias, cfg, norm_weight=norm_weight, eps=1e-5)
+        assert _ulps(got, reference_fp8_matmul(normed, weight, scale, block_, bias)) <= 2, (n, k)
+        got = fp8_skinny.launch(x, weight, scale, block_, bias, cfg, residual=residual)
+        assert _ulps(got, residual + want) <= 2, (n, k)
+        if block is None or (n // 2) % block == 0:
+            got = fp8_skinny.launch(
+                x, weight, scale, block_, None, cfg, norm_weight=norm_weight, eps=1e-5, gate_up=True
+            )
+            gate, up = reference_fp8_matmul(normed, weight, scale, block_, None).chunk(2, dim=-1)
+            assert _ulps(got, F.silu(gate) * up) <= 2, (n, k)
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("rows", [1, 4, fm.SKINNY_MAX_ROWS + 7])
+@pytest.mark.parametrize("block", [None, 128])
+def test_gpu_fp16_x_matches_the_reference(rows, block):
+    """fp16 activations: the skinny kernel's fp8 -> fp16 conversion and rounding; above its rows cuBLASLt's
+    fp16 output (the W8A8 bound)."""
+    x, weight, scale, block_, bias = make(rows, 1024, 4096, block=block, dtype=torch.float16, device="cuda", bias=True)
+    got = fm.fp8_matmul(x, weight, scale, block_, bias)
+    ref = reference_fp8_matmul(x, weight, scale, block_, bias)
+    assert got.dtype == torch.float16
+    if rows <= fm.SKINNY_MAX_ROWS:
+        assert _ulps(got, ref) <= 2
+    else:
+        assert (got.float() - ref.float()).norm() / ref.float().norm() < 0.06
 
 
 @pytest.mark.cuda

@@ -4,6 +4,7 @@ because the kernels' tests turn the Triton interpreter on, under which kernels d
 
 import inspect
 import itertools
+import re
 import sys
 
 import triton
@@ -17,8 +18,11 @@ HOPPER = GPUTarget("cuda", 90, 32)
 
 
 def compile_for_hopper(
-    kernel, constexprs: dict, pointers: dict, float_type: str, floats=("eps", "scale", "softcap")
-) -> None:
+    kernel, constexprs: dict, pointers: dict, float_type: str, floats=("eps", "scale", "softcap"), *,
+    divisible=(), options=None,
+):  # fmt: skip
+    """`divisible`: arguments marked divisible by 16 as a launch specializes aligned pointers and sizes (the
+    pipelined, vectorized code); `options`: num_warps/num_stages."""
     missing = [p.name for p in kernel.params if p.is_constexpr and p.name not in constexprs]
     if missing:  # every launch passes them all: a default here would compile a variant none runs
         raise ValueError(f"constexprs not given: {missing}")
@@ -34,7 +38,9 @@ def compile_for_hopper(
         else:
             signature[name] = "i32"
     fixed = {(params.index(name),): value for name, value in constexprs.items()}
-    triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=fixed), target=HOPPER)
+    attrs = {(params.index(name),): [["tt.divisibility", 16]] for name in divisible if name in params}
+    source = ASTSource(fn=kernel, signature=signature, constexprs=fixed, attrs=attrs)
+    return triton.compile(source, target=HOPPER, options=options or {})
 
 
 def _only(kernel, flags: dict) -> dict:
@@ -141,18 +147,31 @@ FP8_POINTERS = {
     "x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "b_ptr": "*bf16", "out_ptr": "*bf16", "ws_ptr": "*fp32",
     "nw_ptr": "*bf16", "res_ptr": "*bf16",
 }  # fmt: skip
+FP8_HALF_POINTERS = {**FP8_POINTERS, **{name: "*fp16" for name in ("x_ptr", "b_ptr", "out_ptr", "nw_ptr", "res_ptr")}}
 FP8_UNFOLDED = dict(NORM=0, HAS_RES=False, GATE_UP=False, RSTD_CHUNK=1, RSTD_CHUNKS=0)
 # the folds (setting fp8_fold): the norm with merged gate/up's activation, or the residual
 FP8_FOLDS = {
     "norm, gate/up": dict(NORM=1, GATE_UP=True, RSTD_CHUNK=1024, RSTD_CHUNKS=4),
     "residual": dict(HAS_RES=True),
 }
+# what a launch with aligned tensors and N, K multiples of 16 specializes (the pipelined, 16-byte copies)
+FP8_DIVISIBLE = (*FP8_POINTERS, "N", "K", "K_PER_SPLIT")
+# kind: (dot, swap, rows, BLOCK_N, BLOCK_K, num_warps, num_stages) as fp8_skinny.default_config and the tune
+# grids launch them; the row norms' loads as skinny_matmul.rstd_chunks gives them for K 4,096
+FP8_LAUNCHED = {
+    "one-row": (False, False, 1, 32, 256, 4, 2, (4096, 1)),
+    "rows": (False, False, 2, 32, 128, 4, 2, (2048, 2)),
+    "dot": (True, False, 16, 64, 128, 4, 4, (256, 16)),
+    "swap": (True, True, 16, 64, 128, 4, 4, (256, 16)),
+    "dot, 8 warps": (True, False, 16, 128, 128, 8, 4, (256, 16)),
+}
 
 
 def fp8_variants():
     """The FP8-weight skinny matmul (quant/fp8_kernels.py): one row, two rows and tensor cores (swapped or not),
     per-channel or block scales, one slice or split-K (then its finish kernel), with and without PDL; each
-    tiling with the folds too (block scales, split-K)."""
+    tiling with the folds too (block scales, split-K). Then as launches specialize them (aligned, with the
+    tile's warps and stages): every fold at one slice and split-K under PDL, fp16 x, the finish kernel."""
     tiles = {"one-row": (False, False, 1, 256), "rows": (False, False, 2, 128), "dot": (True, False, 16, 128)}
     tiles["swap"] = (True, True, 16, 128)
     for (kind, (dot, swap, rows, block_k)), blockwise, split in itertools.product(
@@ -172,6 +191,50 @@ def fp8_variants():
         flags = dict(HAS_B=True, SPLIT=3, OUT_BF16=True, USE_PDL=pdl, BLOCK_M=1, BLOCK_N=32, **FP8_UNFOLDED)
         flags = _only(fp8_kernels.fp8_finish_kernel, {**flags, **fold})
         yield f"fp8_finish_kernel {flags}", fp8_kernels.fp8_finish_kernel, flags, FP8_POINTERS
+    folds = {
+        "none": {},
+        "norm": dict(NORM=1),
+        "norm, gate/up": dict(NORM=1, GATE_UP=True),
+        "residual": {"HAS_RES": True},
+    }
+    for (kind, tile), blockwise, split, fold in itertools.product(
+        FP8_LAUNCHED.items(), (False, True), (1, 2), folds.values()
+    ):  # fmt: skip
+        dot, swap, rows, block_n, block_k, warps, stages, (rstd_chunk, rstd_loads) = tile
+        flags = dict(
+            HAS_B=not fold.get("GATE_UP", False), BLOCKWISE=blockwise, SPLIT=split, USE_DOT=dot, IEEE_DOT=False,
+            SWAP=swap, EVEN_K=True, OUT_BF16=True, USE_PDL=True, BLOCK_M=rows, BLOCK_N=block_n, BLOCK_K=block_k,
+            LOOKAHEAD=rows == 1, **{**FP8_UNFOLDED, **fold},
+        )  # fmt: skip
+        if flags["NORM"]:
+            flags.update(RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads)
+        launch = {"divisible": FP8_DIVISIBLE, "options": {"num_warps": warps, "num_stages": stages}}
+        description = f"fp8_skinny_kernel ({kind}, as launched, {launch['options']}) {flags}"
+        yield description, fp8_kernels.fp8_skinny_kernel, flags, FP8_POINTERS, launch
+        if blockwise and split == 1 and not fold:  # fp16 x: the weights converted to fp16 for the dot
+            half = {**flags, "OUT_BF16": False}
+            yield f"{description} fp16", fp8_kernels.fp8_skinny_kernel, half, FP8_HALF_POINTERS, launch
+        if split == 2 and not blockwise:  # the finish kernel at the tile's rows and columns
+            finish = _only(fp8_kernels.fp8_finish_kernel, flags)
+            launch = {"divisible": FP8_DIVISIBLE, "options": {"num_warps": 4}}
+            yield (
+                f"fp8_finish_kernel (as launched) {finish}",
+                fp8_kernels.fp8_finish_kernel,
+                finish,
+                FP8_POINTERS,
+                launch,
+            )
+
+
+def loads_before_the_wait(ptx: str) -> str | None:
+    """What is wrong with an FP8 kernel's PTX under PDL, or None: nothing before `griddepcontrol.wait` reads
+    memory the kernel in front may write (no global load, no asynchronous copy; the weights' L2 prefetch is
+    neither)."""
+    wait = ptx.find("griddepcontrol.wait")
+    before = len(re.findall(r"\bld\.global|\bcp\.async\.c[ag]", ptx[: max(wait, 0)]))
+    if wait < 0 or before:
+        return f"griddepcontrol.wait at {wait}, {before} global loads or copies before it"
+    return None
 
 
 def preloaded_loads_come_first() -> str | None:
@@ -204,9 +267,13 @@ def main() -> int:
     # Python floats reach a kernel as fp32 from its own launcher but as fp64 from inductor's generated
     # code (wrap_triton): a float scale made the decode attention's running max fp64, a type error
     # that only the H200 run inside inductor showed (2026-12-01)
-    for (description, kernel, flags, pointers), float_type in itertools.product(variants(), ("fp32", "fp64")):
+    for (description, kernel, flags, pointers, *launch), float_type in itertools.product(variants(), ("fp32", "fp64")):
         try:
-            compile_for_hopper(kernel, flags, pointers, float_type)
+            compiled = compile_for_hopper(kernel, flags, pointers, float_type, **(launch[0] if launch else {}))
+            wrong = loads_before_the_wait(compiled.asm["ptx"]) if launch and flags.get("USE_PDL") else None
+            if wrong:
+                failed += 1
+                print(f"FAILED {description} (floats {float_type}): {wrong}")
         except Exception as err:  # noqa: BLE001 - report every variant that fails
             failed += 1
             text = " ".join(str(err).split())
