@@ -51,11 +51,17 @@ def running(prepared, engine=None, **options):
         sock.close()
 
 
+# a request that hangs fails its test in two minutes, not in the client's default ten (a GPU suite's part is eight)
+CLIENT_TIMEOUT_S = 120.0
+
+
 def client(url: str, **options):
+    options.setdefault("timeout", CLIENT_TIMEOUT_S)
     return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, **options)
 
 
 def async_client(url: str, **options):
+    options.setdefault("timeout", CLIENT_TIMEOUT_S)
     return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, **options)
 
 
