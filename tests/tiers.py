@@ -173,6 +173,10 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         "the staggered run again without graphs; the graph runs cover the engine's code but its eager branch",
     ),
     Exhaustive(
+        "tests/quant/test_fp8_fused.py::test_fp8_fold_folds_the_norms_and_residuals_into_the_kernel_under_the_interpreter[*]",
+        "five interpreted layer programs (30 s); the kernel cases keep each fold against its unfolded sequence fast",
+    ),
+    Exhaustive(
         "tests/tune/test_fp8_chain.py::test_the_one_row_fp8_chain_agrees_with_its_reference_twin_interpreted",
         "18 s of interpreted chain; the kernel tests interpret each fold, the fast chain tests its calls",
     ),
