@@ -173,8 +173,37 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         "the staggered run again without graphs; the graph runs cover the engine's code but its eager branch",
     ),
     Exhaustive(
+        "tests/quant/test_fp8_matmul.py::test_kernel_matches_the_reference_under_the_interpreter[*]",
+        "118 interpreted kernel cases (one child per xdist worker, ~26 s each); one of each path and fold stays fast",
+        keep=tuple(
+            f"*[{case}]"
+            for case in (  # fmt: skip
+                "fma-bf16-channel-rows1",
+                "fma-bf16-block-rows2",
+                "dot-fp16-block-rows4",
+                "swap-fp32-channel-rows5",
+                "split-block",
+                "lookahead-channel",
+                "norm-fma-bf16-channel-rows1",
+                "norm-swap-split-fp16-block-rows4",
+                "residual-split-bf16-channel-rows2",
+                "gate_up-fma-bf16-block-rows1",
+                "gate_up-swap-split-fp16-channel-rows16",
+                "op-norm-rows1",
+                "op-gate_up-rows4",
+                "strided-norm",
+                "strided-residual",
+                "op-default-config-batched",
+            )
+        ),
+    ),
+    Exhaustive(
         "tests/quant/test_fp8_fused.py::test_fp8_fold_folds_the_norms_and_residuals_into_the_kernel_under_the_interpreter[*]",
         "five interpreted layer programs (30 s); the kernel cases keep each fold against its unfolded sequence fast",
+    ),
+    Exhaustive(
+        "tests/tune/test_chain.py::test_the_one_row_chain_agrees_with_its_torch_twin_interpreted",
+        "14 s of interpreted chain; the skinny kernels' own tests interpret each kernel fast",
     ),
     Exhaustive(
         "tests/tune/test_fp8_chain.py::test_the_one_row_fp8_chain_agrees_with_its_reference_twin_interpreted",

@@ -277,8 +277,14 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
 
 
 @pytest.fixture(scope="module")
-def interpreted_results():
-    return run_worker({"cases": CASES}, interpreted=True)
+def interpreted_results(request):
+    """The cases this run selected (the fast tier keeps a few, tests/tiers.py), interpreted in one child."""
+    wanted = {
+        item.callspec.params["case"]["id"]
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_kernel_matches_the_reference_under_the_interpreter"
+    }
+    return run_worker({"cases": [case for case in CASES if case["id"] in wanted]}, interpreted=True)
 
 
 @needs_triton
