@@ -17,8 +17,8 @@ norms and roundings of skinny_kernels, whose helpers run here); HAS_RES adds a r
 rounding (out = round(round(x @ W^T + bias) + residual), eager's roundings); GATE_UP multiplies by a merged
 gate/up weight and writes silu(gate) * up.
 
-Arithmetic is in float32 on loaded values; the output goes through skinny_kernels' `_round` (the interpreter
-truncates float32 -> bf16 casts, the GPU rounds to nearest even).
+Arithmetic is in float32 on loaded values; the output goes through skinny_kernels' epilogue and its `_round`
+(the interpreter truncates float32 -> bf16 casts, the GPU rounds to nearest even).
 """
 
 import os
@@ -27,7 +27,8 @@ import triton
 import triton.language as tl
 
 from accelerate_graph.fused.kernels.pdl import gdc_launch_dependents, gdc_wait
-from accelerate_graph.fused.kernels.skinny_kernels import _norm_weights, _normed_by, _round, _rows_rstd
+from accelerate_graph.fused.kernels.skinny_kernels import _epilogue as _skinny_epilogue
+from accelerate_graph.fused.kernels.skinny_kernels import _norm_weights, _normed_by, _rows_rstd
 
 # @triton.jit picks the interpreter at decoration, i.e. when this module is imported.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -211,22 +212,11 @@ def _epilogue(
     acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr,
     GATE_UP: tl.constexpr, OUT_BF16: tl.constexpr,
 ):  # fmt: skip
-    """Bias in float32, one rounding to the output dtype (HAS_RES: then the residual added and rounded again,
-    as eager rounds `residual + linear(x)`; GATE_UP: acc the gate, acc2 the up half, eager's
-    round(round(silu(round(gate))) * round(up))), the store."""
-    out_dtype = out_ptr.dtype.element_ty
-    n_mask = offs_n < N
-    mask = (offs_m[:, None] < M) & n_mask[None, :]
-    if HAS_B:
-        acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-    val = _round(acc, OUT_BF16, out_dtype)
-    if HAS_RES:
-        res = tl.load(res_ptr + offs_m[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
-        val = _round(val + res, OUT_BF16, out_dtype)
-    if GATE_UP:  # silu as torch computes it: x / (1 + exp(-x))
-        act = _round(val / (1.0 + tl.exp(-val)), OUT_BF16, out_dtype)
-        val = _round(act * _round(acc2, OUT_BF16, out_dtype), OUT_BF16, out_dtype)
-    tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], val.to(out_dtype), mask=mask)
+    """The bf16 skinny kernels' epilogue, whose modes are these folds with eager's roundings: plain, the
+    residual added (HAS_RES), silu(gate) * up (GATE_UP: acc the gate, acc2 the up half). The launch never asks
+    for both folds at once."""
+    MODE: tl.constexpr = 2 if GATE_UP else (1 if HAS_RES else 0)
+    _skinny_epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, b_ptr, res_ptr, HAS_B, False, MODE, 0, OUT_BF16)
 
 
 @triton.jit

@@ -181,8 +181,8 @@ def launch(
     k_per_split = _cdiv(_cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k  # whole K tiles per slice
     split = _cdiv(k, k_per_split)  # no empty slice
     ws = torch.empty((split, m, 2 * n if gate_up else n), dtype=torch.float32, device=x.device) if split > 1 else out
-    if gate_up and bias is not None:  # the epilogue adds a bias to the gate half alone
-        raise ValueError("a merged gate/up launch takes no bias")
+    if gate_up and (bias is not None or residual is not None):  # the gate/up epilogue: bias on gate alone, no residual
+        raise ValueError("a merged gate/up launch takes no bias and no residual")
     # the kernel reads every operand with unit stride along its last dimension
     scale = scale.contiguous()
     bias = bias.contiguous() if bias is not None else None
