@@ -37,12 +37,24 @@ def _rows(x: Tensor) -> int:
     return x.numel() // x.shape[-1] if x.shape[-1] else 0
 
 
+def skinny_kernel_runs(x: Tensor) -> bool:
+    """Whether x's device runs the skinny kernel (CUDA, or the interpreter where a kernel test asked), its
+    rows aside: where the folded ops are worth calling."""
+    from accelerate_graph.quant import fp8_skinny
+
+    return fp8_skinny.runs_triton(x)
+
+
+def _skinny_runs(x: Tensor) -> bool:
+    """Whether this call runs the skinny kernel: its device does, at decode's rows."""
+    return skinny_kernel_runs(x) and 0 < _rows(x) <= SKINNY_MAX_ROWS
+
+
 def _body(x: Tensor, weight: Tensor, scale: Tensor, block: Optional[int], bias: Optional[Tensor]) -> Tensor:  # noqa: UP045
     # the kernels' modules load on the first call: a model loaded with FP8 layers imports no Triton code until then
     from accelerate_graph.quant import fp8_skinny, fp8_w8a8
 
-    rows = _rows(x)
-    if fp8_skinny.runs_triton(x) and 0 < rows <= SKINNY_MAX_ROWS:
+    if _skinny_runs(x):
         return fp8_skinny.launch(x, weight, scale, block, bias)
     if x.device.type != "cuda":
         return reference_fp8_matmul(x, weight, scale, block, bias)
@@ -59,20 +71,6 @@ def _fake(x: Tensor, weight: Tensor, scale: Tensor, block: Optional[int], bias: 
 
 
 torch.library.custom_op("cugraph_accel::fp8_matmul", _body, mutates_args=()).register_fake(_fake)
-
-
-def _skinny_runs(x: Tensor) -> bool:
-    from accelerate_graph.quant import fp8_skinny
-
-    return fp8_skinny.runs_triton(x) and 0 < _rows(x) <= SKINNY_MAX_ROWS
-
-
-def skinny_kernel_runs(x: Tensor) -> bool:
-    """Whether x's device runs the skinny kernel (CUDA, or the interpreter where a kernel test asked), its
-    rows aside: where the folded ops are worth calling."""
-    from accelerate_graph.quant import fp8_skinny
-
-    return fp8_skinny.runs_triton(x)
 
 
 def _norm_matmul_body(

@@ -81,7 +81,8 @@ def forget_tables() -> None:
     _TABLES.clear()
 
 
-def _device_name(device: torch.device) -> str:
+def device_name(device: torch.device) -> str:
+    """The name of the GPU whose FP8 table serves `device` ("" off CUDA: the default configs)."""
     if device.type != "cuda":
         return ""
     index = device.index if device.index is not None else torch.cuda.current_device()
@@ -144,7 +145,7 @@ def config_named(
 
 def config_for(m: int, n: int, k: int, block: int | None, device: torch.device, gate_up: bool = False) -> SkinnyConfig:
     """The table's config for this shape on `device`'s GPU, else default_config."""
-    return config_named(_device_name(device), m, n, k, block, _sms(device), gate_up)
+    return config_named(device_name(device), m, n, k, block, _sms(device), gate_up)
 
 
 def fitted(cfg: SkinnyConfig, block: int | None) -> SkinnyConfig:

@@ -116,7 +116,7 @@ def tune_fp8_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took
     chain.max_ulps). An op whose config in use disagrees starts from the first of its grid that agrees."""
     from accelerate_graph.quant import fp8_skinny
 
-    rows, block, name = chain.rows, chain.block, fp8_device_name(chain.device)
+    rows, block, name = chain.rows, chain.block, fp8_skinny.device_name(chain.device)
     before = {
         op: fp8_skinny.fitted(fp8_skinny.config_named(name, rows, n, k, block, sms, op in chain.gate_up_ops), block)
         for op, (n, k) in chain.ops.items()
@@ -160,10 +160,3 @@ def _agrees_quietly(agrees: Callable[[str, SkinnyConfig], bool], op: str, cfg: S
         return agrees(op, cfg)
     except Exception:  # noqa: BLE001 - Triton's and the driver's refusals have no common type
         return False
-
-
-def fp8_device_name(device) -> str:
-    """The name of the GPU whose FP8 table serves `device` ("" off CUDA: the default configs)."""
-    import torch
-
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else ""
