@@ -219,13 +219,14 @@ def _skinny(x: torch.Tensor, op: str, ns: tuple[int, ...]) -> bool:
 # FP8 weights never take the skinny kernels here (they read the model's dtype): fp8_matmul picks its own path
 # per call, a skinny FP8 kernel at decode's rows on a GPU. With the fp8_fold setting the norm before a
 # projection, the residual add after one and merged gate/up's silu(gate) * up run inside that kernel.
+def fp8_folds(chosen: str, kernel_runs: bool, on_cuda: bool) -> bool:
+    """Whether FP8 projections fold their norm and residual in, for the fp8_fold setting `chosen`: "on" where
+    the FP8 kernel runs (CUDA; the Triton interpreter in kernel tests), "auto" on CUDA, "off" never."""
+    return chosen != "off" and kernel_runs and (chosen == "on" or on_cuda)
+
+
 def _fp8_folds(x: torch.Tensor) -> bool:
-    """Whether FP8 projections of `x` fold their norm and residual in: fp8_fold "on" where the FP8 kernel runs
-    (CUDA; the Triton interpreter in kernel tests), "auto" on CUDA, "off" never (the unfolded sequence)."""
-    chosen = current().fp8_fold
-    if chosen == "off" or not skinny_kernel_runs(x):
-        return False
-    return chosen == "on" or x.device.type == "cuda"
+    return fp8_folds(current().fp8_fold, skinny_kernel_runs(x), x.device.type == "cuda")
 
 
 def _normed_fp8(x, norm_weight, eps, weight: Fp8Weight, bias=None):
@@ -316,12 +317,15 @@ def _kept(merged: torch.Tensor | None, modules, name: str) -> bool:
     return at == merged.shape[0]
 
 
-def _mergeable(modules) -> bool:
-    """Whether `modules`' weights can be one matrix: plain weights always, FP8 ones where their scales can be
-    one too: per channel, or per block where no block row spans two parts (each N but the last a multiple
+def mergeable(sizes: tuple[int, ...], block: int | None) -> bool:
+    """Whether projections of output sizes `sizes` can be one matrix: plain weights or per-channel scales
+    (`block` None) always, block scales where no block row spans two parts (each N but the last a multiple
     of the block)."""
-    block = getattr(modules[0], "block", None)
-    return block is None or all(m.out_features % block == 0 for m in modules[:-1])
+    return block is None or all(size % block == 0 for size in sizes[:-1])
+
+
+def _mergeable(modules) -> bool:
+    return mergeable(tuple(m.out_features for m in modules), getattr(modules[0], "block", None))
 
 
 def _merge(owner: torch.nn.Module, modules, buffers: dict[str, str]) -> None:

@@ -48,6 +48,7 @@ from accelerate_graph.fused.layer_program import (
     MERGED_OPS,
     LayerOps,
     decode_layer,
+    fp8_folds,
     kept_apart,
     layer_at_batch_1_is_skinny,
     merge_projections,
@@ -319,7 +320,8 @@ class FusedForward:
             if apart:
                 block = self.layers[0].self_attn.q_proj.block
                 kind += f"; {' and '.join(apart)} kept apart: an output size not a whole number of {block}-row blocks"
-            if self.device.type == "cuda" and self.settings.fp8_fold != "off":  # layer_program._fp8_folds
+            on_cuda = self.device.type == "cuda"
+            if fp8_folds(self.settings.fp8_fold, on_cuda, on_cuda):
                 kind += "; norms, residual adds and gate/up's activation folded into the FP8 kernel"
             kind += ")"
         skinny = self._on_skinny_path()

@@ -18,6 +18,7 @@ import math
 import torch
 
 from accelerate_graph.fused.kernels.configs import SkinnyConfig
+from accelerate_graph.fused.layer_program import fp8_folds, mergeable
 from accelerate_graph.tune.chain import CHAIN_BYTES, MAX_LAYERS, MIN_LAYERS, graph_us
 from accelerate_graph.tune.model_shapes import LayerShapes
 
@@ -44,11 +45,6 @@ class Fp8Call:
         return (self.n // 2 if self.gate_up else self.n), self.k, self.gate_up
 
 
-def _merged(sizes: tuple[int, ...], block: int | None) -> bool:
-    """fused/layer_program._mergeable: per-channel scales always, block scales where no block row spans two parts."""
-    return block is None or all(size % block == 0 for size in sizes[:-1])
-
-
 def program_calls(shapes: LayerShapes, block: int | None, folds: bool = False) -> dict[str, list[Fp8Call]]:
     """The FP8 products of one layer by step of the program (qkv, o, gate_up, down), each named by the op it is
     tuned under; `folds`: the merged gate/up folds its activation in (the fp8_fold setting)."""
@@ -58,10 +54,10 @@ def program_calls(shapes: LayerShapes, block: int | None, folds: bool = False) -
     qkv = shapes.parts.get("qkv") or shapes.calls["qkv"][1]
     gate_up = shapes.parts.get("gate_up") or (shapes.calls["gate_up"][1][0],) * 2
     steps = {
-        "qkv": [Fp8Call("qkv", sum(qkv), hidden)] if _merged(qkv, block) else
+        "qkv": [Fp8Call("qkv", sum(qkv), hidden)] if mergeable(qkv, block) else
                [Fp8Call(name, n, hidden) for name, n in zip("qkv", qkv)],
         "o": [Fp8Call("o", o_n, o_k)],
-        "gate_up": [Fp8Call("gate_up", sum(gate_up), hidden, gate_up=folds)] if _merged(gate_up, block) else
+        "gate_up": [Fp8Call("gate_up", sum(gate_up), hidden, gate_up=folds)] if mergeable(gate_up, block) else
                    [Fp8Call(name, n, hidden) for name, n in zip(("gate", "up"), gate_up)],
         "down": [Fp8Call("down", down_n, inter)],
     }  # fmt: skip
@@ -118,7 +114,7 @@ class Fp8Chain:
     """`layers` decoder layers of `shapes` with FP8 weights (`block`: None per channel, else block scales) at
     `rows` rows on `device`. `ops`: what the sweep tunes, op -> (outputs, K); `gate_up_ops`: those that are the
     folded gate/up (their own table key); a config whose output is further than `max_ulps` from the reference's
-    is wrong. The folds follow the fp8_fold setting in use: on unless it is "off" (the kernel runs here)."""
+    is wrong. The folds follow the fp8_fold setting in use as the step's do (layer_program.fp8_folds)."""
 
     max_ulps = MAX_ULPS
 
@@ -128,7 +124,7 @@ class Fp8Chain:
         from accelerate_graph import settings
 
         self.shapes, self.block, self.rows, self.device = shapes, block, rows, device
-        self.folds = settings.current().fp8_fold != "off"
+        self.folds = fp8_folds(settings.current().fp8_fold, True, device.type == "cuda")  # the chain runs the kernel
         self.steps = program_calls(shapes, block, self.folds)
         self.ops = tuned_ops(shapes, block, self.folds)
         self.gate_up_ops = frozenset(op for op, call in tuned_calls(shapes, block, self.folds).items() if call.gate_up)
