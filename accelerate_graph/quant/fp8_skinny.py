@@ -26,7 +26,7 @@ except ImportError:  # no triton: fp8_matmul runs its other paths
 SHIPPED_DIR = Path(__file__).with_name("tables")
 TABLE_PREFIX = "fp8-"
 
-_TABLES: dict[str, dict[str, SkinnyConfig]] = {}  # device name -> entries (user's over shipped)
+_TABLES: dict[str, tuple[dict[str, SkinnyConfig], configs.TableInUse]] = {}  # device name -> entries, which table
 _NAMES: dict[int, str] = {}  # CUDA device index -> name
 
 
@@ -58,22 +58,22 @@ def shipped_table_path(device_name: str) -> Path:
     return SHIPPED_DIR / table_file_name(device_name)
 
 
-def _entries(device_name: str) -> dict[str, SkinnyConfig]:
+def _tables(device_name: str) -> tuple[dict[str, SkinnyConfig], configs.TableInUse]:
     if device_name not in _TABLES:
-        shipped = configs.read_table(shipped_table_path(device_name))
-        _TABLES[device_name] = {**shipped, **configs.read_table(user_table_path(device_name))}
+        _TABLES[device_name] = configs.read_tables(
+            device_name, user_table_path(device_name), shipped_table_path(device_name)
+        )
     return _TABLES[device_name]
+
+
+def _entries(device_name: str) -> dict[str, SkinnyConfig]:
+    return _tables(device_name)[0]
 
 
 def table_in_use(device_name: str) -> configs.TableInUse:
     """Which FP8 table serves `device_name` (the bench header's line): the user's (over the shipped one, if any),
     the shipped one, or none (the default configs)."""
-    user, shipped = user_table_path(device_name), shipped_table_path(device_name)
-    if user.exists():
-        return configs.TableInUse(device_name, "user", user, shipped if shipped.exists() else None)
-    if shipped.exists():
-        return configs.TableInUse(device_name, "shipped", shipped)
-    return configs.TableInUse(device_name, "none")
+    return _tables(device_name)[1]
 
 
 def forget_tables() -> None:

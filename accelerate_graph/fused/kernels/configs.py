@@ -127,18 +127,21 @@ _WARNED: set[str] = set()  # devices told they have no table: once a process
 _NO_ENTRIES: dict[str, SkinnyConfig] = {}
 
 
-def _load(device_name: str) -> None:
-    if device_name in _TABLES:
-        return
-    user, shipped = user_table_path(device_name), shipped_table_path(device_name)
-    entries = {**read_table(shipped), **read_table(user)}  # the user's entries over the shipped ones
+def read_tables(device_name: str, user: Path, shipped: Path) -> tuple[dict[str, SkinnyConfig], TableInUse]:
+    """`device_name`'s entries, the user's table's over the shipped one's, and which table serves."""
+    entries = {**read_table(shipped), **read_table(user)}
     if user.exists():
         found = TableInUse(device_name, "user", user, shipped if shipped.exists() else None)
     elif shipped.exists():
         found = TableInUse(device_name, "shipped", shipped)
     else:
         found = TableInUse(device_name, "none")
-    _TABLES[device_name] = (entries, found)
+    return entries, found
+
+
+def _load(device_name: str) -> None:
+    if device_name not in _TABLES:
+        _TABLES[device_name] = read_tables(device_name, user_table_path(device_name), shipped_table_path(device_name))
 
 
 def _notice(device_name: str) -> None:
