@@ -5,8 +5,9 @@ Windows go through in batches of up to `rows` (the largest bucket): a batch's gr
 falls in, padded as in any replay. Each run starts from a reset cache and a prefill of the windows' first
 tokens (eager for every arm, in float32 for the reference), so every arm decodes on its own K/V from one
 start, as it would serve. The
-reference's log-probabilities of a batch are kept on the host until every arm has been compared with
-them (steps x rows x vocabulary float32 values): an arm's own are reduced step by step.
+reference's log-probabilities of a batch are kept until every arm has been compared with them (steps x rows
+x vocabulary float32 values: 8 GiB for a 128k vocabulary at 32 rows x 512 tokens), on the device where they
+fit beside what the arms need, else on the host; an arm's own are reduced step by step.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 
 from accelerate_graph.core.capture import DecodeGraphs
 from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.core.memory import free_bytes
 from accelerate_graph.eval.windows import Windows
 from accelerate_graph.verify.reference import eager_step, float32_reference, reference_step
 
@@ -105,15 +107,31 @@ def score_windows(
     return reference_nll, scores
 
 
+# what the arms' steps may still allocate beside the kept log-probabilities (logits, softmax, KL terms)
+ARM_HEADROOM = 2 << 30
+
+
+def _keeps_on_device(device: torch.device, steps: int, logits: torch.Tensor) -> bool:
+    """Whether a batch's reference log-probabilities (`steps` of `logits`' shape) fit on a GPU beside the
+    arms' own work; elsewhere they go to the host."""
+    if device.type != "cuda":
+        return False
+    free, _ = free_bytes(device)
+    return free is not None and steps * logits.numel() * 4 + ARM_HEADROOM <= free
+
+
 def _reference_run(session: DecodeSession, batch: torch.Tensor, targets: torch.Tensor):
-    """The float32 reference over `batch`: its log-probabilities per step ([b, V] each, on the host), its
-    NLL [b, steps]."""
+    """The float32 reference over `batch`: its log-probabilities per step ([b, V] each, on the device or
+    the host), its NLL [b, steps]."""
     logps: list[torch.Tensor] = []  # the logits' own width: a padded LM head may exceed the vocabulary
     nll = torch.empty(batch.shape[0], targets.shape[1])
+    on_device: list[bool] = []  # decided at the first step, from the logits' width
 
     def keep(i: int, logits: torch.Tensor) -> None:
         logp = torch.log_softmax(logits.float(), dim=-1)
-        logps.append(logp.cpu())
+        if not on_device:
+            on_device.append(_keeps_on_device(session.device, targets.shape[1], logp))
+        logps.append(logp if on_device[0] else logp.cpu())
         nll[:, i] = -logp.gather(-1, targets[:, i : i + 1]).squeeze(-1).cpu()
 
     with float32_reference(session):

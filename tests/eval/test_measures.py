@@ -59,3 +59,14 @@ def test_the_gate_fails_only_an_interval_wholly_above_the_allowance():
 def test_nearest_rank_quantiles():
     values = torch.arange(1, 101, dtype=torch.float32)
     assert _quantile(values, 0.5) == 50 and _quantile(values, 0.99) == 99 and _quantile(values, 1.0) == 100
+
+
+def test_the_reference_log_probabilities_stay_on_a_gpu_only_where_they_fit(monkeypatch):
+    from accelerate_graph.eval import runs
+
+    gpu, logits = torch.device("cuda", 0), torch.empty(32, 128_256)  # a 128k vocabulary at 32 rows
+    need = 510 * logits.numel() * 4 + runs.ARM_HEADROOM  # 510 steps: ~8.4 GB
+    assert not runs._keeps_on_device(torch.device("cpu"), 510, logits)
+    for free, kept in [(need, True), (need - 1, False), (None, False)]:
+        monkeypatch.setattr(runs, "free_bytes", lambda device, free=free: (free, "test"))
+        assert runs._keeps_on_device(gpu, 510, logits) is kept

@@ -353,9 +353,24 @@ def decodes_like_hf(model, session, prompt, cases, expected) -> None:
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+# (skinny_batch_1, skinny_batches, whether the tuning table serves): the regimes of the switches
+SWEPT_REGIMES = {
+    "auto-off-untuned": ("auto", "off", False),
+    "auto-off-tuned": ("auto", "off", True),
+    "on-off-untuned": ("on", "off", False),
+    "off-off-tuned": ("off", "off", True),
+    "off-on-tuned": ("off", "on", True),
+    "on-on-untuned": ("on", "on", False),
+    "off-residual-tuned": ("off", "residual", True),
+    "off-auto-tuned": ("off", "auto", True),
+    "won-rows": None,  # skinny_batches=auto over SKINNY_WINS_ABOVE_BATCH_1's row limits
+}
+
+
 @interpreted
+@pytest.mark.parametrize("regime", list(SWEPT_REGIMES))
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
-def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model_type, monkeypatch, tmp_path):
+def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model_type, regime, monkeypatch, tmp_path):
     """layer_program's merged ops at batch 1: the skinny kernels for the shapes their table has (the four
     folded ops of every layer, one row each, decoding like HF's forward), every shape when forced, inductor's
     way otherwise; above batch 1 only the ops skinny_batches names (then at every shape, whatever the
@@ -372,6 +387,24 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
     model, session, prompt, cases, expected = grouped_decode_cases(model_type)
     text = model.config
     hidden, inter, layers = text.hidden_size, text.intermediate_size, text.num_hidden_layers
+    assert [batch for batch, _ in cases] == [2, 1]
+    all_four = [("proj", 1), ("residual", 1), ("gate_up", 1), ("residual", 1)] * layers
+    at_two = [("proj", 2), ("residual", 2), ("gate_up", 2), ("residual", 2)] * layers
+    if SWEPT_REGIMES[regime] is None:
+        # the default at shapes that won in a step, up to their rows: o and down at 2 rows, nothing else
+        won = {("residual", hidden, hidden): 4, ("residual", hidden, inter): 4}
+        with settings.use(settings.DEFAULTS.replace(skinny_batch_1="off", skinny_batches="auto")):
+            for limits, want in [(2, at_two), (8, at_two)]:  # every op, up to 2 or to 8 rows
+                launches.clear()
+                monkeypatch.setattr(layer_program, "SKINNY_WINS_ABOVE_BATCH_1", {**won, **every_op_up_to(text, limits)})
+                decodes_like_hf(model, session, prompt, cases, expected)
+                assert launches == want
+            launches.clear()
+            monkeypatch.setattr(layer_program, "SKINNY_WINS_ABOVE_BATCH_1", won)
+            decodes_like_hf(model, session, prompt, cases, expected)
+            assert launches == [("residual", 2), ("residual", 2)] * layers
+            assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == {"residual": 4}
+        return
     head_dim = hidden // text.num_attention_heads
     qkv = (text.num_attention_heads + 2 * text.num_key_value_heads) * head_dim
     swept = {("proj", (qkv,), hidden), ("residual", (hidden,), hidden), ("gate_up", (inter,), hidden)}
@@ -382,48 +415,33 @@ def test_the_merged_program_runs_the_skinny_kernels_at_batch_1_where_swept(model
     entries = {configs.table_key(op, 1, ns, k): SkinnyConfig(8, 64) for op, ns, k in swept}
     merge_into(configs.user_table_path("Test GPU"), entries, "Test GPU", {})
     configs.forget_tables()
-    table, missing = "Test GPU", "GPU without a table"  # the device names whose tables serve
-    assert [batch for batch, _ in cases] == [2, 1]
-    all_four = [("proj", 1), ("residual", 1), ("gate_up", 1), ("residual", 1)] * layers
-    at_two = [("proj", 2), ("residual", 2), ("gate_up", 2), ("residual", 2)] * layers
-    every_op = ",".join(layer_program.SKINNY_OPS)
-    regimes = [  # (skinny_batch_1, skinny_batches, the device whose table serves, launches)
-        ("auto", "off", missing, []),
-        ("auto", "off", table, all_four),
-        ("on", "off", missing, all_four),
-        ("off", "off", table, []),
-        ("off", "on", table, at_two),
-        ("on", "on", missing, at_two + all_four),
-        ("off", "residual", table, [("residual", 2), ("residual", 2)] * layers),
-        ("off", "auto", table, []),  # the default: this model's o and down are not among the shapes that won
-    ]
-    for at_one_setting, above, device_name, want in regimes:
-        launches.clear()
+    at_one_setting, above, tuned = SWEPT_REGIMES[regime]
+    device_name = "Test GPU" if tuned else "GPU without a table"  # the device names whose tables serve
+    want = {  # the launches of the two cases: two rows, then one
+        "auto-off-untuned": [],
+        "auto-off-tuned": all_four,
+        "on-off-untuned": all_four,
+        "off-off-tuned": [],
+        "off-on-tuned": at_two,
+        "on-on-untuned": at_two + all_four,
+        "off-residual-tuned": [("residual", 2), ("residual", 2)] * layers,
+        "off-auto-tuned": [],  # the default: this model's o and down are not among the shapes that won
+    }[regime]
+    try:
         with (
             configs.use_device(device_name),
             settings.use(settings.DEFAULTS.replace(skinny_batch_1=at_one_setting, skinny_batches=above)),
         ):
             decodes_like_hf(model, session, prompt, cases, expected)
-            assert launches == want, (at_one_setting, above, device_name)
+            assert launches == want
+            every_op = ",".join(layer_program.SKINNY_OPS)
             named = {"on": every_op, "off": "", "auto": ""}.get(above, above)
             every = {op: layer_program.EVERY_ROW for op in named.split(",") if op}
             assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == every
             at_one = any(rows == 1 for _, rows in want)
             assert layer_program.layer_at_batch_1_is_skinny(model.model.layers[0]) == at_one  # what notes say
-    configs.forget_tables()
-    # the default at shapes that won in a step, up to their rows: o and down at 2 rows, nothing else
-    won = {("residual", hidden, hidden): 4, ("residual", hidden, inter): 4}
-    with settings.use(settings.DEFAULTS.replace(skinny_batch_1="off", skinny_batches="auto")):
-        for limits, want in [(2, at_two), (8, at_two)]:  # every op, up to 2 or to 8 rows
-            launches.clear()
-            monkeypatch.setattr(layer_program, "SKINNY_WINS_ABOVE_BATCH_1", {**won, **every_op_up_to(text, limits)})
-            decodes_like_hf(model, session, prompt, cases, expected)
-            assert launches == want
-        launches.clear()
-        monkeypatch.setattr(layer_program, "SKINNY_WINS_ABOVE_BATCH_1", won)
-        decodes_like_hf(model, session, prompt, cases, expected)
-        assert launches == [("residual", 2), ("residual", 2)] * layers
-        assert layer_program.layer_ops_above_batch_1(model.model.layers[0]) == {"residual": 4}
+    finally:
+        configs.forget_tables()
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
