@@ -44,6 +44,8 @@ FEATURES = {
     "phi": "partial-rotary",
     "gemma": "tied",
 }
+# one worker runs the module: the subset fixture is the module's time, paid once rather than per worker
+pytestmark = pytest.mark.xdist_group("zoo-subset")
 ENVIRONMENT = {"device": "cpu", "backend": "emulated graphs", "torch": "t", "transformers": "x", "python": "p"}
 
 
