@@ -24,6 +24,15 @@ def tuning_table_line(found: dict | None, none: str = "none: the fused step uses
 FP8_NO_TABLE = "none: the FP8 kernel runs its default configs (`cugraph-accel tune MODEL --weights fp8` makes one)"
 
 
+def _weights(described: dict) -> str:
+    """The model row's word on FP8: quantized here (--weights), or a checkpoint's own FP8 layers."""
+    if described.get("weights", "model") != "model":
+        return f"weights {described['weights']}, "
+    if described.get("fp8_layers"):
+        return f"weights {described['fp8_layers']} (the checkpoint's), "
+    return ""
+
+
 def environment_table(report: BenchReport) -> Table:
     env, settings, bandwidth = report.environment, report.run, report.bandwidth
     table = Table(title="benchmark environment", show_header=False)
@@ -43,7 +52,7 @@ def environment_table(report: BenchReport) -> Table:
         (
             "model",
             f"{settings.get('model')} ({settings.get('model_type')}), {settings.get('dtype')}, "
-            f"{'' if settings.get('weights', 'model') == 'model' else 'weights ' + settings['weights'] + ', '}"
+            f"{_weights(settings)}"
             f"attention {settings.get('attn')}",
         ),
         (
@@ -58,7 +67,7 @@ def environment_table(report: BenchReport) -> Table:
         ),
         ("settings", engine_settings.summary(engine_settings.from_recorded(report.settings, "the report"))),
     ]
-    if settings.get("weights", "model") != "model" and "fp8_tuning_table" in env:
+    if (settings.get("weights", "model") != "model" or settings.get("fp8_layers")) and "fp8_tuning_table" in env:
         rows.insert(4, ("FP8 tuning table", tuning_table_line(env["fp8_tuning_table"], FP8_NO_TABLE)))
     for what, value in rows:
         table.add_row(what, value)

@@ -31,6 +31,7 @@ from accelerate_graph.core.capture import DecodeGraphs
 from accelerate_graph.core.decode_session import draw_inputs
 from accelerate_graph.core.memory import Geometry, memory_record, peak_bytes
 from accelerate_graph.pipeline import CaptureRequest, Hooks, Prepared, prepare
+from accelerate_graph.quant.quantize import fp8_scheme
 
 
 @dataclass
@@ -222,6 +223,7 @@ def _one_context(
         "random_weights": plan.random_weights,
         "dtype": plan.dtype,
         "weights": plan.weights,
+        "fp8_layers": fp8_scheme(prepared.session.model),  # also a checkpoint's own, under --weights model
         "attn": plan.attn,
         "buckets": plan.buckets,
     }

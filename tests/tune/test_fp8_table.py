@@ -82,12 +82,19 @@ def test_the_bench_header_names_the_fp8_table_when_the_weights_are_fp8():
     table.merge_into(fp8_skinny.user_table_path(GPU), {fp8_skinny.table_key(None, 1, 64, 64): TUNED}, GPU, VERSIONS)
     env = {"gpu": GPU, "tuning_table": {"origin": "none"}, "fp8_tuning_table": fp8_skinny.table_in_use(GPU).as_dict()}
     lines = {}
-    for weights in ("model", "fp8"):
-        report = BenchReport(env, bandwidth, {"weights": weights, "buckets": "1"})
+    described = {  # bf16, quantized here, and a fine-grained FP8 checkpoint loaded as it is
+        "model": {"weights": "model", "fp8_layers": None},
+        "fp8": {"weights": "fp8", "fp8_layers": "fp8"},
+        "checkpoint": {"weights": "model", "fp8_layers": "fp8-block"},
+    }
+    for name, weights in described.items():
+        report = BenchReport(env, bandwidth, {**weights, "buckets": "1"})
         rendered = environment_table(report)
-        lines[weights] = dict(zip(rendered.columns[0].cells, rendered.columns[1].cells))
-    assert "FP8 tuning table" not in lines["model"]
+        lines[name] = dict(zip(rendered.columns[0].cells, rendered.columns[1].cells))
+    assert "FP8 tuning table" not in lines["model"] and "weights" not in lines["model"]["model"]
     assert lines["fp8"]["FP8 tuning table"] == f"user {fp8_skinny.user_table_path(GPU)}"
+    assert lines["checkpoint"]["FP8 tuning table"] == lines["fp8"]["FP8 tuning table"]
+    assert "weights fp8-block (the checkpoint's)" in lines["checkpoint"]["model"]
     env["fp8_tuning_table"] = fp8_skinny.table_in_use("Other GPU").as_dict()
     report = BenchReport(env, bandwidth, {"weights": "fp8-block", "buckets": "1"})
     rendered = environment_table(report)
