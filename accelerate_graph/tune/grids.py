@@ -108,22 +108,22 @@ def describe(cfg: SkinnyConfig) -> str:
 # tune's default budget at ~1.6 s a trial (a compile, a check, a timed replay: estimated, not yet measured).
 
 
-def fp8_one_row_grid(k: int) -> list[SkinnyConfig]:
-    """One row, float32 multiply-and-sum on a [BLOCK_N, BLOCK_K] tile: first with the next K tile loaded ahead
-    (two tiles in registers, at most 32 values a thread; a K of two tiles or more), then without (up to 64
-    values a thread), then split-K 2 and 4 for long reductions. Triton does not pipeline these loops: one
-    num_stages each."""
+def fp8_fma_grid(k: int, rows: int = 1) -> list[SkinnyConfig]:
+    """One or two rows, float32 multiply-and-sum on a [rows, BLOCK_N, BLOCK_K] tile: first with the next K tile
+    loaded ahead (two tiles in registers, at most 32 values a thread; a K of two tiles or more), then without
+    (up to 64 values a thread), then split-K 2 and 4 for long reductions. A second row halves the tile a
+    thread can hold without spilling. Triton does not pipeline these loops: one num_stages each."""
     tiles = [(n, bk, w) for w in (4, 8) for n in (8, 16, 32, 64) for bk in (256, 512, 1024)]
     ahead = [
         SkinnyConfig(n, bk, w, 1, lookahead=True)
         for n, bk, w in tiles
-        if 8 * 32 * w <= n * bk <= 32 * 32 * w and k >= 2 * bk
+        if 8 * 32 * w <= rows * n * bk <= 32 * 32 * w and k >= 2 * bk
     ]
-    plain = [SkinnyConfig(n, bk, w, 2) for n, bk, w in tiles if 8 * 32 * w <= n * bk <= 64 * 32 * w]
+    plain = [SkinnyConfig(n, bk, w, 2) for n, bk, w in tiles if 8 * 32 * w <= rows * n * bk <= 64 * 32 * w]
     split = []
     if k >= 4096:
-        split = [SkinnyConfig(16, 512, 4, 2, split_k=x) for x in (2, 4)]
-        split += [SkinnyConfig(16, 256, 4, 1, split_k=x, lookahead=True) for x in (2, 4) if k // x >= 512]
+        split = [SkinnyConfig(16 // rows, 512, 4, 2, split_k=x) for x in (2, 4)]
+        split += [SkinnyConfig(16 // rows, 256, 4, 1, split_k=x, lookahead=True) for x in (2, 4) if k // x >= 512]
     return ahead + plain + split
 
 
@@ -152,5 +152,5 @@ def fp8_grid(rows: int, n: int, k: int, block: int | None, sms: int = DEFAULT_SM
     (`block`) only configs whose tiles lie inside one scale block (fp8_skinny.fitted leaves them as they are)."""
     from accelerate_graph.quant.fp8_skinny import fitted
 
-    ordered = fp8_one_row_grid(k) if rows <= 2 else fp8_rows_grid(n, k, sms)
+    ordered = fp8_fma_grid(k, rows) if rows <= 2 else fp8_rows_grid(n, k, sms)
     return list(dict.fromkeys(cfg for cfg in ordered if fitted(cfg, block) == cfg))
