@@ -16,6 +16,7 @@ without calling their modules).
 from __future__ import annotations
 
 import contextlib
+import math
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -422,10 +423,9 @@ def _nan_cache(session: DecodeSession, planted: Fault) -> list[Undo]:
 
 
 def _cache_noise(session: DecodeSession, planted: Fault) -> list[Undo]:
-    """Fixed noise (drawn once: a graph replays it) of `size` x each row's rms added to the written K/V."""
+    """Fixed noise (the same values at every replay) of `size` x each row's rms added to the written K/V."""
     cache = session.kv.layers[_layer(session, planted.layer)[1]]
-    generator = torch.Generator().manual_seed(0)
-    noise = [torch.randn(t[:, :, :1].shape, generator=generator).to(t.device) for t in (cache.keys, cache.values)]
+    noise = [_hashed_normal(t[:, :, :1].shape, t.device, n) for n, t in enumerate((cache.keys, cache.values))]
 
     def change(n: int, written: torch.Tensor) -> torch.Tensor:
         written = written.float()
@@ -599,11 +599,25 @@ def _rounding_noise(session: DecodeSession, planted: Fault) -> list[Undo]:
     return [module.register_forward_hook(post).remove for module in modules]
 
 
-def _hashed_signs(shape: torch.Size, device: torch.device) -> torch.Tensor:
-    """+1 or -1 per element from a 32-bit integer hash of its index: fixed, and unrelated to the layout."""
-    h = torch.arange(shape.numel(), device=device).reshape(shape) * 2654435761 & 0xFFFFFFFF
+def _hashed(index: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash of each index (int64 arithmetic): values fixed by position, drawn on the device by
+    tensor operations alone, so a graph capture records them (a host draw copied in would be refused)."""
+    h = index * 2654435761 & 0xFFFFFFFF
     h = (h ^ (h >> 16)) * 0x45D9F3B & 0xFFFFFFFF
-    return 1 - 2 * ((h ^ (h >> 16)) & 1)
+    return h ^ (h >> 16)
+
+
+def _hashed_signs(shape: torch.Size, device: torch.device) -> torch.Tensor:
+    """+1 or -1 per element from a hash of its index: fixed, and unrelated to the layout."""
+    return 1 - 2 * (_hashed(torch.arange(shape.numel(), device=device).reshape(shape)) & 1)
+
+
+def _hashed_normal(shape: torch.Size, device: torch.device, stream: int = 0) -> torch.Tensor:
+    """Standard normal float32 values per element (Box-Muller over two hashed uniforms in (0, 1)); each
+    `stream` draws other values."""
+    index = torch.arange(shape.numel(), device=device).reshape(shape) + 2 * stream * shape.numel()
+    u1, u2 = ((_hashed(index + offset) + 0.5) / 2**32 for offset in (0, shape.numel()))
+    return torch.sqrt(-2 * torch.log(u1.float())) * torch.cos(2 * math.pi * u2.float())
 
 
 def _padding_rows_only(session: DecodeSession, planted: Fault) -> Undo:

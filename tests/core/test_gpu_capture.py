@@ -104,3 +104,24 @@ def test_graphs_above_batch_1_ask_for_one_shared_memory_split(tiny_model_dir, mo
         assert read and all(value == 100 for value in read), read
     rows = verify_graphs(graphs, steps=4, prompt_len=5)
     assert rows and all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+
+
+def test_a_capture_that_fails_midway_leaves_the_process_able_to_run_cuda():
+    """A step that copies from unpinned host memory is refused inside the capture; the capture ends on its own
+    stream, so the next host-to-device copy, and the next capture, run (a capture left open fails both)."""
+    from accelerate_graph.common.errors import CaptureError
+
+    backend = backend_for(GPU)
+    x = torch.ones(4, device=GPU)
+
+    def copies_from_the_host() -> torch.Tensor:
+        return x + torch.ones(4).to(GPU)
+
+    with pytest.raises(CaptureError, match="Cannot copy between CPU and CUDA"):
+        backend.capture(copies_from_the_host, warmups=1)
+    assert not torch.cuda.is_current_stream_capturing()
+    assert torch.arange(3).to(GPU).sum().item() == 3
+    graph = backend.capture(lambda: x * 2, warmups=1)
+    graph.replay()
+    torch.cuda.synchronize(GPU)
+    assert graph.output.tolist() == [2.0] * 4

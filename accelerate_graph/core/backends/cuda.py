@@ -80,9 +80,11 @@ class _SegmentRecorder:
         self.segments: list[torch.cuda.CUDAGraph] = []
         self.islands: list[IslandCall] = []
         self._open: torch.cuda.CUDAGraph | None = None
+        self._stream: torch.cuda.Stream | None = None  # where the open capture began
 
     def begin(self) -> None:
         self._open = graph_asking(self.carveout)
+        self._stream = torch.cuda.current_stream()
         self._open.capture_begin(pool=self.pool)
 
     def end(self) -> None:
@@ -100,10 +102,12 @@ class _SegmentRecorder:
         self.begin()
 
     def abort(self) -> None:
-        """End a capture that failed midway, so the stream leaves capture mode."""
+        """End a capture that failed midway, so the stream leaves capture mode. torch ends a capture only on
+        the stream it began on: from any other, the process stays capturing and every later CUDA call fails."""
         if self._open is not None:
             try:
-                self._open.capture_end()
+                with torch.cuda.stream(self._stream):
+                    self._open.capture_end()
             except RuntimeError:
                 pass
             self._open = None
