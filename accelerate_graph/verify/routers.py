@@ -112,6 +112,16 @@ class RouterReport:
     eager_flips: int = 0  # (step, router, row) where eager chose other experts than the reference
     eager_flips_accepted: int = 0  # ... at a near-tie
     eager_flip_rows: int = 0  # rows in which eager chose other experts than the reference at least once
+    # per (step, router, row): the chance that noise of the replay's allowed size (factor x eager's typical
+    # router-logit error) reverses the reference's choice there
+    flip_chance: torch.Tensor | None = None
+
+    def expected_flip_rows(self) -> tuple[float, float]:
+        """Mean and variance of the number of rows in which such noise flips at least one router."""
+        if self.flip_chance is None:
+            return 0.0, 0.0
+        row = 1 - (1 - self.flip_chance.double()).flatten(0, 1).prod(dim=0)
+        return row.sum().item(), (row * (1 - row)).sum().item()
 
     def tie_in_row_before(self, row: int, step: int, layer: int | None = None) -> bool:
         """A near-tie in `row` at or before `step`, in a router that feeds `layer` (routers of earlier
@@ -136,7 +146,7 @@ def compare_routers(reference: RouterLog, eager: RouterLog, factor: float, dtype
     usable = [i for i in range(len(reference.routers)) if _one_call_per_step(reference, eager, i)]
     if not usable:
         return None
-    routers, ties, noise, flips, accepted, flip_rows = [], [], [], 0, 0, None
+    routers, ties, chances, noise, flips, accepted, flip_rows = [], [], [], [], 0, 0, None
     for i in usable:
         router = reference.routers[i]
         routers.append(router)
@@ -150,11 +160,19 @@ def compare_routers(reference: RouterLog, eager: RouterLog, factor: float, dtype
         router_noise = distance.median().item() if distance.numel() else 0.0
         largest = ref[finite].abs().max().item() if finite.any() else 0.0
         limit = 2 * factor * router_noise + torch.finfo(dtype).eps * largest
-        tie = (margins(ref, router.top_k) <= limit) & finite
+        margin = margins(ref, router.top_k)
+        tie = (margin <= limit) & finite
+        # the two logits either side of the choice each move by factor x eager's typical rms error
+        token_rms = (eag - ref).pow(2).mean(-1).sqrt()[finite]
+        spread = 2 * factor * (token_rms.median().item() if token_rms.numel() else 0.0)
+        chance = 0.5 * torch.special.erfc(margin.double() / spread) if spread > 0 else torch.zeros(margin.shape)
+        chances.append(torch.where(finite, chance.float(), 0.0))
         flipped = (chosen(eag, router.top_k) != chosen(ref, router.top_k)).any(-1) & finite
         flips += int(flipped.sum())
         flip_rows = flipped.any(0) if flip_rows is None else flip_rows | flipped.any(0)
         accepted += int((flipped & tie).sum())
         ties.append(tie)
         noise.append(router_noise)
-    return RouterReport(routers, torch.stack(ties, dim=1), noise, flips, accepted, int(flip_rows.sum()))
+    return RouterReport(
+        routers, torch.stack(ties, dim=1), noise, flips, accepted, int(flip_rows.sum()), torch.stack(chances, dim=1)
+    )
