@@ -63,13 +63,15 @@ def grouped_decode_attention(module, query, key, value, attention_mask, dropout=
         q_len != 1
         or heads % kv_heads
         or key.shape[-1] != value.shape[-1]
-        or any(kwargs.get(name) is not None for name in _UNSUPPORTED)
+        or any(kwargs.get(name) is not None for name in _UNSUPPORTED if name != "softcap")
         or (module.training and dropout)
     ):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     scale = scaling if scaling is not None else head_dim**-0.5
     groups = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)  # one token: heads of a group are rows
     scores = torch.matmul(groups, key.transpose(-1, -2)).float() * scale  # [b, Hkv, g, L]
+    if kwargs.get("softcap"):  # sdpa has none: HF's eager attention's softcap * tanh(s / softcap)
+        scores = torch.tanh(scores / kwargs["softcap"]) * kwargs["softcap"]
     if attention_mask is not None:
         mask = attention_mask[:, :, -1:, : key.shape[-2]]  # [b, 1|H, 1, L]: the one query row
         if mask.shape[1] != 1:

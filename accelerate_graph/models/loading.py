@@ -101,8 +101,19 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def _with_attn_fallback(build, attn: str, notes: list[str]):
-    """Build with the requested attention; fall back to eager where the model has no sdpa."""
+def _attention_softcap(config) -> float | None:
+    return getattr(config.get_text_config(), "attn_logit_softcapping", None)
+
+
+def _with_attn_fallback(build, attn: str, notes: list[str], config):
+    """Build with the requested attention; fall back to eager where the model has no sdpa, or where sdpa
+    would compute another model: it ignores attention logit softcapping (Gemma-2), which eager applies."""
+    if attn == "sdpa" and _attention_softcap(config):
+        notes.append(
+            f"sdpa attention ignores this model's attention logit softcapping ({_attention_softcap(config):g}); "
+            "using eager attention, which applies it."
+        )
+        attn = "eager"
     try:
         return build(attn), attn
     except (ValueError, ImportError) as err:
@@ -134,7 +145,7 @@ def _load_recipe(recipe: Recipe, device, dtype, attn, notes):
         with torch.device(device):
             return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=impl)
 
-    return _with_attn_fallback(build, attn, notes)
+    return _with_attn_fallback(build, attn, notes, config)
 
 
 MISSING_SHOWN = 3  # missing weight names quoted in the note
@@ -166,7 +177,7 @@ def _load_pretrained(source: str, device, dtype, attn, notes, initialised: list[
             initialised[:] = missing
         return model
 
-    model, impl = _with_attn_fallback(build, attn, notes)
+    model, impl = _with_attn_fallback(build, attn, notes, config)
     if initialised:
         notes.append(_missing_weights_note(source, initialised))
     if fp8 is not None:

@@ -404,3 +404,22 @@ def test_batch_1_lowers_every_projection_long_reductions_too():
     assert gemv_lowering.mm_as_reduction(row, down).shape == (1, 4096)
     wide = torch.empty(4096, 14336, device="meta")
     assert gemv_lowering.mm_as_reduction(torch.empty(1, 4096, device="meta"), wide).shape == (1, 14336)
+
+
+def test_grouped_attentions_matmul_path_applies_the_softcap_as_hfs_eager_does():
+    """Without the Triton kernel (CPU), grouped attention's matmul path computes softcap * tanh(s / softcap)
+    as transformers' eager attention does; sdpa, which has no softcap, would not."""
+    from types import SimpleNamespace
+
+    from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
+
+    from accelerate_graph.fused.grouped_attention import grouped_decode_attention
+
+    torch.manual_seed(0)
+    query, key, value = torch.randn(2, 4, 1, 8) * 4, torch.randn(2, 2, 10, 8) * 4, torch.randn(2, 2, 10, 8)
+    module = SimpleNamespace(training=False, num_key_value_groups=2)
+    ours, _ = grouped_decode_attention(module, query, key, value, None, scaling=0.5, softcap=1.5)
+    theirs, _ = eager_attention_forward(module, query, key, value, None, dropout=0.0, scaling=0.5, softcap=1.5)
+    torch.testing.assert_close(ours, theirs)
+    uncapped, _ = grouped_decode_attention(module, query, key, value, None, scaling=0.5)
+    assert not torch.allclose(ours, uncapped, atol=1e-3)

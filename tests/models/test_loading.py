@@ -68,3 +68,26 @@ def test_encoder_decoder_is_refused(tmp_path):
     AutoConfig.for_model("t5", d_model=32, num_layers=1, num_heads=2, d_ff=64).save_pretrained(tmp_path)
     with pytest.raises(UnsupportedModelError, match="encoder-decoder"):
         load_model(str(tmp_path), CPU, torch.float32)
+
+
+def test_a_model_with_attention_softcapping_loads_with_eager_attention(tmp_path):
+    """sdpa ignores Gemma-2's attention logit softcapping (it computes another model; transformers 5.17 loads
+    it so, later versions refuse); eager applies it. Loaded with the default sdpa, such a model gets eager
+    and a note saying why, and its logits are transformers' own eager forward's."""
+    from transformers import AutoModelForCausalLM
+
+    from accelerate_graph.zoo.configs import tiny_config
+
+    config = tiny_config("gemma2")
+    config.attn_logit_softcapping = 0.5  # small enough that every score is capped: sdpa would differ
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    loaded = load_model(str(tmp_path), torch.device("cpu"), torch.float32)
+    assert loaded.attn == "eager"
+    assert any("ignores this model's attention logit softcapping (0.5)" in note for note in loaded.notes)
+    ids = torch.arange(12).reshape(2, 6)
+    eager = AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.model.eval()(ids).logits, eager(ids).logits)
+    llama = load_model("tiny", torch.device("cpu"), torch.float32)
+    assert llama.attn == "sdpa"  # nothing to cap: sdpa as asked
