@@ -125,13 +125,14 @@ def _reference_run(session: DecodeSession, batch: torch.Tensor, targets: torch.T
     the host), its NLL [b, steps]."""
     logps: list[torch.Tensor] = []  # the logits' own width: a padded LM head may exceed the vocabulary
     nll = torch.empty(batch.shape[0], targets.shape[1])
-    on_device: list[bool] = []  # decided at the first step, from the logits' width
+    on_device = False  # decided at the first step, from the logits' width
 
     def keep(i: int, logits: torch.Tensor) -> None:
+        nonlocal on_device
         logp = torch.log_softmax(logits.float(), dim=-1)
-        if not on_device:
-            on_device.append(_keeps_on_device(session.device, targets.shape[1], logp))
-        logps.append(logp if on_device[0] else logp.cpu())
+        if i == 0:
+            on_device = _keeps_on_device(session.device, targets.shape[1], logp)
+        logps.append(logp if on_device else logp.cpu())
         nll[:, i] = -logp.gather(-1, targets[:, i : i + 1]).squeeze(-1).cpu()
 
     with float32_reference(session):

@@ -108,9 +108,10 @@ def _attention_softcap(config) -> float | None:
 def _with_attn_fallback(build, attn: str, notes: list[str], config):
     """Build with the requested attention; fall back to eager where the model has no sdpa, or where sdpa
     would compute another model: it ignores attention logit softcapping (Gemma-2), which eager applies."""
-    if attn == "sdpa" and _attention_softcap(config):
+    softcap = _attention_softcap(config)
+    if attn == "sdpa" and softcap:
         notes.append(
-            f"sdpa attention ignores this model's attention logit softcapping ({_attention_softcap(config):g}); "
+            f"sdpa attention ignores this model's attention logit softcapping ({softcap:g}); "
             "using eager attention, which applies it."
         )
         attn = "eager"

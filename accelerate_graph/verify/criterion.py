@@ -283,8 +283,12 @@ def flip_allowance(reference: torch.Tensor, e: LogitMeasures, keep: torch.Tensor
     near-ties (a flip in ~1 of 10) eager flips none 43% of the time, and an equally good replay then
     flips two or more 19% of the time: false alarms in ~1 of 12 such cases."""
     counted = tol.factor * eager_flips + math.ceil(tol.top1_floor * keep.numel())
-    mean, variance = expected_flips(reference[keep], tol.factor * e.rms[keep])
-    return max(counted, math.ceil(mean + FLIP_SIGMAS * math.sqrt(variance)))
+    return max(counted, beyond_noise(*expected_flips(reference[keep], tol.factor * e.rms[keep])))
+
+
+def beyond_noise(mean: float, variance: float) -> int:
+    """A count of flips that noise alone (this mean and variance) exceeds only rarely: FLIP_SIGMAS deviations up."""
+    return math.ceil(mean + FLIP_SIGMAS * math.sqrt(variance))
 
 
 def cache_errors(run: list, reference: list) -> torch.Tensor:
@@ -386,8 +390,7 @@ def router_row_allowance(routers: RouterReport, tol: Tolerance) -> int:
     or, if more, the rows that noise of the replay's allowed size would flip at the reference's own margins
     plus FLIP_SIGMAS standard deviations. Eager's count alone is one small draw: on trained routers eager
     flipped none while an equally good fused replay flipped two rows of eight."""
-    mean, variance = routers.expected_flip_rows()
-    return max(int(tol.factor * routers.eager_flip_rows) + 1, math.ceil(mean + FLIP_SIGMAS * math.sqrt(variance)))
+    return max(int(tol.factor * routers.eager_flip_rows) + 1, beyond_noise(*routers.expected_flip_rows()))
 
 
 def _judge_router_rows(judgement: Judgement, routers: RouterReport, tol: Tolerance) -> None:
