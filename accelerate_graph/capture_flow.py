@@ -244,8 +244,9 @@ def _aligned(backend):
 
 
 def _start_fusing(session: DecodeSession, request: GraphRequest) -> Callable[[], None]:
-    """From now on captures record the inductor-compiled step over grouped decode attention (where the
-    model uses sdpa), its kernels kept where the request says. Returns what switches the attention back."""
+    """From now on captures record the inductor-compiled step over grouped decode attention (in place of
+    HF's, grouped_attention.stands_in_for), its kernels kept where the request says. Returns what switches
+    the attention back."""
     from accelerate_graph.fused.grouped_attention import use_grouped_attention
     from accelerate_graph.fused.layers import FusedForward, use_cache_dir
 

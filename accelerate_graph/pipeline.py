@@ -27,7 +27,7 @@ from accelerate_graph.core.memory import MemoryBudget, command_bound, reset_peak
 from accelerate_graph.core.plan import ATTENTIONS, Plan
 from accelerate_graph.core.preflight import preflight
 from accelerate_graph.detect.hazards import Hazard
-from accelerate_graph.fused.grouped_attention import use_grouped_attention
+from accelerate_graph.fused.grouped_attention import stands_in_for, use_grouped_attention
 from accelerate_graph.models.fingerprint import model_fingerprint
 from accelerate_graph.models.limits import peek_config
 from accelerate_graph.models.loading import LoadedModel, load_model
@@ -140,7 +140,8 @@ def _prepare(request: CaptureRequest, hooks: Hooks) -> Prepared:
     loaded = load_model(
         request.model, device, dtype, "sdpa" if request.attn == "grouped" else request.attn, request.revision
     )
-    if loaded.attn == "sdpa" and (request.attn == "grouped" or request.fuse):
+    grouping = request.attn == "grouped" or request.fuse and request.attn == "sdpa"
+    if grouping and loaded.attn == stands_in_for(loaded.model):
         # --fuse runs grouped attention: inductor on CUDA failed to lower HF's sdpa decode path with a
         # dynamic batch (a broadcast of the batch size in the cache write, seen on the H200)
         use_grouped_attention(loaded.model)

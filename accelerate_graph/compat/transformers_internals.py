@@ -24,6 +24,12 @@ def attention_implementation(config) -> str | None:
     return getattr(config, "_attn_implementation", None)
 
 
+def attention_softcap(config) -> float | None:
+    """The attention logit softcap a config asks for (Gemma-2's `attn_logit_softcapping`), or None.
+    HF's sdpa attention ignores it; its eager attention applies it."""
+    return getattr(config.get_text_config(), "attn_logit_softcapping", None) or None
+
+
 def attention_implementations(model: torch.nn.Module) -> dict[str, str | None]:
     """Each config's attention implementation, keyed as `PreTrainedModel.set_attn_implementation` takes
     a dict: "" for the model's own config, then each key of its `sub_configs` that is set (text_config,

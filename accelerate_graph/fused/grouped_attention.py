@@ -4,7 +4,10 @@ HF's sdpa path repeats each K/V head for every query head that shares it wheneve
 (always, with a static cache), so each decode step writes and reads the cache `heads / kv_heads`
 times over (7x for Qwen2.5's 14/2). For one query token the grouped form is two batched matmuls:
 the query heads of a group become rows of one matmul against their shared K/V head. Steps with more
-than one token (the prompt) and features this form does not cover fall back to HF's sdpa.
+than one token (the prompt) and features this form does not cover fall back to HF's sdpa, except in a
+model that softcaps attention logits (Gemma-2): sdpa ignores the softcap, so such a model is loaded with
+eager attention (models/loading.py), grouped attention stands in for that, and its matmul form, which
+applies the softcap, serves the prompt too.
 
 With the triton_attention setting on (the default), a CUDA decode step runs one Triton kernel instead (fused/kernels/
 decode_attention.py: K/V read once per group, masked blocks skipped, softcapping too); the matmul path
@@ -23,7 +26,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import AttentionInterface
 
-from accelerate_graph.compat.transformers_internals import attention_implementations
+from accelerate_graph.compat.transformers_internals import attention_implementations, attention_softcap
 from accelerate_graph.settings import current
 
 GROUPED = "cugraph_grouped"  # the name of our attention in AttentionInterface and the model's config
@@ -52,37 +55,49 @@ def _triton_decode(module, query, key, value, attention_mask, dropout, scaling, 
 
 
 def grouped_decode_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """query [b, Hq, q, d], key/value [b, Hkv, L, d], mask [b, 1, q, L] (bool: attend) or additive.
+    """query [b, Hq, q, d], key/value [b, Hkv, L, d], mask [b, 1|Hq, q, L] (bool: attend) or additive.
     Returns [b, q, Hq, d] like HF's attention functions, and no weights."""
     out = _triton_decode(module, query, key, value, attention_mask, dropout, scaling, kwargs)
     if out is not None:
         return out, None
-    batch, heads, q_len, head_dim = query.shape
-    kv_heads = key.shape[1]
+    heads, q_len = query.shape[1], query.shape[2]
     if (
-        q_len != 1
-        or heads % kv_heads
+        (q_len != 1 and not kwargs.get("softcap"))
+        or heads % key.shape[1]
         or key.shape[-1] != value.shape[-1]
         or any(kwargs.get(name) is not None for name in _UNSUPPORTED if name != "softcap")
         or (module.training and dropout)
     ):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    return _matmul_attention(query, key, value, attention_mask, scaling, kwargs.get("softcap")), None
+
+
+def _matmul_attention(query, key, value, attention_mask, scaling, softcap) -> torch.Tensor:
+    """softmax(q k^T * scale [softcapped] + mask) v with the query heads of a group as rows of one matmul
+    against their shared K/V head: [b, q, Hq, d]. No mask means causal (HF passes none where sdpa's
+    is_causal would do)."""
+    batch, heads, q_len, head_dim = query.shape
+    kv_heads, length = key.shape[1], key.shape[-2]
+    group = heads // kv_heads
     scale = scaling if scaling is not None else head_dim**-0.5
-    groups = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)  # one token: heads of a group are rows
-    scores = torch.matmul(groups, key.transpose(-1, -2)).float() * scale  # [b, Hkv, g, L]
-    if kwargs.get("softcap"):  # sdpa has none: HF's eager attention's softcap * tanh(s / softcap)
-        scores = torch.tanh(scores / kwargs["softcap"]) * kwargs["softcap"]
+    rows = query.reshape(batch, kv_heads, group * q_len, head_dim)  # a group's heads (and tokens) are rows
+    scores = torch.matmul(rows, key.transpose(-1, -2)).float() * scale  # [b, Hkv, g * q, L]
+    if softcap:  # HF's eager attention's softcap * tanh(s / softcap); sdpa has none
+        scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.view(batch, kv_heads, group, q_len, length)
+    if attention_mask is None and q_len > 1:
+        attention_mask = torch.ones(q_len, length, dtype=torch.bool, device=query.device).tril(length - q_len)
+        attention_mask = attention_mask.view(1, 1, q_len, length)
     if attention_mask is not None:
-        mask = attention_mask[:, :, -1:, : key.shape[-2]]  # [b, 1|H, 1, L]: the one query row
-        if mask.shape[1] != 1:
-            mask = mask.reshape(batch, kv_heads, heads // kv_heads, -1)
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, float("-inf"))
+        mask = attention_mask[:, :, -q_len:, :length]  # [b|1, 1|Hq, q, L]
+        mask = mask.unsqueeze(2) if mask.shape[1] == 1 else mask.reshape(mask.shape[0], kv_heads, group, q_len, -1)
+        if mask.dtype == torch.bool:  # the lowest float, not -inf: a row with no key left gives no NaN
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         else:
             scores = scores + mask.float()
-    probs = torch.softmax(scores, dim=-1).to(value.dtype)
-    out = torch.matmul(probs, value)  # [b, Hkv, g, d]
-    return out.reshape(batch, 1, heads, head_dim), None
+    probs = torch.softmax(scores, dim=-1).to(value.dtype).view(batch, kv_heads, group * q_len, length)
+    out = torch.matmul(probs, value)  # [b, Hkv, g * q, d]
+    return out.view(batch, heads, q_len, head_dim).transpose(1, 2)
 
 
 def register() -> None:
@@ -100,17 +115,24 @@ def switch_attention(model: torch.nn.Module, old: str, new: str) -> Callable[[],
     return lambda: model.set_attn_implementation(dict.fromkeys(switched, old))
 
 
+def stands_in_for(model: torch.nn.Module) -> str:
+    """The HF attention grouped attention replaces in `model`: eager where the model softcaps attention
+    logits (sdpa would ignore the softcap, so the loader gives such a model eager), else sdpa."""
+    return "eager" if attention_softcap(model.config) else "sdpa"
+
+
 def use_grouped_attention(model: torch.nn.Module) -> Callable[[], None]:
-    """Switch a model loaded with sdpa to the grouped decode attention. Returns what switches it back."""
+    """Switch a model loaded with the attention grouped attention stands in for (`stands_in_for`) to the
+    grouped decode attention. Returns what switches it back."""
     register()
-    return switch_attention(model, "sdpa", GROUPED)
+    return switch_attention(model, stands_in_for(model), GROUPED)
 
 
 @contextmanager
 def hf_attention(model: torch.nn.Module) -> Iterator[None]:
-    """HF's own sdpa for the duration, where grouped attention was switched on: the reference that
-    `verify` compares replays against is the model as loaded, not our attention."""
-    undo = switch_attention(model, GROUPED, "sdpa")
+    """HF's own attention (sdpa, or eager for a softcapping model) for the duration, where grouped attention
+    was switched on: the reference `verify` compares replays against is the model as loaded, not ours."""
+    undo = switch_attention(model, GROUPED, stands_in_for(model))
     try:
         yield
     finally:

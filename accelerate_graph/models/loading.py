@@ -23,7 +23,7 @@ from accelerate_graph.common.errors import (
     first_line,
     is_out_of_memory,
 )
-from accelerate_graph.compat.transformers_internals import causal_lm_class_names
+from accelerate_graph.compat.transformers_internals import attention_softcap, causal_lm_class_names
 from accelerate_graph.models.fingerprint import check_weight_files, hub_snapshot
 from accelerate_graph.models.recipes import Recipe, find_recipe
 from accelerate_graph.quant.fp8_checkpoint import (
@@ -101,14 +101,10 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def _attention_softcap(config) -> float | None:
-    return getattr(config.get_text_config(), "attn_logit_softcapping", None)
-
-
 def _with_attn_fallback(build, attn: str, notes: list[str], config):
     """Build with the requested attention; fall back to eager where the model has no sdpa, or where sdpa
     would compute another model: it ignores attention logit softcapping (Gemma-2), which eager applies."""
-    softcap = _attention_softcap(config)
+    softcap = attention_softcap(config)
     if attn == "sdpa" and softcap:
         notes.append(
             f"sdpa attention ignores this model's attention logit softcapping ({softcap:g}); "

@@ -29,12 +29,12 @@ from transformers.modeling_utils import AttentionInterface
 
 from accelerate_graph.compat.transformers_internals import attention_implementations
 from accelerate_graph.core.decode_session import DecodeSession
-from accelerate_graph.fused.grouped_attention import GROUPED, hf_attention, switch_attention
+from accelerate_graph.fused.grouped_attention import GROUPED, hf_attention, stands_in_for, switch_attention
 
 
 def eager_step(session: DecodeSession, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """One decode step without graphs, over the whole cache, with the attention the model was loaded
-    with (HF's sdpa where grouped attention was switched on): next-token logits [b, V]."""
+    with (HF's, where grouped attention was switched on): next-token logits [b, V]."""
     batch = tokens.shape[0]
     session.load_inputs(batch, tokens, positions)
     with torch.no_grad(), hf_attention(session.model):
@@ -92,12 +92,17 @@ def _cut_sdpa(module, query, key, value, attention_mask, *args, **kwargs):
 
 @contextmanager
 def _cut_attention(model: torch.nn.Module) -> Iterator[bool]:
-    """While active, a model that attends with HF's sdpa (or our grouped attention, whose reference is
-    sdpa) attends with `_cut_sdpa`; yields whether every attention of the model now does, the condition
-    for reading back fewer slots than the cache has (another attention would not cut its mask)."""
+    """While active, a model that attends with HF's sdpa (or our grouped attention standing in for sdpa)
+    attends with `_cut_sdpa`, and grouped attention standing in for eager with eager; yields whether every
+    attention of the model now cuts, the condition for reading back fewer slots than the cache has
+    (another attention would not cut its mask)."""
     AttentionInterface.register(CUT_ATTENTION, _cut_sdpa)
     AttentionMaskInterface.register(CUT_ATTENTION, sdpa_mask)
-    undo = [switch_attention(model, old, CUT_ATTENTION) for old in ("sdpa", GROUPED)]
+    replaced = stands_in_for(model)
+    undo = [
+        switch_attention(model, "sdpa", CUT_ATTENTION),
+        switch_attention(model, GROUPED, CUT_ATTENTION if replaced == "sdpa" else replaced),
+    ]
     try:
         yield set(attention_implementations(model).values()) == {CUT_ATTENTION}
     finally:

@@ -357,6 +357,16 @@ def test_attention_implementation_follows_set_attn_implementation():
     expect((loaded, switched) == ("sdpa", "eager"), symbol, HF, f"read {loaded!r}, then {switched!r}")
 
 
+def test_attention_softcap_reads_gemma2s_config_attribute():
+    symbol = "transformers.Gemma2Config.attn_logit_softcapping"
+    from transformers import AutoConfig
+
+    with upstream(symbol, HF):
+        gemma2, llama = AutoConfig.for_model("gemma2"), AutoConfig.for_model("llama")
+        read = hf.attention_softcap(gemma2), hf.attention_softcap(llama)
+    expect(read[0] == gemma2.attn_logit_softcapping == 50.0 and read[1] is None, symbol, HF, f"read {read}")
+
+
 def test_attention_implementations_keys_match_set_attn_implementation():
     symbol = "transformers.PreTrainedConfig.sub_configs / ._attn_implementation"
     with upstream(symbol, HF):

@@ -406,6 +406,65 @@ def test_batch_1_lowers_every_projection_long_reductions_too():
     assert gemv_lowering.mm_as_reduction(torch.empty(1, 4096, device="meta"), wide).shape == (1, 14336)
 
 
+def test_grouped_attention_stands_in_for_eager_in_a_softcapping_model_for_prompts_and_decode(monkeypatch):
+    """A model that softcaps attention logits is loaded with eager attention (sdpa ignores the softcap):
+    grouped attention replaces eager there, and its prompt steps too keep the softcap (never sdpa), over
+    a sliding window the prompt and the decode steps cross. `hf_attention` switches back to eager."""
+    from transformers import AutoModelForCausalLM
+
+    from accelerate_graph.compat.transformers_internals import attention_implementations
+    from accelerate_graph.fused import grouped_attention
+    from accelerate_graph.fused.grouped_attention import GROUPED, hf_attention, stands_in_for
+    from accelerate_graph.zoo.configs import tiny_config
+
+    config = tiny_config("gemma2")
+    config.attn_logit_softcapping = 0.5
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    assert stands_in_for(model) == "eager" and stands_in_for(tiny_decoder("llama")) == "sdpa"
+    session = DecodeSession(model, 2, 64)
+    prompt = torch.randint(0, 256, (2, 9))  # longer than the window (4)
+    expected = []
+    for grouped in (False, True):
+        if grouped:
+            use_grouped_attention(model)
+            monkeypatch.setattr(grouped_attention, "sdpa_attention_forward", None)  # would drop the softcap
+        session.kv.reset()
+        logits = [session.prefill(prompt)]
+        for step in range(3):
+            session.load_inputs(2, torch.tensor([3 + step, 7]), torch.full((2,), 9 + step))
+            with torch.no_grad():
+                logits.append(session.step_fn(2, 32)())
+        expected.append(torch.stack(logits))
+    assert attention_implementations(model) == {"": GROUPED}
+    with hf_attention(model):
+        assert attention_implementations(model) == {"": "eager"}
+    torch.testing.assert_close(expected[1], expected[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_softcapping_model_captures_with_grouped_attention_and_verifies_against_eager(tmp_path):
+    """`--attn grouped` on a softcapping model (loaded with eager): the plan says grouped, the graphs replay
+    our attention with the softcap, and verify's bf16 run passes against eager's float32 reference; an
+    explicit `--attn eager` stays eager."""
+    from transformers import AutoModelForCausalLM
+
+    from accelerate_graph.zoo.configs import tiny_config
+
+    config = tiny_config("gemma2")
+    config.attn_logit_softcapping = 0.5
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "gemma2")
+    runner = CliRunner()
+    for attn, expected in (("grouped", "grouped"), ("eager", "eager")):
+        plan = tmp_path / f"{attn}.plan.yaml"
+        args = [str(tmp_path / "gemma2"), "--buckets", "1,2", "--max-cache-len", "32", "--dtype", "bfloat16"]
+        result = runner.invoke(app, ["capture", *args, "--attn", attn, "--plan", str(plan)])
+        assert result.exit_code == 0, result.output
+        assert read_plan(plan).attn == expected
+    result = runner.invoke(app, ["verify", "--plan", str(tmp_path / "grouped.plan.yaml")])
+    assert result.exit_code == 0, result.output
+
+
 def test_grouped_attentions_matmul_path_applies_the_softcap_as_hfs_eager_does():
     """Without the Triton kernel (CPU), grouped attention's matmul path computes softcap * tanh(s / softcap)
     as transformers' eager attention does; sdpa, which has no softcap, would not."""

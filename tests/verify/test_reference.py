@@ -157,3 +157,29 @@ def test_the_cut_follows_the_write_slot_when_every_row_is_left_padded():
     with float32_reference(session):
         cut, whole = run(reference_step), run(eager_step)  # eager_step inside: float32, every slot read back
     torch.testing.assert_close(cut, whole, rtol=1e-6, atol=1e-6)
+
+
+def test_a_softcapping_models_reference_is_its_eager_attention_under_grouped_attention():
+    """Grouped attention stands in for eager in a model that softcaps attention logits (sdpa would drop the
+    softcap); the reference switches it back to eager, not to sdpa: it is a float32 eager copy's step."""
+    from transformers import AutoModelForCausalLM
+
+    from accelerate_graph.compat.transformers_internals import attention_implementations
+    from accelerate_graph.fused.grouped_attention import GROUPED, use_grouped_attention
+    from accelerate_graph.zoo.configs import tiny_config
+
+    config = tiny_config("gemma2")
+    config.attn_logit_softcapping = 0.5  # every score capped: without the softcap the logits move
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").to(BF16).eval()
+    float_copy = copy.deepcopy(model).float()
+    use_grouped_attention(model)
+    assert attention_implementations(model) == {"": GROUPED}
+    session, float_session = DecodeSession(model, 2, 32), DecodeSession(float_copy, 2, 32)
+    _round_cache_writes_to_bf16(float_session)
+    prompt, tokens = torch.randint(0, 256, (2, 5)), torch.randint(0, 256, (4, 2))
+    with float32_reference(session):
+        reference = _steps(session, reference_step, prompt, tokens)
+    truth = _steps(float_session, eager_step, prompt, tokens)
+    torch.testing.assert_close(reference, truth, rtol=1e-5, atol=1e-5)
+    assert attention_implementations(model) == {"": GROUPED}

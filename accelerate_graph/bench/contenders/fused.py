@@ -1,5 +1,5 @@
 """fused: our graphs of the step compiled by inductor (what `capture --fuse` makes), captured anew on
-the bench's session, with grouped-query decode attention where the plan uses sdpa."""
+the bench's session, with grouped-query decode attention in place of HF's (grouped_attention.stands_in_for)."""
 
 from __future__ import annotations
 
