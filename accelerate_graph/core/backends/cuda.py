@@ -171,6 +171,9 @@ class CudaGraphBackend:
                     recorder.end()
         except RuntimeError as err:
             recorder.abort()
+            # The failed graph released its pool; torch 2.11's pinned-host allocator asserts (use_count > 0)
+            # when a later capture begins in a released pool, so later captures take a fresh one.
+            self.pool = torch.cuda.graph_pool_handle()
             if is_out_of_memory(err):
                 raise
             raise CaptureError(
