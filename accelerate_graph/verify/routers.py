@@ -98,7 +98,7 @@ def margins(logits: torch.Tensor, k: int) -> torch.Tensor:
     """The gap between the k-th and (k+1)-th largest logit per token: how far the choice is from a tie."""
     top = logits.topk(min(k + 1, logits.shape[-1]), dim=-1).values
     if top.shape[-1] <= k:  # every expert chosen: no decision to flip
-        return torch.full(top.shape[:-1], float("inf"))
+        return torch.full_like(top[..., 0], float("inf"))
     return top[..., k - 1] - top[..., k]
 
 
@@ -165,7 +165,7 @@ def compare_routers(reference: RouterLog, eager: RouterLog, factor: float, dtype
         # the two logits either side of the choice each move by factor x eager's typical rms error
         token_rms = (eag - ref).pow(2).mean(-1).sqrt()[finite]
         spread = 2 * factor * (token_rms.median().item() if token_rms.numel() else 0.0)
-        chance = 0.5 * torch.special.erfc(margin.double() / spread) if spread > 0 else torch.zeros(margin.shape)
+        chance = 0.5 * torch.special.erfc(margin.double() / spread) if spread > 0 else torch.zeros_like(margin)
         chances.append(torch.where(finite, chance.float(), 0.0))
         flipped = (chosen(eag, router.top_k) != chosen(ref, router.top_k)).any(-1) & finite
         flips += int(flipped.sum())

@@ -258,3 +258,22 @@ def test_greedy_tokens_flipped_beyond_the_noise_fail():
         replay[step, row, second] = replay[step, row, first] + 0.01
     verdict = judge(replay, eager, reference, cache)
     assert any("greedy tokens differ" in f for f in verdict.failures), verdict.failures
+
+
+CUDA = pytest.param(
+    "cuda",
+    marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")],
+)
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_routers_on_the_device_with_no_noise_or_every_expert_chosen(device):
+    """Router logs stay where the model ran. A float32 model's eager run is its reference (no noise: no
+    flip chance), and a router that chooses every expert has no decision to flip: neither case may mix
+    devices or invent flips."""
+    router_ref = torch.tensor([3.0, 1.0, 1.0005, -2.0], device=device).expand(STEPS, ROWS, 4).clone()
+    report = compare_routers(router_log(router_ref), router_log(router_ref.clone()), 1.0, torch.float32)
+    assert report.flip_chance.device.type == device and report.expected_flip_rows() == (0.0, 0.0)
+    every = RouterLog([Router("model.layers.0.mlp.gate", 4, 0)], [list(router_ref)])
+    report = compare_routers(every, every, 1.0, torch.float32)
+    assert not report.near_tie.any() and report.eager_flips == 0
