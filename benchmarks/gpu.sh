@@ -24,8 +24,9 @@
 #   tp        (two GPUs) the tensor-parallel GPU tests, bench --tp 2 against --tp 1, profile_tp.py    ~560 s
 #   trained   trains the GPU models of accelerate_graph/training (TRAINED_MODELS; TRAIN_ARGS, default 30 s each)
 #             into TRAINED_DIR (scratch, not archived; each training.json is), then capture --fuse, verify
-#             --repeat 5, generate, eval --fuse on held-out text, the eval fault tests, bf16 greedy agreement
-#             with HF (graphs and fused) and the verify faults on each, side by side ~560 s
+#             --repeat 5, generate, eval --fuse with an FP8 arm (EVAL_WEIGHTS, "" for none) on held-out text,
+#             the eval fault tests, bf16 greedy agreement with HF (graphs and fused) and the verify faults on
+#             each, side by side ~560 s
 #   serve     serve_load.py on $SERVE_RECIPE (llama-3.1-8b) with --fuse, prompt 128, output 128: our server at
 #             1, 8, 32, 64 clients, then (SERVE_MODES) our fixed-batch generate and HF's generate_batch;
 #             SERVE_PARTS="load compare" (either alone: the second when the first left it no time)  ~560 s
@@ -237,7 +238,7 @@ tp_suite() {  # two GPUs: the 8B recipe split over both against one, cache 1,024
 
 TRAINED_PROMPT=$'import os\n\n\ndef read_config(path):\n    # Return the settings in the file at path.\n'
 trained_lane() {  # FOLDER: the engine on one trained model (verify, generate, eval; logs in the archive)
-  local folder=$1 name
+  local folder=$1 name eval_weights=${EVAL_WEIGHTS-fp8}
   name=$(basename "$folder")
   part "capture-$name" 60 150 "${CLI[@]}" capture "$folder" --fuse --buckets 1,8 --max-cache-len 1024 \
     "${SET_ARGS[@]}" --plan "$WORK/$name.yaml"
@@ -245,8 +246,10 @@ trained_lane() {  # FOLDER: the engine on one trained model (verify, generate, e
     --repeat "${REPEAT:-5}" "${SET_ARGS[@]}" --json "$WORK/verify-$name.json"
   part "generate-$name" 30 120 "${CLI[@]}" generate "$folder" --fuse --prompt "$TRAINED_PROMPT" --max-new-tokens 64 \
     --max-cache-len 1024 "${SET_ARGS[@]}" --json "$WORK/generate-$name.json"
+  # EVAL_WEIGHTS (fp8 by default; "" for none) adds an arm of what FP8 costs against the same reference
   part "eval-$name" 60 240 "${CLI[@]}" eval "$folder" --text "$EVAL_TEXT" --fuse --buckets 8,32 --windows 64 \
-    --window-len 256 --max-cache-len 1024 "${SET_ARGS[@]}" --json "$WORK/eval-$name.json"
+    --window-len 256 --max-cache-len 1024 "${SET_ARGS[@]}" ${eval_weights:+--weights "$eval_weights"} \
+    --json "$WORK/eval-$name.json"
   # the planted faults (a 1.01 logit scale, a skewed rotary angle) must fail the gate on these weights too
   part "eval-faults-$name" 60 200 env EVAL_MODEL_DIR="$folder" python3 -m pytest -q -p no:cacheprovider -rf \
     tests/eval/test_gpu_eval.py

@@ -105,8 +105,34 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         "inductor over the op at several shapes; the grouped-attention test keeps the compiled path fast",
     ),
     Exhaustive(
-        "tests/distributed/test_tp_failures.py::test_rendezvous_timeout_is_one_line",
-        "waits out a rendezvous timeout; a rank failing during capture keeps the failures fast",
+        "tests/distributed/test_tp_failures.py::*",
+        "rank processes that fail during capture or wait out a rendezvous timeout (15 s and more); the collective "
+        "choice test keeps the ranks' launch fast, test_tp_units.py the split model",
+    ),
+    Exhaustive(
+        "tests/bench/test_first_token.py::test_a_cpu_run_of_the_tiny_recipe_reports_its_first_token",
+        "a child process through every stage (14 s); the stamps and prompts tests keep the tool's logic fast",
+    ),
+    Exhaustive(
+        "tests/bench/test_gpu_entry.py::test_cli_parts_run_the_cli_and_keep_its_one_line_refusal_on_the_cpu",
+        "gpu.sh running the CLI in children (12 s); its argument checks keep the entry script fast",
+    ),
+    Exhaustive(
+        "tests/bench/test_bench.py::test_fused_alone_prepares_what_capture_fuse_makes_and_times_those_graphs",
+        "a fused capture and bench (13 s); the CLI's fused capture and the bench's fused contender stay fast",
+    ),
+    Exhaustive(
+        "tests/serve/test_drain.py::*",
+        "a server process stopped by SIGTERM mid-request (13 s); the endpoint tests keep the server fast",
+    ),
+    Exhaustive(
+        "tests/cli/test_first_hour.py::test_two_captures_into_one_plan_one_wins",
+        "two capture processes racing for one plan (15-20 s); the plan lock's own test stays fast",
+    ),
+    Exhaustive(
+        "tests/fused/test_causal_mask.py::test_the_fused_step_decodes_the_same_with_the_mask_kernel[*]",
+        "a fused decode per architecture; llama's stays fast, qwen2 adds the biases",
+        keep=("*[llama]",),
     ),
     Exhaustive(
         "tests/verify/test_non_finite.py::test_a_non_finite_top_logit_in_one_row_fails_every_case[*]",

@@ -188,6 +188,19 @@ class Accelerated:
         self.undo()
 
 
+def _softcap_ignored(model: torch.nn.Module) -> list[str]:
+    """A note where the model softcaps attention logits but was loaded with sdpa, which ignores that."""
+    from accelerate_graph.compat.transformers_internals import attention_implementations, attention_softcap
+
+    softcap = attention_softcap(model.config)
+    if not softcap or "sdpa" not in attention_implementations(model).values():
+        return []
+    return [
+        f"this model's config softcaps attention logits ({softcap:g}), which its sdpa attention ignores: the "
+        "graphs replay the model as loaded; load it with attn_implementation='eager' for the model as configured."
+    ]
+
+
 def accelerate(
     model: torch.nn.Module,
     buckets=(1, 2, 4, 8),
@@ -247,6 +260,7 @@ def accelerate(
         raise
     undo = [*captured.undo, *([quantized.restore] if quantized is not None else [])]
     notes = ([shortened] if shortened else []) + ([quantized.describe()] if quantized else []) + captured.notes
+    notes += _softcap_ignored(model)
     for note in notes:
         warnings.warn(note, stacklevel=2)
     return Accelerated(model, captured.graphs, undo, request.settings, notes)

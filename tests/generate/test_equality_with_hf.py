@@ -152,3 +152,16 @@ def test_drop_in_with_fuse_equals_hf_and_undo_restores_the_attention(tiny_model_
         assert handle.counts.graph_steps == NEW - 1
     assert model.config._attn_implementation == "sdpa"
     assert hf_greedy(model, prompts) == expected
+
+
+def test_drop_in_says_when_sdpa_ignores_the_models_attention_softcap(tiny_model_dir):
+    """A model whose config softcaps attention logits, given with sdpa attention (transformers 5.17 loads
+    Gemma-2 so): a warning says sdpa ignores the softcap and how to load the model as configured."""
+    model = load(tiny_model_dir("llama"))
+    model.config.attn_logit_softcapping = 30.0  # what sdpa would ignore, as in Gemma-2
+    with pytest.warns(UserWarning, match=r"softcaps attention logits \(30\), which its sdpa attention ignores"):
+        with accelerate(model, buckets=(1,), max_cache_len=32, contexts=(), emulate=True) as handle:
+            assert any("attn_implementation='eager'" in note for note in handle.notes)
+    model.config.attn_logit_softcapping = None
+    with accelerate(model, buckets=(1,), max_cache_len=32, contexts=(), emulate=True) as handle:
+        assert not any("softcap" in note for note in handle.notes)

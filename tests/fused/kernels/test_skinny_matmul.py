@@ -496,8 +496,9 @@ def test_the_opaque_pdl_twins_are_the_ops_under_another_registration(name, monke
         assert torch.equal(a, b)
 
 
-# Children the interpreter tests of this file are shared among: pytest-xdist's workers run them side by side.
-FRESH_PROCESS_SHARDS = 3
+# Children the interpreter tests of this file are shared among (pytest-xdist's workers run them side by side):
+# one, since each child's start (torch, triton, collection) costs about as much as its share of the tests.
+FRESH_PROCESS_SHARDS = 1
 
 
 def run_interpreted_in_a_fresh_process(test_file: str, shard: int = 0, shards: int = 1) -> None:
