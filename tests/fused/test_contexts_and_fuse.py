@@ -95,6 +95,17 @@ def test_debug_catches_a_write_slot_moved_behind_the_sessions_back():
         debug.set_debug(False)
 
 
+def _prompt_and_three_steps(session: DecodeSession, prompt: torch.Tensor) -> torch.Tensor:
+    """The logits of a 2-row prompt (9 tokens) and of three decode steps after it, on a fresh cache."""
+    session.kv.reset()
+    logits = [session.prefill(prompt)]
+    for step in range(3):
+        session.load_inputs(2, torch.tensor([3 + step, 7]), torch.full((2,), 9 + step))
+        with torch.no_grad():
+            logits.append(session.step_fn(2, 32)())
+    return torch.stack(logits)
+
+
 @pytest.mark.parametrize("kv_heads", [1, 2, 4])  # multi-query, grouped, plain multi-head
 def test_grouped_decode_attention_matches_sdpa(kv_heads):
     model = tiny_decoder("llama", num_key_value_heads=kv_heads)
@@ -104,13 +115,7 @@ def test_grouped_decode_attention_matches_sdpa(kv_heads):
     for grouped in (False, True):
         if grouped:
             use_grouped_attention(model)
-        session.kv.reset()
-        logits = [session.prefill(prompt)]
-        for step in range(3):
-            session.load_inputs(2, torch.tensor([3 + step, 7]), torch.full((2,), 9 + step))
-            with torch.no_grad():
-                logits.append(session.step_fn(2, 32)())
-        expected.append(torch.stack(logits))
+        expected.append(_prompt_and_three_steps(session, prompt))
     assert model.config._attn_implementation == "cugraph_grouped"
     torch.testing.assert_close(expected[1], expected[0], rtol=1e-4, atol=1e-5)
 
@@ -429,13 +434,7 @@ def test_grouped_attention_stands_in_for_eager_in_a_softcapping_model_for_prompt
         if grouped:
             use_grouped_attention(model)
             monkeypatch.setattr(grouped_attention, "sdpa_attention_forward", None)  # would drop the softcap
-        session.kv.reset()
-        logits = [session.prefill(prompt)]
-        for step in range(3):
-            session.load_inputs(2, torch.tensor([3 + step, 7]), torch.full((2,), 9 + step))
-            with torch.no_grad():
-                logits.append(session.step_fn(2, 32)())
-        expected.append(torch.stack(logits))
+        expected.append(_prompt_and_three_steps(session, prompt))
     assert attention_implementations(model) == {"": GROUPED}
     with hf_attention(model):
         assert attention_implementations(model) == {"": "eager"}

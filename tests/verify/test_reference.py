@@ -33,15 +33,20 @@ def _steps(session, step, prompt, tokens):
     )
 
 
-def test_layerwise_reference_equals_a_float32_copy_of_the_model():
-    model = tiny_decoder("llama").to(BF16)
-    float_copy = copy.deepcopy(model).float()
+def _reference_and_float32_copy(model, float_copy):
+    """(session, prompt, tokens, reference, truth): four steps after a 5-token prompt, by the layer-wise
+    reference on `model`'s session and by its float32 copy (cache writes rounded to bf16 alike)."""
     session, float_session = DecodeSession(model, 2, 32), DecodeSession(float_copy, 2, 32)
     _round_cache_writes_to_bf16(float_session)
     prompt, tokens = torch.randint(0, 256, (2, 5)), torch.randint(0, 256, (4, 2))
     with float32_reference(session):
         reference = _steps(session, reference_step, prompt, tokens)
-    truth = _steps(float_session, eager_step, prompt, tokens)
+    return session, prompt, tokens, reference, _steps(float_session, eager_step, prompt, tokens)
+
+
+def test_layerwise_reference_equals_a_float32_copy_of_the_model():
+    model = tiny_decoder("llama").to(BF16)
+    session, prompt, tokens, reference, truth = _reference_and_float32_copy(model, copy.deepcopy(model).float())
     eager = _steps(session, eager_step, prompt, tokens)
     assert reference.dtype == torch.float32
     torch.testing.assert_close(reference, truth, rtol=1e-5, atol=1e-5)
@@ -175,11 +180,6 @@ def test_a_softcapping_models_reference_is_its_eager_attention_under_grouped_att
     float_copy = copy.deepcopy(model).float()
     use_grouped_attention(model)
     assert attention_implementations(model) == {"": GROUPED}
-    session, float_session = DecodeSession(model, 2, 32), DecodeSession(float_copy, 2, 32)
-    _round_cache_writes_to_bf16(float_session)
-    prompt, tokens = torch.randint(0, 256, (2, 5)), torch.randint(0, 256, (4, 2))
-    with float32_reference(session):
-        reference = _steps(session, reference_step, prompt, tokens)
-    truth = _steps(float_session, eager_step, prompt, tokens)
+    *_, reference, truth = _reference_and_float32_copy(model, float_copy)
     torch.testing.assert_close(reference, truth, rtol=1e-5, atol=1e-5)
     assert attention_implementations(model) == {"": GROUPED}
