@@ -11,8 +11,9 @@
 #             tests marked alone by themselves; RUNS=n repeats it (TESTS="paths": only those) ~300 s
 #   bench     bench --compare graph,fused at buckets 1,8,32: llama-3.2-1b at a KV cache of 16,384,
 #             qwen2.5-0.5b and llama-3.1-8b at 1,024 (BENCH_ENTRIES model:cache[:fp8]); ms per step ~510 s
+#             BENCH_BASELINE=DIR: each bf16 entry again from the source tree in DIR (another commit)
 #   verify    capture --fuse + verify --repeat $REPEAT (default 2) of every recipe, in three lanes
-#             side by side on the one GPU (VERIFY_ENTRIES; see verify_lane)                          ~560 s
+#             side by side on the one GPU, or two phases on 80 GB (VERIFY_ENTRIES; see verify_lane)  ~560 s
 #   tune      cugraph-accel tune $TUNE_RECIPE (default qwen2.5-0.5b), then a bench in a new process
 #             whose header names the table it used; TUNE_WEIGHTS=fp8 or fp8-block: the FP8 kernel's
 #             table, passed as --weights to both                                                     ~360 s
@@ -136,17 +137,32 @@ bench_suite() {  # most wanted first: the 1B at 16,384 is the published batch-1 
       --context "$cache" --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" ${weights:+--weights "$weights"} \
       --json "$WORK/bench-$name.json" --csv "$WORK/bench-$name.csv"
     files+=("$WORK/bench-$name.csv")
+    # BENCH_BASELINE=DIR: the same bench from another source tree (another commit, `git archive` there) right
+    # after ours, so that "unchanged" is a comparison within one run on one GPU; bf16 entries, no --set
+    if [ -n "${BENCH_BASELINE:-}" ] && [ -z "$weights" ]; then
+      part "bench-$name-baseline" 60 170 env -C "$BENCH_BASELINE" PYTHONPATH="$(cd "$BENCH_BASELINE" && pwd)" \
+        python3 -m cli bench "$model" --compare "${BENCH_COMPARE:-graph,fused}" --buckets 1,8,32 --context "$cache" \
+        --steps "${BENCH_STEPS:-50}" --warmup 5 --json "$WORK/bench-$name-baseline.json" \
+        --csv "$WORK/bench-$name-baseline.csv"
+      files+=("$WORK/bench-$name-baseline.csv")
+    fi
   done
   TABLES+=("bench ${files[*]}")
 }
 
 # recipe:cache:mode[:buckets] entries (mode fused or plain; buckets joined by "-", 1-8-32 by default); "|"
-# separates lanes that run side by side: verify compares numbers, not times, and much of it is host work. Each
-# lane's first entries have the largest peaks (Qwen3-30B-A3B ~65 GiB, the 8B at 4,096 ~40, the 1B at 16,384
-# ~20): together under the H200's 139 GiB.
+# separates lanes that run side by side (verify compares numbers, not times, and much of it is host work), ";"
+# phases that run one after the other. Each lane's first entries have the largest peaks (Qwen3-30B-A3B ~65 GiB,
+# the 8B at 4,096 ~40, the 1B at 16,384 ~20): together under an H200's 139 GiB; a GPU of 80 GB takes two phases.
 VERIFY_DEFAULT="qwen3-30b-a3b:1024:fused:1-8 qwen2.5-0.5b:1024:fused \
 | llama-3.1-8b:4096:fused gemma-2-2b:1024:fused olmoe-1b-7b:1024:fused \
 | llama-3.2-1b:16384:fused mistral-sw-0.5b:1024:fused qwen2-moe-0.5b:1024:fused phi-3-mini-4k:1024:fused"
+VERIFY_80GB="qwen3-30b-a3b:1024:fused:1-8 | qwen2.5-0.5b:1024:fused mistral-sw-0.5b:1024:fused \
+; llama-3.1-8b:4096:fused gemma-2-2b:1024:fused olmoe-1b-7b:1024:fused \
+| llama-3.2-1b:16384:fused qwen2-moe-0.5b:1024:fused phi-3-mini-4k:1024:fused"
+gpu_gib() {  # the first GPU's memory in GiB, empty without one
+  nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | awk 'NR == 1 {print int($1 / 1024)}'
+}
 verify_lane() {  # ENTRY...: capture, then verify --repeat, one entry after the other
   local entry recipe cache mode buckets name fuse
   for entry in "$@"; do
@@ -160,13 +176,20 @@ verify_lane() {  # ENTRY...: capture, then verify --repeat, one entry after the 
   done
 }
 verify_suite() {
-  local lanes lane
-  IFS='|' read -r -a lanes <<< "${VERIFY_ENTRIES:-$VERIFY_DEFAULT}"
-  for lane in "${lanes[@]}"; do
-    # shellcheck disable=SC2086 # a lane is a space-separated list of entries
-    verify_lane $lane &
+  local phases phase lanes lane entries=${VERIFY_ENTRIES:-}
+  if [ -z "$entries" ]; then
+    entries=$VERIFY_DEFAULT
+    [ "$(gpu_gib)" -lt 100 ] 2>/dev/null && entries=$VERIFY_80GB
+  fi
+  IFS=';' read -r -a phases <<< "$entries"
+  for phase in "${phases[@]}"; do
+    IFS='|' read -r -a lanes <<< "$phase"
+    for lane in "${lanes[@]}"; do
+      # shellcheck disable=SC2086 # a lane is a space-separated list of entries
+      verify_lane $lane &
+    done
+    wait
   done
-  wait
   TABLES+=("verify $WORK" "agreement $WORK")
 }
 

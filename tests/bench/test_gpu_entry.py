@@ -48,22 +48,30 @@ def test_a_suite_run_writes_one_archive_and_ends_with_its_tables(tmp_path):
 
 def test_cli_parts_run_the_cli_and_keep_its_one_line_refusal_on_the_cpu(tmp_path):
     out = tmp_path / "out"
-    done = gpu_sh("bench", env={"OUT": str(out), "BENCH_ENTRIES": "tiny:64"})
+    baseline = tmp_path / "baseline"  # another source tree: this one's package, as `git archive` would give
+    baseline.mkdir()
+    for folder in ("accelerate_graph", "cli", "recipes"):
+        (baseline / folder).symlink_to(REPO / folder)
+    done = gpu_sh("bench", env={"OUT": str(out), "BENCH_ENTRIES": "tiny:64", "BENCH_BASELINE": str(baseline)})
     assert done.returncode == 1, done.stderr  # a part failed
     with tarfile.open(out / "results-bench.tar.gz") as archive:
-        log = archive.extractfile("./bench-tiny.log").read().decode()
-    assert "bench needs a CUDA GPU" in log  # the CLI ran (under timeout) and refused to time the CPU
+        logs = [archive.extractfile(f"./bench-tiny{end}.log").read().decode() for end in ("", "-baseline")]
+    for log in logs:  # each CLI ran (under timeout) and refused to time the CPU
+        assert "bench needs a CUDA GPU" in log
     assert re.search(r"^bench-tiny: exit [1-9]", done.stdout, re.M)
+    assert re.search(r"^bench-tiny-baseline: exit [1-9]", done.stdout, re.M)
     assert "no bench results" in done.stdout
 
 
 @pytest.mark.slow
 def test_verify_entries_capture_then_verify_repeated_and_end_with_their_table(tmp_path):
     out = tmp_path / "out"
-    done = gpu_sh("verify", env={"OUT": str(out), "VERIFY_ENTRIES": "tiny:32:plain:1", "REPEAT": "2"})
+    entries = "tiny:32:plain:1 ; tiny:48:plain:1"  # two phases, one after the other
+    done = gpu_sh("verify", env={"OUT": str(out), "VERIFY_ENTRIES": entries, "REPEAT": "2"})
     assert done.returncode == 0, done.stdout[-2000:]
-    row = next(line for line in done.stdout.splitlines() if line.startswith("tiny-32-plain "))
-    assert row.split()[1:4] == ["2", "of", "2"]  # both repeats passed
+    for name in ("tiny-32-plain", "tiny-48-plain"):
+        row = next(line for line in done.stdout.splitlines() if line.startswith(f"{name} "))
+        assert row.split()[1:4] == ["2", "of", "2"]  # both repeats passed
     with tarfile.open(out / "results-verify.tar.gz") as archive:
         names = {Path(name).name for name in archive.getnames()}
     assert {"capture-tiny-32-plain.log", "verify-tiny-32-plain.log", "verify-tiny-32-plain.json"} <= names
