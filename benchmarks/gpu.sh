@@ -14,6 +14,9 @@
 #             BENCH_BASELINE=DIR: each bf16 entry again from the source tree in DIR (another commit)
 #   verify    capture --fuse + verify --repeat $REPEAT (default 2) of every recipe, in three lanes
 #             side by side on the one GPU, or two phases on 80 GB (VERIFY_ENTRIES; see verify_lane)  ~560 s
+#   fp8       a fine-grained FP8 checkpoint of $FP8_FROM (llama-3.2-1b) written here (fp8_export), then
+#             capture --fuse + verify --repeat 5 of it beside FP8_VERIFY (the 8B and OLMoE with --weights
+#             fp8), then a bench of the checkpoint alone                                             ~500 s
 #   tune      cugraph-accel tune $TUNE_RECIPE (default qwen2.5-0.5b), then a bench in a new process
 #             whose header names the table it used; TUNE_WEIGHTS=fp8 or fp8-block: the FP8 kernel's
 #             table, passed as --weights to both                                                     ~360 s
@@ -35,7 +38,7 @@
 # SET="name=value ..." passes `--set name=value` to every CLI call and profile_step.py (`cugraph-accel settings`).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-SUITES=(tests bench verify tune zoo faults profile generate tp trained serve)
+SUITES=(tests bench verify fp8 tune zoo faults profile generate tp trained serve)
 usage() { echo "usage: bash benchmarks/gpu.sh SUITE [SUITE...]; suites: ${SUITES[*]}" >&2; exit 2; }
 [ $# -gt 0 ] || usage
 for suite in "$@"; do
@@ -164,13 +167,15 @@ gpu_gib() {  # the first GPU's memory in GiB, empty without one
   nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | awk 'NR == 1 {print int($1 / 1024)}'
 }
 verify_lane() {  # ENTRY...: capture, then verify --repeat, one entry after the other
-  local entry recipe cache mode buckets name fuse
+  local entry recipe cache mode buckets weights name fuse
   for entry in "$@"; do
-    IFS=: read -r recipe cache mode buckets <<< "$entry"
-    name="$recipe-$cache-$mode" buckets=${buckets:-1-8-32} fuse=()
+    # recipe:cache:mode[:buckets[:weights]]; the recipe may be a model folder, weights fp8 or fp8-block
+    IFS=: read -r recipe cache mode buckets weights <<< "$entry"
+    name="$(basename "$recipe")-$cache-$mode${weights:+-$weights}" buckets=${buckets:-1-8-32} fuse=()
     [ "$mode" = fused ] && fuse=(--fuse)
     part "capture-$name" 60 150 "${CLI[@]}" capture "$recipe" "${fuse[@]}" --buckets "${buckets//-/,}" \
-      --max-cache-len "$cache" "${SET_ARGS[@]}" --plan "$WORK/$name.yaml"
+      --max-cache-len "$cache" "${SET_ARGS[@]}" ${weights:+--weights "$weights"} ${VERIFY_DTYPE:+--dtype "$VERIFY_DTYPE"} \
+      --plan "$WORK/$name.yaml"
     [ -f "$WORK/$name.yaml" ] && part "verify-$name" 60 400 "${CLI[@]}" verify --plan "$WORK/$name.yaml" --steps 8 \
       --repeat "${REPEAT:-2}" "${SET_ARGS[@]}" --json "$WORK/verify-$name.json"
   done
@@ -191,6 +196,26 @@ verify_suite() {
     wait
   done
   TABLES+=("verify $WORK" "agreement $WORK")
+}
+
+fp8_suite() {  # FP8 weights end to end: a fine-grained checkpoint made here, and recipes quantized on load
+  local dir=${FP8_DIR:-${TMPDIR:-/tmp}/cugraph-accel-fp8} checkpoint lanes lane name
+  local REPEAT=${REPEAT:-5} VERIFY_DTYPE=bf16  # verify_lane's, for this suite's lanes (FP8 needs bf16)
+  checkpoint="$dir/$(basename "${FP8_FROM:-llama-3.2-1b}")-fp8"
+  rm -rf "$checkpoint" && mkdir -p "$dir"  # scratch, not archived
+  part fp8-export 60 240 python3 -m accelerate_graph.quant.fp8_export "${FP8_FROM:-llama-3.2-1b}" "$checkpoint"
+  IFS='|' read -r -a lanes <<< "${FP8_VERIFY:-llama-3.1-8b:1024:fused::fp8 | olmoe-1b-7b:1024:fused::fp8}"
+  [ -d "$checkpoint" ] && lanes+=("$checkpoint:${FP8_CACHE:-1024}:fused")
+  for lane in "${lanes[@]}"; do
+    # shellcheck disable=SC2086 # a lane is a space-separated list of entries
+    verify_lane $lane &
+  done
+  wait
+  name=$(basename "$checkpoint")  # then the checkpoint's step timed alone
+  [ -d "$checkpoint" ] && part "bench-$name" 60 170 "${CLI[@]}" bench "$checkpoint" --compare "${BENCH_COMPARE:-graph,fused}" \
+    --buckets 1,8,32 --context "${FP8_CACHE:-1024}" --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" \
+    --json "$WORK/bench-$name.json" --csv "$WORK/bench-$name.csv"
+  TABLES+=("verify $WORK" "bench $WORK/bench-$name.csv")
 }
 
 tune_suite() {  # the table goes to this run's cache folder (archived), not the user's

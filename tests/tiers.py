@@ -89,6 +89,10 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         "gpu.sh's tests suite runs a child pytest twice; its CLI parts keep the entry script fast",
     ),
     Exhaustive(
+        "tests/bench/test_gpu_entry.py::test_the_fp8_suite_writes_a_checkpoint_then_verifies_it_beside_the_fp8_entries",
+        "exports, captures (fused: inductor's CPU code) and verifies in children; the exporter's own tests stay fast",
+    ),
+    Exhaustive(
         "tests/bench/test_gpu_entry.py::test_verify_entries_capture_then_verify_repeated_and_end_with_their_table",
         "captures and verifies in a child; its CLI parts keep the entry script fast",
     ),

@@ -87,7 +87,8 @@ def quiet_load_report() -> Iterator[None]:
         logging.set_verbosity(saved)
 
 
-def _weight_files(folder: Path) -> list[Path]:
+def weight_files(folder: Path) -> list[Path]:
+    """The safetensors files of a model folder: those its sharded index names, else every one."""
     index = folder / INDEX
     if index.is_file():
         names = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values()
@@ -99,7 +100,7 @@ def install_fp8_layers(model: torch.nn.Module, folder: Path, checkpoint: Fp8Chec
     """Replace each Linear of `model` that the checkpoint in `folder` stores in FP8 (a `weight_scale_inv`
     beside its weight) with an Fp8Linear of the stored tensors, on the Linear's device; the number replaced."""
     replaced = 0
-    for path in _weight_files(folder):
+    for path in weight_files(folder):
         with safe_open(str(path), framework="pt") as tensors:
             for key in [k for k in tensors.keys() if k.endswith(SCALE_SUFFIX)]:  # noqa: SIM118 - not a dict
                 name = key.removesuffix(SCALE_SUFFIX)

@@ -18,7 +18,7 @@ def trained_tiny() -> str:
 
 @pytest.fixture(scope="session")
 def fp8_checkpoint_dir(tmp_path_factory) -> str:
-    return str(write_fp8_checkpoint(str(TRAINED_TINY), tmp_path_factory.mktemp("trained-tiny-fp8")))
+    return str(write_fp8_checkpoint(str(TRAINED_TINY), tmp_path_factory.mktemp("trained-tiny-fp8") / "checkpoint"))
 
 
 @pytest.fixture(autouse=True)

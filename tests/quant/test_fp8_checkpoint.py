@@ -72,3 +72,37 @@ def test_a_config_that_declares_fp8_over_plain_weights_is_refused(trained_tiny, 
     (tmp_path / "config.json").write_text(json.dumps({**config, "quantization_config": QUANTIZATION_CONFIG}))
     with pytest.raises(ModelFileError, match="no weight_scale_inv tensor"):
         load_model(str(tmp_path), CPU, torch.bfloat16)
+
+
+def test_a_sharded_checkpoint_is_written_and_loads_with_every_scale(tmp_path):
+    """Large models save in shards: each shard's Linear weights become FP8 with their scales beside them, and
+    the index names the scales' shards; the folder appears only when whole."""
+    from accelerate_graph.quant.fp8_export import write_fine_grained
+    from accelerate_graph.zoo.configs import tiny_config
+
+    torch.manual_seed(0)
+    config = tiny_config("llama")
+    config.hidden_size, config.intermediate_size = 256, 384  # full and partial 128 x 128 blocks
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    folder = write_fine_grained(model, tmp_path / "sharded", max_shard_size="400KB")
+    assert not (tmp_path / "sharded.partial").exists()
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1  # shards
+    scales = [key for key in index["weight_map"] if key.endswith(".weight_scale_inv")]
+    assert len(scales) == 7 * config.num_hidden_layers
+    loaded = load_model(str(folder), CPU, torch.bfloat16).model
+    assert sum(isinstance(m, Fp8Linear) for m in loaded.modules()) == len(scales)
+    with pytest.raises(FileExistsError):
+        write_fine_grained(model, folder)
+
+
+def test_the_export_command_writes_a_checkpoint_of_a_recipe_and_refuses_an_existing_folder(tmp_path, capsys):
+    from accelerate_graph.quant.fp8_export import main
+
+    assert main(["tiny", str(tmp_path / "tiny-fp8"), "--device", "cpu"]) == 0
+    assert "Linear layers in FP8" in capsys.readouterr().out
+    loaded = load_model(str(tmp_path / "tiny-fp8"), CPU, torch.bfloat16)
+    assert fp8_layers(loaded.model)
+    assert main(["tiny", str(tmp_path / "tiny-fp8")]) == 2
+    assert capsys.readouterr().err.strip().endswith("exists; give a new folder.")
+    assert main(["no-such-recipe-or-folder", str(tmp_path / "x")]) == 2
