@@ -11,7 +11,7 @@
 #             tests marked alone by themselves; RUNS=n repeats it (TESTS="paths": only those) ~300 s
 #   bench     bench --compare graph,fused at buckets 1,8,32: llama-3.2-1b at a KV cache of 16,384,
 #             qwen2.5-0.5b and llama-3.1-8b at 1,024 (BENCH_ENTRIES model:cache[:fp8]); ms per step ~510 s
-#             BENCH_BASELINE=DIR: each bf16 entry again from the source tree in DIR (another commit)
+#             BASELINE=DIR (bench and verify): each bf16 entry again from the source tree in DIR
 #   verify    capture --fuse + verify --repeat $REPEAT (default 2) of every recipe, in three lanes
 #             side by side on the one GPU, or two phases on 80 GB (VERIFY_ENTRIES; see verify_lane)  ~560 s
 #   fp8       a fine-grained FP8 checkpoint of $FP8_FROM (llama-3.2-1b) written here (fp8_export), then
@@ -64,6 +64,14 @@ export TORCHINDUCTOR_CACHE_DIR="$WORK/inductor-cache"
 SET_ARGS=()
 for assignment in ${SET:-}; do SET_ARGS+=(--set "$assignment"); done
 CLI=(python3 -m cli)  # an array, not a function: `timeout` runs programs
+# BASELINE=DIR: bench and verify entries run again from the source tree in DIR (another commit, from `git
+# archive`), right after ours: "unchanged" and "slower than before" are comparisons within one run on one GPU.
+# Without --set and FP8 entries, which an older tree may not know.
+BASELINE_CLI=()
+if [ -n "${BASELINE:-}" ]; then
+  BASELINE=$(cd "$BASELINE" && pwd) || { echo "gpu.sh: BASELINE=$BASELINE is no folder" >&2; exit 2; }
+  BASELINE_CLI=(env -C "$BASELINE" PYTHONPATH="$BASELINE" python3 -m cli)
+fi
 
 left() { echo $((DEADLINE - ($(date +%s) - START))); }
 # part NAME NEEDS LIMIT COMMAND...: COMMAND's output in $WORK/NAME.log; skipped when fewer than NEEDS seconds
@@ -140,13 +148,10 @@ bench_suite() {  # most wanted first: the 1B at 16,384 is the published batch-1 
       --context "$cache" --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" ${weights:+--weights "$weights"} \
       --json "$WORK/bench-$name.json" --csv "$WORK/bench-$name.csv"
     files+=("$WORK/bench-$name.csv")
-    # BENCH_BASELINE=DIR: the same bench from another source tree (another commit, `git archive` there) right
-    # after ours, so that "unchanged" is a comparison within one run on one GPU; bf16 entries, no --set
-    if [ -n "${BENCH_BASELINE:-}" ] && [ -z "$weights" ]; then
-      part "bench-$name-baseline" 60 170 env -C "$BENCH_BASELINE" PYTHONPATH="$(cd "$BENCH_BASELINE" && pwd)" \
-        python3 -m cli bench "$model" --compare "${BENCH_COMPARE:-graph,fused}" --buckets 1,8,32 --context "$cache" \
-        --steps "${BENCH_STEPS:-50}" --warmup 5 --json "$WORK/bench-$name-baseline.json" \
-        --csv "$WORK/bench-$name-baseline.csv"
+    if [ -n "${BASELINE:-}" ] && [ -z "$weights" ]; then  # the same bench of the baseline tree, right after
+      part "bench-$name-baseline" 60 170 "${BASELINE_CLI[@]}" bench "$model" --compare "${BENCH_COMPARE:-graph,fused}" \
+        --buckets 1,8,32 --context "$cache" --steps "${BENCH_STEPS:-50}" --warmup 5 \
+        --json "$WORK/bench-$name-baseline.json" --csv "$WORK/bench-$name-baseline.csv"
       files+=("$WORK/bench-$name-baseline.csv")
     fi
   done
@@ -178,6 +183,11 @@ verify_lane() {  # ENTRY...: capture, then verify --repeat, one entry after the 
       --plan "$WORK/$name.yaml"
     [ -f "$WORK/$name.yaml" ] && part "verify-$name" 60 400 "${CLI[@]}" verify --plan "$WORK/$name.yaml" --steps 8 \
       --repeat "${REPEAT:-2}" "${SET_ARGS[@]}" --json "$WORK/verify-$name.json"
+    [ -n "${BASELINE:-}" ] && [ -z "$weights" ] || continue  # the same from the baseline tree, right after
+    part "capture-$name-baseline" 60 150 "${BASELINE_CLI[@]}" capture "$recipe" "${fuse[@]}" --buckets "${buckets//-/,}" \
+      --max-cache-len "$cache" ${VERIFY_DTYPE:+--dtype "$VERIFY_DTYPE"} --plan "$WORK/$name-baseline.yaml"
+    [ -f "$WORK/$name-baseline.yaml" ] && part "verify-$name-baseline" 60 400 "${BASELINE_CLI[@]}" verify \
+      --plan "$WORK/$name-baseline.yaml" --steps 8 --repeat "${REPEAT:-2}" --json "$WORK/verify-$name-baseline.json"
   done
 }
 verify_suite() {

@@ -15,6 +15,15 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "gpu.sh"
 
 
+def baseline_tree(tmp_path: Path) -> str:
+    """Another source tree for BASELINE: this one's package, as `git archive` of a commit would give."""
+    baseline = tmp_path / "baseline"
+    baseline.mkdir()
+    for folder in ("accelerate_graph", "cli", "recipes"):
+        (baseline / folder).symlink_to(REPO / folder)
+    return str(baseline)
+
+
 def gpu_sh(*suites: str, env: dict | None = None) -> subprocess.CompletedProcess:
     environ = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **(env or {})}
     return subprocess.run(["bash", str(SCRIPT), *suites], capture_output=True, text=True, env=environ, timeout=300)
@@ -48,11 +57,7 @@ def test_a_suite_run_writes_one_archive_and_ends_with_its_tables(tmp_path):
 
 def test_cli_parts_run_the_cli_and_keep_its_one_line_refusal_on_the_cpu(tmp_path):
     out = tmp_path / "out"
-    baseline = tmp_path / "baseline"  # another source tree: this one's package, as `git archive` would give
-    baseline.mkdir()
-    for folder in ("accelerate_graph", "cli", "recipes"):
-        (baseline / folder).symlink_to(REPO / folder)
-    done = gpu_sh("bench", env={"OUT": str(out), "BENCH_ENTRIES": "tiny:64", "BENCH_BASELINE": str(baseline)})
+    done = gpu_sh("bench", env={"OUT": str(out), "BENCH_ENTRIES": "tiny:64", "BASELINE": baseline_tree(tmp_path)})
     assert done.returncode == 1, done.stderr  # a part failed
     with tarfile.open(out / "results-bench.tar.gz") as archive:
         logs = [archive.extractfile(f"./bench-tiny{end}.log").read().decode() for end in ("", "-baseline")]
@@ -67,9 +72,10 @@ def test_cli_parts_run_the_cli_and_keep_its_one_line_refusal_on_the_cpu(tmp_path
 def test_verify_entries_capture_then_verify_repeated_and_end_with_their_table(tmp_path):
     out = tmp_path / "out"
     entries = "tiny:32:plain:1 ; tiny:48:plain:1"  # two phases, one after the other
-    done = gpu_sh("verify", env={"OUT": str(out), "VERIFY_ENTRIES": entries, "REPEAT": "2"})
+    env = {"OUT": str(out), "VERIFY_ENTRIES": entries, "REPEAT": "2", "BASELINE": baseline_tree(tmp_path)}
+    done = gpu_sh("verify", env=env)
     assert done.returncode == 0, done.stdout[-2000:]
-    for name in ("tiny-32-plain", "tiny-48-plain"):
+    for name in ("tiny-32-plain", "tiny-48-plain", "tiny-32-plain-baseline"):  # each again from the baseline
         row = next(line for line in done.stdout.splitlines() if line.startswith(f"{name} "))
         assert row.split()[1:4] == ["2", "of", "2"]  # both repeats passed
     with tarfile.open(out / "results-verify.tar.gz") as archive:
