@@ -144,18 +144,19 @@ bench_suite() {  # most wanted first: the 1B at 16,384 is the published batch-1 
   for entry in ${BENCH_ENTRIES:-llama-3.2-1b:16384 qwen2.5-0.5b:1024 llama-3.1-8b:1024}; do
     IFS=: read -r model cache weights <<< "$entry"
     name=$model${weights:+-$weights}
-    part "bench-$name" 60 170 "${CLI[@]}" bench "$model" --compare "${BENCH_COMPARE:-graph,fused}" --buckets 1,8,32 \
-      --context "$cache" --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" ${weights:+--weights "$weights"} \
-      --json "$WORK/bench-$name.json" --csv "$WORK/bench-$name.csv"
-    files+=("$WORK/bench-$name.csv")
-    if [ -n "${BASELINE:-}" ] && [ -z "$weights" ]; then  # the same bench of the baseline tree, right after
-      part "bench-$name-baseline" 60 170 "${BASELINE_CLI[@]}" bench "$model" --compare "${BENCH_COMPARE:-graph,fused}" \
-        --buckets 1,8,32 --context "$cache" --steps "${BENCH_STEPS:-50}" --warmup 5 \
-        --json "$WORK/bench-$name-baseline.json" --csv "$WORK/bench-$name-baseline.csv"
-      files+=("$WORK/bench-$name-baseline.csv")
-    fi
+    bench_entry "$name" "${CLI[@]}"
+    [ -n "${BASELINE:-}" ] && [ -z "$weights" ] && bench_entry "$name-baseline" "${BASELINE_CLI[@]}"  # right after
   done
   TABLES+=("bench ${files[*]}")
+}
+bench_entry() {  # NAME CLI...: bench_suite's entry (its locals) benched with that CLI, into bench-NAME.*
+  local out=$1 extra=()
+  shift
+  [ "$out" = "$name" ] && extra=("${SET_ARGS[@]}" ${weights:+--weights "$weights"})  # a baseline: bf16, no --set
+  part "bench-$out" 60 170 "$@" bench "$model" --compare "${BENCH_COMPARE:-graph,fused}" --buckets 1,8,32 \
+    --context "$cache" --steps "${BENCH_STEPS:-50}" --warmup 5 "${extra[@]}" \
+    --json "$WORK/bench-$out.json" --csv "$WORK/bench-$out.csv"
+  files+=("$WORK/bench-$out.csv")
 }
 
 # recipe:cache:mode[:buckets] entries (mode fused or plain; buckets joined by "-", 1-8-32 by default); "|"
@@ -178,20 +179,30 @@ verify_lane() {  # ENTRY...: capture, then verify --repeat, one entry after the 
     IFS=: read -r recipe cache mode buckets weights <<< "$entry"
     name="$(basename "$recipe")-$cache-$mode${weights:+-$weights}" buckets=${buckets:-1-8-32} fuse=()
     [ "$mode" = fused ] && fuse=(--fuse)
-    part "capture-$name" 60 150 "${CLI[@]}" capture "$recipe" "${fuse[@]}" --buckets "${buckets//-/,}" \
-      --max-cache-len "$cache" "${SET_ARGS[@]}" ${weights:+--weights "$weights"} ${VERIFY_DTYPE:+--dtype "$VERIFY_DTYPE"} \
-      --plan "$WORK/$name.yaml"
-    [ -f "$WORK/$name.yaml" ] && part "verify-$name" 60 400 "${CLI[@]}" verify --plan "$WORK/$name.yaml" --steps 8 \
-      --repeat "${REPEAT:-2}" "${SET_ARGS[@]}" --json "$WORK/verify-$name.json"
-    [ -n "${BASELINE:-}" ] && [ -z "$weights" ] || continue  # the same from the baseline tree, right after
-    part "capture-$name-baseline" 60 150 "${BASELINE_CLI[@]}" capture "$recipe" "${fuse[@]}" --buckets "${buckets//-/,}" \
-      --max-cache-len "$cache" ${VERIFY_DTYPE:+--dtype "$VERIFY_DTYPE"} --plan "$WORK/$name-baseline.yaml"
-    [ -f "$WORK/$name-baseline.yaml" ] && part "verify-$name-baseline" 60 400 "${BASELINE_CLI[@]}" verify \
-      --plan "$WORK/$name-baseline.yaml" --steps 8 --repeat "${REPEAT:-2}" --json "$WORK/verify-$name-baseline.json"
+    verify_entry "" "${CLI[@]}"
+    [ -n "${BASELINE:-}" ] && [ -z "$weights" ] && verify_entry -baseline "${BASELINE_CLI[@]}"  # right after ours
   done
 }
+verify_entry() {  # SUFFIX CLI...: verify_lane's entry (its locals) captured and verified with that CLI
+  local suffix=$1 extra=()
+  shift
+  [ -z "$suffix" ] && extra=("${SET_ARGS[@]}")  # the baseline tree may not know --set
+  part "capture-$name$suffix" 60 150 "$@" capture "$recipe" "${fuse[@]}" --buckets "${buckets//-/,}" \
+    --max-cache-len "$cache" "${extra[@]}" ${weights:+--weights "$weights"} ${VERIFY_DTYPE:+--dtype "$VERIFY_DTYPE"} \
+    --plan "$WORK/$name$suffix.yaml"
+  [ -f "$WORK/$name$suffix.yaml" ] && part "verify-$name$suffix" 60 400 "$@" verify --plan "$WORK/$name$suffix.yaml" \
+    --steps 8 --repeat "${REPEAT:-2}" "${extra[@]}" --json "$WORK/verify-$name$suffix.json"
+}
+run_lanes() {  # LANE...: verify_lane over each lane, side by side, until all have ended
+  local lane
+  for lane in "$@"; do
+    # shellcheck disable=SC2086 # a lane is a space-separated list of entries
+    verify_lane $lane &
+  done
+  wait
+}
 verify_suite() {
-  local phases phase lanes lane entries=${VERIFY_ENTRIES:-}
+  local phases phase lanes entries=${VERIFY_ENTRIES:-}
   if [ -z "$entries" ]; then
     entries=$VERIFY_DEFAULT
     [ "$(gpu_gib)" -lt 100 ] 2>/dev/null && entries=$VERIFY_80GB
@@ -199,28 +210,20 @@ verify_suite() {
   IFS=';' read -r -a phases <<< "$entries"
   for phase in "${phases[@]}"; do
     IFS='|' read -r -a lanes <<< "$phase"
-    for lane in "${lanes[@]}"; do
-      # shellcheck disable=SC2086 # a lane is a space-separated list of entries
-      verify_lane $lane &
-    done
-    wait
+    run_lanes "${lanes[@]}"
   done
   TABLES+=("verify $WORK" "agreement $WORK")
 }
 
 fp8_suite() {  # FP8 weights end to end: a fine-grained checkpoint made here, and recipes quantized on load
-  local dir=${FP8_DIR:-${TMPDIR:-/tmp}/cugraph-accel-fp8} checkpoint lanes lane name
+  local dir=${FP8_DIR:-${TMPDIR:-/tmp}/cugraph-accel-fp8} checkpoint lanes name
   local REPEAT=${REPEAT:-5} VERIFY_DTYPE=bf16  # verify_lane's, for this suite's lanes (FP8 needs bf16)
   checkpoint="$dir/$(basename "${FP8_FROM:-llama-3.2-1b}")-fp8"
   rm -rf "$checkpoint" && mkdir -p "$dir"  # scratch, not archived
   part fp8-export 60 240 python3 -m accelerate_graph.quant.fp8_export "${FP8_FROM:-llama-3.2-1b}" "$checkpoint"
   IFS='|' read -r -a lanes <<< "${FP8_VERIFY:-llama-3.1-8b:1024:fused::fp8 | olmoe-1b-7b:1024:fused::fp8}"
   [ -d "$checkpoint" ] && lanes+=("$checkpoint:${FP8_CACHE:-1024}:fused")
-  for lane in "${lanes[@]}"; do
-    # shellcheck disable=SC2086 # a lane is a space-separated list of entries
-    verify_lane $lane &
-  done
-  wait
+  run_lanes "${lanes[@]}"
   name=$(basename "$checkpoint")  # then the checkpoint's step timed alone
   [ -d "$checkpoint" ] && part "bench-$name" 60 170 "${CLI[@]}" bench "$checkpoint" --compare "${BENCH_COMPARE:-graph,fused}" \
     --buckets 1,8,32 --context "${FP8_CACHE:-1024}" --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" \

@@ -30,7 +30,7 @@ from accelerate_graph.compat.transformers_internals import attention_implementat
 from accelerate_graph.settings import current
 
 GROUPED = "cugraph_grouped"  # the name of our attention in AttentionInterface and the model's config
-_UNSUPPORTED = ("softcap", "s_aux", "sinks", "head_mask")  # kwargs that ask for more than softmax(qk)v
+_UNSUPPORTED = ("s_aux", "sinks", "head_mask")  # kwargs that ask for more than softmax(softcapped qk)v
 
 # The Triton decode kernel is on by default since the H200 measured it (2026-12-01): the 8B's fused step
 # 4.969 -> 4.806-4.871 ms at batch 8, 5.495 -> 5.213-5.296 at 32; triton_attention off keeps the matmuls.
@@ -39,11 +39,16 @@ _TRITON = importlib.util.find_spec("triton") is not None
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def _asks_for_more(module, dropout, kwargs) -> bool:
+    """Whether the call asks for more than this attention computes: an _UNSUPPORTED kwarg, or dropout in training."""
+    return any(kwargs.get(name) is not None for name in _UNSUPPORTED) or bool(module.training and dropout)
+
+
 def _triton_decode(module, query, key, value, attention_mask, dropout, scaling, kwargs):
     """The Triton kernel's output [b, 1, Hq, d], or None where it does not apply."""
     if not (current().triton_attention and _TRITON and (query.is_cuda or _INTERPRETED)):
         return None
-    if any(kwargs.get(name) is not None for name in _UNSUPPORTED if name != "softcap") or (module.training and dropout):
+    if _asks_for_more(module, dropout, kwargs):
         return None
     from accelerate_graph.fused.kernels import decode_attention as kernel  # imports triton: only when asked for
 
@@ -65,8 +70,7 @@ def grouped_decode_attention(module, query, key, value, attention_mask, dropout=
         (q_len != 1 and not kwargs.get("softcap"))
         or heads % key.shape[1]
         or key.shape[-1] != value.shape[-1]
-        or any(kwargs.get(name) is not None for name in _UNSUPPORTED if name != "softcap")
-        or (module.training and dropout)
+        or _asks_for_more(module, dropout, kwargs)
     ):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     return _matmul_attention(query, key, value, attention_mask, scaling, kwargs.get("softcap")), None
