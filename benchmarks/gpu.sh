@@ -15,8 +15,8 @@
 #   verify    capture --fuse + verify --repeat $REPEAT (default 2) of every recipe, in three lanes
 #             side by side on the one GPU, or two phases on 80 GB (VERIFY_ENTRIES; see verify_lane)  ~560 s
 #   fp8       a fine-grained FP8 checkpoint of $FP8_FROM (llama-3.2-1b) written here (fp8_export), then
-#             capture --fuse + verify --repeat 5 of it beside FP8_VERIFY (the 8B and OLMoE with --weights
-#             fp8), then a bench of the checkpoint alone                                             ~500 s
+#             capture --fuse (FP8_MODE) + verify --repeat 5 of it beside FP8_VERIFY (the 8B and OLMoE with
+#             --weights fp8), then a bench of the checkpoint alone                                   ~500 s
 #   tune      cugraph-accel tune $TUNE_RECIPE (default qwen2.5-0.5b), then a bench in a new process
 #             whose header names the table it used; TUNE_WEIGHTS=fp8 or fp8-block: the FP8 kernel's
 #             table, passed as --weights to both                                                     ~360 s
@@ -222,7 +222,7 @@ fp8_suite() {  # FP8 weights end to end: a fine-grained checkpoint made here, an
   rm -rf "$checkpoint" && mkdir -p "$dir"  # scratch, not archived
   part fp8-export 60 240 python3 -m accelerate_graph.quant.fp8_export "${FP8_FROM:-llama-3.2-1b}" "$checkpoint"
   IFS='|' read -r -a lanes <<< "${FP8_VERIFY:-llama-3.1-8b:1024:fused::fp8 | olmoe-1b-7b:1024:fused::fp8}"
-  [ -d "$checkpoint" ] && lanes+=("$checkpoint:${FP8_CACHE:-1024}:fused")
+  [ -d "$checkpoint" ] && lanes+=("$checkpoint:${FP8_CACHE:-1024}:${FP8_MODE:-fused}")
   run_lanes "${lanes[@]}"
   name=$(basename "$checkpoint")  # then the checkpoint's step timed alone
   [ -d "$checkpoint" ] && part "bench-$name" 60 170 "${CLI[@]}" bench "$checkpoint" --compare "${BENCH_COMPARE:-graph,fused}" \

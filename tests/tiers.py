@@ -90,7 +90,7 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
     ),
     Exhaustive(
         "tests/bench/test_gpu_entry.py::test_the_fp8_suite_writes_a_checkpoint_then_verifies_it_beside_the_fp8_entries",
-        "exports, captures (fused: inductor's CPU code) and verifies in children; the exporter's own tests stay fast",
+        "exports, captures and verifies in children; the exporter's own tests stay fast",
     ),
     Exhaustive(
         "tests/bench/test_gpu_entry.py::test_verify_entries_capture_then_verify_repeated_and_end_with_their_table",
