@@ -67,6 +67,12 @@ def every(rows) -> set[tuple[int, int, int, str]]:
     return {(r.bucket, r.batch, r.context, r.slots) for r in rows}
 
 
+def moved(rows) -> set[tuple[int, int, int, str]]:
+    """The cases whose replay differs from eager anywhere (NaN counts): where a fault that acts only on some
+    inputs, such as a flip of near-tied tokens, changed something."""
+    return {(r.bucket, r.batch, r.context, r.slots) for r in rows if not r.max_abs == 0}
+
+
 def hook_the_captured_head(monkeypatch, hook) -> None:
     """Every capture of the flow records the LM head with `hook` (a forward hook) on it; the eager runs that
     judge it, after the capture, run without: a fault only the graphs have, for the check after capture."""

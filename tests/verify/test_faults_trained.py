@@ -6,7 +6,7 @@ CPU emulation here; the cuda cases run the same on a GPU."""
 
 import pytest
 import torch
-from fault_harness import BUCKETS, CONTEXTS, every, failed, trained_session, verify_with
+from fault_harness import BUCKETS, CONTEXTS, every, failed, moved, trained_session, verify_with
 from test_coverage_faults import assert_only_padding_garbled, assert_replay_moved, padded_replay
 
 from accelerate_graph.verify.cases import VERIFY, Coverage
@@ -52,7 +52,9 @@ def test_the_correct_graphs_pass(dtype, device):
 )
 def test_a_fault_in_every_graph_fails_every_case(kind, size, dtype, device):
     rows = verify_with(trained_session(dtype, device), fault(kind, size))
-    assert rows and failed(rows) == every(rows), [r.detail for r in rows if r.passed]
+    # a close flip acts only where a step's top two logits are near-tied: a trained model's case may have none
+    touched = moved(rows) if kind == "close_flip" else every(rows)
+    assert touched and failed(rows) == touched, [r.detail for r in rows if r.passed]
 
 
 @pytest.mark.parametrize("device", DEVICES)
