@@ -30,7 +30,8 @@
 #             into TRAINED_DIR (scratch, not archived; each training.json is), then capture --fuse, verify
 #             --repeat 5, generate, eval --fuse with an FP8 arm (EVAL_WEIGHTS, "" for none) on held-out text,
 #             the eval fault tests, bf16 greedy agreement with HF (graphs and fused) and the verify faults on
-#             each, side by side ~560 s
+#             each, side by side. The lanes outlast one call: parts the deadline skips can run in a
+#             second call on TRAINED_DIR, which a warm machine keeps                                 ~570 s
 #   serve     serve_load.py on $SERVE_RECIPE (llama-3.1-8b) with --fuse, prompt 128, output 128: our server at
 #             1, 8, 32, 64 clients, then (SERVE_MODES) our fixed-batch generate and HF's generate_batch;
 #             SERVE_PARTS="load compare" (either alone: the second when the first left it no time)  ~560 s
