@@ -217,7 +217,7 @@ verify_suite() {
 }
 
 fp8_suite() {  # FP8 weights end to end: a fine-grained checkpoint made here, and recipes quantized on load
-  local dir=${FP8_DIR:-${TMPDIR:-/tmp}/cugraph-accel-fp8} checkpoint lanes name
+  local dir=${FP8_DIR:-${TMPDIR:-/tmp}/cugraph-accel-fp8} checkpoint lanes name model cache weights="" files=()
   local REPEAT=${REPEAT:-5} VERIFY_DTYPE=bf16  # verify_lane's, for this suite's lanes (FP8 needs bf16)
   checkpoint="$dir/$(basename "${FP8_FROM:-llama-3.2-1b}")-fp8"
   rm -rf "$checkpoint" && mkdir -p "$dir"  # scratch, not archived
@@ -225,11 +225,10 @@ fp8_suite() {  # FP8 weights end to end: a fine-grained checkpoint made here, an
   IFS='|' read -r -a lanes <<< "${FP8_VERIFY:-llama-3.1-8b:1024:fused::fp8 | olmoe-1b-7b:1024:fused::fp8}"
   [ -d "$checkpoint" ] && lanes+=("$checkpoint:${FP8_CACHE:-1024}:${FP8_MODE:-fused}")
   run_lanes "${lanes[@]}"
-  name=$(basename "$checkpoint")  # then the checkpoint's step timed alone
-  [ -d "$checkpoint" ] && part "bench-$name" 60 170 "${CLI[@]}" bench "$checkpoint" --compare "${BENCH_COMPARE:-graph,fused}" \
-    --buckets 1,8,32 --context "${FP8_CACHE:-1024}" --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" \
-    --json "$WORK/bench-$name.json" --csv "$WORK/bench-$name.csv"
-  TABLES+=("verify $WORK" "bench $WORK/bench-$name.csv")
+  # then the checkpoint's step timed alone, as a bench entry (its weights are the checkpoint's)
+  name=$(basename "$checkpoint") model=$checkpoint cache=${FP8_CACHE:-1024}
+  [ -d "$checkpoint" ] && bench_entry "$name" "${CLI[@]}"
+  TABLES+=("verify $WORK" "bench ${files[*]}")
 }
 
 tune_suite() {  # the table goes to this run's cache folder (archived), not the user's
