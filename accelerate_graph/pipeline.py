@@ -140,7 +140,7 @@ def _prepare(request: CaptureRequest, hooks: Hooks) -> Prepared:
     loaded = load_model(
         request.model, device, dtype, "sdpa" if request.attn == "grouped" else request.attn, request.revision
     )
-    grouping = request.attn == "grouped" or request.fuse and request.attn == "sdpa"
+    grouping = request.attn == "grouped" or (request.fuse and request.attn == "sdpa")
     if grouping and loaded.attn == stands_in_for(loaded.model):
         # --fuse runs grouped attention: inductor on CUDA failed to lower HF's sdpa decode path with a
         # dynamic batch (a broadcast of the batch size in the cache write, seen on the H200)

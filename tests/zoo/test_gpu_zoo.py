@@ -18,7 +18,7 @@ SUBSET = ["llama", "qwen2", "gpt2", "mistral", "mixtral", "qwen2_moe", "falcon",
 NOT_GRAPHED = {"bloom": ("eager", "no-static-cache")}  # see tests/test_zoo.py
 
 
-def _failures(result: ZooResult) -> str | None:
+def _failure(result: ZooResult) -> str | None:
     if result.status in NOT_GRAPHED.get(result.model_type, ()):
         return None if result.reason else f"{result.model_type}: {result.status} with no reason given"
     if result.status not in ("full", "piecewise"):
@@ -30,5 +30,5 @@ def test_subset_verifies_with_cuda_graphs_and_plans_like_the_emulation():
     """One test, so one pytest worker runs the subset once (its children use the GPU four at a time)."""
     on_cuda = run_zoo(SUBSET, "cuda", isolate=True, workers=4, timeout=90)
     assert sorted(r.model_type for r in on_cuda) == sorted(SUBSET)
-    assert [line for line in map(_failures, on_cuda) if line] == []
+    assert [line for line in map(_failure, on_cuda) if line] == []
     assert hazard_disagreements(on_cuda, run_zoo(SUBSET, "cpu")) == []
