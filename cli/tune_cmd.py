@@ -44,7 +44,7 @@ TuneWeightsOpt = Annotated[
         metavar="KIND",
         help="model (default: the weights as loaded; the skinny kernels' table), fp8 (the decoder's Linear layers "
         "in FP8 e4m3, a scale per output channel) or fp8-block (a scale per 128x128 block): the FP8 kernel's "
-        "table, fp8-<GPU>.json, at 1-16 rows (docs/FP8.md).",
+        "table, fp8-<GPU>.json, at 1-32 rows (docs/FP8.md).",
     ),
 ]
 TuneForceFlag = Annotated[
@@ -100,7 +100,7 @@ def tune(
 
     At batch 1 only configs that beat inductor's kernels and cuBLAS are written.
 
-    With --weights fp8 or fp8-block: the FP8 kernel's configs at 1, 8 and 16 rows, into its own table.
+    With --weights fp8 or fp8-block: the FP8 kernel's configs at 1, 8, 16 and 32 rows, into its own table.
 
     An FP8 config is kept only where its product agrees with the reference.
 

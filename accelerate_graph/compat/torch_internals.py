@@ -364,25 +364,3 @@ def cuda_memory_snapshot() -> dict:
     """The recorded history and the allocator's segments: `torch.cuda.memory._snapshot()` (a dict with
     "segments" and "device_traces"). Checked: torch 2.11, 2.13."""
     return torch.cuda.memory._snapshot()
-
-
-# --- float8 matmul (quant/fp8_w8a8.py) ----------------------------------------------------------------
-
-
-def scaled_mm(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    scale_a: torch.Tensor,
-    scale_b: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    out_dtype: torch.dtype | None = None,
-) -> torch.Tensor:
-    """(a * scale_a) @ (b * scale_b) (+ bias) with float8 `a` [M, K] row-major and `b` [K, N] column-major,
-    float32 accumulation, `out_dtype` out: `torch._scaled_mm(a, b, scale_a, scale_b, bias=, out_dtype=)`. The
-    scales' shapes pick the recipe: row-wise (scale_a [M, 1], scale_b [1, N], float32, contiguous; bias of
-    `out_dtype`) or, on sm90 with cuBLASLt >= 12.9, 1x128 by 128x128 blocks (scale_a [M, K/128] of strides
-    (1, M); scale_b [K/128, N/128] of strides (1, K/128)). K and N must be multiples of 16. The public
-    `torch.nn.functional.scaled_mm` (torch >= 2.10, `_scaled_mm_v2`) checks the block recipe more strictly and
-    is the replacement once every supported torch has it. Checked: torch 2.13 (row-wise, on the CPU); the block
-    layout read from torch's ScaledBlas.cpp (get_joint_scaling)."""
-    return torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype)

@@ -4,10 +4,9 @@ call; its fake gives the output's shape).
 
 Scales are float32: one per output channel (`block` None, scale [N]) or one per `block` x `block` block (scale
 [ceil(N/block), ceil(K/block)]). The op picks its path per call:
-- CUDA, at most SKINNY_MAX_ROWS rows (decode): the Triton skinny kernel (fp8_skinny), which reads the weight
-  at one byte an element and accumulates float32 with x as it is (W8A16);
-- CUDA, more rows: cuBLASLt's FP8 matmul with activations quantized per call (fp8_w8a8, W8A8), or where that
-  does not serve, the weight dequantized to x's dtype and cuBLAS;
+- CUDA, at most SKINNY_MAX_ROWS rows (every decode batch): the Triton skinny kernel (fp8_skinny), which reads
+  the weight at one byte an element and accumulates float32 with x as it is (W8A16);
+- CUDA, more rows (prefills): the weight dequantized to x's dtype, then cuBLAS;
 - elsewhere: the reference (fp8_reference: dequantize, float32 matmul), which is the definition.
 
 Two sibling ops fold a decoder layer's neighbours into the skinny kernel (the layer program's FP8 branches,
@@ -25,10 +24,11 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from accelerate_graph.quant.fp8_reference import reference_fp8_matmul
+from accelerate_graph.quant.fp8_reference import dequantize, reference_fp8_matmul
 
-# Rows up to which the skinny kernel runs (decode batches); above, the FP8 matmul of cuBLASLt. Not measured yet.
-SKINNY_MAX_ROWS = 16
+# Rows up to which the skinny kernel runs: every decode batch keeps its activations in x's dtype. Quantizing them
+# to e4m3 too (cuBLASLt's W8A8) put an 8B's batch-32 logits 8x further from the float32 reference than batch 9's.
+SKINNY_MAX_ROWS = 64
 WEIGHT_ELEMENTS_LIMIT = 2**31  # the skinny kernel's offsets are 32-bit
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -51,19 +51,20 @@ def _skinny_runs(x: Tensor) -> bool:
 
 
 def _body(x: Tensor, weight: Tensor, scale: Tensor, block: Optional[int], bias: Optional[Tensor]) -> Tensor:  # noqa: UP045
-    # the kernels' modules load on the first call: a model loaded with FP8 layers imports no Triton code until then
-    from accelerate_graph.quant import fp8_skinny, fp8_w8a8
-
     if _skinny_runs(x):
+        # the kernel's module loads on the first call: a model loaded with FP8 layers imports no Triton code until then
+        from accelerate_graph.quant import fp8_skinny
+
         return fp8_skinny.launch(x, weight, scale, block, bias)
     if x.device.type != "cuda":
         return reference_fp8_matmul(x, weight, scale, block, bias)
-    x2 = x.reshape(-1, x.shape[-1])
-    if fp8_w8a8.serves(x, weight, block):
-        out = fp8_w8a8.w8a8_matmul(x2, weight, scale, block, bias)
-    else:
-        out = fp8_w8a8.dequantized_linear(x2, weight, scale, block, bias)
-    return out.reshape(*x.shape[:-1], weight.shape[0])
+    return dequantized_linear(x, weight, scale, block, bias)
+
+
+def dequantized_linear(x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Tensor | None) -> Tensor:
+    """x @ (weight * scale)^T (+ bias) with the weight dequantized to x's dtype (a temporary of N x K), cuBLAS."""
+    bias = None if bias is None else bias.to(x.dtype)
+    return torch.nn.functional.linear(x, dequantize(weight, scale, block).to(x.dtype), bias)
 
 
 def _fake(x: Tensor, weight: Tensor, scale: Tensor, block: Optional[int], bias: Optional[Tensor]) -> Tensor:  # noqa: UP045

@@ -104,8 +104,8 @@ def describe(cfg: SkinnyConfig) -> str:
 
 # -- the FP8-weight kernel (quant/fp8_kernels.py) ------------------------------------------------------------
 # Its weights are one byte: a 16-byte load is 16 values, so its K tiles run longer than bf16's for the same
-# bytes. 15-28 configs an op and bucket, so that a model's four ops at 1, 8 and 16 rows (under 300 trials) fit
-# tune's default budget at ~1.6 s a trial (a compile, a check, a timed replay: estimated, not yet measured).
+# bytes. 15-28 configs an op and bucket: a model's four ops at 1, 8, 16 and 32 rows are under 400 trials, which
+# tune's default budget holds at ~1.2 s a trial (a compile, a check, a timed replay: estimated, not yet measured).
 
 
 def fp8_fma_grid(k: int, rows: int = 1) -> list[SkinnyConfig]:

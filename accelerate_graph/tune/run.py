@@ -14,13 +14,11 @@ import torch
 
 from accelerate_graph.common.errors import BadOptionError, CpuTimingRefused, DeviceError, UnsupportedModelError, option
 from accelerate_graph.fused.kernels import configs
-from accelerate_graph.quant.fp8_matmul import SKINNY_MAX_ROWS
 from accelerate_graph.tune.model_shapes import LayerShapes, layer_shapes
 from accelerate_graph.tune.sweep import BucketResult, tune_bucket, tune_fp8_bucket
 from accelerate_graph.tune.table import check_target, merge_into
 
 DEFAULT_BUDGET_S = 480.0
-FP8_BUCKETS = tuple(b for b in configs.M_BUCKETS if b <= SKINNY_MAX_ROWS)  # above, cuBLASLt: nothing to tune
 
 
 @dataclasses.dataclass
@@ -57,24 +55,14 @@ class TuneReport:
         }
 
 
-def default_buckets(weights: str = "model") -> tuple[int, ...]:
-    """Every row bucket the weights' table keeps: the skinny kernels' (configs.M_BUCKETS), FP8's up to 16 rows."""
-    return configs.M_BUCKETS if weights == "model" else FP8_BUCKETS
-
-
-def check_buckets(buckets: Sequence[int], weights: str = "model") -> tuple[int, ...]:
-    """The row buckets to sweep: some of the weights' table's (default_buckets), each once, in order."""
-    kept = default_buckets(weights)
-    wrong = [b for b in buckets if b not in kept]
-    if wrong or not buckets:
-        why = (
-            "the tuning table keeps configs for"
-            if weights == "model"
-            else f"FP8 weights run their skinny kernel up to {SKINNY_MAX_ROWS} rows (cuBLASLt's FP8 matmul above), "
-            "so the FP8 table keeps configs for"
-        )
+def check_buckets(buckets: Sequence[int]) -> tuple[int, ...]:
+    """The row buckets to sweep: some of those the tables keep (configs.M_BUCKETS, FP8's too: its kernel runs every
+    decode batch), each once, in order."""
+    kept = configs.M_BUCKETS
+    if not buckets or any(b not in kept for b in buckets):
         raise BadOptionError(
-            f"{option('buckets', tuple(buckets))}: {why} {','.join(map(str, kept))} rows only.",
+            f"{option('buckets', tuple(buckets))}: the tuning tables keep configs for {','.join(map(str, kept))} "
+            "rows only.",
             f"Give some of {','.join(map(str, kept))}.",
         )
     return tuple(sorted(set(buckets)))
@@ -151,7 +139,7 @@ def run_tune(
     from accelerate_graph.tune.fp8_chain import Fp8Chain
 
     fp8 = check_weights(weights) != "model"
-    buckets = check_buckets(default_buckets(weights) if buckets is None else buckets, weights)
+    buckets = check_buckets(configs.M_BUCKETS if buckets is None else buckets)
     if budget_s < 0:
         raise BadOptionError(f"{option('budget_s', budget_s)} is negative.", "Give 0 or more seconds.")
     device = gpu_at_hand()

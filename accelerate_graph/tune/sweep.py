@@ -53,8 +53,8 @@ def descend(
 @dataclasses.dataclass
 class BucketResult:
     """One row bucket: the configs before (the table in use, else the heuristic) and chosen, the chain's
-    microseconds per layer with each and on inductor's kernels and cuBLAS (None for FP8 weights: up to 16 rows
-    their kernel runs whatever the table holds). `written`: whether the chosen configs go into the table: at one
+    microseconds per layer with each and on inductor's kernels and cuBLAS (None for FP8 weights: at every
+    decode batch their kernel runs whatever the table holds). `written`: whether the chosen configs go into the table: at one
     row only when they beat inductor's (a shape the table has at batch 1 runs the skinny kernels there); above,
     always (the table gives only the config, layer_program decides where they run). `wrong`: the configs that
     disagreed with the reference (FP8), one line each; `unchecked`: ops none of whose configs agreed, never

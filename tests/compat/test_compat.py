@@ -536,26 +536,6 @@ def test_one_shot_all_reduce_copy_schema():
     expect(schema.endswith(expected), symbol, TORCH, f"schema is now {schema}")
 
 
-def test_scaled_mm_row_wise_is_the_scaled_product():
-    """The schema the wrapper calls by keyword, and the row-wise recipe's result (torch runs it on the CPU too):
-    products of the dequantized operands, float32 accumulation, one rounding to out_dtype, bias added."""
-    symbol = "torch._scaled_mm"
-    schema = str(aten._scaled_mm.default._schema)
-    for argument in ("Tensor scale_a", "Tensor scale_b", "Tensor? bias=None", "ScalarType? out_dtype=None"):
-        expect(argument in schema, symbol, TORCH, f"schema is now {schema}")
-    gen = torch.Generator().manual_seed(0)
-    a = torch.randn(4, 32, generator=gen).to(torch.float8_e4m3fn)
-    b = torch.randn(16, 32, generator=gen).to(torch.float8_e4m3fn)
-    scale_a, scale_b = torch.rand(4, 1, generator=gen) + 0.5, torch.rand(1, 16, generator=gen) + 0.5
-    bias = torch.randn(16, generator=gen).to(torch.bfloat16)
-    with upstream(symbol, TORCH):
-        got = ti.scaled_mm(a, b.t(), scale_a, scale_b, bias=bias, out_dtype=torch.bfloat16)
-    expected = (a.float() * scale_a) @ (b.float() * scale_b.T).T + bias.float()
-    expect(got.dtype == torch.bfloat16, symbol, TORCH, f"out_dtype ignored: {got.dtype}")
-    error = (got.float() - expected).abs().max().item()
-    expect(error <= expected.abs().max().item() * 2**-7, symbol, TORCH, f"off the scaled product by {error}")
-
-
 def test_has_call_hooks_sees_own_and_global_forward_hooks():
     from accelerate_graph.compat.torch_internals import has_call_hooks
 

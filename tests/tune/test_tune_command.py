@@ -104,9 +104,9 @@ def test_tunes_help_shows_examples_and_the_json_option():
     assert "--json" in result.stdout and "--budget-s" in result.stdout and "--out" in result.stdout
 
 
-def test_tune_refuses_fp8_buckets_past_the_fp8_kernels_rows_and_unknown_weights():
-    line = one_error_line(invoke("tune", "tiny", "--weights", "fp8", "--buckets", "1,32"), USAGE_EXIT)
-    assert "up to 16 rows" in line and "1,8,16" in line and "--buckets" in line
+def test_tune_refuses_buckets_the_tables_do_not_keep_and_unknown_weights():
+    line = one_error_line(invoke("tune", "tiny", "--weights", "fp8", "--buckets", "1,64"), USAGE_EXIT)
+    assert "1,8,16,32 rows only" in line and "--buckets" in line
     line = one_error_line(invoke("tune", "tiny", "--weights", "fp4"), USAGE_EXIT)
     assert "--weights fp4 is not one of model, fp8, fp8-block" in line
 
