@@ -12,6 +12,7 @@ from tiny_models import tiny_decoder
 from accelerate_graph.capture_flow import decide_regions
 from accelerate_graph.core.backends import backend_for
 from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.detect.fixes.moe_experts import SAFE_EXPERTS
 from accelerate_graph.quant.quantize import quantize_model
 from accelerate_graph.verify.against_eager import verify_graphs
 from accelerate_graph.verify.cases import BASIC, Coverage, plan_cases
@@ -106,6 +107,10 @@ def trained_session(dtype=torch.float32, device="cpu", cache: int = CACHE) -> De
 
     folder = trained_model_dir()
     model = load_model(folder, torch.device(device), dtype).model
+    if hasattr(model, "get_experts_implementation"):
+        # HF's grouped_mm experts copy their offsets to the host in float32 on CUDA (torch 2.11), so capture
+        # fails at bucket 4; the capture flow's fix takes batched_mm where detection sees it (detect/fixes)
+        model.set_experts_implementation(SAFE_EXPERTS)
     session = DecodeSession(model, max(BUCKETS), cache)
     regions = decide_regions(session, "full", BUCKETS[0]).regions
     if regions.mode != "full":

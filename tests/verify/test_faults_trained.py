@@ -52,9 +52,18 @@ def test_the_correct_graphs_pass(dtype, device):
 )
 def test_a_fault_in_every_graph_fails_every_case(kind, size, dtype, device):
     rows = verify_with(trained_session(dtype, device), fault(kind, size))
-    # a close flip acts only where a step's top two logits are near-tied: a trained model's case may have none
-    touched = moved(rows) if kind == "close_flip" else every(rows)
-    assert touched and failed(rows) == touched, [r.detail for r in rows if r.passed]
+    if kind != "close_flip":
+        assert failed(rows) == every(rows), [r.detail for r in rows if r.passed]
+        return
+    # A close flip acts only where a step's top two logits are near-tied: a trained model's case may have none.
+    # In bf16 a case may also keep as many greedy flips as eager's noise could make (criterion.flip_allowance),
+    # so one flipped near-tie can pass: the run fails, and only where the fault moved something.
+    touched = moved(rows)
+    assert touched and failed(rows) <= touched, [r.detail for r in rows if not r.passed]
+    if dtype == torch.float32:
+        assert failed(rows) == touched, [r.detail for r in rows if r.passed]
+    else:
+        assert failed(rows), [r.detail for r in rows]
 
 
 @pytest.mark.parametrize("device", DEVICES)
