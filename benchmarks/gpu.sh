@@ -16,7 +16,7 @@
 #             side by side on the one GPU, or two phases on 80 GB (VERIFY_ENTRIES; see verify_lane)  ~560 s
 #   fp8       a fine-grained FP8 checkpoint of $FP8_FROM (llama-3.2-1b) written here (fp8_export), then
 #             capture --fuse (FP8_MODE) + verify --repeat 5 of it beside FP8_VERIFY (the 8B and OLMoE with
-#             --weights fp8), then a bench of the checkpoint alone                                   ~500 s
+#             --weights fp8; ";" between phases, as on 80 GB), then a bench of the checkpoint alone  ~500 s
 #   tune      cugraph-accel tune $TUNE_RECIPE (default qwen2.5-0.5b), then a bench in a new process
 #             whose header names the table it used; TUNE_WEIGHTS=fp8 or fp8-block: the FP8 kernel's
 #             table, passed as --weights to both                                                     ~360 s
@@ -194,37 +194,39 @@ verify_entry() {  # SUFFIX CLI...: verify_lane's entry (its locals) captured and
   [ -f "$WORK/$name$suffix.yaml" ] && part "verify-$name$suffix" 60 400 "$@" verify --plan "$WORK/$name$suffix.yaml" \
     --steps 8 --repeat "${REPEAT:-2}" "${extra[@]}" --json "$WORK/verify-$name$suffix.json"
 }
-run_lanes() {  # LANE...: verify_lane over each lane, side by side, until all have ended
-  local lane
-  for lane in "$@"; do
-    # shellcheck disable=SC2086 # a lane is a space-separated list of entries
-    verify_lane $lane &
+run_phases() {  # ENTRIES: ";" phases one after the other, each of "|" lanes of verify_lane side by side
+  local phases phase lanes lane
+  IFS=';' read -r -a phases <<< "$1"
+  for phase in "${phases[@]}"; do
+    IFS='|' read -r -a lanes <<< "$phase"
+    for lane in "${lanes[@]}"; do
+      # shellcheck disable=SC2086 # a lane is a space-separated list of entries
+      verify_lane $lane &
+    done
+    wait
   done
-  wait
 }
 verify_suite() {
-  local phases phase lanes entries=${VERIFY_ENTRIES:-}
+  local entries=${VERIFY_ENTRIES:-}
   if [ -z "$entries" ]; then
     entries=$VERIFY_DEFAULT
     [ "$(gpu_gib)" -lt 100 ] 2>/dev/null && entries=$VERIFY_80GB
   fi
-  IFS=';' read -r -a phases <<< "$entries"
-  for phase in "${phases[@]}"; do
-    IFS='|' read -r -a lanes <<< "$phase"
-    run_lanes "${lanes[@]}"
-  done
+  run_phases "$entries"
   TABLES+=("verify $WORK" "agreement $WORK")
 }
 
 fp8_suite() {  # FP8 weights end to end: a fine-grained checkpoint made here, and recipes quantized on load
-  local dir=${FP8_DIR:-${TMPDIR:-/tmp}/cugraph-accel-fp8} checkpoint lanes name model cache weights="" files=()
+  local dir=${FP8_DIR:-${TMPDIR:-/tmp}/cugraph-accel-fp8} checkpoint entries name model cache weights="" files=()
   local REPEAT=${REPEAT:-5} VERIFY_DTYPE=bf16  # verify_lane's, for this suite's lanes (FP8 needs bf16)
   checkpoint="$dir/$(basename "${FP8_FROM:-llama-3.2-1b}")-fp8"
   rm -rf "$checkpoint" && mkdir -p "$dir"  # scratch, not archived
   part fp8-export 60 240 python3 -m accelerate_graph.quant.fp8_export "${FP8_FROM:-llama-3.2-1b}" "$checkpoint"
-  IFS='|' read -r -a lanes <<< "${FP8_VERIFY:-llama-3.1-8b:1024:fused::fp8 | olmoe-1b-7b:1024:fused::fp8}"
-  [ -d "$checkpoint" ] && lanes+=("$checkpoint:${FP8_CACHE:-1024}:${FP8_MODE:-fused}")
-  run_lanes "${lanes[@]}"
+  # three lanes at --repeat 5 outlast the verify part's 400 s on an H100: there the 8B's lane runs first, alone
+  entries=${FP8_VERIFY:-llama-3.1-8b:1024:fused::fp8 | olmoe-1b-7b:1024:fused::fp8}
+  [ -z "${FP8_VERIFY:-}" ] && [ "$(gpu_gib)" -lt 100 ] 2>/dev/null && entries=${entries/ |/ ;}
+  [ -d "$checkpoint" ] && entries+=" | $checkpoint:${FP8_CACHE:-1024}:${FP8_MODE:-fused}"
+  run_phases "$entries"
   # then the checkpoint's step timed alone, as a bench entry (its weights are the checkpoint's)
   name=$(basename "$checkpoint") model=$checkpoint cache=${FP8_CACHE:-1024}
   [ -d "$checkpoint" ] && bench_entry "$name" "${CLI[@]}"
