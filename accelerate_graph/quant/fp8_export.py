@@ -110,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     source = Path(args.model)
-    write_fine_grained(loaded.model, args.out, tokenizer_from=source if source.is_dir() else None)
+    try:
+        write_fine_grained(loaded.model, args.out, tokenizer_from=source if source.is_dir() else None)
+    except (ValueError, OSError) as err:  # no Linear weight to store, a full disk, a folder made meanwhile
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     print(f"wrote {args.out}: {len(_quantized_linears(loaded.model))} Linear layers in FP8 ({BLOCK} x {BLOCK} blocks)")
     return 0
 

@@ -106,3 +106,13 @@ def test_the_export_command_writes_a_checkpoint_of_a_recipe_and_refuses_an_exist
     assert main(["tiny", str(tmp_path / "tiny-fp8")]) == 2
     assert capsys.readouterr().err.strip().endswith("exists; give a new folder.")
     assert main(["no-such-recipe-or-folder", str(tmp_path / "x")]) == 2
+
+
+def test_the_export_command_says_in_one_line_when_nothing_can_be_stored(tmp_path, capsys, monkeypatch):
+    from accelerate_graph.quant import fp8_export
+
+    monkeypatch.setattr(fp8_export, "_quantized_linears", lambda model: [])
+    assert fp8_export.main(["tiny", str(tmp_path / "tiny-fp8"), "--device", "cpu"]) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "nothing to store in FP8" in errors[0]  # beside transformers' progress bar
+    assert list(tmp_path.iterdir()) == []  # neither the folder nor its partial copy is left
