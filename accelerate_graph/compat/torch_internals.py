@@ -63,6 +63,36 @@ def op_is_mutable(op) -> bool:
     return op._schema.is_mutable
 
 
+GROUPED_MM_FAST_MAJORS = (9, 10)  # sm90 and sm100: torch's CUTLASS grouped kernel (bf16 only)
+
+
+def grouped_mm_reads_host(dtypes: tuple[torch.dtype, ...], capability: tuple[int, int]) -> bool:
+    """Whether `aten._grouped_mm` (HF's `grouped_mm` MoE experts) on a GPU of this capability, with operands and
+    output of these dtypes, takes torch's fallback, which copies the group offsets to the host (`offs.cpu()`)
+    inside its CUDA kernel: no dispatch mode sees that copy, and a capture refuses it. The fast path is bf16
+    throughout on sm90/sm100 (aten/src/ATen/native/cuda/GroupedBlas.cpp). Checked: torch 2.11 (an H100 capture
+    in float32 raised), 2.13."""
+    return any(d != torch.bfloat16 for d in dtypes) or capability[0] not in GROUPED_MM_FAST_MAJORS
+
+
+def hidden_host_read(func, args: tuple, kwargs: dict) -> str | None:
+    """Why the aten call `func(*args, **kwargs)` reads device data on the host inside its CUDA kernel, where a
+    dispatch mode cannot see it, else None. The one such op known: `aten._grouped_mm` (grouped_mm_reads_host)."""
+    grouped_mm = getattr(torch.ops.aten, "_grouped_mm", None)
+    if grouped_mm is None or func is not grouped_mm.default:
+        return None
+    a, b = args[0], args[1]
+    if a.device.type != "cuda":
+        return None
+    dtypes = (a.dtype, b.dtype, kwargs.get("out_dtype") or a.dtype)
+    if not grouped_mm_reads_host(dtypes, torch.cuda.get_device_capability(a.device)):
+        return None
+    return (
+        "torch's grouped_mm runs one matmul per group here (not bf16, or not sm90/sm100): it copies the group "
+        "offsets to the host inside the kernel"
+    )
+
+
 def add_to_each(tensors: list[torch.Tensor], value: int) -> None:
     """`value` added in place to every tensor of the list, on a GPU in one kernel for a list of a model's
     layers (the tensors of a device and dtype are chunked into few launches): `torch._foreach_add_`

@@ -17,7 +17,12 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from accelerate_graph.common.source_location import caller_location
-from accelerate_graph.compat.torch_internals import DispatchMode, pytree_leaves, script_object_type_name
+from accelerate_graph.compat.torch_internals import (
+    DispatchMode,
+    hidden_host_read,
+    pytree_leaves,
+    script_object_type_name,
+)
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.core.host_reads import HOST_SYNC_OPS, HostReadMode
 from accelerate_graph.core.module_stack import ModuleStack
@@ -118,6 +123,8 @@ class _Tracer(DispatchMode):
         if func in HOST_SYNC_OPS:
             shape_op = "shape depends" in HOST_SYNC_OPS[func]
             self._flag("data-dependent-shape" if shape_op else "host-sync", func, HOST_SYNC_OPS[func])
+        elif (hidden := hidden_host_read(func, args, kwargs)) is not None:
+            self._flag("host-sync", func, hidden)
         elif func in HOST_DATA_OPS:
             self._flag(
                 "host-data",

@@ -536,6 +536,25 @@ def test_one_shot_all_reduce_copy_schema():
     expect(schema.endswith(expected), symbol, TORCH, f"schema is now {schema}")
 
 
+def test_grouped_mm_and_the_dtypes_and_gpus_whose_kernel_reads_the_host():
+    """The op HF's grouped_mm experts call, with the arguments hidden_host_read reads; the fast path's rule."""
+    symbol = "torch.ops.aten._grouped_mm"
+    with upstream(symbol, TORCH):
+        schema = str(aten._grouped_mm.default._schema)
+    for argument in ("Tensor self", "Tensor mat2", "Tensor? offs=None", "ScalarType? out_dtype=None"):
+        expect(argument in schema, symbol, TORCH, f"schema is now {schema}")
+    bf16, f32 = torch.bfloat16, torch.float32
+    assert not ti.grouped_mm_reads_host((bf16, bf16, bf16), (9, 0))
+    assert not ti.grouped_mm_reads_host((bf16, bf16, bf16), (10, 0))
+    assert ti.grouped_mm_reads_host((f32, f32, f32), (9, 0))
+    assert ti.grouped_mm_reads_host((bf16, bf16, f32), (9, 0))
+    assert ti.grouped_mm_reads_host((bf16, bf16, bf16), (8, 0))
+    a, b = torch.randn(4, 8), torch.randn(2, 8, 3)
+    offs = torch.tensor([2, 4], dtype=torch.int32)
+    assert ti.hidden_host_read(aten._grouped_mm.default, (a, b, offs), {}) is None  # the CPU reads no device
+    assert ti.hidden_host_read(aten.mm.default, (a, a.T), {}) is None
+
+
 def test_has_call_hooks_sees_own_and_global_forward_hooks():
     from accelerate_graph.compat.torch_internals import has_call_hooks
 

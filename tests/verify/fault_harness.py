@@ -108,8 +108,8 @@ def trained_session(dtype=torch.float32, device="cpu", cache: int = CACHE) -> De
     folder = trained_model_dir()
     model = load_model(folder, torch.device(device), dtype).model
     if hasattr(model, "get_experts_implementation"):
-        # HF's grouped_mm experts copy their offsets to the host in float32 on CUDA (torch 2.11), so capture
-        # fails at bucket 4; the capture flow's fix takes batched_mm where detection sees it (detect/fixes)
+        # HF's grouped_mm experts copy their offsets to the host in float32 on CUDA: the experts the capture
+        # flow's fix takes there (compat hidden_host_read), set here so the faults meet the same step at any dtype
         model.set_experts_implementation(SAFE_EXPERTS)
     session = DecodeSession(model, max(BUCKETS), cache)
     regions = decide_regions(session, "full", BUCKETS[0]).regions
