@@ -9,7 +9,9 @@ Modes (--modes, any of):
 
 Each row: requests, generated tokens, tokens/s over the wall time, time to first token and inter-token latency
 p50/p99 (a server's gaps between streamed chunks; generate_batch's token timestamps; generate's step times).
-Prompt and output lengths are drawn uniformly within +-spread of their means (seeded).
+Prompt and output lengths are drawn uniformly within +-spread of their means (seeded). A server's rows also
+carry its own count of the load (from /metrics): decode steps, their mean time and rows, prefill forwards and
+their mean time.
 
   python3 benchmarks/serve_load.py recipes/llama-3.1-8b.yaml --fuse --clients 1,8,32,64 --prompt-len 128 \\
       --output-len 128 --json serve-load.json
@@ -81,6 +83,7 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
     command = [sys.executable, "-m", "cli", "serve", args.model, "--port", "0", "--max-batch", str(max(args.clients))]
     command += ["--max-cache-len", str(args.max_cache_len), "--queue", str(max(args.clients) * 4)]
     command += ["--fuse"] if args.fuse else []
+    command += ["--prefill-chunk", str(args.prefill_chunk)] if args.prefill_chunk else []
     for assignment in args.set or []:
         command += ["--set", assignment]
     process = subprocess.Popen(
@@ -143,13 +146,51 @@ def server_mode(args, vocab: int) -> list[dict]:
         rows = []
         for clients in args.clients:
             work = workload(clients * args.per_client, args, vocab, clients)
+            before = _server_counts(url)
             rows.append(asyncio.run(_client_load(url, name, work, clients)))
+            rows[-1].update(_server_steps(before, _server_counts(url)))
             print("server", rows[-1], flush=True)
         return rows
     finally:
         if process is not None:
             process.send_signal(signal.SIGTERM)
             process.wait(60)
+
+
+def _server_counts(url: str) -> dict[str, float]:
+    """The server's step counters from /metrics: step seconds' sums and counts by kind, and the occupancy sum."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as answer:
+        text = answer.read().decode()
+    counts = {}
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        for kind in ("decode", "prefill"):
+            for part in ("sum", "count"):
+                if name == f'cugraph_accel_serve_step_seconds_{part}{{kind="{kind}"}}':
+                    counts[f"{kind}_{part}"] = float(value)
+        if name in ("cugraph_accel_serve_batch_occupancy_sum", "cugraph_accel_serve_max_rows"):
+            counts[name.rsplit("_serve_", 1)[1]] = float(value)
+    return counts
+
+
+def _server_steps(before: dict[str, float], after: dict[str, float]) -> dict:
+    """What the server counted between two scrapes: its decode steps (mean ms, mean rows) and prefill forwards."""
+    steps = {kind: after[f"{kind}_count"] - before[f"{kind}_count"] for kind in ("decode", "prefill")}
+
+    def mean_ms(kind: str) -> float | None:
+        seconds = after[f"{kind}_sum"] - before[f"{kind}_sum"]
+        return round(seconds / steps[kind] * 1000, 2) if steps[kind] else None
+
+    occupancy = after["batch_occupancy_sum"] - before["batch_occupancy_sum"]
+    return {
+        "decode_steps": int(steps["decode"]),
+        "decode_step_ms": mean_ms("decode"),
+        "rows_per_step": round(occupancy * after["max_rows"] / steps["decode"], 2) if steps["decode"] else None,
+        "prefills": int(steps["prefill"]),
+        "prefill_ms": mean_ms("prefill"),
+    }
 
 
 # transformers' generate_batch -------------------------------------------------------------------------------
@@ -222,6 +263,7 @@ def main() -> None:
     parser.add_argument("--output-spread", type=int, default=0)
     parser.add_argument("--max-cache-len", type=int, default=1024)
     parser.add_argument("--fuse", action="store_true")
+    parser.add_argument("--prefill-chunk", type=int, help="the server's --prefill-chunk (default: its own)")
     parser.add_argument("--set", action="append", metavar="NAME=VALUE")
     parser.add_argument("--url", help="an already running server (mode server)")
     parser.add_argument("--server-timeout", type=float, default=480, help="seconds the server may take to start")
@@ -282,6 +324,15 @@ def _table(results: dict, modes: list[str]) -> None:
             print(
                 f"{mode:<9} {r['clients']:>7} {r['requests']:>8} {r['tokens']:>7} "
                 f"{r['tokens_per_s'] or 0:>8.1f} {shown}"
+            )
+    if results.get("server"):
+        print(f"{'server':<9} {'clients':>7} {'steps':>8} {'step ms':>8} {'rows':>6} {'prefills':>8} {'ms':>8}"
+              "  (the server's own count of decode steps and prefill forwards)")  # fmt: skip
+        for r in results["server"]:
+            cells = [r["decode_step_ms"], r["rows_per_step"], r["prefills"], r["prefill_ms"]]
+            step_ms, rows, prefills, prefill_ms = ("-" if c is None else c for c in cells)
+            print(
+                f"{'':<9} {r['clients']:>7} {r['decode_steps']:>8} {step_ms:>8} {rows:>6} {prefills:>8} {prefill_ms:>8}"
             )
 
 

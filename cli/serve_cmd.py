@@ -44,7 +44,10 @@ DrainOpt = Annotated[
 ChunkOpt = Annotated[
     int,
     typer.Option(
-        "--prefill-chunk", min=1, help="Prompt tokens per prefill chunk: a decode step waits for one at most."
+        "--prefill-chunk",
+        min=1,
+        help="Prompt tokens one prefill forward runs at most (rows x the longest prompt): a decode step waits for "
+        "one at most.",
     ),
 ]
 
@@ -59,7 +62,7 @@ def serve(
     max_batch: MaxBatchOpt = None,
     queue: QueueOpt = 256,
     drain_s: DrainOpt = 30.0,
-    prefill_chunk: ChunkOpt = 256,
+    prefill_chunk: ChunkOpt = 2048,
     buckets: BucketsOpt = None,
     max_cache_len: CacheLenOpt = None,
     dtype: DtypeOpt = "auto",

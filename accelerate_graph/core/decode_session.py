@@ -202,8 +202,8 @@ class DecodeSession:
         return torch.where(visible, 0.0, torch.finfo(dtype).min).to(dtype)
 
     def row_forward(self, row: int, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        """Per-row mode: one eager forward of row `row` alone (input_ids/position_ids [1, t], written at
-        those positions, every other row untouched); returns its last-position logits [1, V]."""
+        """Per-row mode: one eager forward of the k rows from `row` on (input_ids/position_ids [k, t], written
+        at those positions, every other row untouched); returns their last-position logits [k, V]."""
         cache = self.kv.row_view(row, position_ids)
         mask = self.rows_mask(position_ids, self.max_cache_len)
         return self._run(cache, input_ids, position_ids, mask, None)

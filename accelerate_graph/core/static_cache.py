@@ -210,9 +210,10 @@ class SharedStaticCache:
         return view
 
     def row_view(self, row: int, write_slots: torch.Tensor) -> Cache:
-        """Per-row mode: a cache over row `row` alone and every slot, its new tokens written at
-        `write_slots` [1, t] (a prompt chunk of that row, the other rows untouched)."""
-        view = Cache(layers=[row_layer(layer, slice(row, row + 1), self.max_cache_len) for layer in self.cache.layers])
+        """Per-row mode: a cache over the k rows from `row` on and every slot, their new tokens written at
+        `write_slots` [k, t] (prompt chunks of those rows, the other rows untouched)."""
+        rows = slice(row, row + write_slots.shape[0])
+        view = Cache(layers=[row_layer(layer, rows, self.max_cache_len) for layer in self.cache.layers])
         self._aim(view, write_slots)
         return view
 

@@ -3,7 +3,8 @@ health and metrics. Each request becomes a scheduler Job; the engine thread hand
 request's asyncio queue.
 
 A streamed response starts once the first event came, so a request that fails before its first token still
-gets its status code; a client that goes away (streamed or not) cancels its job, which frees its row.
+gets its status code; a client that goes away (streamed or not) cancels its job, which frees its row. The
+events that wait when a stream is written go out in one write.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from accelerate_graph.serve.protocol import (
     ApiError,
     GenerationParams,
+    TextFrames,
     bad,
     chunk,
     new_id,
@@ -94,7 +96,7 @@ async def _generate(request: Request, scheduler: Scheduler, served: Served, chat
         raise
     queue: asyncio.Queue[Event] = asyncio.Queue()
     loop = asyncio.get_running_loop()
-    job = scheduler.new_job(prompt, params, lambda event: loop.call_soon_threadsafe(queue.put_nowait, event))
+    job = scheduler.new_job(prompt, params, queue.put_nowait, loop.call_soon_threadsafe)
     try:
         scheduler.submit(job)
     except ApiError as err:
@@ -193,22 +195,28 @@ async def _collect(queue: asyncio.Queue[Event]) -> tuple[str, str, dict]:
 
 async def _chunks(first: Event, queue, job: Job, scheduler: Scheduler, request_id: str, model: str, params):
     chat = params.chat
+    text = TextFrames(request_id, model, chat)
     event = first
     try:
         if chat:
             yield sse(chunk(request_id, model, chat, "", role=True))
         while True:
-            if event.kind == "text":
-                yield sse(chunk(request_id, model, chat, event.text))
-            elif event.kind == "done":
-                yield sse(chunk(request_id, model, chat, None, finish=event.finish))
+            frames = []
+            while event.kind == "text":
+                frames.append(text(event.text))
+                if queue.empty():
+                    break
+                event = queue.get_nowait()
+            if event.kind == "done":
+                frames.append(sse(chunk(request_id, model, chat, None, finish=event.finish)))
                 if params.include_usage:
-                    yield sse(usage_chunk(request_id, model, chat, event.usage))
-                break
-            else:  # the status line went out already: the error is the stream's last event
-                yield sse(event.error.body())
-                break
+                    frames.append(sse(usage_chunk(request_id, model, chat, event.usage)))
+            elif event.kind == "error":  # the status line went out already: the error is the stream's last event
+                frames.append(sse(event.error.body()))
+            if event.kind != "text":
+                yield b"".join([*frames, sse("[DONE]")])
+                return
+            yield b"".join(frames)
             event = await queue.get()
-        yield sse("[DONE]")
     finally:
         scheduler.cancel(job)  # a no-op once it finished; a client that left frees its row

@@ -11,7 +11,7 @@ from collections.abc import Callable
 PREFIX = "cugraph_accel_serve"
 OUTCOMES = ("ok", "bad_request", "rejected_full", "rejected_draining", "cancelled", "error")
 STEP_KINDS = ("decode", "prefill")
-# seconds: a decode step of a small model on a CPU to a prefill chunk of a large one
+# seconds: a decode step of a small model on a CPU to a prefill forward of a large one
 STEP_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 
@@ -78,7 +78,7 @@ class Metrics:
             f"# TYPE {PREFIX}_batch_occupancy_sum counter",
             f"{PREFIX}_batch_occupancy_sum {occupancy:.6f}",
             f"# HELP {PREFIX}_step_seconds Engine step latency: one decode step of every decoding row, or one "
-            "prefill chunk.",
+            "prefill forward (the prompts that go in together).",
             f"# TYPE {PREFIX}_step_seconds histogram",
         ]
         for kind in STEP_KINDS:

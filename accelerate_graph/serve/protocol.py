@@ -284,3 +284,17 @@ def usage_chunk(request_id: str, model: str, chat: bool, used: dict) -> dict:
 def sse(payload: dict | str) -> bytes:
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
     return f"data: {data}\n\n".encode()
+
+
+class TextFrames:
+    """One stream's text chunks as server-sent events: all but the text is the stream's own (id, model,
+    time), so it is encoded once and a token costs the encoding of its text alone."""
+
+    _MARK = "\x00text\x00"  # no id or model name holds a NUL
+
+    def __init__(self, request_id: str, model: str, chat: bool):
+        encoded = sse(chunk(request_id, model, chat, self._MARK))
+        self._head, self._tail = encoded.split(json.dumps(self._MARK).encode())
+
+    def __call__(self, text: str) -> bytes:
+        return self._head + json.dumps(text).encode() + self._tail

@@ -17,13 +17,15 @@ from accelerate_graph.serve.engine import SlotEngine
 
 # name -> (prompt, the turn it joins at, how many tokens it takes before it leaves). Four rows: "a" leaves
 # while the others decode, and "d", still prefilling, moves into its row; "c" moves into the row of the
-# request released mid-prefill; "e" joins last, with an id a finished request held.
+# request released mid-prefill; "e" and "f" join last, together, one with an id a finished request held, and
+# go in in one prefill forward, "f" left-padded to the length of "e".
 REQUESTS = {
     "a": ([5, 6, 7, 8, 9, 10, 11], 0, 9),
     "b": ([12, 13], 2, 20),
     "c": ([14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24], 3, 14),
     "d": ([30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43], 7, 10),
-    "e": ([40, 41, 42, 43], 12, 12),
+    "e": ([40, 41], 20, 12),
+    "f": ([44], 20, 7),
 }
 ABANDONED = ([50, 51, 52, 53, 54, 55, 56, 57, 58], 2)  # (prompt, turn): released mid-prefill the turn after
 
@@ -45,12 +47,14 @@ class ScriptRun:
     max_in_use: int = 0  # the most rows held at once
     reused: bool = False  # a request got an id a finished one had held
     decode_steps: int = 0
+    largest_prefill: int = 0  # the most requests one prefill forward took
 
 
 def run_script(engine: SlotEngine, plant=None) -> ScriptRun:
-    """Every request of REQUESTS through `engine`: each turn, the joiners are admitted, every prefilling
-    request runs one chunk, every decoding request one step (in reverse order of joining, so the step's rows
-    are not the engine's order), then the finished ones leave. `plant(engine)` runs after each release."""
+    """Every request of REQUESTS through `engine`: each turn, the joiners are admitted, the prefilling requests
+    run their next chunk, together where one forward holds them (in order of joining), every decoding request
+    one step (in reverse order of joining, so the step's rows are not the engine's order), then the finished
+    ones leave. `plant(engine)` runs after each release."""
     run = ScriptRun()
     rows: dict[str, int] = {}
     prefilling: list[str] = []
@@ -67,15 +71,19 @@ def run_script(engine: SlotEngine, plant=None) -> ScriptRun:
                 prefilling.append(name)
         if turn == ABANDONED[1]:
             abandoned = engine.admit(ABANDONED[0])
-            assert engine.prefill_chunk(abandoned) is None
+            engine.prefill([abandoned])
+            assert engine.next_chunk(abandoned) > 0
         run.max_in_use = max(run.max_in_use, engine.max_rows - engine.free_rows())
-        for name in list(prefilling):
-            logits = engine.prefill_chunk(rows[name])
-            if logits is not None:
-                assert logits.shape == (engine.vocab_size,)
-                run.tokens[name].append(int(logits.argmax()))
-                prefilling.remove(name)
-                decoding.append(name)
+        for group in prefill_groups(engine, [rows[n] for n in prefilling]):
+            logits = engine.prefill(group)
+            assert logits.shape == (len(group), engine.vocab_size)
+            run.largest_prefill = max(run.largest_prefill, len(group))
+            for row, token in zip(group, logits.argmax(-1).tolist()):
+                name = next(n for n in prefilling if rows[n] == row)
+                if engine.next_chunk(row) == 0:
+                    run.tokens[name].append(token)
+                    prefilling.remove(name)
+                    decoding.append(name)
         if turn == ABANDONED[1] + 1:  # mid-prefill, and not the last row in use: a row moves into its place
             engine.release(abandoned)
             released_ids.add(abandoned)
@@ -99,6 +107,17 @@ def run_script(engine: SlotEngine, plant=None) -> ScriptRun:
         turn += 1
     assert engine.free_rows() == engine.max_rows
     return run
+
+
+def prefill_groups(engine: SlotEngine, rows: list[int]) -> list[list[int]]:
+    """`rows` in order, cut where the next row would take a prefill forward past the engine's chunk."""
+    groups: list[list[int]] = []
+    for row in rows:
+        if groups and engine.prefill_tokens([engine.next_chunk(r) for r in (*groups[-1], row)]) <= engine.chunk:
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return groups
 
 
 def plant_stale_values(engine: SlotEngine) -> None:

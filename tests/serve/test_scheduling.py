@@ -1,6 +1,7 @@
 """Continuous batching through the real server: requests that join and leave at any step give each the tokens
-HF's generate() gives it alone; a client that leaves frees its row; a failed step fails only its requests; a
-full queue answers 429; a seed repeats its draw whatever else runs."""
+HF's generate() gives it alone; waiting requests go in in one prefill forward and their events go to the front
+in one hand-over a turn; a client that leaves frees its row; a failed step fails only its requests; a full queue
+answers 429; a seed repeats its draw whatever else runs."""
 
 from __future__ import annotations
 
@@ -56,6 +57,37 @@ def test_staggered_requests_of_different_lengths_each_match_generate_alone(prepa
     assert got == expected
 
 
+def test_waiting_prompts_go_in_together_and_their_events_in_one_hand_over_a_turn(prepared, reference):
+    """Six prompts of 2 to 9 tokens waiting when the engine thread starts: one prefill forward takes them all
+    (6 x 9 tokens within the chunk of 64); each gets generate()'s tokens alone; every turn hands its events
+    over at once (one post), not one per token."""
+    from accelerate_graph.serve.assemble import assemble
+    from accelerate_graph.serve.protocol import GenerationParams
+
+    tokenizer, greedy = reference
+    prompts = prompts_of_length(tokenizer, [3, 9, 5, 7, 2, 8])
+    scheduler = assemble(prepared, Engine(prepared, chunk=64)).scheduler
+    events = [[] for _ in prompts]
+    posts = []
+
+    def post(fn, *args):
+        posts.append(len(args[0]))
+        fn(*args)
+
+    for prompt, got in zip(prompts, events):
+        params = GenerationParams(prompt=prompt, max_tokens=12, temperature=0.0)
+        scheduler.submit(scheduler.new_job(prompt, params, got.append, post))
+    scheduler.start()
+    try:
+        assert wait_until(lambda: scheduler.in_flight() == 0, 60)
+    finally:
+        scheduler.close()
+    got = [("".join(e.text for e in made if e.kind == "text"), made[-1].usage["completion_tokens"]) for made in events]
+    assert got == [greedy(p, 12) for p in prompts]
+    assert scheduler.metrics.steps("prefill") == 1
+    assert len(posts) <= scheduler.metrics.steps("decode") + 1 and max(posts) > 1
+
+
 def test_a_client_that_leaves_frees_its_row_streamed_or_not(prepared):
     import http.client
     import json
@@ -104,7 +136,7 @@ def test_a_failed_step_fails_only_its_requests_and_the_server_goes_on(prepared, 
     tokenizer, greedy = reference
     (long_prompt,) = prompts_of_length(tokenizer, [80])  # five chunks of 16: prefilling while the step fails
     engine = slowed(Engine(prepared, chunk=16))
-    admit, prefill_chunk, decode = engine.admit, engine.prefill_chunk, engine.decode
+    admit, prefill, decode = engine.admit, engine.prefill, engine.decode
     seen = {"long_row": None, "armed": False, "fired": False}
 
     def admitting(tokens):
@@ -113,9 +145,9 @@ def test_a_failed_step_fails_only_its_requests_and_the_server_goes_on(prepared, 
             seen["long_row"] = row
         return row
 
-    def prefilling(row):
-        seen["armed"] |= row == seen["long_row"]
-        return prefill_chunk(row)
+    def prefilling(rows):
+        seen["armed"] |= seen["long_row"] in rows
+        return prefill(rows)
 
     def decoding(rows, tokens):
         if seen["armed"] and not seen["fired"]:
@@ -123,7 +155,7 @@ def test_a_failed_step_fails_only_its_requests_and_the_server_goes_on(prepared, 
             raise RuntimeError("the graph replay failed (injected)")
         return decode(rows, tokens)
 
-    engine.admit, engine.prefill_chunk, engine.decode = admitting, prefilling, decoding
+    engine.admit, engine.prefill, engine.decode = admitting, prefilling, decoding
     with running(prepared, engine) as (url, service):
         api, name = client(url), service.served.name
         stream = iter(

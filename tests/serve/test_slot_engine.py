@@ -1,6 +1,6 @@
 """SlotEngine and per-row mode on the CPU emulation (float32): requests that join and leave at different
-steps each get HF generate()'s greedy tokens for their prompt alone, plain and fused, and never see another
-request's cache."""
+steps, and prompts of different lengths prefilled in one forward, each get HF generate()'s greedy tokens for
+their prompt alone, plain and fused, and never see another request's cache."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_staggered_requests_each_equal_hf_generate_alone(tiny_model_dir, model_t
     engine = prepared_engine(tiny_model_dir(model_type))
     run = run_script(engine)
     assert run.tokens == expected_tokens(engine.session.model)
-    assert run.max_in_use == engine.max_rows and run.reused
+    assert run.max_in_use == engine.max_rows and run.reused and run.largest_prefill == 2
     assert engine.graphs.eager_fallbacks == 0
 
 
@@ -58,7 +58,7 @@ def test_the_stale_values_would_show_if_a_row_attended_them(tiny_model_dir):
     """The planted values are not harmless: one slot past a row's position made visible changes its logits."""
     engine = prepared_engine(tiny_model_dir("llama"))
     row = engine.admit([5, 6, 7])
-    first = engine.prefill_chunk(row)
+    (first,) = engine.prefill([row])
     plant_stale_values(engine)
     token = torch.tensor([int(first.argmax())])
     start = engine.session.kv.snapshot(1)
@@ -87,8 +87,9 @@ def test_chunked_prefill_equals_one_chunk(tiny_model_dir):
             chunk=chunk,
         )
         row = engine.admit(prompt)
-        chunks = 1
-        while (logits := engine.prefill_chunk(row)) is None:
+        chunks = 0
+        while engine.next_chunk(row):
+            (logits,) = engine.prefill([row])
             chunks += 1
         tokens = [int(logits.argmax())]
         for _ in range(6):
@@ -101,10 +102,64 @@ def test_chunked_prefill_equals_one_chunk(tiny_model_dir):
     assert small == one == hf_alone(engine.session.model, prompt, 7)
 
 
+def test_prompts_of_different_lengths_prefilled_together_each_equal_hf_alone(tiny_model_dir):
+    """Prompts of 3, 11 and 6 tokens in one forward (left-padded to 11), asked out of row order; later two more
+    whose rows are not consecutive (a release moved one below a decoding row): two forwards, one per run. Stale
+    values planted everywhere no request has written; each request's tokens are HF's for its prompt alone."""
+    model = load(tiny_model_dir("llama"))
+    engine = engine_on_session(model, EmulatedBackend(), fused=False, chunk=64)
+    forwards = []
+    row_forward = engine.session.row_forward
+    engine.session.row_forward = lambda *args: forwards.append(args[2].tolist()) or row_forward(*args)
+    prompts = {
+        "a": [5, 6, 7],
+        "b": list(range(20, 31)),
+        "c": [40, 41, 42, 43, 44, 45],
+        "d": [50],
+        "e": [60, 61, 62, 63, 64],
+    }
+    rows, tokens = {}, {}
+
+    def prefill(names):
+        logits = engine.prefill([rows[n] for n in names])
+        for name, token in zip(names, logits.argmax(-1).tolist()):
+            tokens[name] = [token]
+
+    def step(names, times):
+        for _ in range(times):
+            feed = torch.tensor([tokens[n][-1] for n in names])
+            for name, token in zip(names, engine.decode([rows[n] for n in names], feed).argmax(-1).tolist()):
+                tokens[name].append(token)
+
+    def release(name):
+        engine.release(rows.pop(name))
+        plant_stale_values(engine)
+
+    for name in "abc":
+        rows[name] = engine.admit(prompts[name])
+    plant_stale_values(engine)
+    prefill(["b", "a", "c"])
+    # one forward, rows in cache order; padding on the left, at slots past the prompt (on a GPU, a slot written
+    # twice in one forward holds either write)
+    assert forwards[0] == [
+        [*range(3, 11), *range(3)],
+        list(range(11)),
+        [*range(6, 11), *range(6)],
+    ]
+    step(["a", "b", "c"], 3)
+    release("a")  # "c" moves into row 0
+    rows["d"], rows["e"] = engine.admit(prompts["d"]), engine.admit(prompts["e"])  # rows 2 and 3
+    release("c")  # "e" moves into row 0: "d" and "e" hold rows 2 and 0, "b" row 1 between them
+    prefill(["d", "e"])
+    assert forwards[1:] == [[list(range(5))], [[*range(1, 5), 0]]]  # "e" in row 0, then "d" in row 2
+    step(["e", "b", "d"], 6)  # "b" reaches position 21: past the context bucket of 16
+    assert tokens == {name: hf_alone(model, prompts[name], len(made)) for name, made in tokens.items()}
+
+
 def test_the_engine_refuses_what_it_cannot_do(tiny_model_dir):
     engine = engine_on_session(load(tiny_model_dir("llama")), EmulatedBackend(), fused=False)
-    with pytest.raises(BadOptionError, match="does not fit in a row of 64 cache slots"):
-        engine.admit(list(range(65)))
+    with pytest.raises(BadOptionError, match="64 tokens leaves no room for a new token in a row of 64 cache slots"):
+        engine.admit(list(range(64)))
     with pytest.raises(BadOptionError, match="the prompt is empty"):
         engine.admit([])
     with pytest.raises(BadOptionError, match="token id 256 is not in the model's vocabulary of 256"):
@@ -114,16 +169,21 @@ def test_the_engine_refuses_what_it_cannot_do(tiny_model_dir):
         engine.admit([1])
     with pytest.raises(BadOptionError, match="has not prefilled its whole prompt"):
         engine.decode(rows[:1], torch.tensor([1]))
-    engine.prefill_chunk(rows[0])
+    with pytest.raises(BadOptionError, match="a prefill of 2 rows of up to 3 prompt tokens runs 6 tokens, more than"):
+        engine.prefill(rows[:2])  # the chunk is 4
+    with pytest.raises(BadOptionError, match="Give at least one row, and each row once"):
+        engine.prefill([rows[0], rows[0]])
+    engine.prefill(rows[:1])
+    with pytest.raises(BadOptionError, match=f"row {rows[0]} has prefilled its whole prompt"):
+        engine.prefill(rows[:1])
     with pytest.raises(BadOptionError, match="Give each row once"):
         engine.decode([rows[0], rows[0]], torch.tensor([1, 1]))
     engine.release(rows[1])
     with pytest.raises(BadOptionError, match=f"row {rows[1]} holds no request"):
         engine.position(rows[1])
     full = engine.admit(list(range(1, 64)))  # 63 tokens: one decode step fits, then the row is full
-    token = engine.prefill_chunk(full)
-    while token is None:
-        token = engine.prefill_chunk(full)
+    while engine.next_chunk(full):
+        engine.prefill([full])
     engine.decode([full], torch.tensor([1]))
     assert engine.position(full) == 64
     with pytest.raises(ResourceError, match=f"row {full} is full: its next token would go to slot 64 of 64"):

@@ -1,12 +1,13 @@
 """The parts of the server that need no engine: streamed text with stop strings (held back while they may
-still begin one), and the request checks, on plain values."""
+still begin one), the request checks, on plain values, and a stream's chunks encoded once but for the text."""
 
 from __future__ import annotations
 
 import pytest
 from serving import TRAINED_TINY
 
-from accelerate_graph.serve.protocol import ApiError, parse_request, read_body
+from accelerate_graph.serve import protocol
+from accelerate_graph.serve.protocol import ApiError, TextFrames, chunk, parse_request, read_body, sse
 from accelerate_graph.serve.text import IncrementalText
 
 
@@ -85,3 +86,11 @@ def test_a_body_must_be_a_json_object():
         with pytest.raises(ApiError) as caught:
             read_body(raw)
         assert caught.value.status == 400
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_a_streams_text_frames_are_its_chunks_encoded_whole(monkeypatch, chat):
+    monkeypatch.setattr(protocol.time, "time", lambda: 1700000000.5)
+    frames = TextFrames("cmpl-0123", 'model "x"/ü', chat)
+    for text in ("", "plain", 'quote " and \\ back', "naïve 日本語\n\ttab", "\x00"):
+        assert frames(text) == sse(chunk("cmpl-0123", 'model "x"/ü', chat, text))
