@@ -213,7 +213,7 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
     ),
     Exhaustive(
         "tests/quant/test_fp8_matmul.py::test_kernel_matches_the_reference_under_the_interpreter[*]",
-        "118 interpreted kernel cases (in one child, ~26 s for the fast few); one of each path and fold stays fast",
+        "145 interpreted kernel cases (in one child, ~26 s for the fast few); one of each path and fold stays fast",
         keep=tuple(
             f"*[{case}]"
             for case in (  # fmt: skip

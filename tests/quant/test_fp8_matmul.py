@@ -228,7 +228,7 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
     *(
         {"id": f"{path}-fp16-{scales}-rows{rows}", "rows": rows, "n": 40, "k": 72, "dtype": "fp16",
          "block": block, "bias": True, "config": {"block_n": 16, "block_k": 32, "dot": True, "swap": path == "swap"}}
-        for rows in (3, 4, 16)
+        for rows in (3, 4, 16, 32, 64)  # 32 and 64: every decode batch, one and two 32-row blocks
         for path in ("dot", "swap")
         for scales, block in (("channel", None), ("block", 32))
     ),
@@ -256,7 +256,7 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
             ("swap-split", "fp16", {"block_n": 16, "block_k": 32, "dot": True, "swap": True, "split_k": 3}),
             ("dot", "fp32", {"block_n": 16, "block_k": 32, "dot": True}),
         )
-        for rows in ((1, 2) if path in ("fma", "split") else (1,) if path == "lookahead" else (4, 16))
+        for rows in ((1, 2) if path in ("fma", "split") else (1,) if path == "lookahead" else (4, 16, 32))
         for scales, block in (("channel", None), ("block", 32))
     ),
     *(
@@ -272,6 +272,7 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
     ),
     {"id": "fp16-block128", "rows": 2, "n": 136, "k": 200, "dtype": "fp16", "block": 128, "config": FMA},
     {"id": "op-default-config-rows1", "rows": 1, "n": 48, "k": 80, "dtype": "bf16", "block": None, "bias": True},
+    {"id": "op-default-config-rows64", "rows": 64, "n": 48, "k": 80, "dtype": "fp16", "block": 16, "bias": True},
     {"id": "op-default-config-batched", "rows": 6, "n": 40, "k": 64, "dtype": "fp32", "block": 16, "batched": True},
 ]  # fmt: skip
 
@@ -369,7 +370,7 @@ def _fold_operands(x, n, seed=1):
 
 @pytest.mark.cuda
 @needs_cuda
-@pytest.mark.parametrize("rows", [1, 2, 4, 16, fm.SKINNY_MAX_ROWS + 7])
+@pytest.mark.parametrize("rows", [1, 2, 4, 16, 32, fm.SKINNY_MAX_ROWS, fm.SKINNY_MAX_ROWS + 7])
 @pytest.mark.parametrize("block", [None, 128])
 def test_gpu_folded_ops_match_the_unfolded_sequence(rows, block):
     """The norm, the residual and gate/up's activation folded into the skinny kernel (fp8_fold) at its rows:
@@ -436,7 +437,7 @@ def test_gpu_tune_grid_tilings_match_the_reference(name, block):
 
 @pytest.mark.cuda
 @needs_cuda
-@pytest.mark.parametrize("rows", [1, 4, fm.SKINNY_MAX_ROWS + 7])
+@pytest.mark.parametrize("rows", [1, 4, 32, fm.SKINNY_MAX_ROWS + 7])
 @pytest.mark.parametrize("block", [None, 128])
 def test_gpu_fp16_x_matches_the_reference(rows, block):
     """fp16 activations: the skinny kernel's fp8 -> fp16 conversion and rounding; above its rows the weight
