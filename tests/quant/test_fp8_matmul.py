@@ -62,6 +62,16 @@ def test_dequantize_per_channel_and_per_block_with_ragged_edges():
     assert torch.equal(dequantize(weight, blocks, 32), expected)
 
 
+@pytest.mark.parametrize("block", [None, 16])
+def test_the_prefill_path_dequantizes_a_piece_at_a_time_to_the_same_bits(block, monkeypatch):
+    """Pieces of 32 rows (two 16-row blocks) over 72 rows, the last piece ragged: the whole weight's bits."""
+    monkeypatch.setattr(fm, "DEQUANTIZE_ROWS", 32)
+    x, weight, scale, block_, bias = make(5, 72, 40, block=block, bias=True)
+    got = fm.dequantized_linear(x.reshape(5, 1, 40), weight, scale, block_, bias)
+    expected = F.linear(x, dequantize(weight, scale, block_).to(x.dtype), bias)
+    assert got.shape == (5, 1, 72) and torch.equal(got.reshape(5, 72), expected)
+
+
 def test_the_op_on_the_cpu_is_the_reference_for_any_leading_shape():
     x, weight, scale, block, bias = make(6, 40, 96, block=32, bias=True)
     got = fm.fp8_matmul(x.reshape(2, 3, 96), weight, scale, block, bias)
