@@ -269,8 +269,8 @@ class Scheduler:
         try:
             logits = self.engine.prefill([job.row for job in jobs])
             ready = [i for i, job in enumerate(jobs) if self.engine.next_chunk(job.row) == 0]
-            if not ready:  # a prompt longer than a chunk, part of the way in
-                return []
+            if not ready:  # a prompt longer than a chunk, part of the way in: no token, but a forward to count
+                return [_Launched("prefill", [], TokenRead(logits.new_empty(0, dtype=torch.long)), started)]
             firsts = [jobs[i] for i in ready]
             if len(ready) < len(jobs):
                 logits = logits.index_select(0, upload(ready, logits.device))

@@ -88,6 +88,26 @@ def test_waiting_prompts_go_in_together_and_their_events_in_one_hand_over_a_turn
     assert len(posts) <= scheduler.metrics.steps("decode") + 1 and max(posts) > 1
 
 
+def test_a_prompt_longer_than_a_chunk_goes_in_a_chunk_a_forward_each_counted(prepared, reference):
+    """40 prompt tokens under a chunk of 16: forwards of 16, 16 and 8, each in the prefill count."""
+    from accelerate_graph.serve.assemble import assemble
+    from accelerate_graph.serve.protocol import GenerationParams
+
+    tokenizer, greedy = reference
+    (prompt,) = prompts_of_length(tokenizer, [40])
+    scheduler = assemble(prepared, Engine(prepared, chunk=16)).scheduler
+    made = []
+    params = GenerationParams(prompt=prompt, max_tokens=6, temperature=0.0)
+    scheduler.submit(scheduler.new_job(prompt, params, made.append, lambda fn, *args: fn(*args)))
+    scheduler.start()
+    try:
+        assert wait_until(lambda: scheduler.in_flight() == 0, 60)
+    finally:
+        scheduler.close()
+    assert ("".join(e.text for e in made if e.kind == "text"), made[-1].usage["completion_tokens"]) == greedy(prompt, 6)
+    assert scheduler.metrics.steps("prefill") == 3
+
+
 def test_a_client_that_leaves_frees_its_row_streamed_or_not(prepared):
     import http.client
     import json
