@@ -75,11 +75,14 @@ def grouped_mm_reads_host(dtypes: tuple[torch.dtype, ...], capability: tuple[int
     return any(d != torch.bfloat16 for d in dtypes) or capability[0] not in GROUPED_MM_FAST_MAJORS
 
 
+# resolved once: detection asks of every op of two traced steps
+_GROUPED_MM = getattr(getattr(torch.ops.aten, "_grouped_mm", None), "default", None)
+
+
 def hidden_host_read(func, args: tuple, kwargs: dict) -> str | None:
     """Why the aten call `func(*args, **kwargs)` reads device data on the host inside its CUDA kernel, where a
     dispatch mode cannot see it, else None. The one such op known: `aten._grouped_mm` (grouped_mm_reads_host)."""
-    grouped_mm = getattr(torch.ops.aten, "_grouped_mm", None)
-    if grouped_mm is None or func is not grouped_mm.default:
+    if _GROUPED_MM is None or func is not _GROUPED_MM:
         return None
     a, b = args[0], args[1]
     if a.device.type != "cuda":
