@@ -10,8 +10,9 @@ Modes (--modes, any of):
 Each row: requests, generated tokens, tokens/s over the wall time, time to first token and inter-token latency
 p50/p99 (a server's gaps between streamed chunks; generate_batch's token timestamps; generate's step times).
 Prompt and output lengths are drawn uniformly within +-spread of their means (seeded). A server's rows also
-carry its own count of the load (from /metrics): decode steps, their mean time and rows, prefill forwards and
-their mean time.
+carry its own count of the load (from /metrics): decode steps, their mean time, the device's part of it and
+their rows, prefill forwards and their mean time, and the share of the time the engine thread waited for the
+device: near 0 means the host's work per step, not the GPU, sets the pace.
 
   python3 benchmarks/serve_load.py recipes/llama-3.1-8b.yaml --fuse --clients 1,8,32,64 --prompt-len 128 \\
       --output-len 128 --json serve-load.json
@@ -148,7 +149,7 @@ def server_mode(args, vocab: int) -> list[dict]:
             work = workload(clients * args.per_client, args, vocab, clients)
             before = _server_counts(url)
             rows.append(asyncio.run(_client_load(url, name, work, clients)))
-            rows[-1].update(_server_steps(before, _server_counts(url)))
+            rows[-1].update(_server_steps(before, _server_counts(url), rows[-1]["seconds"]))
             print("server", rows[-1], flush=True)
         return rows
     finally:
@@ -158,7 +159,8 @@ def server_mode(args, vocab: int) -> list[dict]:
 
 
 def _server_counts(url: str) -> dict[str, float]:
-    """The server's step counters from /metrics: step seconds' sums and counts by kind, and the occupancy sum."""
+    """The server's step counters from /metrics: step seconds' sums and counts by kind, the device's seconds by
+    kind, the engine thread's wait and the occupancy sum."""
     import urllib.request
 
     with urllib.request.urlopen(f"{url}/metrics", timeout=30) as answer:
@@ -170,17 +172,23 @@ def _server_counts(url: str) -> dict[str, float]:
             for part in ("sum", "count"):
                 if name == f'cugraph_accel_serve_step_seconds_{part}{{kind="{kind}"}}':
                     counts[f"{kind}_{part}"] = float(value)
+            if name == f'cugraph_accel_serve_device_seconds_total{{kind="{kind}"}}':
+                counts[f"{kind}_device"] = float(value)
+        if name == "cugraph_accel_serve_engine_wait_seconds_total":
+            counts["engine_wait"] = float(value)
         if name in ("cugraph_accel_serve_batch_occupancy_sum", "cugraph_accel_serve_max_rows"):
             counts[name.rsplit("_serve_", 1)[1]] = float(value)
     return counts
 
 
-def _server_steps(before: dict[str, float], after: dict[str, float]) -> dict:
-    """What the server counted between two scrapes: its decode steps (mean ms, mean rows) and prefill forwards."""
+def _server_steps(before: dict[str, float], after: dict[str, float], wall: float) -> dict:
+    """What the server counted between two scrapes (`wall` seconds apart, about): its decode steps (mean ms,
+    mean device ms, mean rows), prefill forwards, and the share of the time its engine thread waited for the
+    device (the rest: host work)."""
     steps = {kind: after[f"{kind}_count"] - before[f"{kind}_count"] for kind in ("decode", "prefill")}
 
-    def mean_ms(kind: str) -> float | None:
-        seconds = after[f"{kind}_sum"] - before[f"{kind}_sum"]
+    def mean_ms(kind: str, series: str = "sum") -> float | None:
+        seconds = after.get(f"{kind}_{series}", 0.0) - before.get(f"{kind}_{series}", 0.0)
         return round(seconds / steps[kind] * 1000, 2) if steps[kind] else None
 
     occupancy = after["batch_occupancy_sum"] - before["batch_occupancy_sum"]
@@ -188,8 +196,13 @@ def _server_steps(before: dict[str, float], after: dict[str, float]) -> dict:
         "decode_steps": int(steps["decode"]),
         "decode_step_ms": mean_ms("decode"),
         "rows_per_step": round(occupancy * after["max_rows"] / steps["decode"], 2) if steps["decode"] else None,
+        "decode_device_ms": mean_ms("decode", "device"),
         "prefills": int(steps["prefill"]),
         "prefill_ms": mean_ms("prefill"),
+        "prefill_device_ms": mean_ms("prefill", "device"),
+        "engine_wait_share": round((after.get("engine_wait", 0.0) - before.get("engine_wait", 0.0)) / wall, 3)
+        if wall > 0
+        else None,
     }
 
 
@@ -326,13 +339,16 @@ def _table(results: dict, modes: list[str]) -> None:
                 f"{r['tokens_per_s'] or 0:>8.1f} {shown}"
             )
     if results.get("server"):
-        print(f"{'server':<9} {'clients':>7} {'steps':>8} {'step ms':>8} {'rows':>6} {'prefills':>8} {'ms':>8}"
-              "  (the server's own count of decode steps and prefill forwards)")  # fmt: skip
+        print(f"{'server':<9} {'clients':>7} {'steps':>8} {'step ms':>8} {'device':>7} {'rows':>6} {'prefills':>8} "
+              f"{'ms':>8} {'device':>7} {'waits':>6}  (the server's own count: decode steps and prefill forwards, "
+              "the device's part of them, the engine thread's share of time waiting for it)")  # fmt: skip
         for r in results["server"]:
-            cells = [r["decode_step_ms"], r["rows_per_step"], r["prefills"], r["prefill_ms"]]
-            step_ms, rows, prefills, prefill_ms = ("-" if c is None else c for c in cells)
+            keys = ("decode_step_ms", "decode_device_ms", "rows_per_step", "prefills", "prefill_ms")
+            cells = ["-" if r.get(key) is None else r[key] for key in (*keys, "prefill_device_ms")]
+            wait = r.get("engine_wait_share")
             print(
-                f"{'':<9} {r['clients']:>7} {r['decode_steps']:>8} {step_ms:>8} {rows:>6} {prefills:>8} {prefill_ms:>8}"
+                f"{'':<9} {r['clients']:>7} {r['decode_steps']:>8} {cells[0]:>8} {cells[1]:>7} {cells[2]:>6} "
+                f"{cells[3]:>8} {cells[4]:>8} {cells[5]:>7} {'-' if wait is None else f'{wait:.0%}':>6}"
             )
 
 

@@ -26,6 +26,10 @@ class Metrics:
         self.occupancy_sum = 0.0  # decode steps' rows / max_rows, summed: with steps, the mean occupancy
         self._counts = {kind: [0] * (len(STEP_BUCKETS) + 1) for kind in STEP_KINDS}
         self._sums = dict.fromkeys(STEP_KINDS, 0.0)
+        # where a step's time goes: the device's own time (CUDA), and the engine thread's wait for it; the
+        # rest of the thread's time is host work (launching, stop checks, text, the hand-over)
+        self._device = dict.fromkeys(STEP_KINDS, 0.0)
+        self.engine_wait = 0.0
 
     def request_done(self, outcome: str, prompt_tokens: int = 0, generated_tokens: int = 0) -> None:
         with self._lock:
@@ -33,17 +37,27 @@ class Metrics:
             self.prompt_tokens += prompt_tokens
             self.generated_tokens += generated_tokens
 
-    def step(self, kind: str, seconds: float, rows: int = 0) -> None:
+    def step(self, kind: str, seconds: float, rows: int = 0, device: float | None = None) -> None:
         index = next((i for i, bound in enumerate(STEP_BUCKETS) if seconds <= bound), len(STEP_BUCKETS))
         with self._lock:
             self._counts[kind][index] += 1
             self._sums[kind] += seconds
+            self._device[kind] += device or 0.0
             if kind == "decode":
                 self.occupancy_sum += rows / self.max_rows
+
+    def waited(self, seconds: float) -> None:
+        with self._lock:
+            self.engine_wait += seconds
 
     def steps(self, kind: str) -> int:
         with self._lock:
             return sum(self._counts[kind])
+
+    def seconds(self, kind: str) -> tuple[float, float]:
+        """The steps of `kind` so far: their seconds as the engine thread saw them, and the device's."""
+        with self._lock:
+            return self._sums[kind], self._device[kind]
 
     def render(self) -> str:
         with self._lock:
@@ -52,6 +66,7 @@ class Metrics:
                 {k: list(v) for k, v in self._counts.items()},
                 dict(self._sums),
             )
+            device, wait = dict(self._device), self.engine_wait
             prompt, generated, occupancy = self.prompt_tokens, self.generated_tokens, self.occupancy_sum
         gauges = self._gauges()
         lines = [
@@ -88,4 +103,13 @@ class Metrics:
                 lines.append(f'{PREFIX}_step_seconds_bucket{{kind="{kind}",le="{bound}"}} {running}')
             lines.append(f'{PREFIX}_step_seconds_sum{{kind="{kind}"}} {sums[kind]:.6f}')
             lines.append(f'{PREFIX}_step_seconds_count{{kind="{kind}"}} {running}')
+        lines += [
+            f"# HELP {PREFIX}_device_seconds_total The device's own time in the steps (CUDA; 0 elsewhere).",
+            f"# TYPE {PREFIX}_device_seconds_total counter",
+            *(f'{PREFIX}_device_seconds_total{{kind="{kind}"}} {device[kind]:.6f}' for kind in STEP_KINDS),
+            f"# HELP {PREFIX}_engine_wait_seconds_total The engine thread's time waiting for the device's tokens "
+            "(the rest of its time is host work).",
+            f"# TYPE {PREFIX}_engine_wait_seconds_total counter",
+            f"{PREFIX}_engine_wait_seconds_total {wait:.6f}",
+        ]
         return "\n".join(lines) + "\n"

@@ -32,7 +32,7 @@ from accelerate_graph.generate.sampling import Sampler, Sampling
 from accelerate_graph.serve.metrics import Metrics
 from accelerate_graph.serve.protocol import ApiError, GenerationParams, usage
 from accelerate_graph.serve.text import IncrementalText
-from accelerate_graph.serve.transfers import TokenRead, upload
+from accelerate_graph.serve.transfers import TokenRead, launch_mark, upload
 
 DEFAULT_QUEUE = 256  # requests waiting for a row before new ones get 429
 
@@ -265,12 +265,12 @@ class Scheduler:
 
     def _prefill(self) -> list[_Launched]:
         """One forward of the prefilling prompts; those now all in get their first token and decode."""
-        jobs, started = self._prefilling, time.perf_counter()
+        jobs, started, mark = self._prefilling, time.perf_counter(), launch_mark(self._device)
         try:
             logits = self.engine.prefill([job.row for job in jobs])
             ready = [i for i, job in enumerate(jobs) if self.engine.next_chunk(job.row) == 0]
             if not ready:  # a prompt longer than a chunk, part of the way in: no token, but a forward to count
-                return [_Launched("prefill", [], TokenRead(logits.new_empty(0, dtype=torch.long)), started)]
+                return [_Launched("prefill", [], TokenRead(logits.new_empty(0, dtype=torch.long), mark), started)]
             firsts = [jobs[i] for i in ready]
             if len(ready) < len(jobs):
                 logits = logits.index_select(0, upload(ready, logits.device))
@@ -285,10 +285,10 @@ class Scheduler:
         for job in firsts:
             job.issued = 1
         self._decoding += [job for job in firsts if job.issued < job.limit]
-        return [_Launched("prefill", firsts, TokenRead(chosen), started)]
+        return [_Launched("prefill", firsts, TokenRead(chosen, mark), started)]
 
     def _decode(self) -> list[_Launched]:
-        jobs, started = self._decoding, time.perf_counter()
+        jobs, started, mark = self._decoding, time.perf_counter(), launch_mark(self._device)
         try:
             rows = [job.row for job in jobs]
             if rows != self._step_ids:  # the same rows as the last step: their ids are on the device already
@@ -304,7 +304,7 @@ class Scheduler:
         for job in jobs:
             job.issued += 1
         self._decoding = [job for job in jobs if job.issued < job.limit]
-        return [_Launched("decode", jobs, TokenRead(chosen), started)]
+        return [_Launched("decode", jobs, TokenRead(chosen, mark), started)]
 
     def _choose(self, jobs: list[Job], logits: torch.Tensor) -> torch.Tensor:
         """Each job's next token [n] from its row of `logits` [n, V], chosen on the device (no host read)."""
@@ -331,18 +331,21 @@ class Scheduler:
     def _read(self, launched: list[_Launched]) -> None:
         """The tokens of `launched`, to their jobs (those that ended since drop theirs)."""
         for step in launched:
+            waited = time.perf_counter()
             try:
                 tokens = step.read.tokens()
+                device = step.read.device_seconds()
             except Exception as err:  # noqa: BLE001 - a step that failed on the device fails its requests
                 for job in step.jobs:
                     self._fail(job, err)
                 continue
             now = time.perf_counter()
+            self.metrics.waited(now - waited)
             if step.kind == "decode":  # a step queued behind the one before starts when that one is read
-                self.metrics.step("decode", now - max(step.started, self._last_decode_read), len(step.jobs))
+                self.metrics.step("decode", now - max(step.started, self._last_decode_read), len(step.jobs), device)
                 self._last_decode_read = now
             else:
-                self.metrics.step("prefill", now - step.started)
+                self.metrics.step("prefill", now - step.started, device=device)
             for job, token in zip(step.jobs, tokens):
                 if not job.finished:
                     self._take(job, token)

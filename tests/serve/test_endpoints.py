@@ -96,6 +96,9 @@ def test_token_id_prompts_models_health_and_metrics(server):
     assert 'cugraph_accel_serve_requests_total{outcome="ok"} 1' in text
     assert "cugraph_accel_serve_prompt_tokens_total 4" in text
     assert 'cugraph_accel_serve_step_seconds_count{kind="decode"}' in text
+    series = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    assert float(series["cugraph_accel_serve_engine_wait_seconds_total"]) > 0  # it read the tokens of 3 steps
+    assert float(series['cugraph_accel_serve_device_seconds_total{kind="decode"}']) == 0  # timed on CUDA only
 
 
 @pytest.mark.parametrize(
