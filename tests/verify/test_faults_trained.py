@@ -52,6 +52,9 @@ def test_the_correct_graphs_pass(dtype, device):
 )
 def test_a_fault_in_every_graph_fails_every_case(kind, size, dtype, device):
     rows = verify_with(trained_session(dtype, device), fault(kind, size))
+    if kind == "drift" and dtype == BF16:
+        assert_fails_but_where_router_ties_hide_it(rows)
+        return
     if kind != "close_flip":
         assert failed(rows) == every(rows), [r.detail for r in rows if r.passed]
         return
@@ -70,7 +73,17 @@ def test_a_fault_in_every_graph_fails_every_case(kind, size, dtype, device):
 def test_a_cache_three_times_further_from_float32_than_eagers_fails(device):
     session = trained_session(BF16, device)
     rows = verify_with(session, cache_noise_fault(session, 3.0, 1))
-    assert failed(rows) == every(rows), [r.detail for r in rows if r.passed]
+    assert_fails_but_where_router_ties_hide_it(rows)
+
+
+def assert_fails_but_where_router_ties_hide_it(rows) -> None:
+    """A fault at bf16's own noise scale fails every case, except, in a mixture of experts, a small case whose
+    every departing row left its bound at a near-tie of the reference's routers, within the rows that eager's
+    noise may flip there (criterion.router_row_allowance): a departure that one router decision going the
+    other way explains. The run still fails, and such cases are few. A dense model has no such case."""
+    hidden = {_key(r) for r in rows if r.passed and r.router_accepted and not r.router_rejected}
+    assert failed(rows) | hidden == every(rows), [r.detail for r in rows if r.passed]
+    assert len(hidden) <= len(rows) // 4, sorted(hidden)
 
 
 @pytest.mark.parametrize("device", DEVICES)
