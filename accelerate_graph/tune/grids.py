@@ -104,22 +104,29 @@ def describe(cfg: SkinnyConfig) -> str:
 
 # -- the FP8-weight kernel (quant/fp8_kernels.py) ------------------------------------------------------------
 # Its weights are one byte: a 16-byte load is 16 values, so its K tiles run longer than bf16's for the same
-# bytes. 15-28 configs an op and bucket: a model's four ops at 1, 8, 16 and 32 rows are under 400 trials, which
-# tune's default budget holds at ~1.2 s a trial (a compile, a check, a timed replay: estimated, not yet measured).
+# bytes. 15-33 configs an op and bucket: a model's four ops at 1, 8, 16 and 32 rows are under 400 trials, at
+# ~1.2 s a trial (a compile, a check, a timed replay: estimated, not yet measured).
 
 
 def fp8_fma_grid(k: int, rows: int = 1) -> list[SkinnyConfig]:
     """One or two rows, float32 multiply-and-sum on a [rows, BLOCK_N, BLOCK_K] tile: first with the next K tile
     loaded ahead (two tiles in registers, at most 32 values a thread; a K of two tiles or more), then without
     (up to 64 values a thread), then split-K 2 and 4 for long reductions. A second row halves the tile a
-    thread can hold without spilling. Triton does not pipeline these loops: one num_stages each."""
+    thread can hold without spilling. Triton does not pipeline these loops: one num_stages each. Without the
+    next tile ahead, also inductor's kind of GEMV tile (1-4 outputs over K tiles of 1,024-4,096, 4 warps):
+    many programs, each a long stream of few weight rows, which won 7 of the 17 one-row bf16 calls on the H200
+    (5 of the 6 with a residual; tables/skinny-NVIDIA_H200.json)."""
     tiles = [(n, bk, w) for w in (4, 8) for n in (8, 16, 32, 64) for bk in (256, 512, 1024)]
+    narrow = ((1, 4096), (2, 2048), (2, 4096), (4, 1024), (4, 2048))
+    narrow_tiles = [(n, bk, 4) for n, bk in narrow if bk <= max(k, 1024)]
     ahead = [
         SkinnyConfig(n, bk, w, 1, lookahead=True)
         for n, bk, w in tiles
         if 8 * 32 * w <= rows * n * bk <= 32 * 32 * w and k >= 2 * bk
     ]
-    plain = [SkinnyConfig(n, bk, w, 2) for n, bk, w in tiles if 8 * 32 * w <= rows * n * bk <= 64 * 32 * w]
+    plain = [
+        SkinnyConfig(n, bk, w, 2) for n, bk, w in tiles + narrow_tiles if 8 * 32 * w <= rows * n * bk <= 64 * 32 * w
+    ]
     split = []
     if k >= 4096:
         split = [SkinnyConfig(16 // rows, 512, 4, 2, split_k=x) for x in (2, 4)]

@@ -252,6 +252,15 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
          "config": {"block_n": 16, "block_k": 32, "lookahead": True}}
         for scales, block in (("channel", None), ("block", 32))
     ),
+    # the narrow GEMV tiles of the one-row tune grid: 1 or 4 outputs a program, K tiles spanning several scale
+    # blocks, the last one ragged
+    *(
+        {"id": f"narrow-n{block_n}-{scales}-rows{rows}", "rows": rows, "n": 40, "k": 200, "dtype": "bf16",
+         "block": block, "bias": True, "config": {"block_n": block_n, "block_k": block_k}}
+        for block_n, block_k in ((1, 128), (4, 64))
+        for rows in (1, 2)
+        for scales, block in (("channel", None), ("block", 32))
+    ),
     # the folds (fp8_fold): the norm as x is loaded, the residual or silu(gate) * up in the epilogue, split-K's
     # finish included; gate/up: 32 columns of each half (a whole 32-row block), no bias
     *(
@@ -411,6 +420,8 @@ def test_gpu_folded_ops_match_the_unfolded_sequence(rows, block):
 GPU_CONFIGS = {
     "lookahead": (1, configs.SkinnyConfig(32, 256, 4, 1, lookahead=True)),
     "lookahead-split": (1, configs.SkinnyConfig(16, 256, 4, 1, split_k=4, lookahead=True)),
+    "narrow": (1, configs.SkinnyConfig(4, 2048, 4, 2)),
+    "narrow-one-output": (1, configs.SkinnyConfig(1, 4096, 4, 2)),
     "dot-8-warps": (8, configs.SkinnyConfig(128, 128, 8, 4, dot=True)),
     "dot-split-3-rows": (3, configs.SkinnyConfig(32, 128, 4, 4, split_k=2, dot=True)),
     "swap": (8, configs.SkinnyConfig(64, 128, 4, 4, dot=True, swap=True)),
