@@ -19,7 +19,7 @@
 #             --weights fp8; ";" between phases, as on 80 GB), then a bench of the checkpoint alone  ~500 s
 #   tune      cugraph-accel tune $TUNE_RECIPE (default qwen2.5-0.5b), then a bench in a new process
 #             whose header names the table it used; TUNE_WEIGHTS=fp8 or fp8-block: the FP8 kernel's
-#             table, passed as --weights to both                                                     ~360 s
+#             table, passed as --weights to both, then the bf16 fused step benched beside them       ~360 s
 #   zoo       the zoo on CUDA (isolated children) beside the CPU emulation, and where they differ    ~420 s
 #   faults    the CUDA fault suites (tests/verify/test_faults.py, test_fused_faults.py), then fault_sweep.py
 #             (FAULT_SWEEP=--fuse: of the fused step)                                                ~540 s
@@ -245,6 +245,11 @@ tune_suite() {  # the table goes to this run's cache folder (archived), not the 
   grep -iE "tuning|table" "$WORK/bench-tuned.log" | head -n 4
   (cd "$WORK" && find cache -name '*.json' -printf 'the table, in the archive: %p\n' 2>/dev/null)
   TABLES+=("bench $WORK/bench-tuned.csv")
+  [ -n "$weights" ] || return 0
+  # FP8's aims are also against the bf16 fused step: that step in the same run, on its own shipped table
+  part bench-bf16 60 150 "${CLI[@]}" bench "$recipe" --compare fused --buckets "${TUNE_BUCKETS:-1,8}" --context 1024 \
+    --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" --json "$WORK/bench-bf16.json" --csv "$WORK/bench-bf16.csv"
+  TABLES+=("bench $WORK/bench-bf16.csv")
 }
 
 zoo_suite() {  # the CPU emulation with capped threads in the background, so both share the cores

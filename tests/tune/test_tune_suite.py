@@ -1,5 +1,6 @@
-"""benchmarks/gpu.sh's `tune` suite passes TUNE_WEIGHTS as --weights to tune and to the bench after it (a
-python3 first on PATH notes each command line, then runs the real one; on the CPU both parts refuse)."""
+"""benchmarks/gpu.sh's `tune` suite passes TUNE_WEIGHTS as --weights to tune and to the bench after it, then
+benches the bf16 step beside them (a python3 first on PATH notes each command line, then runs the real one;
+on the CPU every part refuses)."""
 
 import os
 import subprocess
@@ -9,7 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_tune_weights_reach_tune_and_the_bench_after_it(tmp_path):
+def test_tune_weights_reach_tune_and_the_bench_after_it_then_bf16_is_benched(tmp_path):
     shim, calls = tmp_path / "bin", tmp_path / "calls.txt"
     shim.mkdir()
     (shim / "python3").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {sys.executable} "$@"\n', encoding="utf-8")
@@ -22,5 +23,7 @@ def test_tune_weights_reach_tune_and_the_bench_after_it(tmp_path):
     assert done.returncode == 1, done.stdout[-2000:]  # no GPU: both parts refused
     lines = calls.read_text(encoding="utf-8").splitlines()
     tune = next(line for line in lines if line.startswith("-m cli tune "))
-    bench = next(line for line in lines if line.startswith("-m cli bench "))
-    assert "--weights fp8-block" in tune and "--weights fp8-block" in bench
+    benches = [line for line in lines if line.startswith("-m cli bench ")]
+    assert "--weights fp8-block" in tune and len(benches) == 2, lines
+    assert "--weights fp8-block" in benches[0] and "--weights" not in benches[1]
+    assert "bench-bf16" in done.stdout
