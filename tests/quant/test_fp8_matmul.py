@@ -271,11 +271,12 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
             ("fma", "bf16", FMA),
             ("split", "bf16", {"block_n": 16, "block_k": 32, "split_k": 3}),
             ("lookahead", "bf16", {"block_n": 16, "block_k": 32, "lookahead": True}),
+            ("narrow", "bf16", {"block_n": 4, "block_k": 64}),
             ("dot", "fp16", {"block_n": 16, "block_k": 32, "dot": True}),
             ("swap-split", "fp16", {"block_n": 16, "block_k": 32, "dot": True, "swap": True, "split_k": 3}),
             ("dot", "fp32", {"block_n": 16, "block_k": 32, "dot": True}),
         )
-        for rows in ((1, 2) if path in ("fma", "split") else (1,) if path == "lookahead" else (4, 16, 32))
+        for rows in ((1, 2) if path in ("fma", "split", "narrow") else (1,) if path == "lookahead" else (4, 16, 32))
         for scales, block in (("channel", None), ("block", 32))
     ),
     *(
