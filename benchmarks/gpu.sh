@@ -33,7 +33,8 @@
 #             each, side by side. The lanes outlast one call: parts the deadline skips can run in a
 #             second call on TRAINED_DIR, which a warm machine keeps                                 ~570 s
 #   serve     serve_load.py on $SERVE_RECIPE (llama-3.1-8b) with --fuse, prompt 128, output 128: our server at
-#             1, 8, 32, 64 clients, then (SERVE_MODES) our fixed-batch generate and HF's generate_batch;
+#             1, 8, 32, 64 clients, then (SERVE_MODES) its engine alone, our fixed-batch generate and HF's
+#             generate_batch;
 #             SERVE_PARTS="load compare" (either alone: the second when the first left it no time)  ~560 s
 # More than one suite shares the deadline: a full run is one invocation per suite.
 # SET="name=value ..." passes `--set name=value` to every CLI call and profile_step.py (`cugraph-accel settings`).
@@ -354,8 +355,11 @@ serve_suite() {  # one server process, then the other ways in this one (each cap
   [[ " ${SERVE_PARTS:-load compare} " == *" load "* ]] &&
     part serve-load 240 420 "${load[@]}" --modes server --json "$WORK/serve-load.json"
   [[ " ${SERVE_PARTS:-load compare} " == *" compare "* ]] &&
-    part serve-compare 200 400 "${load[@]}" --modes "${SERVE_MODES:-generate,hf-batch}" --json "$WORK/serve-compare.json"
-  grep -hE "^(mode|server|generate|hf-batch) " "$WORK/serve-load.log" "$WORK/serve-compare.log" 2>/dev/null | grep -v "{"
+    part serve-compare 200 400 "${load[@]}" --modes "${SERVE_MODES:-engine,generate,hf-batch}" \
+      --json "$WORK/serve-compare.json"
+  # the tables: the modes' rows, and the rows of the server's own count (indented)
+  grep -hE "^(mode|server|engine|generate|hf-batch) |^ +[0-9]" "$WORK/serve-load.log" "$WORK/serve-compare.log" \
+    2>/dev/null | grep -v "{"
 }
 
 environment

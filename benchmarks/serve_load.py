@@ -6,6 +6,9 @@ Modes (--modes, any of):
   hf-batch  transformers' continuous batching, `model.generate_batch` (as installed), all requests at once
             (each call sizes its own cache manager, inside its time; a warm-up call first)
   generate  our fixed-batch generate: the captured graphs, N prompts a batch, one batch after another
+  engine    the server's engine alone (no HTTP, no scheduler): N rows prefilled, then decode steps of all N
+            through the per-row graphs the server replays, each timed (device events on CUDA): the step the
+            server's turn could reach, beside generate's step of the same bucket
 
 Each row: requests, generated tokens, tokens/s over the wall time, time to first token and inter-token latency
 p50/p99 (a server's gaps between streamed chunks; generate_batch's token timestamps; generate's step times).
@@ -33,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-MODES = ("server", "hf-batch", "generate")
+MODES = ("server", "hf-batch", "generate", "engine")
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -233,6 +236,69 @@ def hf_batch_mode(args, loaded) -> list[dict]:
     return rows
 
 
+# the server's engine alone ----------------------------------------------------------------------------------
+
+
+def engine_mode(args, chosen) -> list[dict]:
+    """Per client count N: N prompts admitted and prefilled (as few forwards as the engine's chunk allows), then
+    `output_len` decode steps of all N rows through the per-row graphs, greedy, each step timed alone."""
+    import torch
+
+    from accelerate_graph.pipeline import CaptureRequest, prepare
+    from accelerate_graph.serve.engine import SlotEngine
+
+    request = CaptureRequest(
+        model=args.model, buckets=tuple(sorted(set(args.clients))), max_cache_len=args.max_cache_len,
+        fuse=args.fuse, settings=chosen,
+    )  # fmt: skip
+    request.per_row = True  # as `serve` captures
+    prepared = prepare(request)
+    engine = SlotEngine(prepared, chunk=args.prefill_chunk or 2048)
+    cuda = prepared.session.device.type == "cuda"
+    rows = []
+    for clients in args.clients:
+        work = workload(clients, args, engine.vocab_size, clients)
+        ids = [engine.admit(prompt) for prompt, _ in work]
+        started = time.perf_counter()
+        waiting, logits = list(ids), {}
+        while waiting:
+            batch = []
+            while (
+                waiting and engine.prefill_tokens([engine.next_chunk(r) for r in (*batch, waiting[0])]) <= engine.chunk
+            ):
+                batch.append(waiting.pop(0))
+            out = engine.prefill(batch)
+            logits.update({r: out[i] for i, r in enumerate(batch) if engine.next_chunk(r) == 0})
+            waiting = [r for r in batch if engine.next_chunk(r)] + waiting
+        tokens = torch.stack([logits[r] for r in ids]).argmax(-1)
+        prefilled = time.perf_counter() - started
+        steps = min(args.output_len, engine.max_len - max(len(prompt) for prompt, _ in work)) - 1
+        times = []
+        for _ in range(steps):
+            if cuda:
+                marks = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                marks[0].record()
+                tokens = engine.decode(ids, tokens).argmax(-1)
+                marks[1].record()
+                times.append(marks)
+            else:
+                begun = time.perf_counter()
+                tokens = engine.decode(ids, tokens).argmax(-1)
+                times.append(time.perf_counter() - begun)
+        if cuda:
+            torch.cuda.synchronize()
+            times = [a.elapsed_time(b) / 1000 for a, b in times]
+        total = time.perf_counter() - started
+        for r in ids:
+            engine.release(r)
+        rows.append(row(clients, clients, clients * (steps + 1), total, [prefilled] * clients, times))
+        print("engine", rows[-1], flush=True)
+    del engine, prepared
+    if cuda:
+        torch.cuda.empty_cache()
+    return rows
+
+
 # our fixed-batch generate -----------------------------------------------------------------------------------
 
 
@@ -288,11 +354,14 @@ def main() -> None:
         parser.error(f"unknown mode(s) {', '.join(sorted(unknown))}; modes: {', '.join(MODES)}")
     results = {"model": args.model, "fuse": args.fuse, "prompt_len": args.prompt_len, "output_len": args.output_len}
     prepared = None
+    from accelerate_graph import settings
+
+    chosen = settings.resolve(settings.parse_assignments(args.set or []))
+    if "engine" in modes:  # first, and its graphs freed: generate captures its own after it
+        results["engine"] = engine_mode(args, chosen)
     if "generate" in modes or "hf-batch" in modes:
-        from accelerate_graph import settings
         from accelerate_graph.pipeline import CaptureRequest, prepare
 
-        chosen = settings.resolve(settings.parse_assignments(args.set or []))
         buckets = tuple(sorted(set(args.clients)))
         request = CaptureRequest(
             model=args.model, buckets=buckets, max_cache_len=args.max_cache_len, fuse=args.fuse, settings=chosen
