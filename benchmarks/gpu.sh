@@ -30,8 +30,9 @@
 #             into TRAINED_DIR (scratch, not archived; each training.json is), then capture --fuse, verify
 #             --repeat 5, generate, eval --fuse with an FP8 arm (EVAL_WEIGHTS, "" for none) on held-out text,
 #             the eval fault tests, bf16 greedy agreement with HF (graphs and fused) and the verify faults on
-#             each, side by side. The lanes outlast one call: parts the deadline skips can run in a
-#             second call on TRAINED_DIR, which a warm machine keeps                                 ~570 s
+#             each, side by side. The lanes outlast one call: TRAINED_PARTS (default all of train capture
+#             verify generate eval eval-faults agreement verify-faults) runs some, e.g. the rest in a second
+#             call on TRAINED_DIR, which a warm machine keeps, without train                          ~570 s
 #   serve     serve_load.py on $SERVE_RECIPE (llama-3.1-8b) with --fuse, prompt 128, output 128: our server at
 #             1, 8, 32, 64 clients, then (SERVE_MODES) its engine alone, our fixed-batch generate and HF's
 #             generate_batch;
@@ -309,37 +310,50 @@ TRAINED_PROMPT=$'import os\n\n\ndef read_config(path):\n    # Return the setting
 trained_lane() {  # FOLDER: the engine on one trained model (verify, generate, eval; logs in the archive)
   local folder=$1 name eval_weights=${EVAL_WEIGHTS-fp8}
   name=$(basename "$folder")
-  part "capture-$name" 60 150 "${CLI[@]}" capture "$folder" --fuse --buckets 1,8 --max-cache-len 1024 \
-    "${SET_ARGS[@]}" --plan "$WORK/$name.yaml"
-  [ -f "$WORK/$name.yaml" ] && part "verify-$name" 60 200 "${CLI[@]}" verify --plan "$WORK/$name.yaml" --steps 8 \
-    --repeat "${REPEAT:-5}" "${SET_ARGS[@]}" --json "$WORK/verify-$name.json"
-  part "generate-$name" 30 120 "${CLI[@]}" generate "$folder" --fuse --prompt "$TRAINED_PROMPT" --max-new-tokens 64 \
-    --max-cache-len 1024 "${SET_ARGS[@]}" --json "$WORK/generate-$name.json"
+  if trained_part capture verify; then
+    part "capture-$name" 60 150 "${CLI[@]}" capture "$folder" --fuse --buckets 1,8 --max-cache-len 1024 \
+      "${SET_ARGS[@]}" --plan "$WORK/$name.yaml"
+  fi
+  trained_part verify && [ -f "$WORK/$name.yaml" ] && part "verify-$name" 60 200 "${CLI[@]}" verify \
+    --plan "$WORK/$name.yaml" --steps 8 --repeat "${REPEAT:-5}" "${SET_ARGS[@]}" --json "$WORK/verify-$name.json"
+  trained_part generate && part "generate-$name" 30 120 "${CLI[@]}" generate "$folder" --fuse \
+    --prompt "$TRAINED_PROMPT" --max-new-tokens 64 --max-cache-len 1024 "${SET_ARGS[@]}" \
+    --json "$WORK/generate-$name.json"
   # EVAL_WEIGHTS (fp8 by default; "" for none) adds an arm of what FP8 costs against the same reference
-  part "eval-$name" 60 240 "${CLI[@]}" eval "$folder" --text "$EVAL_TEXT" --fuse --buckets 8,32 --windows 64 \
-    --window-len 256 --max-cache-len 1024 "${SET_ARGS[@]}" ${eval_weights:+--weights "$eval_weights"} \
+  trained_part eval && part "eval-$name" 60 240 "${CLI[@]}" eval "$folder" --text "$EVAL_TEXT" --fuse --buckets 8,32 \
+    --windows 64 --window-len 256 --max-cache-len 1024 "${SET_ARGS[@]}" ${eval_weights:+--weights "$eval_weights"} \
     --json "$WORK/eval-$name.json"
   # the planted faults (a 1.01 logit scale, a skewed rotary angle) must fail the gate on these weights too
-  part "eval-faults-$name" 60 200 env EVAL_MODEL_DIR="$folder" python3 -m pytest -q -p no:cacheprovider -rf \
-    tests/eval/test_gpu_eval.py
+  trained_part eval-faults && part "eval-faults-$name" 60 200 env EVAL_MODEL_DIR="$folder" python3 -m pytest -q \
+    -p no:cacheprovider -rf tests/eval/test_gpu_eval.py
   # greedy bf16 text of our graphs and the fused forward against HF bf16's, next to HF bf16's against float32
-  part "agreement-$name" 60 180 python3 -m accelerate_graph.eval.agreement "$folder" --prompts 16 --new-tokens 64 \
-    --fuse --json "$WORK/agreement-$name.json"
+  trained_part agreement && part "agreement-$name" 60 180 python3 -m accelerate_graph.eval.agreement "$folder" \
+    --prompts 16 --new-tokens 64 --fuse --json "$WORK/agreement-$name.json"
   # every planted verify fault fails on these weights, and the harmless ones pass
-  part "verify-faults-$name" 60 200 env FAULTS_MODEL_DIR="$folder" python3 -m pytest -m cuda -q -p no:cacheprovider \
-    -rf tests/verify/test_faults_trained.py
+  trained_part verify-faults && part "verify-faults-$name" 60 200 env FAULTS_MODEL_DIR="$folder" python3 -m pytest \
+    -m cuda -q -p no:cacheprovider -rf tests/verify/test_faults_trained.py
+  return 0
+}
+trained_part() {  # NAME...: whether TRAINED_PARTS (default: all) names any of them
+  local wanted=" ${TRAINED_PARTS:-train capture verify generate eval eval-faults agreement verify-faults} " one
+  for one in "$@"; do [[ $wanted == *" $one "* ]] && return 0; done
+  return 1
 }
 trained_suite() {  # one training process: the models share the corpus and tokenizer
-  local dir=${TRAINED_DIR:-${TMPDIR:-/tmp}/cugraph-accel-trained} models name
+  local dir=${TRAINED_DIR:-${TMPDIR:-/tmp}/cugraph-accel-trained} models name out
   read -r -a models <<< "${TRAINED_MODELS:-llama-gqa-100m qwen2-moe-small gemma2-sliding}"
   mkdir -p "$dir"
   # 30 s per model (1.5 min of training for the three) leaves the lanes their time within the deadline
   # shellcheck disable=SC2086 # TRAIN_ARGS is a list of options, e.g. "--budget-s 30"
-  part train 120 300 python3 -m accelerate_graph.training "${models[@]}" --out "$dir" ${TRAIN_ARGS:---budget-s 30}
-  grep -E "held-out|error" "$WORK/train.log"
+  if trained_part train; then
+    # --out is the parent of several models' folders, but one model's own folder
+    out=$dir && [ "${#models[@]}" -eq 1 ] && out=$dir/${models[0]}
+    part train 120 300 python3 -m accelerate_graph.training "${models[@]}" --out "$out" ${TRAIN_ARGS:---budget-s 30}
+    grep -E "held-out|error" "$WORK/train.log"
+  fi
   # eval text: held-out files (held out by path hash, so by any corpus size) of a larger corpus
   EVAL_TEXT="$dir/eval-text.txt"
-  python3 -c 'import sys; from accelerate_graph.training.corpus import load_corpus
+  trained_part eval && python3 -c 'import sys; from accelerate_graph.training.corpus import load_corpus
 open(sys.argv[1], "w").write("".join(load_corpus(64_000_000).held_out)[:400_000])' "$EVAL_TEXT"
   for name in "${models[@]}"; do
     [ -f "$dir/$name/training.json" ] && cp "$dir/$name/training.json" "$WORK/training-$name.json"

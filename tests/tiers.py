@@ -118,6 +118,11 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
         "a child process through every stage (14 s); the stamps and prompts tests keep the tool's logic fast",
     ),
     Exhaustive(
+        "tests/bench/test_gpu_entry.py::test_the_trained_suite_runs_only_the_parts_asked_for_on_one_model",
+        "gpu.sh training the tiny model and running the verify faults' pytest in children (15 s); its CLI parts "
+        "keep the entry script fast",
+    ),
+    Exhaustive(
         "tests/bench/test_gpu_entry.py::test_cli_parts_run_the_cli_and_keep_its_one_line_refusal_on_the_cpu",
         "gpu.sh running the CLI in children (12 s); its argument checks keep the entry script fast",
     ),

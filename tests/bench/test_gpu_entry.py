@@ -109,3 +109,22 @@ def test_the_fp8_suite_writes_a_checkpoint_then_verifies_it_beside_the_fp8_entri
     for name in ("tiny-fp8-64-plain", "tiny-32-plain-fp8"):
         row = next(line for line in done.stdout.splitlines() if line.startswith(f"{name} "))
         assert row.split()[1:4] == ["1", "of", "1"]
+
+
+def test_the_trained_suite_runs_only_the_parts_asked_for_on_one_model(tmp_path):
+    """TRAINED_PARTS picks parts; one model trains into its own folder under TRAINED_DIR (the trainer's --out
+    is that folder for one model, the parent for several), where its lane finds it. On the CPU the verify
+    faults' cuda cases are skips."""
+    env = {
+        "OUT": str(tmp_path / "out"),
+        "TRAINED_DIR": str(tmp_path / "trained"),
+        "TRAINED_MODELS": "tiny",
+        "TRAIN_ARGS": "--steps 2",
+        "TRAINED_PARTS": "train verify-faults",
+    }
+    done = gpu_sh("trained", env=env)
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert (tmp_path / "trained" / "tiny" / "config.json").is_file()
+    parts = done.stdout[done.stdout.index("== parts") :]
+    assert re.search(r"^train +0 ", parts, re.M) and re.search(r"^verify-faults-tiny +0 ", parts, re.M), parts
+    assert not re.search(r"^(capture|verify|generate|eval|agreement)-tiny ", parts, re.M), parts
