@@ -297,6 +297,10 @@ def engine_mode(args, chosen) -> list[dict]:
         rows.append(row(clients, clients, clients * (steps + 1), total, [prefilled] * clients, times))
         print("engine", rows[-1], flush=True)
     del engine, prepared
+    import gc
+
+    torch.compiler.reset()  # compiled layers hold the model: its weights go back before generate loads its own
+    gc.collect()
     if cuda:
         torch.cuda.empty_cache()
     return rows
