@@ -254,23 +254,18 @@ def engine_mode(args, chosen) -> list[dict]:
     )  # fmt: skip
     request.per_row = True  # as `serve` captures
     prepared = prepare(request)
-    engine = SlotEngine(prepared, chunk=args.prefill_chunk or 2048)
+    engine = SlotEngine(prepared, **({"chunk": args.prefill_chunk} if args.prefill_chunk else {}))
     cuda = prepared.session.device.type == "cuda"
     rows = []
     for clients in args.clients:
         work = workload(clients, args, engine.vocab_size, clients)
         ids = [engine.admit(prompt) for prompt, _ in work]
         started = time.perf_counter()
-        waiting, logits = list(ids), {}
-        while waiting:
-            batch = []
-            while (
-                waiting and engine.prefill_tokens([engine.next_chunk(r) for r in (*batch, waiting[0])]) <= engine.chunk
-            ):
-                batch.append(waiting.pop(0))
-            out = engine.prefill(batch)
-            logits.update({r: out[i] for i, r in enumerate(batch) if engine.next_chunk(r) == 0})
-            waiting = [r for r in batch if engine.next_chunk(r)] + waiting
+        logits = {}
+        while pending := [r for r in ids if r not in logits]:
+            for group in engine.prefill_groups(pending):
+                out = engine.prefill(group)
+                logits.update({r: out[i] for i, r in enumerate(group) if engine.next_chunk(r) == 0})
         tokens = torch.stack([logits[r] for r in ids]).argmax(-1)
         if cuda:
             torch.cuda.synchronize()  # the first tokens exist: the time to them, not to their launch

@@ -134,6 +134,17 @@ class SlotEngine:
         part (a part: at most `chunk` tokens), its padding included."""
         return len(remaining) * min(self.chunk, max(remaining))
 
+    def prefill_groups(self, rows: list[int]) -> list[list[int]]:
+        """`rows` in order, cut where the next row would take a prefill forward past the chunk: the forwards
+        that run each row's next part."""
+        groups: list[list[int]] = []
+        for row in rows:
+            if groups and self.prefill_tokens([self.next_chunk(r) for r in (*groups[-1], row)]) <= self.chunk:
+                groups[-1].append(row)
+            else:
+                groups.append([row])
+        return groups
+
     def prefill(self, rows: list[int]) -> torch.Tensor:
         """The next part of each request's prompt into its row, eagerly, in one forward (one per run of
         consecutive rows), its other rows untouched; returns the logits [n, V] (on the device) of each

@@ -74,7 +74,7 @@ def run_script(engine: SlotEngine, plant=None) -> ScriptRun:
             engine.prefill([abandoned])
             assert engine.next_chunk(abandoned) > 0
         run.max_in_use = max(run.max_in_use, engine.max_rows - engine.free_rows())
-        for group in prefill_groups(engine, [rows[n] for n in prefilling]):
+        for group in engine.prefill_groups([rows[n] for n in prefilling]):
             logits = engine.prefill(group)
             assert logits.shape == (len(group), engine.vocab_size)
             run.largest_prefill = max(run.largest_prefill, len(group))
@@ -107,17 +107,6 @@ def run_script(engine: SlotEngine, plant=None) -> ScriptRun:
         turn += 1
     assert engine.free_rows() == engine.max_rows
     return run
-
-
-def prefill_groups(engine: SlotEngine, rows: list[int]) -> list[list[int]]:
-    """`rows` in order, cut where the next row would take a prefill forward past the engine's chunk."""
-    groups: list[list[int]] = []
-    for row in rows:
-        if groups and engine.prefill_tokens([engine.next_chunk(r) for r in (*groups[-1], row)]) <= engine.chunk:
-            groups[-1].append(row)
-        else:
-            groups.append([row])
-    return groups
 
 
 def plant_stale_values(engine: SlotEngine) -> None:
