@@ -334,10 +334,13 @@ trained_lane() {  # FOLDER: the engine on one trained model (verify, generate, e
     -m cuda -q -p no:cacheprovider -rf tests/verify/test_faults_trained.py
   return 0
 }
-trained_part() {  # NAME...: whether TRAINED_PARTS (default: all) names any of them
-  local wanted=" ${TRAINED_PARTS:-train capture verify generate eval eval-faults agreement verify-faults} " one
-  for one in "$@"; do [[ $wanted == *" $one "* ]] && return 0; done
+picked() {  # LIST NAME...: whether the space-separated LIST (a suite's parts to run) names any of the NAMEs
+  local one
+  for one in "${@:2}"; do [[ " $1 " == *" $one "* ]] && return 0; done
   return 1
+}
+trained_part() {  # NAME...: whether TRAINED_PARTS (default: all) names any of them
+  picked "${TRAINED_PARTS:-train capture verify generate eval eval-faults agreement verify-faults}" "$@"
 }
 trained_suite() {  # one training process: the models share the corpus and tokenizer
   local dir=${TRAINED_DIR:-${TMPDIR:-/tmp}/cugraph-accel-trained} models name out
@@ -366,9 +369,9 @@ open(sys.argv[1], "w").write("".join(load_corpus(64_000_000).held_out)[:400_000]
 serve_suite() {  # one server process, then the other ways in this one (each captures the recipe anew)
   local load=(python3 benchmarks/serve_load.py "${SERVE_RECIPE:-llama-3.1-8b}" --fuse --prompt-len 128 --output-len 128
     --max-cache-len "${SERVE_CACHE:-1024}" --clients "${SERVE_CLIENTS:-1,8,32,64}" "${SET_ARGS[@]}")
-  [[ " ${SERVE_PARTS:-load compare} " == *" load "* ]] &&
+  picked "${SERVE_PARTS:-load compare}" load &&
     part serve-load 240 420 "${load[@]}" --modes server --json "$WORK/serve-load.json"
-  [[ " ${SERVE_PARTS:-load compare} " == *" compare "* ]] &&
+  picked "${SERVE_PARTS:-load compare}" compare &&
     part serve-compare 200 400 "${load[@]}" --modes "${SERVE_MODES:-engine,generate,hf-batch}" \
       --json "$WORK/serve-compare.json"
   # the tables: the modes' rows, and the rows of the server's own count (indented)
