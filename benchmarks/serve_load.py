@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import random
@@ -239,21 +240,28 @@ def hf_batch_mode(args, loaded) -> list[dict]:
 # the server's engine alone ----------------------------------------------------------------------------------
 
 
+def capture_request(args, chosen, per_row: bool = False):
+    """What engine and generate capture: the recipe at a bucket per client count; per-row graphs as `serve`'s."""
+    from accelerate_graph.pipeline import CaptureRequest
+
+    request = CaptureRequest(
+        model=args.model, buckets=tuple(sorted(set(args.clients))), max_cache_len=args.max_cache_len,
+        fuse=args.fuse, settings=chosen,
+    )  # fmt: skip
+    request.per_row = per_row
+    return request
+
+
 def engine_mode(args, chosen) -> list[dict]:
     """Per client count N: N prompts admitted and prefilled (as few forwards as the engine's chunk allows), then
     `output_len` decode steps of all N rows through the per-row graphs, greedy, each step timed alone: on CUDA by
     events around it, with no host read in the loop, so the host runs ahead and each interval is the device's."""
     import torch
 
-    from accelerate_graph.pipeline import CaptureRequest, prepare
+    from accelerate_graph.pipeline import prepare
     from accelerate_graph.serve.engine import SlotEngine
 
-    request = CaptureRequest(
-        model=args.model, buckets=tuple(sorted(set(args.clients))), max_cache_len=args.max_cache_len,
-        fuse=args.fuse, settings=chosen,
-    )  # fmt: skip
-    request.per_row = True  # as `serve` captures
-    prepared = prepare(request)
+    prepared = prepare(capture_request(args, chosen, per_row=True))
     engine = SlotEngine(prepared, **({"chunk": args.prefill_chunk} if args.prefill_chunk else {}))
     cuda = prepared.session.device.type == "cuda"
     rows = []
@@ -292,8 +300,6 @@ def engine_mode(args, chosen) -> list[dict]:
         rows.append(row(clients, clients, clients * (steps + 1), total, [prefilled] * clients, times))
         print("engine", rows[-1], flush=True)
     del engine, prepared
-    import gc
-
     torch.compiler.reset()  # compiled layers hold the model: its weights go back before generate loads its own
     gc.collect()
     if cuda:
@@ -344,7 +350,9 @@ def main() -> None:
     parser.add_argument("--output-spread", type=int, default=0)
     parser.add_argument("--max-cache-len", type=int, default=1024)
     parser.add_argument("--fuse", action="store_true")
-    parser.add_argument("--prefill-chunk", type=int, help="the server's --prefill-chunk (default: its own)")
+    parser.add_argument(
+        "--prefill-chunk", type=int, help="the server's and the engine's --prefill-chunk (default: their own)"
+    )
     parser.add_argument("--set", action="append", metavar="NAME=VALUE")
     parser.add_argument("--url", help="an already running server (mode server)")
     parser.add_argument("--server-timeout", type=float, default=480, help="seconds the server may take to start")
@@ -362,13 +370,9 @@ def main() -> None:
     if "engine" in modes:  # first, and its graphs freed: generate captures its own after it
         results["engine"] = engine_mode(args, chosen)
     if "generate" in modes or "hf-batch" in modes:
-        from accelerate_graph.pipeline import CaptureRequest, prepare
+        from accelerate_graph.pipeline import prepare
 
-        buckets = tuple(sorted(set(args.clients)))
-        request = CaptureRequest(
-            model=args.model, buckets=buckets, max_cache_len=args.max_cache_len, fuse=args.fuse, settings=chosen
-        )
-        prepared = prepare(request) if "generate" in modes else None
+        prepared = prepare(capture_request(args, chosen)) if "generate" in modes else None
     if "server" in modes:
         vocab = prepared.session.vocab_size if prepared else _peek_vocab(args.model)
         results["server"] = server_mode(args, vocab)
@@ -414,8 +418,15 @@ def _table(results: dict, modes: list[str]) -> None:
               f"{'ms':>8} {'device':>7} {'waits':>6}  (the server's own count: decode steps and prefill forwards, "
               "the device's part of them, the engine thread's share of time waiting for it)")  # fmt: skip
         for r in results["server"]:
-            keys = ("decode_step_ms", "decode_device_ms", "rows_per_step", "prefills", "prefill_ms")
-            cells = ["-" if r.get(key) is None else r[key] for key in (*keys, "prefill_device_ms")]
+            keys = (
+                "decode_step_ms",
+                "decode_device_ms",
+                "rows_per_step",
+                "prefills",
+                "prefill_ms",
+                "prefill_device_ms",
+            )
+            cells = ["-" if r.get(key) is None else r[key] for key in keys]
             wait = r.get("engine_wait_share")
             print(
                 f"{'':<9} {r['clients']:>7} {r['decode_steps']:>8} {cells[0]:>8} {cells[1]:>7} {cells[2]:>6} "
