@@ -77,11 +77,7 @@ def test_waiting_prompts_go_in_together_and_their_events_in_one_hand_over_a_turn
     for prompt, got in zip(prompts, events):
         params = GenerationParams(prompt=prompt, max_tokens=12, temperature=0.0)
         scheduler.submit(scheduler.new_job(prompt, params, got.append, post))
-    scheduler.start()
-    try:
-        assert wait_until(lambda: scheduler.in_flight() == 0, 60)
-    finally:
-        scheduler.close()
+    run_until_done(scheduler)
     got = [("".join(e.text for e in made if e.kind == "text"), made[-1].usage["completion_tokens"]) for made in events]
     assert got == [greedy(p, 12) for p in prompts]
     assert scheduler.metrics.steps("prefill") == 1
@@ -99,13 +95,18 @@ def test_a_prompt_longer_than_a_chunk_goes_in_a_chunk_a_forward_each_counted(pre
     made = []
     params = GenerationParams(prompt=prompt, max_tokens=6, temperature=0.0)
     scheduler.submit(scheduler.new_job(prompt, params, made.append, lambda fn, *args: fn(*args)))
+    run_until_done(scheduler)
+    assert ("".join(e.text for e in made if e.kind == "text"), made[-1].usage["completion_tokens"]) == greedy(prompt, 6)
+    assert scheduler.metrics.steps("prefill") == 3
+
+
+def run_until_done(scheduler) -> None:
+    """The engine thread started on the requests submitted, until each has finished, then closed."""
     scheduler.start()
     try:
         assert wait_until(lambda: scheduler.in_flight() == 0, 60)
     finally:
         scheduler.close()
-    assert ("".join(e.text for e in made if e.kind == "text"), made[-1].usage["completion_tokens"]) == greedy(prompt, 6)
-    assert scheduler.metrics.steps("prefill") == 3
 
 
 def test_a_client_that_leaves_frees_its_row_streamed_or_not(prepared):
