@@ -23,7 +23,8 @@
 #   zoo       the zoo on CUDA (isolated children) beside the CPU emulation, and where they differ    ~420 s
 #   faults    the CUDA fault suites (tests/verify/test_faults.py, test_fused_faults.py), then fault_sweep.py
 #             (FAULT_SWEEP=--fuse: of the fused step)                                                ~540 s
-#   profile   profile_step.py of the fused step, one process per model, batches 1,8,32               ~510 s
+#   profile   profile_step.py of the fused step, one process per PROFILE_ENTRIES model:cache[:weights
+#             [:per-row]] (FP8 weights; the per-row graphs serve replays), batches 1,8,32            ~510 s
 #   generate  bench of the generate contenders (tok/s), first token of a new process, GPU tests      ~420 s
 #   tp        (two GPUs) the tensor-parallel GPU tests, bench --tp 2 against --tp 1, profile_tp.py    ~560 s
 #   trained   trains the GPU models of accelerate_graph/training (TRAINED_MODELS; TRAIN_ARGS, default 30 s each)
@@ -272,13 +273,17 @@ faults_suite() {  # alone: a fault ending in a device-side assert would poison o
   TABLES+=("pytest $WORK/faults.log")
 }
 
-profile_suite() {  # one process per model: the ways of one process are not on equal terms
-  local entry model cache
+profile_suite() {  # one process per entry: the ways of one process are not on equal terms
+  local entry model cache weights rows name extra
+  # model:cache[:weights[:per-row]]: weights fp8 or fp8-block (bf16 model), per-row the graphs serve replays
   for entry in ${PROFILE_ENTRIES:-qwen2.5-0.5b:1024 llama-3.2-1b:16384 llama-3.1-8b:1024}; do
-    IFS=: read -r model cache <<< "$entry"
-    part "profile-$model" 60 170 python3 benchmarks/profile_step.py "$model" --cache "$cache" --batches 1,8,32 \
-      --ways "${PROFILE_WAYS:-fused}" --top 8 "${SET_ARGS[@]}" --json "$WORK/profile-$model.json"
-    grep -E "replay|kernels," "$WORK/profile-$model.log" | cut -c1-200
+    IFS=: read -r model cache weights rows <<< "$entry"
+    name=$model${weights:+-$weights}${rows:+-$rows} extra=()
+    [ -n "$weights" ] && extra+=(--weights "$weights" --dtype bf16)
+    [ "$rows" = per-row ] && extra+=(--per-row)
+    part "profile-$name" 60 170 python3 benchmarks/profile_step.py "$model" --cache "$cache" --batches 1,8,32 \
+      --ways "${PROFILE_WAYS:-fused}" --top 8 "${extra[@]}" "${SET_ARGS[@]}" --json "$WORK/profile-$name.json"
+    grep -E "replay|kernels," "$WORK/profile-$name.log" | cut -c1-200
   done
 }
 

@@ -4,7 +4,8 @@ captures) and the fused step (what `capture --fuse` captures) under the settings
 The step runs uncaptured under torch.profiler: a graph replays the same kernels, minus the launch gaps; the
 captured graph's replay is timed too (ms per step, what PDL or fewer gaps change). Prints one line per (way,
 batch, cache slots); writes JSON to --json. A way is a named change of settings (WAYS); `--set NAME=VALUE`
-changes the settings every way starts from (`cugraph-accel settings` lists them).
+changes the settings every way starts from (`cugraph-accel settings` lists them). `--weights fp8` profiles the
+FP8 step; `--per-row` the per-row graphs `serve` replays (each row at its own position).
 
 The ways of one process are not on equal terms: on the H200 the first way replayed fastest whatever it was,
 the next up to ~0.1 ms slower at Qwen2.5-0.5B's batches 8 and 32. Compare ways one process each (or in both
@@ -33,6 +34,7 @@ from accelerate_graph.common.atomic_io import atomic_write_text
 from accelerate_graph.common.errors import BadOptionError
 from accelerate_graph.common.option_lists import parse_whole_numbers
 from accelerate_graph.pipeline import CaptureRequest, prepare
+from accelerate_graph.quant.fp8_format import WEIGHTS
 from cli.errors import flag
 
 CLASSES = (  # first match wins; names as cuBLAS, PyTorch and triton print them
@@ -257,7 +259,7 @@ def run_way(name: str, args: argparse.Namespace, batches: tuple[int, ...], resul
     """Capture the step the way `name` runs it, time its replays and profile its kernels at each batch;
     False when the way failed to capture (said in one line)."""
     way = WAYS[name]
-    label = way.label
+    label = way.label + (f", {args.weights}" if args.weights != "model" else "") + (", per-row" if args.per_row else "")
     request = CaptureRequest(
         model=args.model,
         buckets=batches,
@@ -265,6 +267,9 @@ def run_way(name: str, args: argparse.Namespace, batches: tuple[int, ...], resul
         fuse=way.fuse,
         max_cache_len=args.cache,
         prompt_len=args.prompt,
+        dtype=args.dtype,
+        weights=args.weights,
+        per_row=args.per_row,
     )
     try:
         prepared = prepare(request)
@@ -286,8 +291,9 @@ def run_way(name: str, args: argparse.Namespace, batches: tuple[int, ...], resul
             step = session.capture_step(batch, slots)
             found = profile_step(step, rewind)
             results.append(
-                {"way": label, "batch": batch, "slots": slots, "replay_ms": replay, "host_ms": host, **found}
-            )
+                {"way": label, "weights": prepared.plan.weights, "per_row": session.per_row, "batch": batch, "slots": slots,
+                 "replay_ms": replay, "host_ms": host, **found}
+            )  # fmt: skip
             print(
                 f"{args.model} {label:18s} batch {batch:3d} slots {slots:5d}: {found['kernels']:6.0f} kernels, "
                 f"{found['kernel_us']:8.1f} us of kernels, idle {found['idle_us']:5.1f} us | "
@@ -307,6 +313,9 @@ def main() -> int:
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--ways", type=ways_named, default="graph,fused", help=f"in this order, of: {', '.join(WAYS)}")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a setting for every way")
+    parser.add_argument("--weights", choices=WEIGHTS, default="model", help="fp8 or fp8-block: the FP8 step")
+    parser.add_argument("--dtype", default="auto", help="the model's dtype (FP8 weights need bf16 or fp16)")
+    parser.add_argument("--per-row", action="store_true", help="the per-row graphs serve replays")
     parser.add_argument("--json")
     parser.add_argument("--top", type=int, default=0, help="also print the N kernels that take longest")
     parser.add_argument("--log-tuning", help="write coordinate descent's choices (each kernel's config) to this file")

@@ -37,6 +37,10 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 
 EXHAUSTIVE: tuple[Exhaustive, ...] = (
     Exhaustive(
+        "tests/bench/test_gpu_entry.py::test_a_profile_entry_profiles_the_fp8_per_row_step",
+        "compiles the tiny model's fused FP8 step on the CPU; the fast tier keeps profile_step's own tests",
+    ),
+    Exhaustive(
         "tests/fused/kernels/test_compiles_for_hopper.py::*",
         "compiles every kernel variant for sm_90: minutes of CPU; the kernel tests cover each kernel's code",
     ),

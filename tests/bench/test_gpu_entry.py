@@ -2,6 +2,7 @@
 
 On the CPU the `tests` suite runs its cuda-marked tests as skips, which is enough to check the archive."""
 
+import json
 import os
 import re
 import subprocess
@@ -128,3 +129,15 @@ def test_the_trained_suite_runs_only_the_parts_asked_for_on_one_model(tmp_path):
     parts = done.stdout[done.stdout.index("== parts") :]
     assert re.search(r"^train +0 ", parts, re.M) and re.search(r"^verify-faults-tiny +0 ", parts, re.M), parts
     assert not re.search(r"^(capture|verify|generate|eval|agreement)-tiny ", parts, re.M), parts
+
+
+def test_a_profile_entry_profiles_the_fp8_per_row_step(tmp_path):
+    """profile: an entry's weights and per-row mode reach profile_step.py, and its JSON says what ran (a smoke
+    run on the CPU: no kernels to count)."""
+    out = tmp_path / "out"
+    done = gpu_sh("profile", env={"OUT": str(out), "PROFILE_ENTRIES": "tiny:256:fp8:per-row"})
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert re.search(r"^profile-tiny-fp8-per-row: exit 0", done.stdout, re.M)
+    with tarfile.open(out / "results-profile.tar.gz") as archive:
+        rows = json.loads(archive.extractfile("./profile-tiny-fp8-per-row.json").read())
+    assert [(r["batch"], r["weights"], r["per_row"]) for r in rows] == [(b, "fp8", True) for b in (1, 8, 32)]
