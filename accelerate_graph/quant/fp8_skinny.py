@@ -25,6 +25,8 @@ except ImportError:  # no triton: fp8_matmul runs its other paths
 
 SHIPPED_DIR = Path(__file__).with_name("tables")
 TABLE_PREFIX = "fp8-"
+FMA_TILE_BYTES = 2048  # the default K tile at 1-2 rows: one e4m3 weight row's 2 KB
+FMA_PROGRAMS_PER_SM = 4  # the default's least programs a multiprocessor at 1-2 rows (bytes in flight)
 
 _TABLES: dict[str, tuple[dict[str, SkinnyConfig], configs.TableInUse]] = {}  # device name -> entries, which table
 _NAMES: dict[int, str] = {}  # CUDA device index -> name
@@ -103,25 +105,31 @@ def table_op(block: int | None, gate_up: bool = False) -> str:
 
 
 def default_config(m: int, n: int, k: int, sms: int = configs.DEFAULT_SMS) -> SkinnyConfig:
-    """Unmeasured starting point: float32 multiply-and-sum up to 2 rows (one row: K tiles of 256 bytes, 16
-    threads of 16 bytes a row), tensor cores above, not swapped (swapped, the pipelined weight
-    copies compile to 8 bytes, not 16, for sm_90); blocks of N small enough that every multiprocessor gets a
-    program, and split-K where even then fewer than half of them would have one and K is long."""
+    """Unmeasured starting point. Up to 2 rows, float32 multiply-and-sum over narrow tiles: each program
+    streams 1-4 weight rows in K tiles of up to 2 KB, and blocks of N stay small enough that every
+    multiprocessor gets FMA_PROGRAMS_PER_SM programs: a loop Triton does not pipeline keeps only its one tile in
+    flight, so enough bytes are in flight only with many programs (16 rows of 256 bytes, 128 programs for N
+    2,048, kept ~0.5 MB in flight: the 1B's FP8 step ran at 3.4x its floor, H200). The bf16 table's one-row
+    winners look the same (1-8 outputs over K tiles of 1-4 KB). Above 2 rows, tensor cores (pipelined copies,
+    not swapped: swapped, they compile to 8 bytes, not 16, for sm_90); split-K where fewer than half of the
+    multiprocessors would have a program and K is long."""
     dot = m > 2
-    block_k = 128 if dot else (256 if m == 1 else 128)
-    rows = SkinnyConfig(16, block_k, dot=dot).block_m(m)
-    m_blocks = -(-m // rows)
-    block_n = 64 if dot else 16
     if not dot:
-        for candidate in (64, 32):  # the float32 products live in registers
-            if rows * candidate * block_k <= 8192 and -(-n // candidate) * m_blocks >= sms:
+        rows = SkinnyConfig(1, 256).block_m(m)
+        block_k = min(FMA_TILE_BYTES, max(256, 1 << (k - 1).bit_length()))
+        block_n = 1
+        for candidate in (4, 2):  # at most 64 float32 products a thread (4 warps) live in registers
+            if rows * candidate * block_k <= 8192 and -(-n // candidate) >= FMA_PROGRAMS_PER_SM * sms:
                 block_n = candidate
                 break
-    programs = -(-n // block_n) * m_blocks
+        return SkinnyConfig(block_n, block_k, num_warps=4, num_stages=2, split_k=1)
+    rows = SkinnyConfig(16, 128, dot=True).block_m(m)
+    m_blocks = -(-m // rows)
+    programs = -(-n // 64) * m_blocks
     split = 1
     if 2 * programs <= sms and k >= 2048:
         split = max(1, min(-(-sms // programs), k // 1024))
-    return SkinnyConfig(block_n, block_k, num_warps=4, num_stages=4 if dot else 2, split_k=split, dot=dot)
+    return SkinnyConfig(64, 128, num_warps=4, num_stages=4, split_k=split, dot=True)
 
 
 def table_key(block: int | None, m: int, n: int, k: int, gate_up: bool = False) -> str:

@@ -117,7 +117,7 @@ def fp8_fma_grid(k: int, rows: int = 1) -> list[SkinnyConfig]:
     many programs, each a long stream of few weight rows, which won 7 of the 17 one-row bf16 calls on the H200
     (5 of the 6 with a residual; tables/skinny-NVIDIA_H200.json)."""
     tiles = [(n, bk, w) for w in (4, 8) for n in (8, 16, 32, 64) for bk in (256, 512, 1024)]
-    narrow = ((1, 4096), (2, 2048), (2, 4096), (4, 1024), (4, 2048))
+    narrow = ((1, 1024), (1, 2048), (1, 4096), (2, 2048), (2, 4096), (4, 1024), (4, 2048))  # default_config's too
     narrow_tiles = [(n, bk, 4) for n, bk in narrow if bk <= max(k, 1024)]
     ahead = [
         SkinnyConfig(n, bk, w, 1, lookahead=True)

@@ -192,13 +192,30 @@ def test_configs_fit_the_scale_blocks():
     assert (fma.block_n, fma.block_k) == (16, 256)  # without tensor cores a tile may span blocks of columns
 
 
-def test_default_configs():
-    one = fp8_skinny.default_config(1, 4096, 4096)
-    assert not one.dot and one.block_k == 256 and one.split_k == 1
-    few_columns = fp8_skinny.default_config(1, 1024, 4096)  # 64 programs of 16 columns: K split in 3
-    assert few_columns.split_k == 3
-    sixteen = fp8_skinny.default_config(16, 4096, 4096)
-    assert sixteen.dot and not sixteen.swap and sixteen.block_m(16) == 16
+# one-row shapes of Llama-3.2-1B and Llama-3.1-8B (q, k/v, o, gate/up, down): N, K
+ONE_ROW_SHAPES = [(2048, 2048), (512, 2048), (8192, 2048), (2048, 8192), (4096, 4096), (1024, 4096), (14336, 4096)]
+
+
+@pytest.mark.parametrize("n, k", [*ONE_ROW_SHAPES, (4096, 14336)])
+@pytest.mark.parametrize("m", [1, 2])
+def test_default_configs_keep_enough_weight_bytes_in_flight_at_few_rows(m, n, k):
+    """A loop without tl.dot keeps one tile in flight: the default gives each multiprocessor several programs,
+    each streaming weight rows of 2 KB, within the float32 products a thread can hold."""
+    cfg = fp8_skinny.default_config(m, n, k, sms=132)
+    programs = -(-n // cfg.block_n)
+    assert not cfg.dot and cfg.split_k == 1 and cfg.block_k == min(k, fp8_skinny.FMA_TILE_BYTES)
+    assert programs >= min(n, fp8_skinny.FMA_PROGRAMS_PER_SM * 132)
+    assert m * cfg.block_n * cfg.block_k <= 64 * 32 * cfg.num_warps
+    assert programs * cfg.block_n * cfg.block_k >= min(n * k, 1 << 20)  # at least 1 MB in flight
+
+
+def test_default_configs_above_two_rows_run_tensor_cores_and_split_long_k():
+    sixteen = fp8_skinny.default_config(16, 4096, 4096)  # 64 programs of 64 columns: K split in 3
+    assert sixteen.dot and not sixteen.swap and sixteen.block_m(16) == 16 and sixteen.split_k == 3
+    few_columns = fp8_skinny.default_config(8, 1024, 4096)  # 16 programs of 64 columns: K split in 4
+    assert few_columns.dot and few_columns.split_k == 4
+    short_k = fp8_skinny.default_config(1, 896, 896)  # a K tile past K's end is masked, never a second tile
+    assert short_k.block_k == 1024 and not short_k.dot
 
 
 def test_tables_are_read_per_gpu_name_user_over_shipped(tmp_path, monkeypatch):
@@ -333,6 +350,13 @@ PTX_VARIANTS = [
     {"id": "one-row-gate-up", "num_stages": 2, "flags": {
         "BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "LOOKAHEAD": True, "NORM": 1, "GATE_UP": True,
         "RSTD_CHUNK": 4096, "RSTD_CHUNKS": 1}},
+    # default_config's narrow tiles at one row: 1-4 weight rows of 2 KB a program
+    {"id": "narrow", "num_stages": 2, "flags": {"BLOCK_M": 1, "BLOCK_N": 2, "BLOCK_K": 2048}},
+    {"id": "narrow-block", "num_stages": 2, "flags": {"BLOCK_M": 1, "BLOCK_N": 4, "BLOCK_K": 2048, "BLOCKWISE": True}},
+    {"id": "narrow-gate-up", "num_stages": 2, "flags": {
+        "BLOCK_M": 1, "BLOCK_N": 4, "BLOCK_K": 2048, "NORM": 1, "GATE_UP": True, "RSTD_CHUNK": 4096, "RSTD_CHUNKS": 1}},
+    {"id": "narrow-one-output-folded", "num_stages": 2, "flags": {
+        "BLOCK_M": 1, "BLOCK_N": 1, "BLOCK_K": 2048, "NORM": 1, "HAS_RES": True, "RSTD_CHUNK": 4096, "RSTD_CHUNKS": 1}},
     {"id": "tensor-cores-folded", "num_stages": 4, "flags": {
         "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True, "NORM": 1, "HAS_RES": True,
         "RSTD_CHUNK": 256, "RSTD_CHUNKS": 16}},
@@ -351,7 +375,8 @@ def test_weight_loads_are_16_byte_vectors_on_sm90():
     """One byte a weight is only half bf16's traffic if the loads stay wide: a GEMV program's tile arrives in
     16-byte register loads, the tensor-core path's pipelined copies to shared memory are 16 bytes each."""
     found = run_worker({"ptx": PTX_VARIANTS}, interpreted=False)
-    for variant in ("one-row", "one-row-block", "one-row-folded", "one-row-gate-up"):
+    one_row = ("one-row", "one-row-block", "one-row-folded", "one-row-gate-up")
+    for variant in (*one_row, "narrow", "narrow-block", "narrow-gate-up", "narrow-one-output-folded"):
         assert found[variant]["v4_loads"] >= found[variant]["expected_vectors"] > 0, found[variant]
     for variant in ("tensor-cores", "tensor-cores-folded"):
         assert found[variant]["copy_bytes"] == [16], found[variant]

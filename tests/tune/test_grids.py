@@ -89,6 +89,10 @@ def test_fp8_one_row_multiplies_and_sums_more_rows_take_tensor_cores(n, k):
         if cfg.lookahead:  # two tiles in registers, a second tile to load ahead
             assert cfg.block_n * cfg.block_k <= 32 * 32 * cfg.num_warps and k // cfg.split_k >= 2 * cfg.block_k
     two = grids.fp8_grid(2, n, k, None)  # both rows' products in registers: tiles half as large
+    if k >= 1024:  # the default is a candidate: a table is never one the default would have beaten untried
+        from accelerate_graph.quant.fp8_skinny import default_config
+
+        assert default_config(1, n, k) in one and default_config(2, n, k) in two
     assert two and not any(c.dot for c in two)
     assert all(2 * c.block_n * c.block_k <= 64 * 32 * c.num_warps for c in two)
     assert max(c.block_n * c.block_k for c in two) < max(c.block_n * c.block_k for c in one)
