@@ -103,7 +103,10 @@ class RowLayer(_LayerView):
         rows = torch.arange(key_states.shape[0], device=key_states.device)[:, None]  # [b, 1] against slots [b, t]
         self.write_keys[rows, :, self.write_slots] = key_states.transpose(1, 2)
         self.write_values[rows, :, self.write_slots] = value_states.transpose(1, 2)
-        return self.keys, self.values
+        # views of the tensors just written, not the separate context views `keys`/`values` (the same memory):
+        # given those, inductor cloned every row's whole K/V, wrote into the clones and copied them back
+        context = self.keys.shape[2]
+        return self.write_keys[:, :, :context], self.write_values[:, :, :context]
 
     def narrowed_copy(self) -> RowLayer:
         """A new layer object over new views of the same tensors (the fused step hands each layer a fresh
