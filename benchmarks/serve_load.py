@@ -362,6 +362,23 @@ def main() -> None:
     modes = args.modes.split(",")
     if unknown := set(modes) - set(MODES):
         parser.error(f"unknown mode(s) {', '.join(sorted(unknown))}; modes: {', '.join(MODES)}")
+    longest = args.prompt_len + args.prompt_spread + args.output_len + args.output_spread
+    if longest > args.max_cache_len:
+        parser.error(
+            f"a request of up to {longest} tokens (prompt and output with their spreads) does not fit a cache of "
+            f"{args.max_cache_len} slots; raise --max-cache-len or shorten the requests"
+        )
+    from accelerate_graph.common.errors import CugraphAccelError
+    from cli.errors import flag
+
+    try:
+        measure(args, modes)
+    except CugraphAccelError as err:  # a model, recipe or setting the package refuses: its one line
+        parser.exit(1, f"serve_load.py: {err.render(flag)}\n")
+
+
+def measure(args, modes: list[str]) -> None:
+    """Each mode in turn, then the table (and --json)."""
     results = {"model": args.model, "fuse": args.fuse, "prompt_len": args.prompt_len, "output_len": args.output_len}
     prepared = None
     from accelerate_graph import settings

@@ -35,3 +35,15 @@ def test_server_and_engine_modes_report_their_rows(tmp_path):
     for r in engine:
         assert r["tokens"] == 6 * r["clients"] and r["itl_ms_p50"] > 0  # a prefill's token, then 5 steps
     assert "the server's own count" in done.stdout
+
+
+def test_a_request_past_the_cache_or_an_unknown_model_is_one_line():
+    script = [sys.executable, str(REPO / "benchmarks" / "serve_load.py")]
+    lengths = ["--prompt-len", "60", "--output-len", "8", "--max-cache-len", "64"]
+    done = subprocess.run([*script, "recipes/tiny.yaml", *lengths], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 2 and "does not fit a cache of 64 slots" in done.stderr.splitlines()[-1]
+    done = subprocess.run(
+        [*script, "no-such-model", "--modes", "engine"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("serve_load.py: ") and len(done.stderr.splitlines()) == 1, done.stderr
