@@ -269,12 +269,14 @@ def engine_mode(args, chosen) -> list[dict]:
         work = workload(clients, args, engine.vocab_size, clients)
         ids = [engine.admit(prompt) for prompt, _ in work]
         started = time.perf_counter()
-        logits = {}
+        logits, forwards = {}, 0
         while pending := [r for r in ids if r not in logits]:
             for group in engine.prefill_groups(pending):
                 out = engine.prefill(group)
+                forwards += 1
                 logits.update({r: out[i] for i, r in enumerate(group) if engine.next_chunk(r) == 0})
         tokens = torch.stack([logits[r] for r in ids]).argmax(-1)
+        issued = time.perf_counter() - started  # the host's time to queue the prefills: near `prefilled`, host-bound
         if cuda:
             torch.cuda.synchronize()  # the first tokens exist: the time to them, not to their launch
         prefilled = time.perf_counter() - started
@@ -298,6 +300,7 @@ def engine_mode(args, chosen) -> list[dict]:
         for r in ids:
             engine.release(r)
         rows.append(row(clients, clients, clients * (steps + 1), total, [prefilled] * clients, times))
+        rows[-1] |= {"prefill_forwards": forwards, "prefill_issue_ms": _ms(issued)}
         print("engine", rows[-1], flush=True)
     del engine, prepared
     torch.compiler.reset()  # compiled layers hold the model: its weights go back before generate loads its own
@@ -430,6 +433,9 @@ def _table(results: dict, modes: list[str]) -> None:
                 f"{mode:<9} {r['clients']:>7} {r['requests']:>8} {r['tokens']:>7} "
                 f"{r['tokens_per_s'] or 0:>8.1f} {shown}"
             )
+    for r in results.get("engine", []):  # TTFT above is all of the rows' prefill: how much the host took to queue
+        print(f"engine: {r['clients']} rows prefilled by {r['prefill_forwards']} forward(s) in {r['ttft_ms_p50']} ms, "
+              f"{r['prefill_issue_ms']} ms of it the host's to queue them")  # fmt: skip
     if results.get("server"):
         print(f"{'server':<9} {'clients':>7} {'steps':>8} {'step ms':>8} {'device':>7} {'rows':>6} {'prefills':>8} "
               f"{'ms':>8} {'device':>7} {'waits':>6}  (the server's own count: decode steps and prefill forwards, "

@@ -34,6 +34,7 @@ def test_server_and_engine_modes_report_their_rows(tmp_path):
         assert r["decode_device_ms"] == 0 and 0 <= r["engine_wait_share"] <= 1  # no device timing on a CPU
     for r in engine:
         assert r["tokens"] == 6 * r["clients"] and r["itl_ms_p50"] > 0  # a prefill's token, then 5 steps
+        assert r["prefill_forwards"] == 1 and 0 < r["prefill_issue_ms"] <= r["ttft_ms_p50"]  # 2 prompts of 8: one
     assert "the server's own count" in done.stdout
 
 
