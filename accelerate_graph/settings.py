@@ -131,6 +131,9 @@ REGISTRY: tuple[Setting, ...] = (
             "inductor's coordinate-descent tuning (auto: from hidden 2,048): the 8B 4.662 -> 4.280 ms, Qwen slower"),
     Setting("allreduce", _choice("auto", "nccl", "oneshot"), "auto", "auto, nccl, oneshot",
             "tensor-parallel all-reduce (auto: one-shot where peers map): the 8B tp 2 batch 1 4.69 -> 4.34 ms"),
+    Setting("prefill_graphs", _bool, True, "on, off",
+            "serve's first prompt parts as captured graphs (rows x width shapes), not an eager forward's host time "
+            "(~50 ms a prefill at the 8B); unmeasured"),
     Setting("debug", _bool, False, "on, off",
             "tracebacks and buffer checks before every replay; off: each check waits for the device's cache slot"),
 )  # fmt: skip

@@ -262,7 +262,7 @@ def engine_mode(args, chosen) -> list[dict]:
     from accelerate_graph.serve.engine import SlotEngine
 
     prepared = prepare(capture_request(args, chosen, per_row=True))
-    engine = SlotEngine(prepared, **({"chunk": args.prefill_chunk} if args.prefill_chunk else {}))
+    engine = SlotEngine(prepared, settings=chosen, **({"chunk": args.prefill_chunk} if args.prefill_chunk else {}))
     cuda = prepared.session.device.type == "cuda"
     rows = []
     for clients in args.clients:

@@ -119,7 +119,7 @@ def serve(
     from accelerate_graph.serve.engine import SlotEngine
 
     prepared = prepare_with_progress(request, out, source)
-    engine = SlotEngine(prepared, chunk=prefill_chunk)
+    engine = SlotEngine(prepared, chunk=prefill_chunk, settings=request.settings)
     if max_batch is not None and max_batch > engine.max_rows:
         raise BadOptionError(
             f"{{max_batch={max_batch}}} is more than the plan's largest bucket ({engine.max_rows}).",
@@ -135,6 +135,10 @@ def serve(
             f"{device_label(prepared.session.device)}; {service.scheduler.max_rows} rows of {engine.max_len} "
             f"tokens; queue {queue}; SIGTERM drains for {drain_s:g} s"
         )
+        if engine.prefill_graphs is not None:
+            graphs = engine.prefill_graphs
+            out.line(f"prompts prefilled by {len(graphs.shapes)} graphs of up to {max(r for r, _ in graphs.shapes)} rows x "
+                     f"{max(w for _, w in graphs.shapes)} tokens ({graphs.memory_bytes / 2**20:,.0f} MiB)")  # fmt: skip
 
     run_server(service.app, service.scheduler, host, port, drain_s, on_listening=listening)
     out.line("server stopped")

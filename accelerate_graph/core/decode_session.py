@@ -185,9 +185,17 @@ class DecodeSession:
         0..p, nothing else (a row's slots past its position hold a finished request's leftovers), and under
         a sliding window of W only p - W + 1..p, as HF's sliding mask. A dict by layer kind where the model
         has layer types. Bool where the attention takes sdpa's masks, additive for eager attention."""
-        slot, position = self.slot_numbers[:slots], position_ids[:, None, :, None]
-        causal = slot <= position
-        windowed = causal & (slot > position - self.window) if self.window is not None else causal
+        return self._visible(self.slot_numbers[:slots], position_ids[:, None, :, None])
+
+    def columns_mask(self, position_ids: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Per-row mode's mask [b, 1, t, t] over a prompt part's own tokens (FreshLayer): token i attends token j
+        of its row where j's position is at most i's (and within the window), as rows_mask does over slots."""
+        return self._visible(position_ids[:, None, None, :], position_ids[:, None, :, None])
+
+    def _visible(self, key: torch.Tensor, query: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
+        """The mask of keys at positions `key` for queries at `query` (broadcast to [b, 1, t, keys])."""
+        causal = key <= query
+        windowed = causal & (key > query - self.window) if self.window is not None else causal
         if not self._masks_by_kind:
             return self._as_attention_mask(windowed)
         return {
@@ -207,6 +215,13 @@ class DecodeSession:
         cache = self.kv.row_view(row, position_ids)
         mask = self.rows_mask(position_ids, self.max_cache_len)
         return self._run(cache, input_ids, position_ids, mask, None)
+
+    def fresh_forward(self, rows: torch.Tensor, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Per-row mode: one eager forward of the first part of k prompts (input_ids/position_ids [k, t], each
+        from slot 0, written at its positions) into cache rows `rows` [k]; returns last-position logits [k, V].
+        Reads only device tensors: a graph of it serves any rows and parts of its shape."""
+        cache = self.kv.fresh_view(rows, position_ids)
+        return self._run(cache, input_ids, position_ids, self.columns_mask(position_ids), None)
 
     def _run(self, cache, input_ids, position_ids, attention_mask, runner) -> torch.Tensor:
         kwargs = {self.cache_arg: cache, "use_cache": True}

@@ -117,6 +117,22 @@ class RowLayer(_LayerView):
         return copy
 
 
+class FreshLayer(_LayerView):
+    """A view for the first part of prompts, each from slot 0 of its row (per-row mode): the part's K/V go into
+    the cache rows `rows` names (a device tensor: one captured graph serves any rows) at `write_slots`, and
+    attention reads the part's own K/V, all that lies before it. `keys`/`values` are there for their shapes."""
+
+    storage_keys: torch.Tensor  # [max_batch, H, storage slots, d]: the whole layer
+    storage_values: torch.Tensor
+    rows: torch.Tensor  # [b] long: the cache row of each row of the part
+    write_slots: torch.Tensor  # [b, t] long: where each of its tokens goes
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        self.storage_keys[self.rows[:, None], :, self.write_slots] = key_states.transpose(1, 2)
+        self.storage_values[self.rows[:, None], :, self.write_slots] = value_states.transpose(1, 2)
+        return key_states, value_states
+
+
 def row_layer(layer: StaticLayer, rows: slice, context: int) -> RowLayer:
     """A RowLayer over storage rows `rows` of an allocated layer, reading its first `context` slots."""
     view = static_layer_view(layer, rows.stop - rows.start, context, RowLayer, first_row=rows.start)
@@ -219,6 +235,18 @@ class SharedStaticCache:
         view = Cache(layers=[row_layer(layer, rows, self.max_cache_len) for layer in self.cache.layers])
         self._aim(view, write_slots)
         return view
+
+    def fresh_view(self, rows: torch.Tensor, write_slots: torch.Tensor) -> Cache:
+        """Per-row mode: a cache for the first part of k prompts ([k, t] `write_slots`) going into cache rows
+        `rows` [k], whose attention reads only the part itself (FreshLayer)."""
+        batch, width = write_slots.shape
+        layers = []
+        for layer in self.cache.layers:
+            view = static_layer_view(layer, batch, width, FreshLayer)
+            view.storage_keys, view.storage_values = layer.keys, layer.values
+            view.rows, view.write_slots = rows, write_slots
+            layers.append(view)
+        return Cache(layers=layers)
 
     @staticmethod
     def _aim(view: Cache, write_slots: torch.Tensor | None) -> None:

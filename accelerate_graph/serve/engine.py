@@ -1,25 +1,36 @@
 """SlotEngine: continuous batching over graphs captured in per-row mode (DecodeSession(per_row=True)).
 
-Every request holds one row of the cache from its admission to its release. Prompts go in eagerly: one
-forward takes the next part (at most `chunk` tokens) of several requests' prompts at once, left-padded to the
-longest part, each row at its own positions. Then each decode step replays one graph for every row that
-decodes, each row at its own position. Requests keep the id `admit` gave them while the engine moves their
-rows: the rows in use are kept at the front of the cache (a release moves the last row into the hole), so a
-step of n rows in use runs the graph of the smallest bucket holding n rows.
+Every request holds one row of the cache from its admission to its release. Prompts go in eagerly: one forward
+takes the next part (at most `chunk` tokens) of several requests' prompts at once, left-padded to the longest
+part, each row at its own positions. Then each decode step replays one graph for every row that decodes, each row
+at its own position. Requests keep the id `admit` gave them while the engine moves their rows: the rows in use
+are kept at the front of the cache (a release moves the last row into the hole), so a step of n rows in use runs
+the graph of the smallest bucket holding n rows. The first parts of prompts replay prefill graphs
+(serve/prefill_graphs.py) where a plan of full graphs captured them.
 
 One caller at a time: the engine holds no lock.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
 
-from accelerate_graph.common.errors import BadOptionError, ResourceError, UnsupportedModelError, option
+from accelerate_graph.common.errors import (
+    BadOptionError,
+    CaptureError,
+    ResourceError,
+    UnsupportedModelError,
+    first_line,
+    option,
+)
 from accelerate_graph.core.buckets import bucket_for, context_for
 from accelerate_graph.core.decode_session import PAD_TOKEN
+from accelerate_graph.serve.prefill_graphs import PrefillGraphs, prefill_shapes
 from accelerate_graph.serve.transfers import upload
+from accelerate_graph.settings import Settings, current, use
 
 
 @dataclass
@@ -31,11 +42,12 @@ class _Request:
 
 
 class SlotEngine:
-    def __init__(self, prepared, *, chunk: int = 2048):
+    def __init__(self, prepared, *, chunk: int = 2048, settings: Settings | None = None):
         """`prepared`: pipeline.prepare's result for a CaptureRequest with per_row=True (its graphs, or
         its eager step where the plan is eager). `chunk`: the most prompt tokens one prefill forward runs,
         its padding included (rows x the longest part). An eager forward's host time is about the same for a
-        few tokens as for a couple of thousand: fewer, fuller forwards hold the decode steps up less."""
+        few tokens as for a couple of thousand: fewer, fuller forwards hold the decode steps up less; with the
+        prefill_graphs setting (`settings`, default those in use) a first part replays a captured graph."""
         session = prepared.session
         if not session.per_row:
             raise BadOptionError(
@@ -58,9 +70,26 @@ class SlotEngine:
         self.max_rows: int = self.buckets[-1]
         self.max_len: int = session.max_cache_len
         self.vocab_size: int = session.vocab_size
+        self.prefill_graphs = self._prefill_graphs(prepared, settings or current())
         self._requests: dict[int, _Request] = {}
         self._order: list[int] = []  # request ids by physical row: row i of the cache holds _order[i]
         self._row_of: dict[int, int] = {}  # request id -> its physical row (the inverse of _order)
+
+    def _prefill_graphs(self, prepared, settings: Settings) -> PrefillGraphs | None:
+        """The prefill graphs of a plan of full graphs, where the setting asks for them and they capture; else
+        None (eager prefills), said in one warning when the capture failed."""
+        if not settings.prefill_graphs or self.graphs is None or prepared.plan.mode != "full":
+            return None
+        shapes = prefill_shapes(self.chunk, self.max_rows, self.max_len)
+        if not shapes:
+            return None
+        try:
+            with use(settings):
+                return PrefillGraphs(self.session, self.graphs.backend, shapes)
+        except (CaptureError, RuntimeError) as err:  # out of memory too: the decode graphs serve all the same
+            self.graphs.backend.release()  # what the graphs captured before it holds
+            warnings.warn(f"prefills run eagerly: their graphs did not capture ({first_line(err)})", stacklevel=2)
+            return None
 
     # -- rows ---------------------------------------------------------------------------------------------
 
@@ -166,6 +195,14 @@ class SlotEngine:
                 "Prefill fewer rows at once (prefill_tokens says what a set of rows runs).",
             )
         width = min(self.chunk, max(remaining))
+        shape = self.prefill_graphs.shape_for(len(rows), width) if self.prefill_graphs is not None else None
+        if shape is not None and not any(q.prefilled for q in requests):  # first parts: the graph of their shape
+            parts = [q.prompt[: min(width, n)] for q, n in zip(requests, remaining)]
+            logits = self.prefill_graphs.run(shape, [self._row_of[r] for r in rows], parts)
+            for request, part in zip(requests, parts):
+                request.prefilled = request.position = len(part)
+                request.done = request.prefilled == len(request.prompt)
+            return logits
         order = sorted(range(len(rows)), key=lambda i: self._row_of[rows[i]])  # by physical row
         tokens, positions = [], []
         for i in order:

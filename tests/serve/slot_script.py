@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import torch
 
+from accelerate_graph import settings
 from accelerate_graph.core.backends import EmulatedBackend
 from accelerate_graph.core.capture import capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
@@ -123,15 +124,18 @@ def plant_stale_values(engine: SlotEngine) -> None:
             layer.values[physical, :, position:] = -50.0
 
 
-def engine_on_session(model, backend, fused: bool, chunk: int = 4, buckets=(1, 4), contexts=(16,)) -> SlotEngine:
+def engine_on_session(
+    model, backend, fused: bool, chunk: int = 4, buckets=(1, 4), contexts=(16,), prefill_graphs: bool = True
+) -> SlotEngine:
     """A SlotEngine over a per-row session of 4 rows x 64 slots whose graphs `backend` captures, through the
     fused forward when `fused` (inductor where the device is CUDA, aot_eager on the CPU). The script's
-    positions reach 25: its steps cross the context bucket of 16."""
+    positions reach 25: its steps cross the context bucket of 16. First prompt parts replay prefill graphs
+    where `prefill_graphs` and the chunk holds their smallest width (32 tokens)."""
     session = DecodeSession(model, 4, 64, per_row=True)
     if fused:
         use_grouped_attention(model)
         compiler = "inductor" if session.device.type == "cuda" else "aot_eager"
         session.fused = FusedForward(model, backend=compiler, positions=session.kv.storage_len)
     graphs = capture_decode_graphs(session, backend or EmulatedBackend(), buckets, contexts=contexts)
-    prepared = SimpleNamespace(session=session, graphs=graphs, plan=SimpleNamespace(tp=1))
-    return SlotEngine(prepared, chunk=chunk)
+    prepared = SimpleNamespace(session=session, graphs=graphs, plan=SimpleNamespace(tp=1, mode="full"))
+    return SlotEngine(prepared, chunk=chunk, settings=settings.current().replace(prefill_graphs=prefill_graphs))

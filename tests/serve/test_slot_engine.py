@@ -83,7 +83,9 @@ def test_chunked_prefill_equals_one_chunk(tiny_model_dir):
     results = []
     for chunk in (5, 256):  # two engines over the same graphs, one after the other
         engine = SlotEngine(
-            SimpleNamespace(session=one_graph_set.session, graphs=one_graph_set.graphs, plan=SimpleNamespace(tp=1)),
+            SimpleNamespace(
+                session=one_graph_set.session, graphs=one_graph_set.graphs, plan=SimpleNamespace(tp=1, mode="full")
+            ),
             chunk=chunk,
         )
         row = engine.admit(prompt)
@@ -102,12 +104,14 @@ def test_chunked_prefill_equals_one_chunk(tiny_model_dir):
     assert small == one == hf_alone(engine.session.model, prompt, 7)
 
 
-def test_prompts_of_different_lengths_prefilled_together_each_equal_hf_alone(tiny_model_dir):
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "prefill-graphs"])
+def test_prompts_of_different_lengths_prefilled_together_each_equal_hf_alone(tiny_model_dir, graphs):
     """Prompts of 3, 11 and 6 tokens in one forward (left-padded to 11), asked out of row order; later two more
-    whose rows are not consecutive (a release moved one below a decoding row): two forwards, one per run. Stale
-    values planted everywhere no request has written; each request's tokens are HF's for its prompt alone."""
+    whose rows are not consecutive (a release moved one below a decoding row): eagerly two forwards, one per run;
+    with prefill graphs one replay each time (the 32-token shape of 4 rows). Stale values planted everywhere no
+    request has written; each request's tokens are HF's for its prompt alone."""
     model = load(tiny_model_dir("llama"))
-    engine = engine_on_session(model, EmulatedBackend(), fused=False, chunk=64)
+    engine = engine_on_session(model, EmulatedBackend(), fused=False, chunk=64, prefill_graphs=graphs)
     forwards = []
     row_forward = engine.session.row_forward
     engine.session.row_forward = lambda *args: forwards.append(args[2].tolist()) or row_forward(*args)
@@ -141,7 +145,7 @@ def test_prompts_of_different_lengths_prefilled_together_each_equal_hf_alone(tin
     prefill(["b", "a", "c"])
     # one forward, rows in cache order; padding on the left, at slots past the prompt (on a GPU, a slot written
     # twice in one forward holds either write)
-    assert forwards[0] == [
+    assert graphs or forwards[0] == [
         [*range(3, 11), *range(3)],
         list(range(11)),
         [*range(6, 11), *range(6)],
@@ -151,7 +155,9 @@ def test_prompts_of_different_lengths_prefilled_together_each_equal_hf_alone(tin
     rows["d"], rows["e"] = engine.admit(prompts["d"]), engine.admit(prompts["e"])  # rows 2 and 3
     release("c")  # "e" moves into row 0: "d" and "e" hold rows 2 and 0, "b" row 1 between them
     prefill(["d", "e"])
-    assert forwards[1:] == [[list(range(5))], [[*range(1, 5), 0]]]  # "e" in row 0, then "d" in row 2
+    assert graphs or forwards[1:] == [[list(range(5))], [[*range(1, 5), 0]]]  # "e" in row 0, then "d" in row 2
+    if graphs:  # no eager forward: two replays of the graph of 4 rows x 32 tokens
+        assert not forwards and engine.prefill_graphs.replays == 2 and (4, 32) in engine.prefill_graphs.shapes
     step(["e", "b", "d"], 6)  # "b" reaches position 21: past the context bucket of 16
     assert tokens == {name: hf_alone(model, prompts[name], len(made)) for name, made in tokens.items()}
 
@@ -194,7 +200,7 @@ def test_graphs_of_the_shared_mode_are_refused(tiny_model_dir):
     model = load(tiny_model_dir("llama"))
     session = DecodeSession(model, 2, 32)
     graphs = capture_decode_graphs(session, EmulatedBackend(), (2,), contexts=())
-    shared = SimpleNamespace(session=session, graphs=graphs, plan=SimpleNamespace(tp=1))
+    shared = SimpleNamespace(session=session, graphs=graphs, plan=SimpleNamespace(tp=1, mode="full"))
     with pytest.raises(BadOptionError, match=r"per-row mode .* Prepare with per_row=True\."):
         SlotEngine(shared)
 
