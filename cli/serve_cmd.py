@@ -92,7 +92,9 @@ def serve(
     chosen = settings_assignments(assignments)
     bucket_sizes = buckets_or_none(buckets)
     if bucket_sizes is None and max_batch is not None and plan is None:
-        bucket_sizes = _powers_of_two_to(max_batch)
+        from accelerate_graph.core.buckets import powers_of_two_to
+
+        bucket_sizes = powers_of_two_to(max_batch)
 
     from accelerate_graph.common.devices import device_label
     from accelerate_graph.common.errors import BadOptionError
@@ -137,16 +139,11 @@ def serve(
         )
         if engine.prefill_graphs is not None:
             graphs = engine.prefill_graphs
-            out.line(f"prompts prefilled by {len(graphs.shapes)} graphs of up to {max(r for r, _ in graphs.shapes)} rows x "
-                     f"{max(w for _, w in graphs.shapes)} tokens ({graphs.memory_bytes / 2**20:,.0f} MiB)")  # fmt: skip
+            rows, width = max(r for r, _ in graphs.shapes), max(w for _, w in graphs.shapes)
+            out.line(
+                f"prompts prefilled by {len(graphs.shapes)} graphs of up to {rows} rows x {width} tokens "
+                f"({graphs.memory_bytes / 2**20:,.0f} MiB)"
+            )
 
     run_server(service.app, service.scheduler, host, port, drain_s, on_listening=listening)
     out.line("server stopped")
-
-
-def _powers_of_two_to(top: int) -> tuple[int, ...]:
-    sizes, size = [], 1
-    while size < top:
-        sizes.append(size)
-        size *= 2
-    return (*sizes, top)

@@ -30,6 +30,15 @@ def padded_batch(bucket: int, buckets: tuple[int, ...]) -> int | None:
 SMALLEST_AUTO_CONTEXT = 256
 
 
+def powers_of_two_to(top: int) -> tuple[int, ...]:
+    """1, 2, 4, ... below `top`, then `top`: the batch buckets of a largest batch."""
+    sizes, size = [], 1
+    while size < top:
+        sizes.append(size)
+        size *= 2
+    return (*sizes, top)
+
+
 def auto_contexts(max_cache_len: int) -> tuple[int, ...]:
     """Powers of two from SMALLEST_AUTO_CONTEXT up to the cache length, which is always the last."""
     contexts, c = [], SMALLEST_AUTO_CONTEXT

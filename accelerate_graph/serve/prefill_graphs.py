@@ -4,15 +4,18 @@ and any rows can be written; the rows are a device tensor).
 
 An eager forward costs the host the same few tens of milliseconds whatever its prompts (HF's Python and a launch
 per op; ~50 ms at Llama-3.1-8B), and every decoding row waits for it. A replay costs the device's time alone.
-Shapes are powers of two, rows x width within twice the engine's chunk; a part is padded on the left up to its shape's
-width and a shape's spare rows are pure padding: padding tokens sit at the spare slot, past every position, where
+Shapes are powers of two, rows x width within twice the engine's chunk; a part is padded on the left up to its
+shape's width and a shape's spare rows are pure padding: padding tokens sit at the spare slot, past every position, where
 no step reads and no real token looks. A later part of a long prompt reads the slots before it: eager, as before.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
+from accelerate_graph.core.buckets import powers_of_two_to
 from accelerate_graph.core.decode_session import PAD_TOKEN
 from accelerate_graph.serve.transfers import upload
 
@@ -24,13 +27,8 @@ def prefill_shapes(chunk: int, max_rows: int, max_len: int) -> list[tuple[int, i
     to the longest prompt's (below the cache length) and the chunk's. Any forward the engine runs (rows x the
     longest part within a chunk that is a power of two) rounds up to a shape of at most twice the chunk."""
     top = 1 << (min(chunk, max_len - 1) - 1).bit_length()  # the longest part, rounded up
-    widths = [w for w in _powers_of_two(min(top, chunk)) if w >= SMALLEST_WIDTH]
-    rows = sorted({*_powers_of_two(max_rows), max_rows})
-    return [(r, w) for w in widths for r in rows if r * w <= 2 * chunk]
-
-
-def _powers_of_two(limit: int) -> list[int]:
-    return [1 << i for i in range(limit.bit_length()) if 1 << i <= limit]
+    widths = [1 << i for i in range(min(top, chunk).bit_length()) if 1 << i >= SMALLEST_WIDTH]
+    return [(r, w) for w in widths for r in powers_of_two_to(max_rows) if r * w <= 2 * chunk]
 
 
 class PrefillGraphs:
@@ -47,7 +45,9 @@ class PrefillGraphs:
             positions = torch.full((rows, width), session.spare_slot, dtype=torch.long, device=device)
             cache_rows = torch.zeros(rows, dtype=torch.long, device=device)
             self._inputs[shape] = (tokens, positions, cache_rows)
-            self.graphs[shape] = backend.capture(_step(session, cache_rows, tokens, positions))
+            self.graphs[shape] = backend.capture(
+                functools.partial(session.fresh_forward, cache_rows, tokens, positions)
+            )
         self.shapes = sorted(self.graphs, key=lambda s: (s[0] * s[1], s))
         self.replays = 0
 
@@ -78,11 +78,3 @@ class PrefillGraphs:
         static_rows.copy_(staged[2 * rows * width :])
         self.replays += 1
         return self.graphs[shape].replay()[: len(parts)].clone()
-
-
-def _step(session, cache_rows: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor):
-    def step() -> torch.Tensor:
-        with torch.no_grad():
-            return session.fresh_forward(cache_rows, tokens, positions)
-
-    return step
