@@ -14,6 +14,7 @@ from accelerate_graph.core.capture import capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.fused.grouped_attention import use_grouped_attention
 from accelerate_graph.fused.layers import FusedForward
+from accelerate_graph.models.loading import load_model
 from accelerate_graph.serve.engine import SlotEngine
 
 # name -> (prompt, the turn it joins at, how many tokens it takes before it leaves). Four rows: "a" leaves
@@ -29,6 +30,11 @@ REQUESTS = {
     "f": ([44], 20, 7),
 }
 ABANDONED = ([50, 51, 52, 53, 54, 55, 56, 57, 58], 2)  # (prompt, turn): released mid-prefill the turn after
+
+
+def load(folder):
+    """A saved model, float32 on the CPU, through the real loading path."""
+    return load_model(folder, torch.device("cpu"), torch.float32, "sdpa", None).model
 
 
 def hf_alone(model, prompt: list[int], new: int) -> list[int]:

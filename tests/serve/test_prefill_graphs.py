@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from slot_script import engine_on_session, hf_alone
+from slot_script import engine_on_session, hf_alone, load
 
 from accelerate_graph.common.errors import CaptureError
 from accelerate_graph.core.backends import EmulatedBackend, backend_for
 from accelerate_graph.models.loading import load_model
 from accelerate_graph.serve import engine as engine_module
 from accelerate_graph.serve.prefill_graphs import prefill_shapes
-
-
-def load(folder):
-    return load_model(folder, torch.device("cpu"), torch.float32, "sdpa", None).model
 
 
 @pytest.mark.parametrize("chunk, max_rows, max_len", [(2048, 64, 1024), (2048, 48, 4096), (512, 8, 300), (64, 4, 64)])

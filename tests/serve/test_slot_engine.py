@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from slot_script import engine_on_session, expected_tokens, hf_alone, plant_stale_values, run_script
+from slot_script import engine_on_session, expected_tokens, hf_alone, load, plant_stale_values, run_script
 from tiny_models import SMALL_DECODER, tiny_decoder
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -16,15 +16,10 @@ from accelerate_graph.common.errors import BadOptionError, ResourceError, Unsupp
 from accelerate_graph.core.backends import EmulatedBackend
 from accelerate_graph.core.capture import capture_decode_graphs
 from accelerate_graph.core.decode_session import DecodeSession
-from accelerate_graph.models.loading import load_model
 from accelerate_graph.pipeline import CaptureRequest, prepare
 from accelerate_graph.serve.engine import SlotEngine
 from accelerate_graph.verify.against_eager import verify_graphs
 from accelerate_graph.verify.cases import Coverage
-
-
-def load(folder):
-    return load_model(folder, torch.device("cpu"), torch.float32, "sdpa", None).model
 
 
 def prepared_engine(folder, chunk: int = 4, **request) -> SlotEngine:
