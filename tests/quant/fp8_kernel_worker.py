@@ -6,7 +6,9 @@ writes the results as JSON on stdout.
 Jobs: {"cases": [...]} -> {case id: {"error_ulps": ..., "shape": ..., "dtype": ...}};
 {"ptx": [...]} -> {variant id: {"v4_loads": n, "copy_bytes": [...], "expected_vectors": n}};
 {"layers": [...]} -> {id: {"fold": setting, "folded_ops": [...], "logits": [...]}}: the FP8 tiny llama's decode
-steps through the fused layer program under each fp8_fold value.
+steps through the fused layer program under each fp8_fold value;
+{"codes": true} -> {"float32": [codes whose float32 value differs]}: every e4m3 code through the kernel's own
+conversion (fp8_codes.py).
 """
 
 import json
@@ -171,6 +173,11 @@ def main() -> None:
     if "cases" in job:
         assert os.environ.get("TRITON_INTERPRET") == "1", "the cases run under the Triton interpreter"
         result = {case["id"]: run_case(case) for case in job["cases"]}
+    elif "codes" in job:
+        assert os.environ.get("TRITON_INTERPRET") == "1", "the codes run under the Triton interpreter"
+        from fp8_codes import mismatches
+
+        result = mismatches("cpu", bf16=False)
     elif "layers" in job:
         assert os.environ.get("TRITON_INTERPRET") == "1", "the layers run under the Triton interpreter"
         result = {layers["id"]: layer_steps(layers) for layers in job["layers"]}

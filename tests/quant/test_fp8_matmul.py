@@ -382,6 +382,13 @@ def test_weight_loads_are_16_byte_vectors_on_sm90():
         assert found[variant]["copy_bytes"] == [16], found[variant]
 
 
+@needs_triton
+def test_the_kernel_reads_every_e4m3_code_as_torch_converts_it():
+    """The kernel converts weights by integer ops, not conversion instructions: each of the 254 finite codes
+    (subnormals, both zeros, 448) gives the float32 bits torch gives."""
+    assert run_worker({"codes": True}, interpreted=True) == {"float32": []}
+
+
 # ---------------------------------------------------------------- GPU
 
 
@@ -405,6 +412,15 @@ def test_gpu_kernel_matches_the_reference(rows, block):
         x, weight, scale, block_, bias = _gpu_operands(rows, n, k, block)
         got = fm.fp8_matmul(x, weight, scale, block_, bias)
         assert _ulps(got, reference_fp8_matmul(x, weight, scale, block_, bias)) <= 2, (n, k)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_gpu_kernel_reads_every_e4m3_code_as_torch_converts_it():
+    """Compiled, as float32 (one-row and narrow paths) and as bf16 (the tensor cores' operand)."""
+    from fp8_codes import mismatches
+
+    assert mismatches("cuda", bf16=True) == {"float32": [], "bfloat16": []}
 
 
 def _fold_operands(x, n, seed=1):
