@@ -92,7 +92,7 @@ def _e4m3_as(w, dtype: tl.constexpr):
     if dtype == tl.bfloat16:
         code = w.to(tl.int8, bitcast=True).to(tl.int16)
         bits = (code << 4) & -30736  # 0x87F0
-        converted = bits.to(tl.bfloat16, bitcast=True) * 1.329227995784916e36
+        converted = bits.to(tl.bfloat16, bitcast=True) * 1.329227995784916e36  # 2^120
     else:
         converted = w.to(dtype)
     return converted

@@ -17,14 +17,10 @@ def _codes_kernel(w_ptr, f32_ptr, bf16_ptr, BF16: tl.constexpr):
         tl.store(bf16_ptr + offs, fp8_kernels._e4m3_as(w, tl.bfloat16))
 
 
-def all_codes(device: str) -> torch.Tensor:
-    return torch.arange(256, dtype=torch.uint8, device=device).view(torch.float8_e4m3fn)
-
-
 def mismatches(device: str, bf16: bool) -> dict[str, list[int]]:
     """The codes (NaN codes left out: quantization never writes them) whose kernel value differs in any bit
     from torch's conversion, per output dtype."""
-    codes = all_codes(device)
+    codes = torch.arange(256, dtype=torch.uint8, device=device).view(torch.float8_e4m3fn)
     f32 = torch.empty(256, dtype=torch.float32, device=device)
     out16 = torch.empty(256, dtype=torch.bfloat16, device=device)
     _codes_kernel[(1,)](codes, f32, out16, BF16=bf16)
