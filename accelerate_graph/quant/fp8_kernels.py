@@ -1,10 +1,10 @@
 """Triton code of the FP8-weight skinny matmul; fp8_skinny launches it (read that module first).
 
 out[M, N] = x[M, K] @ (W[N, K] * scale)^T (+ bias) for few rows: W in float8 e4m3 (one byte an element, half
-of bf16's bytes), converted in registers by integer ops, float32 accumulation. A program owns BLOCK_N output
-columns of BLOCK_M rows and walks K (its share when split-K is on: then it writes float32 partial sums and
-`fp8_finish_kernel` adds them). Weight tiles are loaded row-major with a mask that does not vary along K
-(EVEN_K), so each thread reads 16 contiguous bytes at once where K is a multiple of 16.
+of bf16's bytes), converted in registers (by integer ops for the tensor cores), float32 accumulation. A program
+owns BLOCK_N output columns of BLOCK_M rows and walks K (its share when split-K is on: then it writes float32
+partial sums and `fp8_finish_kernel` adds them). Weight tiles are loaded row-major with a mask that does not
+vary along K (EVEN_K), so each thread reads 16 contiguous bytes at once where K is a multiple of 16.
 
 Scales (BLOCKWISE off: one per output channel, applied once to the sums; on: one per SCALE_BLOCK x SCALE_BLOCK
 block, S_COLS of them a block row): a program's BLOCK_N rows lie in one block of rows (the launch keeps
@@ -74,25 +74,57 @@ def _w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K: tl.constexpr):
 
 
 @triton.jit
-def _e4m3_as_f32(w):
-    """e4m3 codes as float32 by integer ops, which issue at four times the rate of conversions (the
-    conversions alone held a step's weight reads to ~2.2 TB/s, H100): the code sign-extended and shifted left
-    by 20 holds the sign at bit 31 and exponent and mantissa at bits 26-20, a float32 2^-120 times the value
-    (the biases differ by 120; e4m3 subnormals land on float32 subnormals) that one exact multiply restores.
-    The values of `.to(tl.float32)` but for NaN codes, which quantization never writes (read as 480)."""
-    code = w.to(tl.int8, bitcast=True).to(tl.int32)
-    bits = (code << 20) & -2014314496  # 0x87F00000: the sign; exponent and mantissa
-    return bits.to(tl.float32, bitcast=True) * 1.329227995784916e36  # 2^120
+def _e4m3_bf16_bits(w):
+    """e4m3 codes as the int16 bits of bf16 values 2^-120 times theirs, by integer ops, which issue at four
+    times the rate of conversions (conversions through fp16 held the tensor-core path's weight reads to ~2 TB/s,
+    H100): the code sign-extended and shifted left by 4 holds the sign at bit 15 and exponent and mantissa at
+    bits 10-4 (the biases differ by 120; e4m3 subnormals land on bf16 subnormals). NaN codes, which
+    quantization never writes, read as 480."""
+    code = w.to(tl.int8, bitcast=True).to(tl.int16)
+    return (code << 4) & -30736  # 0x87F0
+
+
+@triton.jit
+def _e4m3_as_bf16_ops(w):
+    """The values of `.to(tl.bfloat16)`: _e4m3_bf16_bits times 2^120, exactly."""
+    return _e4m3_bf16_bits(w).to(tl.bfloat16, bitcast=True) * 1.329227995784916e36  # 2^120
+
+
+@triton.jit
+def _e4m3_as_bf16_asm(w):
+    """_e4m3_as_bf16_ops on two codes a register: a byte permute sign-extends two codes into 16-bit halves,
+    then one shift, one mask and one bf16x2 multiply serve both (the compiler's per-element 16-bit ops and
+    moves cost twice the instructions)."""
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .b32 lo, hi, k;
+        prmt.b32 lo, $2, 0, 0x9180;
+        prmt.b32 hi, $2, 0, 0xB3A2;
+        shl.b32 lo, lo, 4;
+        shl.b32 hi, hi, 4;
+        and.b32 lo, lo, 0x87F087F0;
+        and.b32 hi, hi, 0x87F087F0;
+        mov.b32 k, 0x7B807B80;
+        mul.rn.bf16x2 $0, lo, k;
+        mul.rn.bf16x2 $1, hi, k;
+        }""",
+        "=r,=r,r",
+        [w.to(tl.uint8, bitcast=True)],
+        dtype=tl.bfloat16,
+        is_pure=True,
+        pack=4,
+    )
+
+
+# The interpreter runs no PTX.
+_e4m3_as_bf16 = _e4m3_as_bf16_ops if INTERPRETED else _e4m3_as_bf16_asm
 
 
 @triton.jit
 def _e4m3_as(w, dtype: tl.constexpr):
-    """e4m3 codes as `dtype` for the tensor cores: bf16 by _e4m3_as_f32's integer ops at 16 bits (sign at bit
-    15, exponent and mantissa at bits 10-4, times 2^120 exactly: bf16 keeps subnormals), else converted."""
+    """e4m3 codes as `dtype` for the tensor cores: bf16 by integer ops, else converted."""
     if dtype == tl.bfloat16:
-        code = w.to(tl.int8, bitcast=True).to(tl.int16)
-        bits = (code << 4) & -30736  # 0x87F0
-        converted = bits.to(tl.bfloat16, bitcast=True) * 1.329227995784916e36  # 2^120
+        converted = _e4m3_as_bf16(w)
     else:
         converted = w.to(dtype)
     return converted
@@ -119,7 +151,7 @@ def _accumulate_fma(
         xv = _normed_x(xr, rstd, _norm_weights(nw_ptr, offs_k, K, NORM), NORM, OUT_BF16, x_ptr.dtype.element_ty)
         if BLOCKWISE:
             xv = xv * _column_scales(s_ptr, row_block, offs_k, K, SCALE_BLOCK, S_COLS)[None, :]
-        w = _e4m3_as_f32(_w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K))
+        w = _w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K).to(tl.float32)
         wide += xv[:, None, :] * w[None, :, :]
     return tl.sum(wide, axis=2)
 
@@ -150,7 +182,7 @@ def _multiply_row(
     xv = _normed_x(xr, rstd, nw, NORM, OUT_BF16, x_dtype)  # [1, BLOCK_K]
     if BLOCKWISE:
         xv = xv * scales[None, :]
-    return wide + xv * _e4m3_as_f32(w)
+    return wide + xv * w.to(tl.float32)
 
 
 @triton.jit

@@ -104,34 +104,42 @@ def describe(cfg: SkinnyConfig) -> str:
 
 # -- the FP8-weight kernel (quant/fp8_kernels.py) ------------------------------------------------------------
 # Its weights are one byte: a 16-byte load is 16 values, so its K tiles run longer than bf16's for the same
-# bytes. 15-33 configs an op and bucket: a model's four ops at 1, 8, 16 and 32 rows are under 400 trials, at
+# bytes. 19-39 configs an op and bucket: a model's four ops at 1, 8, 16 and 32 rows are under 400 trials, at
 # ~1.2 s a trial (a compile, a check, a timed replay: estimated, not yet measured).
 
 
-def fp8_fma_grid(k: int, rows: int = 1) -> list[SkinnyConfig]:
-    """One or two rows, float32 multiply-and-sum on a [rows, BLOCK_N, BLOCK_K] tile: first with the next K tile
-    loaded ahead (two tiles in registers, at most 32 values a thread; a K of two tiles or more), then without
-    (up to 64 values a thread), then split-K 2 and 4 for long reductions. A second row halves the tile a
-    thread can hold without spilling. Triton does not pipeline these loops: one num_stages each. Without the
-    next tile ahead, also inductor's kind of GEMV tile (1-4 outputs over K tiles of 1,024-4,096, 4 warps):
-    many programs, each a long stream of few weight rows, which won 7 of the 17 one-row bf16 calls on the H200
-    (5 of the 6 with a residual; tables/skinny-NVIDIA_H200.json)."""
+def fp8_few_rows_grid(k: int, rows: int = 1) -> list[SkinnyConfig]:
+    """One or two rows. First inductor's kind of GEMV tile (1-4 outputs over K tiles of 1,024-4,096, 4 warps:
+    many programs, each a long stream of few weight rows; won 7 of the 17 one-row bf16 calls on the H200, and
+    the narrower FP8 calls there), then a few tensor-core tiles (rows padded to 16: their conversions take
+    fewer instructions a weight than the float32 path's; they won the widest call, gate/up, at one row, H200).
+    Then float32 multiply-and-sum on wider [rows, BLOCK_N, BLOCK_K] tiles: with the next K tile loaded ahead
+    (two tiles in registers, at most 32 values a thread, 4 warps; a K of two tiles or more), then without (up to 64
+    values a thread), then split-K 2 and 4 for long reductions. A second row halves the tile a thread can hold
+    without spilling. Triton does not pipeline these loops: one num_stages each."""
     tiles = [(n, bk, w) for w in (4, 8) for n in (8, 16, 32, 64) for bk in (256, 512, 1024)]
     narrow = ((1, 1024), (1, 2048), (1, 4096), (2, 2048), (2, 4096), (4, 1024), (4, 2048))  # default_config's too
     narrow_tiles = [(n, bk, 4) for n, bk in narrow if bk <= max(k, 1024)]
+
+    def plain(shapes):
+        return [SkinnyConfig(n, bk, w, 2) for n, bk, w in shapes if 8 * 32 * w <= rows * n * bk <= 64 * 32 * w]
+
+    dots = [
+        SkinnyConfig(64, 256, 4, 3, dot=True),
+        SkinnyConfig(64, 128, 4, 4, dot=True),
+        SkinnyConfig(32, 128, 4, 4, split_k=2, dot=True),
+        SkinnyConfig(32, 256, 4, 3, dot=True),
+    ]
     ahead = [
         SkinnyConfig(n, bk, w, 1, lookahead=True)
         for n, bk, w in tiles
-        if 8 * 32 * w <= rows * n * bk <= 32 * 32 * w and k >= 2 * bk
-    ]
-    plain = [
-        SkinnyConfig(n, bk, w, 2) for n, bk, w in tiles + narrow_tiles if 8 * 32 * w <= rows * n * bk <= 64 * 32 * w
+        if w == 4 and 8 * 32 * w <= rows * n * bk <= 32 * 32 * w and k >= 2 * bk
     ]
     split = []
     if k >= 4096:
         split = [SkinnyConfig(16 // rows, 512, 4, 2, split_k=x) for x in (2, 4)]
         split += [SkinnyConfig(16 // rows, 256, 4, 1, split_k=x, lookahead=True) for x in (2, 4) if k // x >= 512]
-    return ahead + plain + split
+    return plain(narrow_tiles) + [d for d in dots if d.split_k * d.block_k <= max(k, 64)] + ahead + plain(tiles) + split
 
 
 def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
@@ -155,9 +163,9 @@ def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
 
 def fp8_grid(rows: int, n: int, k: int, block: int | None, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
     """What `tune --weights fp8` tries for a call of `n` outputs over `k` at `rows` rows, the likeliest first:
-    multiply-and-sum at 1-2 rows, tensor cores above (fp8_skinny.default_config's split). With block scales
+    multiply-and-sum and a few tensor-core tiles at 1-2 rows, tensor cores above (fp8_skinny.default_config's split). With block scales
     (`block`) only configs whose tiles lie inside one scale block (fp8_skinny.fitted leaves them as they are)."""
     from accelerate_graph.quant.fp8_skinny import fitted
 
-    ordered = fp8_fma_grid(k, rows) if rows <= 2 else fp8_rows_grid(n, k, sms)
+    ordered = fp8_few_rows_grid(k, rows) if rows <= 2 else fp8_rows_grid(n, k, sms)
     return list(dict.fromkeys(cfg for cfg in ordered if fitted(cfg, block) == cfg))

@@ -7,8 +7,8 @@ Jobs: {"cases": [...]} -> {case id: {"error_ulps": ..., "shape": ..., "dtype": .
 {"ptx": [...]} -> {variant id: {"v4_loads": n, "copy_bytes": [...], "expected_vectors": n}};
 {"layers": [...]} -> {id: {"fold": setting, "folded_ops": [...], "logits": [...]}}: the FP8 tiny llama's decode
 steps through the fused layer program under each fp8_fold value;
-{"codes": true} -> {"float32": [codes whose float32 value differs]}: every e4m3 code through the kernel's own
-conversion (fp8_codes.py).
+{"codes": true} -> {"bits": [codes whose value differs]}: every e4m3 code through the kernel's own bf16
+conversion's integer ops (fp8_codes.py).
 """
 
 import json

@@ -234,6 +234,24 @@ def test_tables_are_read_per_gpu_name_user_over_shipped(tmp_path, monkeypatch):
         fp8_skinny.forget_tables()
 
 
+def test_every_shipped_fp8_table_names_its_device_and_holds_what_tune_tries():
+    """A shipped table reads, is named by its device, and holds only configs `tune --weights fp8` tries for its
+    key's shape: re-tuning on that GPU can find each again."""
+    from accelerate_graph.tune import grids
+
+    shipped = sorted(fp8_skinny.SHIPPED_DIR.glob("fp8-*.json"))
+    assert [p.name for p in shipped] == ["fp8-NVIDIA_H100_80GB_HBM3.json"]
+    for path in shipped:
+        body = json.loads(path.read_text(encoding="utf-8"))
+        assert fp8_skinny.table_file_name(body["device"]) == path.name
+        entries = configs.read_table(path)
+        assert entries
+        for key, cfg in entries.items():
+            op, bucket, n, k = key.split("|")
+            block = None if op.startswith("fp8_channel") else 128
+            assert cfg in grids.fp8_grid(int(bucket[1:]), int(n[1:]), int(k[1:]), block), key
+
+
 # ---------------------------------------------------------------- the kernel under the interpreter
 
 FMA = {"block_n": 16, "block_k": 32}
@@ -384,9 +402,9 @@ def test_weight_loads_are_16_byte_vectors_on_sm90():
 
 @needs_triton
 def test_the_kernel_reads_every_e4m3_code_as_torch_converts_it():
-    """The kernel converts weights by integer ops, not conversion instructions: each of the 254 finite codes
-    (subnormals, both zeros, 448) gives the float32 bits torch gives."""
-    assert run_worker({"codes": True}, interpreted=True) == {"float32": []}
+    """The tensor cores' operand is built by integer ops, not conversion instructions: each of the 254 finite
+    codes (subnormals, both zeros, 448) gives the bits of torch's value."""
+    assert run_worker({"codes": True}, interpreted=True) == {"bits": []}
 
 
 # ---------------------------------------------------------------- GPU
@@ -417,10 +435,10 @@ def test_gpu_kernel_matches_the_reference(rows, block):
 @pytest.mark.cuda
 @needs_cuda
 def test_gpu_kernel_reads_every_e4m3_code_as_torch_converts_it():
-    """Compiled, as float32 (one-row and narrow paths) and as bf16 (the tensor cores' operand)."""
+    """Compiled: the bits, and the bf16 operand the tensor cores take (its PTX, which no interpreter runs)."""
     from fp8_codes import mismatches
 
-    assert mismatches("cuda", bf16=True) == {"float32": [], "bfloat16": []}
+    assert mismatches("cuda", bf16=True) == {"bits": [], "bfloat16": []}
 
 
 def _fold_operands(x, n, seed=1):

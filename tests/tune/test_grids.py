@@ -78,13 +78,18 @@ def test_every_fp8_block_config_lies_inside_one_scale_block(rows, n, k):
 
 
 @pytest.mark.parametrize("n, k", FP8_SHAPES)
-def test_fp8_one_row_multiplies_and_sums_more_rows_take_tensor_cores(n, k):
+def test_fp8_few_rows_try_narrow_streams_then_a_few_tensor_core_tiles(n, k):
     one = grids.fp8_grid(1, n, k, None)
-    assert not any(c.dot for c in one)
-    ahead = [c.lookahead for c in one if c.split_k == 1]
+    dots = [c for c in one if c.dot]
+    assert 1 <= len(dots) <= 4 and all(c.split_k * c.block_k <= max(k, 64) for c in dots)
+    first_dot = one.index(dots[0])
+    assert first_dot > 0 and all(c.block_n <= 4 and c.block_k >= 1024 for c in one[:first_dot])
+    assert one[first_dot : first_dot + len(dots)] == dots  # then the tensor cores, then the wider float32 tiles
+    rest = [c for c in one if not c.dot][first_dot:]
+    ahead = [c.lookahead for c in rest if c.split_k == 1]
     assert ahead == sorted(ahead, reverse=True)  # the tiles with the next block loaded ahead first, split-K last
-    assert [c.split_k > 1 for c in one] == sorted(c.split_k > 1 for c in one)
-    for cfg in one:
+    assert [c.split_k > 1 for c in rest] == sorted(c.split_k > 1 for c in rest)
+    for cfg in (c for c in one if not c.dot):
         assert 8 * 32 * cfg.num_warps <= cfg.block_n * cfg.block_k <= 64 * 32 * cfg.num_warps
         if cfg.lookahead:  # two tiles in registers, a second tile to load ahead
             assert cfg.block_n * cfg.block_k <= 32 * 32 * cfg.num_warps and k // cfg.split_k >= 2 * cfg.block_k
@@ -93,9 +98,10 @@ def test_fp8_one_row_multiplies_and_sums_more_rows_take_tensor_cores(n, k):
         from accelerate_graph.quant.fp8_skinny import default_config
 
         assert default_config(1, n, k) in one and default_config(2, n, k) in two
-    assert two and not any(c.dot for c in two)
-    assert all(2 * c.block_n * c.block_k <= 64 * 32 * c.num_warps for c in two)
-    assert max(c.block_n * c.block_k for c in two) < max(c.block_n * c.block_k for c in one)
+    fma_two = [c for c in two if not c.dot]
+    assert fma_two and [c for c in two if c.dot] == dots
+    assert all(2 * c.block_n * c.block_k <= 64 * 32 * c.num_warps for c in fma_two)
+    assert max(c.block_n * c.block_k for c in fma_two) < max(c.block_n * c.block_k for c in one if not c.dot)
     for rows in (8, 16):
         more = grids.fp8_grid(rows, n, k, None)
         assert all(c.dot and not c.lookahead and c.split_k * c.block_k <= k for c in more)
