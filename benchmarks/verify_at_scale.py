@@ -2,7 +2,10 @@
 replay's logits (every logit x1.04; the top-2 swapped wherever their gap is under 4% of the top logit),
 which must fail every case, with the time and peak memory the float32 reference costs.
 
-    PYTHONPATH=. python benchmarks/verify_at_scale.py MODEL [--fuse] [--buckets 1,8,32] [--cache 1024]
+    PYTHONPATH=. python benchmarks/verify_at_scale.py MODEL [--fuse] [--per-row] [--buckets 1,8,32] [--cache 1024]
+
+--per-row: the graphs `serve` replays, each row writing and attending at its own position (the ragged cases
+put the rows at different positions).
 
 MODEL: a recipe name, a recipe .yaml or a model folder. Prints one line per case, then
 `fault scale x1.04: caught N of N cases`, `fault top-2 swap: caught N of N cases`, and
@@ -43,6 +46,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
     parser.add_argument("--fuse", action="store_true")
+    parser.add_argument("--per-row", action="store_true")
     parser.add_argument("--buckets", default="1,8,32")
     parser.add_argument("--cache", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=8)
@@ -50,7 +54,12 @@ def main() -> None:
     args = parser.parse_args()
     buckets = tuple(int(b) for b in args.buckets.split(","))
     request = CaptureRequest(
-        model=args.model, buckets=buckets, max_cache_len=args.cache, fuse=args.fuse, dtype=args.dtype
+        model=args.model,
+        buckets=buckets,
+        max_cache_len=args.cache,
+        fuse=args.fuse,
+        dtype=args.dtype,
+        per_row=args.per_row,
     )
     prepared = prepare(request)
     graphs, prompt_len = prepared.graphs, prepared.plan.prompt_len
