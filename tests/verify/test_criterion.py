@@ -173,6 +173,25 @@ def test_near_ties_cannot_excuse_every_row():
     assert not verdict.passed and "rows left their bound at router near-ties" in verdict.detail
 
 
+def test_a_scale_of_the_logits_is_never_excused_as_a_router_flip():
+    """OLMoE-1B-7B at real size (H100, 2026-12-05): eager's logits error ~1e-2, so every logit x1.04 left the L2
+    bound, and random-weight routers near a tie in every row excused each row, in all 19 cases. One row of one
+    step, ties everywhere: the scale fails, another expert's output (an error across the logits) passes."""
+    reference, cache = cases()
+    reference, cache = reference[:, :1], [(k[:1], v[:1]) for k, v in cache]
+    router_ref = torch.tensor([3.0, 1.0, 1.0005, -2.0]).expand(STEPS, 1, 4).clone()  # a tie at every step
+    report = compare_routers(router_log(router_ref), router_log(router_ref.clone()), 2.0, BF16)
+    assert report.near_tie.all()
+    eager = bf16_like(reference, 1, error=0.005)
+    scaled = bf16_like(reference * 1.04, 2, error=0.005)
+    verdict = judge(scaled, eager, reference, cache, routers=report)
+    assert not verdict.passed and verdict.router_accepted == 0, verdict.failures
+    flipped = bf16_like(reference, 2, error=0.005)
+    flipped[3:] += torch.randn(STEPS - 3, 1, VOCAB) * 0.5  # another expert from step 4 on
+    verdict = judge(flipped, eager, reference, cache, routers=report)
+    assert verdict.passed and verdict.router_accepted == 1, verdict.failures
+
+
 def test_near_ties_excuse_the_rows_eagers_noise_would_flip_though_eager_flipped_none():
     """Trained routers (a fused MoE replay on the H200): eager flipped no router, yet its noise, at the replay's
     allowed size, flips the reference's close choices in half the rows; a replay that left its bound in two
