@@ -34,6 +34,9 @@
 #             each, side by side. The lanes outlast one call: TRAINED_PARTS (default all of train capture
 #             verify generate eval eval-faults agreement verify-faults) runs some, e.g. the rest in a second
 #             call on TRAINED_DIR, which a warm machine keeps, without train                          ~570 s
+#   atscale   benchmarks/verify_at_scale.py side by side, one process each (ATSCALE_ENTRIES "recipe:flags|...",
+#             flags joined by commas; default the 8B, OLMoE-1B-7B and Phi-3-mini with --fuse,--per-row: the
+#             graphs serve replays): cases passed, the planted faults caught, the reference's time and peak ~200 s
 #   serve     serve_load.py on $SERVE_RECIPE (llama-3.1-8b) with --fuse, prompt 128, output 128: our server at
 #             1, 8, 32, 64 clients, then (SERVE_MODES) its engine alone, our fixed-batch generate and HF's
 #             generate_batch;
@@ -42,7 +45,7 @@
 # SET="name=value ..." passes `--set name=value` to every CLI call and profile_step.py (`cugraph-accel settings`).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-SUITES=(tests bench verify fp8 tune zoo faults profile generate tp trained serve)
+SUITES=(tests bench verify fp8 tune zoo faults profile generate tp trained atscale serve)
 usage() { echo "usage: bash benchmarks/gpu.sh SUITE [SUITE...]; suites: ${SUITES[*]}" >&2; exit 2; }
 [ $# -gt 0 ] || usage
 for suite in "$@"; do
@@ -369,6 +372,20 @@ open(sys.argv[1], "w").write("".join(load_corpus(64_000_000).held_out)[:400_000]
   done
   wait
   TABLES+=("verify $WORK" "agreement $WORK")
+}
+
+atscale_suite() {  # their peaks (22, 19 and 20 GiB on an H100) fit one GPU together
+  local entry entries recipe flags name
+  IFS='|' read -r -a entries <<< \
+    "${ATSCALE_ENTRIES:-llama-3.1-8b:--fuse,--per-row|olmoe-1b-7b:--fuse,--per-row|phi-3-mini-4k:--fuse,--per-row}"
+  for entry in "${entries[@]}"; do
+    IFS=: read -r recipe flags <<< "${entry// /}"
+    name=${flags//--/} name="atscale-$(basename "$recipe" .yaml)${name:+-${name//,/-}}"
+    # shellcheck disable=SC2086 # the flags are words
+    part "$name" 90 420 python3 benchmarks/verify_at_scale.py "$recipe" ${flags//,/ } --buckets 1,8,32 &
+  done
+  wait
+  grep -E "^verify:|^fault|^float32" "$WORK"/atscale-*.log 2>/dev/null | sed "s|^$WORK/||" | cut -c1-200
 }
 
 serve_suite() {  # one server process, then the other ways in this one (each captures the recipe anew)
