@@ -93,11 +93,12 @@ def _e4m3_as_bf16_ops(w):
 @triton.jit
 def _e4m3_as_bf16_asm(w):
     """_e4m3_as_bf16_ops on two codes a register: a byte permute sign-extends two codes into 16-bit halves,
-    then one shift, one mask and one bf16x2 multiply serve both (the compiler's per-element 16-bit ops and
-    moves cost twice the instructions)."""
+    then one shift, one mask and one bf16x2 multiply by 2^120 (0x7B80) serve both (the compiler's per-element
+    16-bit ops and moves cost twice the instructions). The multiply is an fma adding -0.0, exact and signed
+    zeros kept: mul.bf16x2 needs sm_90, fma.bf16x2 sm_80 (Ada's FP8 GPUs are sm_89)."""
     return tl.inline_asm_elementwise(
         """{
-        .reg .b32 lo, hi, k;
+        .reg .b32 lo, hi, k, z;
         prmt.b32 lo, $2, 0, 0x9180;
         prmt.b32 hi, $2, 0, 0xB3A2;
         shl.b32 lo, lo, 4;
@@ -105,8 +106,9 @@ def _e4m3_as_bf16_asm(w):
         and.b32 lo, lo, 0x87F087F0;
         and.b32 hi, hi, 0x87F087F0;
         mov.b32 k, 0x7B807B80;
-        mul.rn.bf16x2 $0, lo, k;
-        mul.rn.bf16x2 $1, hi, k;
+        mov.b32 z, 0x80008000;
+        fma.rn.bf16x2 $0, lo, k, z;
+        fma.rn.bf16x2 $1, hi, k, z;
         }""",
         "=r,=r,r",
         [w.to(tl.uint8, bitcast=True)],

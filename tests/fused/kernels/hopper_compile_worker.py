@@ -1,6 +1,7 @@
-"""Compile every Triton kernel variant of fused/kernels for the H200 (sm_90), without a GPU; prints
-one line per failure and exits 1 if any. Run by test_compiles_for_hopper.py in a process of its own,
-because the kernels' tests turn the Triton interpreter on, under which kernels do not compile."""
+"""Compile every Triton kernel variant of fused/kernels for the H200 (sm_90), and the FP8 kernel's launched
+tiles for Ada (sm_89), without a GPU; prints one line per failure and exits 1 if any. Run by
+test_compiles_for_hopper.py in a process of its own, because the kernels' tests turn the Triton interpreter
+on, under which kernels do not compile."""
 
 import inspect
 import itertools
@@ -15,11 +16,12 @@ from accelerate_graph.fused.kernels import decode_attention, decode_mask, skinny
 from accelerate_graph.quant import fp8_kernels
 
 HOPPER = GPUTarget("cuda", 90, 32)
+ADA = GPUTarget("cuda", 89, 32)  # the other GPUs with FP8 (L4, L40S, RTX 4090)
 
 
 def compile_for_hopper(
     kernel, constexprs: dict, pointers: dict, float_type: str, floats=("eps", "scale", "softcap"), *,
-    divisible=(), options=None,
+    divisible=(), options=None, target=HOPPER,
 ):  # fmt: skip
     """`divisible`: arguments marked divisible by 16 as a launch specializes aligned pointers and sizes (the
     pipelined, vectorized code); `options`: num_warps/num_stages."""
@@ -40,7 +42,7 @@ def compile_for_hopper(
     fixed = {(params.index(name),): value for name, value in constexprs.items()}
     attrs = {(params.index(name),): [["tt.divisibility", 16]] for name in divisible if name in params}
     source = ASTSource(fn=kernel, signature=signature, constexprs=fixed, attrs=attrs)
-    return triton.compile(source, target=HOPPER, options=options or {})
+    return triton.compile(source, target=target, options=options or {})
 
 
 def _only(kernel, flags: dict) -> dict:
@@ -164,6 +166,7 @@ FP8_LAUNCHED = {
     "dot": (True, False, 16, 64, 128, 4, 4, (256, 16)),
     "swap": (True, True, 16, 64, 128, 4, 4, (256, 16)),
     "dot, 8 warps": (True, False, 16, 128, 128, 8, 4, (256, 16)),
+    "swap, 2 warps": (True, True, 32, 64, 128, 2, 4, (256, 16)),
 }
 
 
@@ -258,8 +261,32 @@ def preloaded_loads_come_first() -> str | None:
     return None
 
 
+def fp8_failures_on_ada() -> list[str]:
+    """The FP8 kernel's launched tiles compiled for sm_89, without PDL (an sm_90 feature, off there): its PTX
+    may use only what Ada has (mul.bf16x2, for one, needs sm_90)."""
+    failures = []
+    for kind, (dot, swap, rows, block_n, block_k, warps, stages, _) in FP8_LAUNCHED.items():
+        flags = dict(
+            HAS_B=True, BLOCKWISE=False, SPLIT=1, USE_DOT=dot, IEEE_DOT=False, SWAP=swap, EVEN_K=True,
+            OUT_BF16=True, USE_PDL=False, BLOCK_M=rows, BLOCK_N=block_n, BLOCK_K=block_k, LOOKAHEAD=rows == 1,
+            **FP8_UNFOLDED,
+        )  # fmt: skip
+        options = {"num_warps": warps, "num_stages": stages}
+        try:
+            compile_for_hopper(
+                fp8_kernels.fp8_skinny_kernel, flags, FP8_POINTERS, "fp32", divisible=FP8_DIVISIBLE, options=options,
+                target=ADA,
+            )  # fmt: skip
+        except Exception as err:  # noqa: BLE001 - report every variant that fails
+            failures.append(f"fp8_skinny_kernel ({kind}) for sm_89: {' '.join(str(err).split())[:300]}")
+    return failures
+
+
 def main() -> int:
     failed = 0
+    for failure in fp8_failures_on_ada():
+        failed += 1
+        print(f"FAILED {failure}")
     wrong = preloaded_loads_come_first()
     if wrong:
         failed += 1

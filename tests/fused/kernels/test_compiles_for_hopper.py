@@ -1,4 +1,5 @@
-"""Every Triton kernel variant compiles for the H200 (sm_90) here, without a GPU.
+"""Every Triton kernel variant compiles for the H200 (sm_90) here, without a GPU, and the FP8 kernel's launched
+tiles for Ada (sm_89), FP8's other GPUs.
 
 The interpreter runs kernels as Python, so it misses what only the compiler rejects: a launch on the
 H200 once failed for every shape because constexprs passed through a tuple's unpacking lost their
