@@ -39,7 +39,7 @@
 #             graphs serve replays): cases passed, the planted faults caught, the reference's time and peak ~200 s
 #   serve     serve_load.py on $SERVE_RECIPE (llama-3.1-8b) with --fuse, prompt 128, output 128: our server at
 #             1, 8, 32, 64 clients, then (SERVE_MODES) its engine alone, our fixed-batch generate and HF's
-#             generate_batch;
+#             generate_batch; SERVE_CLIENT_PROCESSES spreads the clients over that many processes;
 #             SERVE_PARTS="load compare" (either alone: the second when the first left it no time)  ~560 s
 # More than one suite shares the deadline: a full run is one invocation per suite.
 # SET="name=value ..." passes `--set name=value` to every CLI call and profile_step.py (`cugraph-accel settings`).
@@ -390,7 +390,8 @@ atscale_suite() {  # their peaks (22, 19 and 20 GiB on an H100) fit one GPU toge
 
 serve_suite() {  # one server process, then the other ways in this one (each captures the recipe anew)
   local load=(python3 benchmarks/serve_load.py "${SERVE_RECIPE:-llama-3.1-8b}" --fuse --prompt-len 128 --output-len 128
-    --max-cache-len "${SERVE_CACHE:-1024}" --clients "${SERVE_CLIENTS:-1,8,32,64}" "${SET_ARGS[@]}")
+    --max-cache-len "${SERVE_CACHE:-1024}" --clients "${SERVE_CLIENTS:-1,8,32,64}"
+    --client-processes "${SERVE_CLIENT_PROCESSES:-1}" "${SET_ARGS[@]}")
   picked "${SERVE_PARTS:-load compare}" load &&
     part serve-load 240 420 "${load[@]}" --modes server --json "$WORK/serve-load.json"
   picked "${SERVE_PARTS:-load compare}" compare &&

@@ -2,7 +2,8 @@
 
 Modes (--modes, any of):
   server    `cugraph-accel serve MODEL` started here (or --url, one already running); N clients each stream
-            completions one after another through the OpenAI API (token-id prompts, greedy)
+            completions one after another through the OpenAI API (token-id prompts, greedy), in one event
+            loop or spread over --client-processes
   hf-batch  transformers' continuous batching, `model.generate_batch` (as installed), all requests at once
             (each call sizes its own cache manager, inside its time; a warm-up call first)
   generate  our fixed-batch generate: the captured graphs, N prompts a batch, one batch after another
@@ -105,39 +106,85 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
     raise SystemExit(f"the server did not start (exit {process.wait()})")
 
 
-async def _client_load(url: str, name: str, work: list, clients: int) -> dict:
+async def _client_samples(url: str, name: str, work: list, clients: int) -> dict:
+    """`clients` concurrent streams over `work` in this process's event loop: their time to first token and
+    inter-token gaps (s), generated tokens, and when the load began and ended (time.monotonic, which every
+    process on the machine shares)."""
     import openai
 
     api = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
     pending = list(reversed(work))
-    ttft, itl, tokens = [], [], [0]
+    samples = {"ttft": [], "itl": [], "tokens": 0}
 
     async def client():
         while pending:
             prompt, new = pending.pop()
-            sent = time.perf_counter()
+            sent = time.monotonic()
             last = None
             stream = await api.completions.create(
                 model=name, prompt=prompt, max_tokens=new, temperature=0, stream=True,
                 stream_options={"include_usage": True},
             )  # fmt: skip
             async for chunk in stream:
-                now = time.perf_counter()
+                now = time.monotonic()
                 if chunk.usage is not None:
-                    tokens[0] += chunk.usage.completion_tokens
+                    samples["tokens"] += chunk.usage.completion_tokens
                 if chunk.choices and chunk.choices[0].text:
                     if last is None:
-                        ttft.append(now - sent)
+                        samples["ttft"].append(now - sent)
                     else:
-                        itl.append(now - last)
+                        samples["itl"].append(now - last)
                     last = now
 
-    started = time.perf_counter()
+    samples["began"] = time.monotonic()
     try:
         await asyncio.gather(*(client() for _ in range(clients)))
     finally:
         await api.close()  # inside this event loop: its connections cannot close after asyncio.run ends
-    return row(clients, len(work), tokens[0], time.perf_counter() - started, ttft, itl)
+    samples["ended"] = time.monotonic()
+    return samples
+
+
+def _client_process(url: str, name: str, work: list, clients: int, ready, go, out) -> None:
+    """One process of a spread load: imports first, then waits with the others for `go`."""
+    import openai  # noqa: F401 - the import's second, before the clock starts
+
+    ready.put(True)
+    go.wait()
+    out.put(asyncio.run(_client_samples(url, name, work, clients)))
+
+
+def client_load(url: str, name: str, work: list, clients: int, processes: int = 1) -> dict:
+    """The load's row: `clients` streams, spread over up to `processes` client processes (one event loop
+    streaming thousands of chunks a second becomes the bottleneck it measures), each with its share of the
+    clients and of the requests, all started together."""
+    processes = max(1, min(processes, clients))
+    if processes == 1:
+        parts = [asyncio.run(_client_samples(url, name, work, clients))]
+    else:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")  # no copy of this process's threads or CUDA state
+        ready, go, out = context.Queue(), context.Event(), context.Queue()
+        children = [
+            context.Process(
+                target=_client_process,
+                args=(url, name, work[i::processes], clients // processes + (i < clients % processes), ready, go, out),
+            )
+            for i in range(processes)
+        ]
+        for child in children:
+            child.start()
+        for _ in children:
+            ready.get(timeout=120)
+        go.set()
+        parts = [out.get(timeout=3600) for _ in children]
+        for child in children:
+            child.join(60)
+    seconds = max(p["ended"] for p in parts) - min(p["began"] for p in parts)
+    ttft = [t for p in parts for t in p["ttft"]]
+    itl = [t for p in parts for t in p["itl"]]
+    return row(clients, len(work), sum(p["tokens"] for p in parts), seconds, ttft, itl)
 
 
 def server_mode(args, vocab: int) -> list[dict]:
@@ -147,12 +194,12 @@ def server_mode(args, vocab: int) -> list[dict]:
 
         with urllib.request.urlopen(f"{url}/v1/models", timeout=30) as answer:
             name = json.loads(answer.read())["data"][0]["id"]
-        asyncio.run(_client_load(url, name, workload(2, args, vocab, 99), 2))  # warm-up
+        client_load(url, name, workload(2, args, vocab, 99), 2)  # warm-up
         rows = []
         for clients in args.clients:
             work = workload(clients * args.per_client, args, vocab, clients)
             before = _server_counts(url)
-            rows.append(asyncio.run(_client_load(url, name, work, clients)))
+            rows.append(client_load(url, name, work, clients, args.client_processes))
             rows[-1].update(_server_steps(before, _server_counts(url), rows[-1]["seconds"]))
             print("server", rows[-1], flush=True)
         return rows
@@ -357,11 +404,19 @@ def main() -> None:
         "--prefill-chunk", type=int, help="the server's and the engine's --prefill-chunk (default: their own)"
     )
     parser.add_argument("--set", action="append", metavar="NAME=VALUE")
+    parser.add_argument(
+        "--client-processes",
+        type=int,
+        default=1,
+        help="spread the clients over this many processes (mode server; at most one a client)",
+    )
     parser.add_argument("--url", help="an already running server (mode server)")
     parser.add_argument("--server-timeout", type=float, default=480, help="seconds the server may take to start")
     parser.add_argument("--json")
     args = parser.parse_args()
     args.clients = [int(c) for c in args.clients.split(",")]
+    if args.client_processes < 1:
+        parser.error(f"--client-processes {args.client_processes}: give 1 or more")
     modes = args.modes.split(",")
     if unknown := set(modes) - set(MODES):
         parser.error(f"unknown mode(s) {', '.join(sorted(unknown))}; modes: {', '.join(MODES)}")

@@ -22,7 +22,7 @@ def test_server_and_engine_modes_report_their_rows(tmp_path):
         "server,engine",
     ]
     command += ["--clients", "1,2", "--per-client", "1", "--prompt-len", "8", "--output-len", "6"]
-    command += ["--max-cache-len", "64", "--json", str(out)]
+    command += ["--max-cache-len", "64", "--client-processes", "2", "--json", str(out)]  # 2 clients: 2 processes
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     results = json.loads(out.read_text(encoding="utf-8"))
