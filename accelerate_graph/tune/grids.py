@@ -114,9 +114,9 @@ def fp8_few_rows_grid(k: int, rows: int = 1) -> list[SkinnyConfig]:
     the narrower FP8 calls there), then a few tensor-core tiles (rows padded to 16: their conversions take
     fewer instructions a weight than the float32 path's; they won the widest call, gate/up, at one row, H200).
     Then float32 multiply-and-sum on wider [rows, BLOCK_N, BLOCK_K] tiles: with the next K tile loaded ahead
-    (two tiles in registers, at most 32 values a thread, 4 warps; a K of two tiles or more), then without (up to 64
-    values a thread), then split-K 2 and 4 for long reductions. A second row halves the tile a thread can hold
-    without spilling. Triton does not pipeline these loops: one num_stages each."""
+    (two tiles in registers, at most 32 values a thread, 4 warps; a K of two tiles or more), then without (up
+    to 64 values a thread), then split-K 2 and 4 for long reductions. A second row halves the tile a thread can
+    hold without spilling. Triton does not pipeline these loops: one num_stages each."""
     tiles = [(n, bk, w) for w in (4, 8) for n in (8, 16, 32, 64) for bk in (256, 512, 1024)]
     narrow = ((1, 1024), (1, 2048), (1, 4096), (2, 2048), (2, 4096), (4, 1024), (4, 2048))  # default_config's too
     narrow_tiles = [(n, bk, 4) for n, bk in narrow if bk <= max(k, 1024)]
@@ -170,8 +170,9 @@ def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
 
 def fp8_grid(rows: int, n: int, k: int, block: int | None, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
     """What `tune --weights fp8` tries for a call of `n` outputs over `k` at `rows` rows, the likeliest first:
-    multiply-and-sum and a few tensor-core tiles at 1-2 rows, tensor cores above (fp8_skinny.default_config's split). With block scales
-    (`block`) only configs whose tiles lie inside one scale block (fp8_skinny.fitted leaves them as they are)."""
+    multiply-and-sum and a few tensor-core tiles at 1-2 rows, tensor cores above (fp8_skinny.default_config's
+    split). With block scales (`block`) only configs whose tiles lie inside one scale block (fp8_skinny.fitted
+    leaves them as they are)."""
     from accelerate_graph.quant.fp8_skinny import fitted
 
     ordered = fp8_few_rows_grid(k, rows) if rows <= 2 else fp8_rows_grid(n, k, sms)
