@@ -120,14 +120,13 @@ def logit_measures(run: torch.Tensor, reference: torch.Tensor) -> LogitMeasures:
     centred = reference - reference.mean(-1, keepdim=True)
     spread = centred.pow(2).mean(-1).sqrt().clamp_min(1e-30)
     err_centred = err - err.mean(-1, keepdim=True)
+    along, centred_sq = (err_centred * centred).sum(-1), centred.pow(2).sum(-1)  # [steps, rows] each
     log_ref, log_run = reference.log_softmax(-1), run.log_softmax(-1)
     return LogitMeasures(
         rel_l2=(err.norm(dim=-1) / reference.norm(dim=-1).clamp_min(1e-30)).float(),
         kl=(log_ref.exp() * (log_ref - log_run)).sum(-1).clamp_min(0).float(),
-        scale=((err_centred * centred).sum(-1) / centred.pow(2).sum(-1).clamp_min(1e-30)).float(),
-        aligned=(
-            (err_centred * centred).sum(-1).abs() / (err_centred.norm(dim=-1) * centred.norm(dim=-1)).clamp_min(1e-30)
-        ).float(),
+        scale=(along / centred_sq.clamp_min(1e-30)).float(),
+        aligned=(along.abs() / (err_centred.norm(dim=-1) * centred_sq.sqrt()).clamp_min(1e-30)).float(),
         shift=(err.mean(-1) / spread).float(),
         rms=err.pow(2).mean(-1).sqrt().float(),
         top1=run.argmax(-1) == reference.argmax(-1),
