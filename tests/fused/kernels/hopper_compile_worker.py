@@ -19,12 +19,13 @@ HOPPER = GPUTarget("cuda", 90, 32)
 ADA = GPUTarget("cuda", 89, 32)  # the other GPUs with FP8 (L4, L40S, RTX 4090)
 
 
-def compile_for_hopper(
+def compile_for(
     kernel, constexprs: dict, pointers: dict, float_type: str, floats=("eps", "scale", "softcap"), *,
     divisible=(), options=None, target=HOPPER,
 ):  # fmt: skip
-    """`divisible`: arguments marked divisible by 16 as a launch specializes aligned pointers and sizes (the
-    pipelined, vectorized code); `options`: num_warps/num_stages."""
+    """`kernel` compiled for `target` (the H200 unless said). `divisible`: arguments marked divisible by 16 as a
+    launch specializes aligned pointers and sizes (the pipelined, vectorized code); `options`:
+    num_warps/num_stages."""
     missing = [p.name for p in kernel.params if p.is_constexpr and p.name not in constexprs]
     if missing:  # every launch passes them all: a default here would compile a variant none runs
         raise ValueError(f"constexprs not given: {missing}")
@@ -170,6 +171,19 @@ FP8_LAUNCHED = {
 }
 
 
+def fp8_launched(tile: tuple, blockwise: bool, split: int, fold: dict, pdl: bool) -> tuple[dict, dict]:
+    """An FP8_LAUNCHED tile's constexprs and its launch (aligned, the tile's warps and stages)."""
+    dot, swap, rows, block_n, block_k, warps, stages, (rstd_chunk, rstd_loads) = tile
+    flags = dict(
+        HAS_B=not fold.get("GATE_UP", False), BLOCKWISE=blockwise, SPLIT=split, USE_DOT=dot, IEEE_DOT=False,
+        SWAP=swap, EVEN_K=True, OUT_BF16=True, USE_PDL=pdl, BLOCK_M=rows, BLOCK_N=block_n, BLOCK_K=block_k,
+        LOOKAHEAD=rows == 1, **{**FP8_UNFOLDED, **fold},
+    )  # fmt: skip
+    if flags["NORM"]:
+        flags.update(RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads)
+    return flags, {"divisible": FP8_DIVISIBLE, "options": {"num_warps": warps, "num_stages": stages}}
+
+
 def fp8_variants():
     """The FP8-weight skinny matmul (quant/fp8_kernels.py): one row, two rows and tensor cores (swapped or not),
     per-channel or block scales, one slice or split-K (then its finish kernel), with and without PDL; each
@@ -203,15 +217,7 @@ def fp8_variants():
     for (kind, tile), blockwise, split, fold in itertools.product(
         FP8_LAUNCHED.items(), (False, True), (1, 2), folds.values()
     ):  # fmt: skip
-        dot, swap, rows, block_n, block_k, warps, stages, (rstd_chunk, rstd_loads) = tile
-        flags = dict(
-            HAS_B=not fold.get("GATE_UP", False), BLOCKWISE=blockwise, SPLIT=split, USE_DOT=dot, IEEE_DOT=False,
-            SWAP=swap, EVEN_K=True, OUT_BF16=True, USE_PDL=True, BLOCK_M=rows, BLOCK_N=block_n, BLOCK_K=block_k,
-            LOOKAHEAD=rows == 1, **{**FP8_UNFOLDED, **fold},
-        )  # fmt: skip
-        if flags["NORM"]:
-            flags.update(RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads)
-        launch = {"divisible": FP8_DIVISIBLE, "options": {"num_warps": warps, "num_stages": stages}}
+        flags, launch = fp8_launched(tile, blockwise, split, fold, pdl=True)
         description = f"fp8_skinny_kernel ({kind}, as launched, {launch['options']}) {flags}"
         yield description, fp8_kernels.fp8_skinny_kernel, flags, FP8_POINTERS, launch
         if blockwise and split == 1 and not fold:  # fp16 x: the weights converted to fp16 for the dot
@@ -265,18 +271,10 @@ def fp8_failures_on_ada() -> list[str]:
     """The FP8 kernel's launched tiles compiled for sm_89, without PDL (an sm_90 feature, off there): its PTX
     may use only what Ada has (mul.bf16x2, for one, needs sm_90)."""
     failures = []
-    for kind, (dot, swap, rows, block_n, block_k, warps, stages, _) in FP8_LAUNCHED.items():
-        flags = dict(
-            HAS_B=True, BLOCKWISE=False, SPLIT=1, USE_DOT=dot, IEEE_DOT=False, SWAP=swap, EVEN_K=True,
-            OUT_BF16=True, USE_PDL=False, BLOCK_M=rows, BLOCK_N=block_n, BLOCK_K=block_k, LOOKAHEAD=rows == 1,
-            **FP8_UNFOLDED,
-        )  # fmt: skip
-        options = {"num_warps": warps, "num_stages": stages}
+    for kind, tile in FP8_LAUNCHED.items():
+        flags, launch = fp8_launched(tile, blockwise=False, split=1, fold={}, pdl=False)
         try:
-            compile_for_hopper(
-                fp8_kernels.fp8_skinny_kernel, flags, FP8_POINTERS, "fp32", divisible=FP8_DIVISIBLE, options=options,
-                target=ADA,
-            )  # fmt: skip
+            compile_for(fp8_kernels.fp8_skinny_kernel, flags, FP8_POINTERS, "fp32", **launch, target=ADA)
         except Exception as err:  # noqa: BLE001 - report every variant that fails
             failures.append(f"fp8_skinny_kernel ({kind}) for sm_89: {' '.join(str(err).split())[:300]}")
     return failures
@@ -296,7 +294,7 @@ def main() -> int:
     # that only the H200 run inside inductor showed (2026-12-01)
     for (description, kernel, flags, pointers, *launch), float_type in itertools.product(variants(), ("fp32", "fp64")):
         try:
-            compiled = compile_for_hopper(kernel, flags, pointers, float_type, **(launch[0] if launch else {}))
+            compiled = compile_for(kernel, flags, pointers, float_type, **(launch[0] if launch else {}))
             wrong = loads_before_the_wait(compiled.asm["ptx"]) if launch and flags.get("USE_PDL") else None
             if wrong:
                 failed += 1
