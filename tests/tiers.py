@@ -222,7 +222,7 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
     ),
     Exhaustive(
         "tests/quant/test_fp8_matmul.py::test_kernel_matches_the_reference_under_the_interpreter[*]",
-        "145 interpreted kernel cases (in one child, ~26 s for the fast few); one of each path and fold stays fast",
+        "199 interpreted kernel cases (in one child, ~26 s for the fast few); one of each path and fold stays fast",
         keep=tuple(
             f"*[{case}]"
             for case in (  # fmt: skip
@@ -230,6 +230,8 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
                 "fma-bf16-block-rows2",
                 "dot-fp16-block-rows4",
                 "swap-fp32-channel-rows5",
+                "e4m3-swap-block-rows32-spread14",
+                "e4m3-dot-channel-rows3-spread24",
                 "split-block",
                 "lookahead-channel",
                 "norm-fma-bf16-channel-rows1",
@@ -237,6 +239,7 @@ EXHAUSTIVE: tuple[Exhaustive, ...] = (
                 "residual-split-bf16-channel-rows2",
                 "gate_up-fma-bf16-block-rows1",
                 "gate_up-swap-split-fp16-channel-rows16",
+                "gate_up-e4m3-swap-split-bf16-block-rows32",
                 "op-norm-rows1",
                 "op-gate_up-rows4",
                 "strided-norm",

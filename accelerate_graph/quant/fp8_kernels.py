@@ -1,7 +1,8 @@
 """Triton code of the FP8-weight skinny matmul; fp8_skinny launches it (read that module first).
 
 out[M, N] = x[M, K] @ (W[N, K] * scale)^T (+ bias) for few rows: W in float8 e4m3 (one byte an element, half
-of bf16's bytes), converted in registers (by integer ops for the tensor cores), float32 accumulation. A program
+of bf16's bytes), converted in registers (by integer ops for bf16 tensor cores), or not at all (E4M3_DOT: e4m3
+tensor cores, x split exactly into two e4m3 terms), float32 accumulation. A program
 owns BLOCK_N output columns of BLOCK_M rows and walks K (its share when split-K is on: then it writes float32
 partial sums and `fp8_finish_kernel` adds them). Weight tiles are loaded row-major with a mask that does not
 vary along K (EVEN_K), so each thread reads 16 contiguous bytes at once where K is a multiple of 16.
@@ -133,6 +134,23 @@ def _e4m3_as(w, dtype: tl.constexpr):
 
 
 @triton.jit
+def _x_as_e4m3_pair(xv):
+    """A bf16 tile of x as (hi + lo / 16) * scale: hi and lo e4m3 [BLOCK_M, BLOCK_K], scale a power of two a row
+    [BLOCK_M], so that e4m3 tensor cores multiply the weights' codes as loaded. Exact where |x| is within 2^-13
+    of its row's largest: bf16 holds 8 significant bits, hi is x cut to 4 by a mask (sign, exponent, 3 mantissa
+    bits: no rounding, so no rounding mode matters) and the rest, below hi's last place, holds 4 at most.
+    Smaller values land on e4m3's subnormals: off by at most 2^-17 of the row's largest. NaN and Inf reach
+    the products (Inf through lo, as NaN)."""
+    x = xv.to(tl.float32)
+    biased = (tl.max(tl.abs(x), axis=1).to(tl.int32, bitcast=True) >> 23) & 0xFF
+    e = tl.maximum(biased - 7, 1)  # scale 2^(e-127): the row's largest lands in [128, 256), under e4m3's 448
+    scale = (e << 23).to(tl.float32, bitcast=True)
+    xs = x * ((254 - e) << 23).to(tl.float32, bitcast=True)[:, None]
+    cut = (xs.to(tl.int32, bitcast=True) & -1048576).to(tl.float32, bitcast=True)  # 0xFFF00000
+    return cut.to(tl.float8e4nv), ((xs - cut) * 16.0).to(tl.float8e4nv), scale
+
+
+@triton.jit
 def _column_scales(s_ptr, row_block, offs_k, K, SCALE_BLOCK, S_COLS):
     """The block scales of columns offs_k in the program's block of rows, float32 [BLOCK_K]."""
     return tl.load(s_ptr + row_block * S_COLS + offs_k // SCALE_BLOCK, mask=offs_k < K, other=0.0)
@@ -241,7 +259,8 @@ def _dot(xv, w, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr):
 def _accumulate_dot(
     x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
     NORM: tl.constexpr, BLOCKWISE: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
-    OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    OUT_BF16: tl.constexpr, E4M3_DOT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Tensor cores (BLOCK_M >= 16): each K tile's product, times its block's scale where BLOCKWISE, added in
     float32: [BLOCK_M, BLOCK_N]. A normed x tile holds values of x's dtype: its cast back is exact."""
@@ -255,8 +274,18 @@ def _accumulate_dot(
         if NORM != 0:
             nw = _norm_weights(nw_ptr, offs_k, K, NORM)
             xv = _normed_x(xv, rstd, nw, NORM, OUT_BF16, x_ptr.dtype.element_ty).to(x_ptr.dtype.element_ty)
-        w = _e4m3_as(_w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K), x_ptr.dtype.element_ty)
-        part = _dot(xv, w, IEEE_DOT, SWAP)
+        if E4M3_DOT:  # each tile's sums scaled into float32: also bounds the MMAs' own accumulation (sm_90's is
+            # narrower than float32 for e4m3) to one K tile
+            hi, lo, x_scale = _x_as_e4m3_pair(xv)
+            w = _w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K)
+            if SWAP:
+                row_scale = x_scale[None, :]
+            else:
+                row_scale = x_scale[:, None]
+            part = _dot(hi, w, False, SWAP) * row_scale + _dot(lo, w, False, SWAP) * (row_scale * 0.0625)
+        else:
+            w = _e4m3_as(_w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K), x_ptr.dtype.element_ty)
+            part = _dot(xv, w, IEEE_DOT, SWAP)
         if BLOCKWISE:  # the tile lies in one block of columns
             acc += part * tl.load(s_ptr + row_block * S_COLS + k0 // SCALE_BLOCK)
         else:
@@ -282,15 +311,15 @@ def _epilogue(
 def _product(
     x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
     NORM: tl.constexpr, BLOCKWISE: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr,
-    SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LOOKAHEAD: tl.constexpr,
+    SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, E4M3_DOT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
     """The program's [BLOCK_M, BLOCK_N] float32 sums over its K slice, scaled (per-channel scales here, block
     scales as the path applies them): tensor cores, one row, or rows of float32 multiply-and-sum."""
     if USE_DOT:
         acc = _accumulate_dot(
             x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
-            NORM, BLOCKWISE, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+            NORM, BLOCKWISE, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, E4M3_DOT, BLOCK_M, BLOCK_N, BLOCK_K,
         )  # fmt: skip
     elif BLOCK_M == 1:
         acc = _accumulate_one_row(
@@ -312,7 +341,7 @@ def fp8_skinny_kernel(
     x_ptr, nw_ptr, eps, w_ptr, s_ptr, b_ptr, res_ptr, out_ptr, ws_ptr, M, N, K, K_PER_SPLIT, SCALE_BLOCK, S_COLS,
     NORM: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, GATE_UP: tl.constexpr,
     BLOCKWISE: tl.constexpr, SPLIT: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr,
-    SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, USE_PDL: tl.constexpr,
+    SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, E4M3_DOT: tl.constexpr, USE_PDL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, RSTD_CHUNK: tl.constexpr,
     RSTD_CHUNKS: tl.constexpr, LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
@@ -339,7 +368,8 @@ def fp8_skinny_kernel(
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
     acc = _product(
         x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
-        NORM, BLOCKWISE, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
+        NORM, BLOCKWISE, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, E4M3_DOT, BLOCK_M, BLOCK_N, BLOCK_K,
+        LOOKAHEAD,
     )  # fmt: skip
     acc2 = acc
     if GATE_UP:  # the up half: its weights N rows on, its scales N channels or N // SCALE_BLOCK block rows on
@@ -349,7 +379,8 @@ def fp8_skinny_kernel(
             s_up = s_ptr + N
         acc2 = _product(
             x_ptr, nw_ptr, rstd, w_ptr + N * K, s_up, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK,
-            S_COLS, NORM, BLOCKWISE, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
+            S_COLS, NORM, BLOCKWISE, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, E4M3_DOT, BLOCK_M, BLOCK_N, BLOCK_K,
+            LOOKAHEAD,
         )  # fmt: skip
     if SPLIT == 1:
         _epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B, HAS_RES, GATE_UP, OUT_BF16)

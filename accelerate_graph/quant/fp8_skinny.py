@@ -216,6 +216,7 @@ def launch(
         m, n, k, k_per_split, block or 1, scale.shape[-1] if block else 0,
         NORM=1 if norm_weight is not None else 0, BLOCKWISE=block is not None, USE_DOT=cfg.dot,
         IEEE_DOT=x.dtype == torch.float32, SWAP=cfg.dot and cfg.swap, EVEN_K=k % cfg.block_k == 0,
+        E4M3_DOT=cfg.dot and cfg.e4m3_dot and x.dtype == torch.bfloat16,
         BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads,
         LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **flags, **extra,

@@ -95,11 +95,10 @@ def grid(rows: int, n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig
 
 
 def describe(cfg: SkinnyConfig) -> str:
-    """One short line: "n64 k128 w4 s4 x1 swap", "n16 k256 w4 s2 x1 fma ahead"."""
+    """One short line: "n64 k128 w4 s4 x1 swap", "n16 k256 w4 s2 x1 fma ahead", "n128 k128 w4 s4 x1 swap e4m3"."""
     kind = ("swap" if cfg.swap else "dot") if cfg.dot else "fma"
-    return f"n{cfg.block_n} k{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} x{cfg.split_k} {kind}" + (
-        " ahead" if cfg.lookahead else ""
-    )
+    extra = (" ahead" if cfg.lookahead else "") + (" e4m3" if cfg.e4m3_dot else "")
+    return f"n{cfg.block_n} k{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} x{cfg.split_k} {kind}{extra}"
 
 
 # -- the FP8-weight kernel (quant/fp8_kernels.py) ------------------------------------------------------------
@@ -112,7 +111,8 @@ def fp8_few_rows_grid(k: int, rows: int = 1) -> list[SkinnyConfig]:
     """One or two rows. First inductor's kind of GEMV tile (1-4 outputs over K tiles of 1,024-4,096, 4 warps:
     many programs, each a long stream of few weight rows; won 7 of the 17 one-row bf16 calls on the H200, and
     the narrower FP8 calls there), then a few tensor-core tiles (rows padded to 16: their conversions take
-    fewer instructions a weight than the float32 path's; they won the widest call, gate/up, at one row, H200).
+    fewer instructions a weight than the float32 path's; they won the widest call, gate/up, at one row, H200;
+    one of e4m3 codes as copied, fp8_rows_grid's first).
     Then float32 multiply-and-sum on wider [rows, BLOCK_N, BLOCK_K] tiles: with the next K tile loaded ahead
     (two tiles in registers, at most 32 values a thread, 4 warps; a K of two tiles or more), then without (up
     to 64 values a thread), then split-K 2 and 4 for long reductions. A second row halves the tile a thread can
@@ -128,8 +128,8 @@ def fp8_few_rows_grid(k: int, rows: int = 1) -> list[SkinnyConfig]:
         SkinnyConfig(64, 256, 4, 3, dot=True),
         SkinnyConfig(64, 128, 4, 4, dot=True),
         SkinnyConfig(32, 128, 4, 4, split_k=2, dot=True),
-        SkinnyConfig(32, 256, 4, 3, dot=True),
         SkinnyConfig(64, 128, 2, 4, dot=True, swap=True),
+        SkinnyConfig(128, 128, 4, 4, dot=True, swap=True, e4m3_dot=True),
     ]
     ahead = [
         SkinnyConfig(n, bk, w, 1, lookahead=True)
@@ -144,20 +144,28 @@ def fp8_few_rows_grid(k: int, rows: int = 1) -> list[SkinnyConfig]:
 
 
 def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
-    """More than two rows on tensor cores (rows padded to 16): blocks of 16-128 outputs over K tiles of 128-256,
-    3 or 5 stages, a few with 8 warps or the weights on the MMA's long side (swap); split-K 2 and 4 where the
+    """More than two rows on tensor cores (rows padded to 16). First e4m3 tensor cores (e4m3_dot): swapped
+    warpgroup MMAs that take the weights' codes from shared memory as copied, x split into two e4m3 terms
+    (sm_90 SASS: no instruction a weight in the loop; the split's ~300 a K tile and program are the same at
+    any BLOCK_N, so wide blocks; 4 warps, as with 2 the compiler converts both operands to fp16). Then the
+    weights converted to bf16: blocks of 32-128 outputs over K tiles of 128-256, 3 or 5 stages, one with 8
+    warps; swapped only on 2 warps, whose MMAs take the converted weights as they come out and x whole (sm_90
+    SASS: ~4.4 instructions a weight at 32 rows against 6.0 unswapped, whose x operand is re-paired by moves
+    before every MMA; swapped on 4 warps it reads the weights two bytes at a time). Split-K 2 and 4 where the
     blocks of N alone leave multiprocessors idle; K tiles no longer than K. Those that give every
-    multiprocessor a program come first. Swapped with 2 warps: each warp's MMAs take the converted weights as
-    they come out and x whole (sm_90 SASS: ~4.4 instructions a weight at 32 rows against 6.0 unswapped, whose
-    x operand is re-paired by moves before every MMA; swapped with 4 warps it becomes a warpgroup MMA that
-    reads the weights two bytes at a time)."""
+    multiprocessor a program come first."""
     out = [
+        SkinnyConfig(bn, bk, 4, s, dot=True, swap=True, e4m3_dot=True)
+        for bn, bk, s in ((128, 128, 4), (256, 128, 3), (64, 128, 4))
+    ]
+    if programs(n, 128, 1) < sms:
+        out += [SkinnyConfig(128, 128, 4, 4, split_k=x, dot=True, swap=True, e4m3_dot=True) for x in (2, 4)]
+    out += [
         SkinnyConfig(bn, bk, 4, s, dot=True)
-        for bn, bk in ((32, 128), (64, 128), (16, 128), (128, 128), (64, 256), (32, 256))
+        for bn, bk in ((32, 128), (64, 128), (128, 128), (64, 256), (32, 256))
         for s in (3, 5)
     ]
-    out += [SkinnyConfig(128, 128, 8, 4, dot=True), SkinnyConfig(64, 128, 4, 4, dot=True, swap=True)]
-    out += [SkinnyConfig(128, 128, 4, 4, dot=True, swap=True)]
+    out += [SkinnyConfig(128, 128, 8, 4, dot=True)]
     out += [SkinnyConfig(64, 128, 2, 4, dot=True, swap=True), SkinnyConfig(64, 256, 2, 3, dot=True, swap=True)]
     for bn in (32, 64):
         if programs(n, bn, 1) < sms:

@@ -27,12 +27,15 @@ fp8_skinny.interpret_on_cpu = True  # the op's own dispatch takes the interprete
 
 
 def operands(case: dict):
-    """x [rows, K] (a 3-D [2, rows/2, K] where `batched`), a weight [N, K] of random e4m3 codes (every value
+    """x [rows, K] (a 3-D [2, rows/2, K] where `batched`; its columns scaled down where `x_spread`), a weight [N, K] of random e4m3 codes (every value
     from subnormals to 448, NaN codes zeroed), scales, bias."""
     gen = torch.Generator().manual_seed(case.get("seed", 0))
     m, n, k, block = case["rows"], case["n"], case["k"], case.get("block")
     dtype = DTYPES[case["dtype"]]
-    x = (torch.randn(m, k, generator=gen) * 2).to(dtype)
+    x = torch.randn(m, k, generator=gen) * 2
+    if case.get("x_spread"):  # column j scaled by 2^-(j % spread): a row's values span 2^-(spread - 1) of its largest
+        x = x * 2.0 ** -(torch.arange(k) % case["x_spread"]).float()
+    x = x.to(dtype)
     if case.get("batched"):
         x = x.reshape(2, m // 2, k)
     codes = torch.randint(0, 256, (n, k), generator=gen, dtype=torch.uint8)
@@ -135,7 +138,8 @@ def layer_steps(job: dict) -> dict:
 
 def ptx_of(variant: dict) -> dict:
     """The PTX of fp8_skinny_kernel for sm_90 with the variant's constexprs, sizes divisible by 16 as a launch
-    specializes them: its 16-byte register loads and the sizes of its asynchronous copies to shared memory."""
+    specializes them: its 16-byte register loads, the sizes of its asynchronous copies to shared memory, its
+    e4m3 warpgroup MMAs and its conversions from e4m3."""
     import inspect
     import re
 
@@ -162,6 +166,8 @@ def ptx_of(variant: dict) -> dict:
     ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
     copies = re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^\]]*\], \[[^\]]*\], (0x[0-9a-f]+)", ptx)
     return {
+        "e4m3_mmas": len(re.findall(r"wgmma\.mma_async\S*\.e4m3\.e4m3", ptx)),
+        "e4m3_conversions": len(re.findall(r"cvt\.\S*\.e4m3x2\s", ptx)),  # from e4m3 (the source type is last)
         "v4_loads": len(re.findall(r"ld\.global(?:\.[a-z]+)*\.v4\.b32", ptx)),
         "copy_bytes": sorted({int(size, 16) for size in copies}),
         "expected_vectors": flags["BLOCK_N"] * flags["BLOCK_K"] // (16 * 32 * options["num_warps"]),

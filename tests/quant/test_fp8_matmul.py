@@ -277,6 +277,17 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
         for path in ("dot", "swap")
         for scales, block in (("channel", None), ("block", 32))
     ),
+    # e4m3 tensor cores (e4m3_dot): x split exactly into two e4m3 terms where a row's values lie within 2^-13 of
+    # its largest (x_spread 14), the smallest flushed into the second term beyond (x_spread 24)
+    *(
+        {"id": f"e4m3-{path}-{scales}-rows{rows}-spread{spread}", "rows": rows, "n": 40, "k": 200, "dtype": "bf16",
+         "block": block, "bias": True, "x_spread": spread,
+         "config": {"block_n": 16, "block_k": 32, "dot": True, "swap": path == "swap", "e4m3_dot": True}}
+        for rows in (3, 32)
+        for path in ("dot", "swap")
+        for scales, block in (("channel", None), ("block", 32))
+        for spread in (14, 24)
+    ),
     *(
         {"id": f"split-{scales}", "rows": 3, "n": 40, "k": 200, "dtype": "bf16", "block": block, "bias": True,
          "config": {"block_n": 16, "block_k": 32, "split_k": 3}}
@@ -309,6 +320,8 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
             ("narrow", "bf16", {"block_n": 4, "block_k": 64}),
             ("dot", "fp16", {"block_n": 16, "block_k": 32, "dot": True}),
             ("swap-split", "fp16", {"block_n": 16, "block_k": 32, "dot": True, "swap": True, "split_k": 3}),
+            ("e4m3-swap-split", "bf16", {"block_n": 16, "block_k": 32, "dot": True, "swap": True, "split_k": 3,
+                                         "e4m3_dot": True}),
             ("dot", "fp32", {"block_n": 16, "block_k": 32, "dot": True}),
         )
         for rows in ((1, 2) if path in ("fma", "split", "narrow") else (1,) if path == "lookahead" else (4, 16, 32))
@@ -375,6 +388,9 @@ PTX_VARIANTS = [
         "BLOCK_M": 1, "BLOCK_N": 4, "BLOCK_K": 2048, "NORM": 1, "GATE_UP": True, "RSTD_CHUNK": 4096, "RSTD_CHUNKS": 1}},
     {"id": "narrow-one-output-folded", "num_stages": 2, "flags": {
         "BLOCK_M": 1, "BLOCK_N": 1, "BLOCK_K": 2048, "NORM": 1, "HAS_RES": True, "RSTD_CHUNK": 4096, "RSTD_CHUNKS": 1}},
+    # e4m3 tensor cores: x split into two e4m3 terms, the weights' codes multiplied as copied
+    {"id": "e4m3-tensor-cores", "num_stages": 4, "flags": {
+        "BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 128, "USE_DOT": True, "SWAP": True, "E4M3_DOT": True}},
     {"id": "tensor-cores-folded", "num_stages": 4, "flags": {
         "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True, "NORM": 1, "HAS_RES": True,
         "RSTD_CHUNK": 256, "RSTD_CHUNKS": 16}},
@@ -383,7 +399,7 @@ for _variant in PTX_VARIANTS:  # the rest as the launch passes it for bf16 x, on
     _variant["flags"] = {
         "HAS_B": True, "BLOCKWISE": False, "SPLIT": 1, "USE_DOT": False, "IEEE_DOT": False, "SWAP": False,
         "EVEN_K": True, "OUT_BF16": True, "USE_PDL": True, "LOOKAHEAD": False, "NORM": 0, "HAS_RES": False,
-        "GATE_UP": False,
+        "GATE_UP": False, "E4M3_DOT": False,
         "RSTD_CHUNK": 1, "RSTD_CHUNKS": 0, **_variant["flags"],
     }  # fmt: skip
 
@@ -396,8 +412,18 @@ def test_weight_loads_are_16_byte_vectors_on_sm90():
     one_row = ("one-row", "one-row-block", "one-row-folded", "one-row-gate-up")
     for variant in (*one_row, "narrow", "narrow-block", "narrow-gate-up", "narrow-one-output-folded"):
         assert found[variant]["v4_loads"] >= found[variant]["expected_vectors"] > 0, found[variant]
-    for variant in ("tensor-cores", "tensor-cores-folded"):
+    for variant in ("tensor-cores", "tensor-cores-folded", "e4m3-tensor-cores"):
         assert found[variant]["copy_bytes"] == [16], found[variant]
+    assert found["tensor-cores"]["e4m3_mmas"] == 0, found["tensor-cores"]
+
+
+@needs_triton
+def test_e4m3_tensor_cores_multiply_the_codes_as_copied_on_sm90():
+    """e4m3_dot: warpgroup MMAs of e4m3 by e4m3, not one conversion from e4m3 (the weights go from the copy in
+    shared memory to the tensor cores untouched)."""
+    found = run_worker({"ptx": [v for v in PTX_VARIANTS if v["id"] == "e4m3-tensor-cores"]}, interpreted=False)
+    assert found["e4m3-tensor-cores"]["e4m3_mmas"] > 0, found
+    assert found["e4m3-tensor-cores"]["e4m3_conversions"] == 0, found
 
 
 @needs_triton
@@ -486,6 +512,10 @@ GPU_CONFIGS = {
     "dot-split-3-rows": (3, configs.SkinnyConfig(32, 128, 4, 4, split_k=2, dot=True)),
     "swap": (8, configs.SkinnyConfig(64, 128, 4, 4, dot=True, swap=True)),
     "swap-split": (16, configs.SkinnyConfig(64, 128, 4, 4, split_k=4, dot=True, swap=True)),
+    "e4m3-one-row": (1, configs.SkinnyConfig(128, 128, 4, 4, dot=True, swap=True, e4m3_dot=True)),
+    "e4m3": (16, configs.SkinnyConfig(128, 128, 4, 4, dot=True, swap=True, e4m3_dot=True)),
+    "e4m3-wide": (32, configs.SkinnyConfig(256, 128, 4, 3, dot=True, swap=True, e4m3_dot=True)),
+    "e4m3-split": (32, configs.SkinnyConfig(64, 128, 4, 4, split_k=4, dot=True, swap=True, e4m3_dot=True)),
 }
 
 
@@ -514,6 +544,26 @@ def test_gpu_tune_grid_tilings_match_the_reference(name, block):
             )
             gate, up = reference_fp8_matmul(normed, weight, scale, block_, None).chunk(2, dim=-1)
             assert _ulps(got, F.silu(gate) * up) <= 2, (n, k)
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("block", [None, 128])
+def test_gpu_e4m3_tensor_cores_keep_x_whole_and_pass_nan_on(block):
+    """e4m3_dot splits x into two e4m3 terms: rows whose values span 2^-13 of their largest, one column 2^-33,
+    give the reference's numbers within 2 units in the last place; a NaN or an Inf in a row makes that row's
+    outputs non-finite and leaves the other rows' bits as they were."""
+    cfg = configs.SkinnyConfig(128, 128, 4, 4, dot=True, swap=True, e4m3_dot=True)
+    x, weight, scale, block_, bias = _gpu_operands(32, 1024, 4096, block)
+    x = (x.float() * 2.0 ** -(torch.arange(4096, device="cuda") % 14).float()).to(x.dtype)
+    x[:, 7] *= 2.0**-20
+    got = fp8_skinny.launch(x, weight, scale, block_, bias, cfg)
+    assert _ulps(got, reference_fp8_matmul(x, weight, scale, block_, bias)) <= 2
+    x[3, 100], x[5, 2000] = float("nan"), float("inf")
+    poisoned = fp8_skinny.launch(x, weight, scale, block_, bias, cfg)
+    assert not poisoned[3].isfinite().any() and not poisoned[5].isfinite().any()
+    others = [row for row in range(32) if row not in (3, 5)]
+    assert torch.equal(poisoned[others], got[others])
 
 
 @pytest.mark.cuda

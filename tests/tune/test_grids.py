@@ -109,6 +109,22 @@ def test_fp8_few_rows_try_narrow_streams_then_a_few_tensor_core_tiles(n, k):
         assert busy == sorted(busy, reverse=True)  # every multiprocessor busy first
 
 
+@pytest.mark.parametrize("n, k", FP8_SHAPES)
+def test_fp8_rows_try_e4m3_tensor_cores_first_on_whole_warpgroups(n, k):
+    """e4m3_dot only where the compiler makes e4m3 warpgroup MMAs of it (swapped, 4 warps, blocks of 64 outputs
+    or more; on 2 warps it converts both operands to fp16), and first among tiles as busy as they are."""
+    for rows in (1, 8, 32):
+        grid = grids.fp8_grid(rows, n, k, None)
+        e4m3 = [c for c in grid if c.e4m3_dot]
+        assert e4m3 and all(c.dot and c.swap and c.num_warps == 4 and c.block_n % 64 == 0 for c in e4m3)
+        if rows > 2:
+            for busy in (True, False):
+                group = [c.e4m3_dot for c in grid if (grids.programs(n, c.block_n, c.split_k) >= 132) == busy]
+                assert group == sorted(group, reverse=True)
+    wide = configs.SkinnyConfig(128, 128, 4, 4, dot=True, swap=True, e4m3_dot=True)
+    assert grids.describe(wide) == "n128 k128 w4 s4 x1 swap e4m3"
+
+
 def test_an_fp8_sweep_of_a_model_fits_the_default_budget():
     """About 20 configs an op and bucket (a compile, a check and a timed replay each): the 8B's four ops at
     1, 8, 16 and 32 rows under 400 trials, every decode batch the kernel runs."""

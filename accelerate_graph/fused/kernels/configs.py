@@ -38,6 +38,9 @@ class SkinnyConfig:
     split_k: int = 1  # > 1: K cut in that many slices, float32 partials, a finishing pass
     dot: bool = False  # tensor cores (rows padded to 16) rather than float32 multiply-and-sum
     swap: bool = False  # with dot: W @ x^T, the weights on the MMA's long side (cuBLAS's skinny tiles)
+    # with dot, FP8 weights and bf16 x: x split exactly into two e4m3 terms, so the tensor cores multiply the
+    # weights' codes as loaded (quant/fp8_kernels._x_as_e4m3_pair); nothing anywhere else
+    e4m3_dot: bool = False
     # one row without dot: the next K block's loads issued before this one's sums (skinny_kernels'
     # _accumulate_one_row); nothing anywhere else
     lookahead: bool = False

@@ -151,7 +151,7 @@ FP8_POINTERS = {
     "nw_ptr": "*bf16", "res_ptr": "*bf16",
 }  # fmt: skip
 FP8_HALF_POINTERS = {**FP8_POINTERS, **{name: "*fp16" for name in ("x_ptr", "b_ptr", "out_ptr", "nw_ptr", "res_ptr")}}
-FP8_UNFOLDED = dict(NORM=0, HAS_RES=False, GATE_UP=False, RSTD_CHUNK=1, RSTD_CHUNKS=0)
+FP8_UNFOLDED = dict(NORM=0, HAS_RES=False, GATE_UP=False, RSTD_CHUNK=1, RSTD_CHUNKS=0, E4M3_DOT=False)
 # the folds (setting fp8_fold): the norm with merged gate/up's activation, or the residual
 FP8_FOLDS = {
     "norm, gate/up": dict(NORM=1, GATE_UP=True, RSTD_CHUNK=1024, RSTD_CHUNKS=4),
@@ -159,8 +159,9 @@ FP8_FOLDS = {
 }
 # what a launch with aligned tensors and N, K multiples of 16 specializes (the pipelined, 16-byte copies)
 FP8_DIVISIBLE = (*FP8_POINTERS, "N", "K", "K_PER_SPLIT")
-# kind: (dot, swap, rows, BLOCK_N, BLOCK_K, num_warps, num_stages) as fp8_skinny.default_config and the tune
-# grids launch them; the row norms' loads as skinny_matmul.rstd_chunks gives them for K 4,096
+# kind: (dot, swap, rows, BLOCK_N, BLOCK_K, num_warps, num_stages, row norm loads[, e4m3_dot]) as
+# fp8_skinny.default_config and the tune grids launch them; the row norms' loads as skinny_matmul.rstd_chunks
+# gives them for K 4,096
 FP8_LAUNCHED = {
     "one-row": (False, False, 1, 32, 256, 4, 2, (4096, 1)),
     "rows": (False, False, 2, 32, 128, 4, 2, (2048, 2)),
@@ -168,16 +169,17 @@ FP8_LAUNCHED = {
     "swap": (True, True, 16, 64, 128, 4, 4, (256, 16)),
     "dot, 8 warps": (True, False, 16, 128, 128, 8, 4, (256, 16)),
     "swap, 2 warps": (True, True, 32, 64, 128, 2, 4, (256, 16)),
+    "swap, e4m3": (True, True, 32, 128, 128, 4, 4, (256, 16), True),
 }
 
 
 def fp8_launched(tile: tuple, blockwise: bool, split: int, fold: dict, pdl: bool) -> tuple[dict, dict]:
     """An FP8_LAUNCHED tile's constexprs and its launch (aligned, the tile's warps and stages)."""
-    dot, swap, rows, block_n, block_k, warps, stages, (rstd_chunk, rstd_loads) = tile
+    dot, swap, rows, block_n, block_k, warps, stages, (rstd_chunk, rstd_loads), *e4m3 = tile
     flags = dict(
         HAS_B=not fold.get("GATE_UP", False), BLOCKWISE=blockwise, SPLIT=split, USE_DOT=dot, IEEE_DOT=False,
         SWAP=swap, EVEN_K=True, OUT_BF16=True, USE_PDL=pdl, BLOCK_M=rows, BLOCK_N=block_n, BLOCK_K=block_k,
-        LOOKAHEAD=rows == 1, **{**FP8_UNFOLDED, **fold},
+        LOOKAHEAD=rows == 1, **{**FP8_UNFOLDED, **fold, "E4M3_DOT": bool(e4m3)},
     )  # fmt: skip
     if flags["NORM"]:
         flags.update(RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads)
