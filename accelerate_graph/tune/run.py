@@ -14,6 +14,7 @@ import torch
 
 from accelerate_graph.common.errors import BadOptionError, CpuTimingRefused, DeviceError, UnsupportedModelError, option
 from accelerate_graph.fused.kernels import configs
+from accelerate_graph.tune import grids
 from accelerate_graph.tune.model_shapes import LayerShapes, layer_shapes
 from accelerate_graph.tune.sweep import BucketResult, tune_bucket, tune_fp8_bucket
 from accelerate_graph.tune.table import check_target, merge_into
@@ -49,6 +50,10 @@ class TuneReport:
                     "chosen": {r.keys[op]: dataclasses.asdict(cfg) for op, cfg in r.chosen.items()},
                     "wrong": r.wrong,
                     "unchecked": sorted(r.unchecked),
+                    "trials": [
+                        {"op": op, "config": grids.describe(cfg), "us_per_layer": None if us is None else round(us, 3)}
+                        for op, cfg, us in r.trials
+                    ],
                 }
                 for r in self.results
             ],

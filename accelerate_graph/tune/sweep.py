@@ -67,7 +67,8 @@ class BucketResult:
     chosen_us: float
     inductor_us: float | None
     keys: dict[str, str]
-    trials: int = 0
+    # every config tried, in order: (op, config, the chain's us a layer with it; None: refused or wrong)
+    trials: list[tuple[str, SkinnyConfig, float | None]] = dataclasses.field(default_factory=list)
     wrong: list[str] = dataclasses.field(default_factory=list)
     unchecked: frozenset[str] = frozenset()
 
@@ -79,6 +80,17 @@ class BucketResult:
         if not self.written:
             return {}
         return {self.keys[op]: cfg for op, cfg in self.chosen.items() if op not in self.unchecked}
+
+
+def _recorded(trial: Callable) -> tuple[list, Callable]:
+    """A list of every trial and a callback that appends to it, then tells `trial`."""
+    tried: list[tuple[str, SkinnyConfig, float | None]] = []
+
+    def heard(op: str, cfg: SkinnyConfig, took: float | None) -> None:
+        tried.append((op, cfg, took))
+        trial(op, cfg, took)
+
+    return tried, heard
 
 
 def table_configs(shapes: LayerShapes, rows: int, sms: int) -> dict[str, SkinnyConfig]:
@@ -96,18 +108,13 @@ def tune_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took: No
         _, ns, k = shapes.calls[op]
         return grids.grid(rows, sum(ns), k, sms)
 
-    tried = [0]
-
-    def counted(op, cfg, took):
-        tried[0] += 1
-        trial(op, cfg, took)
-
-    chosen, _ = descend(dict(before), grid, chain.layer_us, before_us, deadline, trial=counted)
+    tried, heard = _recorded(trial)
+    chosen, _ = descend(dict(before), grid, chain.layer_us, before_us, deadline, trial=heard)
     # timed again: the descent's best was one sample among many; unchanged configs keep their first time,
     # so a report never shows the table's own configs as a change
     chosen_us = before_us if chosen == before else chain.layer_us(chosen)
     keys = {op: configs.table_key(kind, configs.m_bucket(rows), ns, k) for op, (kind, ns, k) in shapes.calls.items()}
-    return BucketResult(rows, before, chosen, before_us, chosen_us, chain.inductor_layer_us(), keys, tried[0])
+    return BucketResult(rows, before, chosen, before_us, chosen_us, chain.inductor_layer_us(), keys, tried)
 
 
 def tune_fp8_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took: None) -> BucketResult:
@@ -141,17 +148,12 @@ def tune_fp8_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took
             if start[op] == cfg:
                 unchecked.add(op)
     start_us = before_us if start == before else chain.layer_us(start)
-    tried = [0]
-
-    def counted(op, cfg, took):
-        tried[0] += 1
-        trial(op, cfg, took)
-
-    chosen, _ = descend(start, grid, chain.layer_us, start_us, deadline, trial=counted, accept=agrees)
+    tried, heard = _recorded(trial)
+    chosen, _ = descend(start, grid, chain.layer_us, start_us, deadline, trial=heard, accept=agrees)
     chosen_us = start_us if chosen == start else chain.layer_us(chosen)
     keys = {op: fp8_skinny.table_key(block, rows, n, k, op in chain.gate_up_ops) for op, (n, k) in chain.ops.items()}
     wrong = list(dict.fromkeys(wrong))  # an op none of whose configs agreed tried them twice
-    return BucketResult(rows, before, chosen, before_us, chosen_us, None, keys, tried[0], wrong, frozenset(unchecked))
+    return BucketResult(rows, before, chosen, before_us, chosen_us, None, keys, tried, wrong, frozenset(unchecked))
 
 
 def _agrees_quietly(agrees: Callable[[str, SkinnyConfig], bool], op: str, cfg: SkinnyConfig) -> bool:

@@ -70,4 +70,24 @@ def test_a_config_in_use_that_disagrees_is_replaced_and_an_op_with_none_agreeing
 def test_the_deadline_stops_the_trials():
     chain = FakeChain(16, None)
     result = tune_fp8_bucket(chain, 132, time.monotonic() - 1)
-    assert result.trials == 0 and result.chosen == result.before
+    assert result.trials == [] and result.chosen == result.before
+
+
+def test_every_trial_is_kept_and_reported_with_its_time():
+    """What lost is evidence too: the JSON report lists each config tried, its us a layer, null where refused."""
+    from pathlib import Path
+
+    from accelerate_graph.tune.model_shapes import LayerShapes
+    from accelerate_graph.tune.run import TuneReport
+
+    rows, block = 8, None
+    down = grid("down", rows, block)
+    chain = FakeChain(rows, block, fast={("down", down[2])}, wrong={("down", down[0])})
+    result = tune_fp8_bucket(chain, 132, time.monotonic() + 60)
+    tried = {op for op, _, _ in result.trials}
+    assert tried == set(OPS) and len(result.trials) >= sum(len(grid(op, rows, block)) for op in OPS) - len(OPS)
+    assert ("down", down[0], None) in result.trials and ("down", down[2], 35.0) in result.trials
+    shapes = LayerShapes("m", 896, {op: ("fp8", (n,), k) for op, (n, k) in OPS.items()}, frozenset(), 1e-6)
+    (bucket,) = TuneReport("GPU", shapes, [result], Path("t.json"), weights="fp8").to_dict()["buckets"]
+    assert len(bucket["trials"]) == len(result.trials)
+    assert {"op": "down", "config": grids.describe(down[2]), "us_per_layer": 35.0} in bucket["trials"]
