@@ -7,8 +7,8 @@ partial sums, and `finish_kernel` or the block's last slice to finish adds them 
 `rms_norm_kernel` is the RMSNorm alone, with the projections' rstd and roundings (the step's final norm).
 
 Arithmetic is done in float32 on values loaded `.to(tl.float32)`, and roundings to the output dtype go
-through `_round`, bit arithmetic that rounds to nearest even like the GPU: the Triton interpreter (CPU
-tests) computes garbage in bf16 and truncates fp32 -> bf16 casts.
+through `_round`: the GPU's conversion, or under the Triton interpreter (CPU tests), which computes garbage in
+bf16 and truncates fp32 -> bf16 casts, bit arithmetic that rounds to nearest even like the GPU.
 """
 
 import os
@@ -24,15 +24,26 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 @triton.jit
-def _round(v, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
-    """float32 `v` rounded to the output dtype, returned in float32 (NaN payloads may become inf)."""
+def _round_by_bits(v, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
+    """float32 `v` rounded to the output dtype to nearest even, returned in float32: bf16 by bit arithmetic,
+    NaN kept (its carry could reach the sign: the GPU's NaN, 0x7FFFFFFF, would come out -0.0)."""
     if OUT_BF16:
         bits = v.to(tl.uint32, bitcast=True)
         bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
-        r = bits.to(tl.float32, bitcast=True)
+        r = tl.where(v != v, v, bits.to(tl.float32, bitcast=True))
     else:
         r = v.to(out_dtype).to(tl.float32)
     return r
+
+
+@triton.jit
+def _round_by_cast(v, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
+    """float32 `v` rounded to the output dtype by the GPU's conversion (to nearest even, NaN kept), in float32."""
+    return v.to(out_dtype).to(tl.float32)
+
+
+# The interpreter truncates float32 -> bf16 casts; the GPU's conversion rounds in one instruction.
+_round = _round_by_bits if INTERPRETED else _round_by_cast
 
 
 @triton.jit

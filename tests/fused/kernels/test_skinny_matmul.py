@@ -55,6 +55,50 @@ def assert_rounding_close(got, ref, ulps: int = 2):
     torch.testing.assert_close(got.float(), ref.float(), rtol=ulps * eps, atol=ulps * eps * scale)
 
 
+# float32 bit patterns whose bf16 rounding is easy to get wrong: NaNs (0x7FFFFFFF is the GPU's own, whose
+# rounding carry reaches the sign by bit arithmetic), infinities, the largest float (rounds to inf), ties to
+# even at 1.0 and among subnormals, signed zero
+ROUNDING_BITS = [
+    0x7FFFFFFF, 0xFFFFFFFF, 0x7FC00000, 0x7F800001, 0x7F800000, 0xFF800000, 0x7F7FFFFF, 0x3F808000,
+    0x3F818000, 0x00008000, 0x00018000, 0x80000000, 0x40490FDB, 0xC2F6E979, 0x0000FFFF, 0x3F7FFFFF,
+]  # fmt: skip
+
+if sm.skinny_kernels is not None:
+    import triton
+    import triton.language as tl
+
+    from accelerate_graph.fused.kernels.skinny_kernels import _round
+
+    @triton.jit
+    def _round_kernel(src, dst, N: tl.constexpr):
+        offs = tl.arange(0, N)
+        tl.store(dst + offs, _round(tl.load(src + offs), True, tl.bfloat16))
+
+
+def assert_rounds_like_torch(device: str):
+    """The kernels' rounding to bf16 gives torch's bits for ROUNDING_BITS, NaN kept NaN."""
+    bits = torch.tensor([b - (1 << 32) if b >= 1 << 31 else b for b in ROUNDING_BITS], dtype=torch.int32)
+    values = bits.view(torch.float32).to(device)
+    got = torch.empty_like(values)
+    _round_kernel[(1,)](values, got, len(ROUNDING_BITS))
+    want = values.cpu().to(torch.bfloat16).float()
+    got = got.cpu()
+    assert torch.equal(got.isnan(), want.isnan()), (got, want)
+    finite = ~want.isnan()
+    assert torch.equal(got[finite].view(torch.int32), want[finite].view(torch.int32)), (got, want)
+
+
+@interpreted
+def test_the_interpreters_rounding_to_bf16_is_the_gpus_nan_included():
+    assert_rounds_like_torch("cpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_rounding_to_bf16_is_torchs_nan_included():
+    assert_rounds_like_torch("cuda")
+
+
 def make(m, dtype, device="cpu", k=K, ns=NS, seed=0):
     gen = torch.Generator().manual_seed(seed)
     rand = lambda *shape, s=1.0: (torch.randn(*shape, generator=gen) * s).to(device, dtype)  # noqa: E731
