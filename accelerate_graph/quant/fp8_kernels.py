@@ -256,36 +256,33 @@ def _dot(xv, w, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr):
 
 
 @triton.jit
+def _x_tile_normed(x_ptr, nw_ptr, rstd, offs_m, offs_k, M, K, EVEN_K: tl.constexpr, NORM: tl.constexpr,
+                   OUT_BF16: tl.constexpr):  # fmt: skip
+    """x's tile in x's dtype, through the RMSNorm where NORM (its values are of x's dtype: the cast is exact)."""
+    xv = _x_tile(x_ptr, offs_m, offs_k, M, K, EVEN_K)
+    if NORM != 0:
+        nw = _norm_weights(nw_ptr, offs_k, K, NORM)
+        xv = _normed_x(xv, rstd, nw, NORM, OUT_BF16, x_ptr.dtype.element_ty).to(x_ptr.dtype.element_ty)
+    return xv
+
+
+@triton.jit
 def _accumulate_dot(
     x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
     NORM: tl.constexpr, BLOCKWISE: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
-    OUT_BF16: tl.constexpr, E4M3_DOT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """Tensor cores (BLOCK_M >= 16): each K tile's product, times its block's scale where BLOCKWISE, added in
-    float32: [BLOCK_M, BLOCK_N]. A normed x tile holds values of x's dtype: its cast back is exact."""
+    """Tensor cores (BLOCK_M >= 16), the weights converted to x's dtype: each K tile's product, times its
+    block's scale where BLOCKWISE, added in float32: [BLOCK_M, BLOCK_N]."""
     if SWAP:
         acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        xv = _x_tile(x_ptr, offs_m, offs_k, M, K, EVEN_K)
-        if NORM != 0:
-            nw = _norm_weights(nw_ptr, offs_k, K, NORM)
-            xv = _normed_x(xv, rstd, nw, NORM, OUT_BF16, x_ptr.dtype.element_ty).to(x_ptr.dtype.element_ty)
-        if E4M3_DOT:  # each tile's sums scaled into float32: also bounds the MMAs' own accumulation (sm_90's is
-            # narrower than float32 for e4m3) to one K tile
-            hi, lo, x_scale = _x_as_e4m3_pair(xv)
-            w = _w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K)
-            if SWAP:
-                row_scale = x_scale[None, :]
-            else:
-                row_scale = x_scale[:, None]
-            part = _dot(hi, w, False, SWAP) * row_scale + _dot(lo, w, False, SWAP) * (row_scale * 0.0625)
-        else:
-            w = _e4m3_as(_w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K), x_ptr.dtype.element_ty)
-            part = _dot(xv, w, IEEE_DOT, SWAP)
+        xv = _x_tile_normed(x_ptr, nw_ptr, rstd, offs_m, offs_k, M, K, EVEN_K, NORM, OUT_BF16)
+        w = _e4m3_as(_w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K), x_ptr.dtype.element_ty)
+        part = _dot(xv, w, IEEE_DOT, SWAP)
         if BLOCKWISE:  # the tile lies in one block of columns
             acc += part * tl.load(s_ptr + row_block * S_COLS + k0 // SCALE_BLOCK)
         else:
@@ -293,6 +290,52 @@ def _accumulate_dot(
     if SWAP:  # one return: the compiler types every return statement, even behind a constexpr
         acc = tl.trans(acc)
     return acc
+
+
+@triton.jit
+def _e4m3_tile_sums(hi, lo, row_scale, w_ptr, offs_n, offs_k, N, K, EVEN_K: tl.constexpr, SWAP: tl.constexpr):
+    """One K tile's float32 sums by e4m3 tensor cores: the weights' codes times x's two terms, scaled back."""
+    w = _w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K)
+    return _dot(hi, w, False, SWAP) * row_scale + _dot(lo, w, False, SWAP) * (row_scale * 0.0625)
+
+
+@triton.jit
+def _accumulate_e4m3(
+    x_ptr, nw_ptr, rstd, w_ptr, s_ptr, w2_ptr, s2_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi,
+    SCALE_BLOCK, S_COLS, NORM: tl.constexpr, BLOCKWISE: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
+    OUT_BF16: tl.constexpr, PAIR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """E4M3 tensor cores (E4M3_DOT): each K tile of x split once (_x_as_e4m3_pair) and its sums scaled into
+    float32 (which also bounds sm_90's e4m3 accumulation, narrower than float32, to one tile), times the
+    block's scale where BLOCKWISE. PAIR: a second weight (gate/up's up half, scales at s2_ptr) over the same x
+    tiles. (acc, acc2), [BLOCK_M, BLOCK_N] each; acc2 zeros without PAIR."""
+    if SWAP:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc2 = acc
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        hi, lo, x_scale = _x_as_e4m3_pair(_x_tile_normed(x_ptr, nw_ptr, rstd, offs_m, offs_k, M, K, EVEN_K, NORM,
+                                                         OUT_BF16))  # fmt: skip
+        if SWAP:
+            row_scale = x_scale[None, :]
+        else:
+            row_scale = x_scale[:, None]
+        part = _e4m3_tile_sums(hi, lo, row_scale, w_ptr, offs_n, offs_k, N, K, EVEN_K, SWAP)
+        if BLOCKWISE:  # the tile lies in one block of columns
+            part = part * tl.load(s_ptr + row_block * S_COLS + k0 // SCALE_BLOCK)
+        acc += part
+        if PAIR:
+            part2 = _e4m3_tile_sums(hi, lo, row_scale, w2_ptr, offs_n, offs_k, N, K, EVEN_K, SWAP)
+            if BLOCKWISE:
+                part2 = part2 * tl.load(s2_ptr + row_block * S_COLS + k0 // SCALE_BLOCK)
+            acc2 += part2
+    if SWAP:
+        acc = tl.trans(acc)
+        acc2 = tl.trans(acc2)
+    return acc, acc2
 
 
 @triton.jit
@@ -311,15 +354,15 @@ def _epilogue(
 def _product(
     x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
     NORM: tl.constexpr, BLOCKWISE: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr,
-    SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, E4M3_DOT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LOOKAHEAD: tl.constexpr,
+    SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
     """The program's [BLOCK_M, BLOCK_N] float32 sums over its K slice, scaled (per-channel scales here, block
     scales as the path applies them): tensor cores, one row, or rows of float32 multiply-and-sum."""
     if USE_DOT:
         acc = _accumulate_dot(
             x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
-            NORM, BLOCKWISE, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, E4M3_DOT, BLOCK_M, BLOCK_N, BLOCK_K,
+            NORM, BLOCKWISE, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
         )  # fmt: skip
     elif BLOCK_M == 1:
         acc = _accumulate_one_row(
@@ -332,8 +375,14 @@ def _product(
             NORM, BLOCKWISE, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
         )  # fmt: skip
     if not BLOCKWISE:
-        acc = acc * tl.load(s_ptr + offs_n, mask=offs_n < N, other=0.0)[None, :]
+        acc = acc * _channel_scales(s_ptr, offs_n, N)
     return acc
+
+
+@triton.jit
+def _channel_scales(s_ptr, offs_n, N):
+    """The per-channel scales of outputs offs_n, [1, BLOCK_N]."""
+    return tl.load(s_ptr + offs_n, mask=offs_n < N, other=0.0)[None, :]
 
 
 @triton.jit
@@ -350,7 +399,8 @@ def fp8_skinny_kernel(
     fp8_finish_kernel. USE_PDL: ask L2 for the first weights, wait for the kernel before (it writes x and the
     residual), then let the next one launch. NORM: each program computes its rows' norms first (RSTD_CHUNKS
     loads of RSTD_CHUNK columns, skinny_matmul.rstd_chunks). GATE_UP: W is [2N, K], gate's rows then up's
-    (with block scales N is a whole number of blocks), the up half's product walked after the gate's."""
+    (with block scales N is a whole number of blocks), the up half's product walked after the gate's, or
+    beside it (E4M3_DOT, which the launch sets only with USE_DOT)."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(2)
     if USE_PDL:
@@ -366,22 +416,32 @@ def fp8_skinny_kernel(
         row_block = pid_n
     k_lo = pid_s * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
-    acc = _product(
-        x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
-        NORM, BLOCKWISE, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, E4M3_DOT, BLOCK_M, BLOCK_N, BLOCK_K,
-        LOOKAHEAD,
-    )  # fmt: skip
-    acc2 = acc
-    if GATE_UP:  # the up half: its weights N rows on, its scales N channels or N // SCALE_BLOCK block rows on
-        if BLOCKWISE:
-            s_up = s_ptr + (N // SCALE_BLOCK) * S_COLS
-        else:
-            s_up = s_ptr + N
-        acc2 = _product(
-            x_ptr, nw_ptr, rstd, w_ptr + N * K, s_up, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK,
-            S_COLS, NORM, BLOCKWISE, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, E4M3_DOT, BLOCK_M, BLOCK_N, BLOCK_K,
-            LOOKAHEAD,
+    # GATE_UP's up half: its weights N rows on, its scales N channels or N // SCALE_BLOCK block rows on
+    if BLOCKWISE:
+        s_up = s_ptr + (N // SCALE_BLOCK) * S_COLS
+    else:
+        s_up = s_ptr + N
+    if E4M3_DOT:  # both halves in one walk of K: x split once a tile
+        acc, acc2 = _accumulate_e4m3(
+            x_ptr, nw_ptr, rstd, w_ptr, s_ptr, w_ptr + N * K, s_up, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi,
+            SCALE_BLOCK, S_COLS, NORM, BLOCKWISE, SWAP, EVEN_K, OUT_BF16, GATE_UP, BLOCK_M, BLOCK_N, BLOCK_K,
         )  # fmt: skip
+        if not BLOCKWISE:
+            acc = acc * _channel_scales(s_ptr, offs_n, N)
+            if GATE_UP:
+                acc2 = acc2 * _channel_scales(s_up, offs_n, N)
+    else:
+        acc = _product(
+            x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+            NORM, BLOCKWISE, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
+        )  # fmt: skip
+        acc2 = acc
+        if GATE_UP:  # walked after the gate's
+            acc2 = _product(
+                x_ptr, nw_ptr, rstd, w_ptr + N * K, s_up, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi,
+                SCALE_BLOCK, S_COLS, NORM, BLOCKWISE, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N,
+                BLOCK_K, LOOKAHEAD,
+            )  # fmt: skip
     if SPLIT == 1:
         _epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B, HAS_RES, GATE_UP, OUT_BF16)
     else:
