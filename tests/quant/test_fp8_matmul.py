@@ -551,19 +551,25 @@ def test_gpu_tune_grid_tilings_match_the_reference(name, block):
 @pytest.mark.parametrize("block", [None, 128])
 def test_gpu_e4m3_tensor_cores_keep_x_whole_and_pass_nan_on(block):
     """e4m3_dot splits x into two e4m3 terms: rows whose values span 2^-13 of their largest, one column 2^-33,
-    give the reference's numbers within 2 units in the last place; a NaN or an Inf in a row makes that row's
-    outputs non-finite and leaves the other rows' bits as they were."""
+    give the reference's numbers within 2 units in the last place. A NaN or an Inf in a row makes that row's
+    outputs non-finite and leaves the other rows' bits as they were, on this path and the default one, with
+    the norm or the residual folded in."""
     cfg = configs.SkinnyConfig(128, 128, 4, 4, dot=True, swap=True, e4m3_dot=True)
     x, weight, scale, block_, bias = _gpu_operands(32, 1024, 4096, block)
     x = (x.float() * 2.0 ** -(torch.arange(4096, device="cuda") % 14).float()).to(x.dtype)
     x[:, 7] *= 2.0**-20
     got = fp8_skinny.launch(x, weight, scale, block_, bias, cfg)
     assert _ulps(got, reference_fp8_matmul(x, weight, scale, block_, bias)) <= 2
+    norm_weight, residual = _fold_operands(x, 1024)
+    folded = [{}, {"norm_weight": norm_weight, "eps": 1e-5}, {"residual": residual}]
+    clean = [fp8_skinny.launch(x, weight, scale, block_, bias, c, **fold) for c in (cfg, None) for fold in folded]
     x[3, 100], x[5, 2000] = float("nan"), float("inf")
-    poisoned = fp8_skinny.launch(x, weight, scale, block_, bias, cfg)
-    assert not poisoned[3].isfinite().any() and not poisoned[5].isfinite().any()
     others = [row for row in range(32) if row not in (3, 5)]
-    assert torch.equal(poisoned[others], got[others])
+    # e4m3 and the default tiles, plain and with the norm or the residual folded in (their roundings keep NaN)
+    poisoned = [fp8_skinny.launch(x, weight, scale, block_, bias, c, **fold) for c in (cfg, None) for fold in folded]
+    for got, was in zip(poisoned, clean):
+        assert not got[3].isfinite().any() and not got[5].isfinite().any()
+        assert torch.equal(got[others], was[others])
 
 
 @pytest.mark.cuda

@@ -661,6 +661,34 @@ def test_gpu_bf16_against_the_reference(m, cfg_name, shape, monkeypatch):
 
 @pytest.mark.cuda
 @needs_cuda
+@pytest.mark.parametrize(("m", "cfg_name"), [(1, "gemv"), (8, "swap"), (8, "split"), (32, "heuristic")])
+def test_gpu_a_nan_in_a_row_reaches_that_rows_outputs_through_every_op(m, cfg_name, monkeypatch):
+    """The norm, the residual add and act(gate) * up keep a NaN of x's row 3 (the GPU's NaN once rounded by
+    bit arithmetic came out -0.0, and the row went on finite); the other rows' bits are unchanged."""
+    cfg = GPU_CONFIGS[cfg_name]
+    if cfg is not None:
+        monkeypatch.setattr(configs, "config_for", lambda *args, **kwargs: cfg)
+    x, nw, ws, bs = make(m, torch.bfloat16, "cuda", k=896, ns=(896, 128, 128), seed=m)
+    residual = make(m, torch.bfloat16, "cuda", k=896, seed=m + 1)[0]
+
+    def every_op(x):
+        return [
+            *sm.norm_projections(x, nw, 1e-6, "llama", ws, bs),
+            sm.norm_gate_up(x, nw, 1e-6, "llama", ws[1], ws[2], "silu"),
+            sm.linear_residual(x, ws[0], bs[0], residual),
+        ]
+
+    clean = every_op(x)
+    row = min(3, m - 1)
+    x[row, 5] = float("nan")
+    others = [r for r in range(m) if r != row]
+    for got, was in zip(every_op(x), clean):
+        assert got[row].isnan().all(), got[row]
+        assert torch.equal(got[others], was[others])
+
+
+@pytest.mark.cuda
+@needs_cuda
 @pytest.mark.parametrize(("m", "k"), [(1, 2048), (1, 8192), (8, 2048), (32, 896)])
 def test_gpu_row_norm_in_unrolled_loads_against_the_reference(m, k):
     """The table's or the heuristic's configs with each program's rows read in rstd_chunks' unrolled loads
