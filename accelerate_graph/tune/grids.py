@@ -147,7 +147,9 @@ def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
     """More than two rows on tensor cores (rows padded to 16). First e4m3 tensor cores (e4m3_dot): swapped
     warpgroup MMAs that take the weights' codes from shared memory as copied, x split into two e4m3 terms
     (sm_90 SASS: no instruction a weight in the loop; the split's ~300 a K tile and program are the same at
-    any BLOCK_N, so wide blocks; 4 warps, as with 2 the compiler converts both operands to fp16). Then the
+    any BLOCK_N, so wide blocks). A warpgroup (4 warps) for every 64 outputs: with 2 warps the compiler
+    converts both operands to fp16, and 128 outputs on one warpgroup spill registers at 32 rows under gate/up
+    (ptxas: ~115 spill instructions; none on 8 warps, nor anywhere with 64 outputs on 4). Then the
     weights converted to bf16: blocks of 32-128 outputs over K tiles of 128-256, 3 or 5 stages, one with 8
     warps; swapped only on 2 warps, whose MMAs take the converted weights as they come out and x whole (sm_90
     SASS: ~4.4 instructions a weight at 32 rows against 6.0 unswapped, whose x operand is re-paired by moves
@@ -155,11 +157,11 @@ def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
     blocks of N alone leave multiprocessors idle; K tiles no longer than K. Those that give every
     multiprocessor a program come first."""
     out = [
-        SkinnyConfig(bn, bk, 4, s, dot=True, swap=True, e4m3_dot=True)
-        for bn, bk, s in ((128, 128, 4), (256, 128, 3), (64, 128, 4))
+        SkinnyConfig(bn, bk, w, s, dot=True, swap=True, e4m3_dot=True)
+        for bn, bk, w, s in ((128, 128, 8, 4), (256, 128, 8, 3), (64, 128, 4, 4))
     ]
     if programs(n, 128, 1) < sms:
-        out += [SkinnyConfig(128, 128, 4, 4, split_k=x, dot=True, swap=True, e4m3_dot=True) for x in (2, 4)]
+        out += [SkinnyConfig(128, 128, 8, 4, split_k=x, dot=True, swap=True, e4m3_dot=True) for x in (2, 4)]
     out += [
         SkinnyConfig(bn, bk, 4, s, dot=True)
         for bn, bk in ((32, 128), (64, 128), (128, 128), (64, 256), (32, 256))

@@ -514,7 +514,7 @@ GPU_CONFIGS = {
     "swap-split": (16, configs.SkinnyConfig(64, 128, 4, 4, split_k=4, dot=True, swap=True)),
     "e4m3-one-row": (1, configs.SkinnyConfig(128, 128, 4, 4, dot=True, swap=True, e4m3_dot=True)),
     "e4m3": (16, configs.SkinnyConfig(128, 128, 4, 4, dot=True, swap=True, e4m3_dot=True)),
-    "e4m3-wide": (32, configs.SkinnyConfig(256, 128, 4, 3, dot=True, swap=True, e4m3_dot=True)),
+    "e4m3-wide": (32, configs.SkinnyConfig(256, 128, 8, 3, dot=True, swap=True, e4m3_dot=True)),
     "e4m3-split": (32, configs.SkinnyConfig(64, 128, 4, 4, split_k=4, dot=True, swap=True, e4m3_dot=True)),
 }
 

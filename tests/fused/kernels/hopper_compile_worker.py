@@ -169,7 +169,7 @@ FP8_LAUNCHED = {
     "swap": (True, True, 16, 64, 128, 4, 4, (256, 16)),
     "dot, 8 warps": (True, False, 16, 128, 128, 8, 4, (256, 16)),
     "swap, 2 warps": (True, True, 32, 64, 128, 2, 4, (256, 16)),
-    "swap, e4m3": (True, True, 32, 128, 128, 4, 4, (128, 32), True),
+    "swap, e4m3": (True, True, 32, 128, 128, 8, 4, (128, 32), True),
 }
 
 
