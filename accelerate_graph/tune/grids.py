@@ -149,7 +149,8 @@ def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
     (sm_90 SASS: no instruction a weight in the loop; the split's ~300 a K tile and program are the same at
     any BLOCK_N, so wide blocks). A warpgroup (4 warps) for every 64 outputs: with 2 warps the compiler
     converts both operands to fp16, and 128 outputs on one warpgroup spill registers at 32 rows under gate/up
-    (ptxas: ~115 spill instructions; none on 8 warps, nor anywhere with 64 outputs on 4). Then the
+    (ptxas: ~115 spill instructions; none on 8 warps, nor anywhere with 64 outputs on 4); split-K where 64-output
+    blocks leave multiprocessors idle. Then the
     weights converted to bf16: blocks of 32-128 outputs over K tiles of 128-256, 3 or 5 stages, one with 8
     warps; swapped only on 2 warps, whose MMAs take the converted weights as they come out and x whole (sm_90
     SASS: ~4.4 instructions a weight at 32 rows against 6.0 unswapped, whose x operand is re-paired by moves
@@ -160,8 +161,9 @@ def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
         SkinnyConfig(bn, bk, w, s, dot=True, swap=True, e4m3_dot=True)
         for bn, bk, w, s in ((128, 128, 8, 4), (256, 128, 8, 3), (64, 128, 4, 4))
     ]
-    if programs(n, 128, 1) < sms:
-        out += [SkinnyConfig(128, 128, 8, 4, split_k=x, dot=True, swap=True, e4m3_dot=True) for x in (2, 4)]
+    if programs(n, 64, 1) < sms:  # K in 2 (64 outputs) or 4 (128) slices: as many programs either way
+        out += [SkinnyConfig(64, 128, 4, 4, split_k=2, dot=True, swap=True, e4m3_dot=True)]
+        out += [SkinnyConfig(128, 128, 8, 4, split_k=4, dot=True, swap=True, e4m3_dot=True)]
     out += [
         SkinnyConfig(bn, bk, 4, s, dot=True)
         for bn, bk in ((32, 128), (64, 128), (128, 128), (64, 256), (32, 256))
