@@ -8,7 +8,9 @@ Jobs: {"cases": [...]} -> {case id: {"error_ulps": ..., "shape": ..., "dtype": .
 {"layers": [...]} -> {id: {"fold": setting, "folded_ops": [...], "logits": [...]}}: the FP8 tiny llama's decode
 steps through the fused layer program under each fp8_fold value;
 {"codes": true} -> {"bits": [codes whose value differs]}: every e4m3 code through the kernel's own bf16
-conversion's integer ops (fp8_codes.py).
+conversion's integer ops (fp8_codes.py);
+{"split": {"x": [[...]]}} -> {"hi": [[codes]], "lo": [[codes]], "scale": [...]}: a bf16 tile of x through
+fp8_kernels._x_as_e4m3_pair (the e4m3 tensor cores' two terms).
 """
 
 import json
@@ -174,6 +176,31 @@ def ptx_of(variant: dict) -> dict:
     }
 
 
+if fp8_skinny.fp8_kernels is not None:  # the worker runs where triton is; the kernel's names are module globals
+    import triton
+    import triton.language as tl
+
+    from accelerate_graph.quant.fp8_kernels import _x_as_e4m3_pair
+
+    @triton.jit
+    def split_kernel(x_ptr, hi_ptr, lo_ptr, scale_ptr, M: tl.constexpr, K: tl.constexpr):
+        at = tl.arange(0, M)[:, None] * K + tl.arange(0, K)[None, :]
+        hi, lo, scale = _x_as_e4m3_pair(tl.load(x_ptr + at))
+        tl.store(hi_ptr + at, hi.to(tl.uint8, bitcast=True))
+        tl.store(lo_ptr + at, lo.to(tl.uint8, bitcast=True))
+        tl.store(scale_ptr + tl.arange(0, M), scale)
+
+
+def split_terms(job: dict) -> dict:
+    """_x_as_e4m3_pair of the job's x (rows and columns powers of two), its terms as e4m3 codes."""
+    x = torch.tensor(job["x"], dtype=torch.float32).to(torch.bfloat16)
+    m, k = x.shape
+    hi, lo = torch.empty(m, k, dtype=torch.uint8), torch.empty(m, k, dtype=torch.uint8)
+    scale = torch.empty(m)
+    split_kernel[(1,)](x, hi, lo, scale, m, k)
+    return {"hi": hi.tolist(), "lo": lo.tolist(), "scale": scale.tolist()}
+
+
 def main() -> None:
     job = json.load(sys.stdin)
     if "cases" in job:
@@ -184,6 +211,9 @@ def main() -> None:
         from fp8_codes import mismatches
 
         result = mismatches("cpu", bf16=False)
+    elif "split" in job:
+        assert os.environ.get("TRITON_INTERPRET") == "1", "the split runs under the Triton interpreter"
+        result = split_terms(job["split"])
     elif "layers" in job:
         assert os.environ.get("TRITON_INTERPRET") == "1", "the layers run under the Triton interpreter"
         result = {layers["id"]: layer_steps(layers) for layers in job["layers"]}

@@ -368,6 +368,38 @@ def test_kernel_matches_the_reference_under_the_interpreter(case, interpreted_re
     assert result["error_ulps"] <= 2, result
 
 
+def _split_rows() -> torch.Tensor:
+    """16 rows of 128 bf16 values: each row's values spread over 2^-12..2^0 of its largest, signs mixed, the
+    largest's significand from 1.0 up to 1.9921875 (bf16's last below 2: where a scale one binade too small
+    would take hi past e4m3's 448), rows from 2^-30 to 2^40; and a row of zeros."""
+    gen = torch.Generator().manual_seed(5)
+    significands = 1 + torch.randint(0, 128, (16, 128), generator=gen) / 128
+    exponents = -torch.randint(0, 13, (16, 128), generator=gen)
+    signs = torch.where(torch.rand(16, 128, generator=gen) < 0.5, -1.0, 1.0)
+    x = signs * significands * 2.0**exponents
+    x[:, 0] = (1 + torch.arange(16) / 16 + 127 / 128 * (torch.arange(16) == 15)).clamp(max=1.9921875)
+    x = x * 2.0 ** torch.linspace(-30, 40, 16).round()[:, None]
+    x[3] = 0.0
+    return x.to(torch.bfloat16)
+
+
+@needs_triton
+def test_x_splits_into_two_e4m3_terms_exactly_and_inside_e4m3s_range():
+    """_x_as_e4m3_pair: every code finite (no NaN code 0x7F/0xFF), each row's largest hi in [128, 256) (under
+    448, and no binade lost), and hi + lo / 16 times the row's scale gives x's value back exactly."""
+    x = _split_rows()
+    got = run_worker({"split": {"x": x.float().tolist()}}, interpreted=True)
+    hi = torch.tensor(got["hi"], dtype=torch.uint8)
+    lo = torch.tensor(got["lo"], dtype=torch.uint8)
+    scale = torch.tensor(got["scale"], dtype=torch.float64)
+    assert not ((hi & 0x7F) == 0x7F).any() and not ((lo & 0x7F) == 0x7F).any()
+    hi_v, lo_v = (codes.view(torch.float8_e4m3fn).double() for codes in (hi, lo))
+    live = x.float().abs().amax(dim=1) > 0
+    assert ((hi_v.abs().amax(dim=1) >= 128) == live).all() and (hi_v.abs() < 256).all()
+    assert torch.equal((hi_v + lo_v / 16) * scale[:, None], x.double())
+    assert (scale[live] == 2.0 ** torch.floor(torch.log2(x.float().abs().amax(dim=1)[live].double())) / 128).all()
+
+
 # ---------------------------------------------------------------- the PTX for the H200
 
 PTX_VARIANTS = [
