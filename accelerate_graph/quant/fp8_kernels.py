@@ -151,6 +151,13 @@ def _x_as_e4m3_pair(xv):
 
 
 @triton.jit
+def _tile_scale(s_ptr, row_block, k0, SCALE_BLOCK, S_COLS):
+    """The block scale of the K tile starting at k0 in the program's block of rows (the tile lies in one block
+    of columns: the launch keeps SCALE_BLOCK % BLOCK_K == 0 with tensor cores)."""
+    return tl.load(s_ptr + row_block * S_COLS + k0 // SCALE_BLOCK)
+
+
+@triton.jit
 def _column_scales(s_ptr, row_block, offs_k, K, SCALE_BLOCK, S_COLS):
     """The block scales of columns offs_k in the program's block of rows, float32 [BLOCK_K]."""
     return tl.load(s_ptr + row_block * S_COLS + offs_k // SCALE_BLOCK, mask=offs_k < K, other=0.0)
@@ -284,7 +291,7 @@ def _accumulate_dot(
         w = _e4m3_as(_w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K), x_ptr.dtype.element_ty)
         part = _dot(xv, w, IEEE_DOT, SWAP)
         if BLOCKWISE:  # the tile lies in one block of columns
-            acc += part * tl.load(s_ptr + row_block * S_COLS + k0 // SCALE_BLOCK)
+            acc += part * _tile_scale(s_ptr, row_block, k0, SCALE_BLOCK, S_COLS)
         else:
             acc += part
     if SWAP:  # one return: the compiler types every return statement, even behind a constexpr
@@ -325,12 +332,12 @@ def _accumulate_e4m3(
             row_scale = x_scale[:, None]
         part = _e4m3_tile_sums(hi, lo, row_scale, w_ptr, offs_n, offs_k, N, K, EVEN_K, SWAP)
         if BLOCKWISE:  # the tile lies in one block of columns
-            part = part * tl.load(s_ptr + row_block * S_COLS + k0 // SCALE_BLOCK)
+            part = part * _tile_scale(s_ptr, row_block, k0, SCALE_BLOCK, S_COLS)
         acc += part
         if PAIR:
             part2 = _e4m3_tile_sums(hi, lo, row_scale, w2_ptr, offs_n, offs_k, N, K, EVEN_K, SWAP)
             if BLOCKWISE:
-                part2 = part2 * tl.load(s2_ptr + row_block * S_COLS + k0 // SCALE_BLOCK)
+                part2 = part2 * _tile_scale(s2_ptr, row_block, k0, SCALE_BLOCK, S_COLS)
             acc2 += part2
     if SWAP:
         acc = tl.trans(acc)

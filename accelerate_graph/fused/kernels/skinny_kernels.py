@@ -24,22 +24,22 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 @triton.jit
+def _round_by_cast(v, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
+    """float32 `v` rounded to the output dtype by the GPU's conversion (to nearest even, NaN kept), in float32."""
+    return v.to(out_dtype).to(tl.float32)
+
+
+@triton.jit
 def _round_by_bits(v, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
-    """float32 `v` rounded to the output dtype to nearest even, returned in float32: bf16 by bit arithmetic,
-    NaN kept (its carry could reach the sign: the GPU's NaN, 0x7FFFFFFF, would come out -0.0)."""
+    """_round_by_cast, but bf16 by bit arithmetic that rounds to nearest even, NaN kept (its carry could reach
+    the sign: the GPU's NaN, 0x7FFFFFFF, would come out -0.0)."""
     if OUT_BF16:
         bits = v.to(tl.uint32, bitcast=True)
         bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
         r = tl.where(v != v, v, bits.to(tl.float32, bitcast=True))
     else:
-        r = v.to(out_dtype).to(tl.float32)
+        r = _round_by_cast(v, OUT_BF16, out_dtype)
     return r
-
-
-@triton.jit
-def _round_by_cast(v, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
-    """float32 `v` rounded to the output dtype by the GPU's conversion (to nearest even, NaN kept), in float32."""
-    return v.to(out_dtype).to(tl.float32)
 
 
 # The interpreter truncates float32 -> bf16 casts; the GPU's conversion rounds in one instruction.
