@@ -28,8 +28,7 @@ import triton
 import triton.language as tl
 
 from accelerate_graph.fused.kernels.pdl import gdc_launch_dependents, gdc_wait
-from accelerate_graph.fused.kernels.skinny_kernels import _epilogue as _skinny_epilogue
-from accelerate_graph.fused.kernels.skinny_kernels import _norm_weights, _normed_by, _rows_rstd
+from accelerate_graph.fused.kernels.skinny_kernels import _epilogue, _norm_weights, _normed_by, _rows_rstd
 
 # @triton.jit picks the interpreter at decoration, i.e. when this module is imported.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -120,7 +119,18 @@ def _e4m3_as_bf16_asm(w):
 
 
 # The interpreter runs no PTX.
-_e4m3_as_bf16 = _e4m3_as_bf16_ops if INTERPRETED else _e4m3_as_bf16_asm
+_BF16_BY_OPS = tl.constexpr(INTERPRETED)
+
+
+@triton.jit
+def _e4m3_as_bf16(w):
+    """_e4m3_as_bf16_ops under the interpreter, else _e4m3_as_bf16_asm (a function, not an alias: torch.compile
+    copies a kernel's helpers by the names they were defined under)."""
+    if _BF16_BY_OPS:
+        converted = _e4m3_as_bf16_ops(w)
+    else:
+        converted = _e4m3_as_bf16_asm(w)
+    return converted
 
 
 @triton.jit
@@ -346,7 +356,7 @@ def _accumulate_e4m3(
 
 
 @triton.jit
-def _epilogue(
+def _fp8_epilogue(
     acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr,
     GATE_UP: tl.constexpr, OUT_BF16: tl.constexpr,
 ):  # fmt: skip
@@ -354,7 +364,7 @@ def _epilogue(
     residual added (HAS_RES), silu(gate) * up (GATE_UP: acc the gate, acc2 the up half). The launch never asks
     for both folds at once."""
     MODE: tl.constexpr = 2 if GATE_UP else (1 if HAS_RES else 0)
-    _skinny_epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, b_ptr, res_ptr, HAS_B, False, MODE, 0, OUT_BF16)
+    _epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, b_ptr, res_ptr, HAS_B, False, MODE, 0, OUT_BF16)
 
 
 @triton.jit
@@ -450,7 +460,7 @@ def fp8_skinny_kernel(
                 BLOCK_K, LOOKAHEAD,
             )  # fmt: skip
     if SPLIT == 1:
-        _epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B, HAS_RES, GATE_UP, OUT_BF16)
+        _fp8_epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B, HAS_RES, GATE_UP, OUT_BF16)
     else:
         NT: tl.constexpr = 2 if GATE_UP else 1
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
@@ -483,4 +493,4 @@ def fp8_finish_kernel(
         acc += tl.load(at, mask=mask, other=0.0)
         if GATE_UP:
             acc2 += tl.load(at + N, mask=mask, other=0.0)
-    _epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B, HAS_RES, GATE_UP, OUT_BF16)
+    _fp8_epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B, HAS_RES, GATE_UP, OUT_BF16)

@@ -43,7 +43,18 @@ def _round_by_bits(v, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
 
 
 # The interpreter truncates float32 -> bf16 casts; the GPU's conversion rounds in one instruction.
-_round = _round_by_bits if INTERPRETED else _round_by_cast
+_ROUND_BY_BITS = tl.constexpr(INTERPRETED)
+
+
+@triton.jit
+def _round(v, OUT_BF16: tl.constexpr, out_dtype: tl.constexpr):
+    """_round_by_bits under the interpreter, else _round_by_cast. A function, not an alias: torch.compile
+    copies a kernel's helpers by the names they were defined under."""
+    if _ROUND_BY_BITS:
+        r = _round_by_bits(v, OUT_BF16, out_dtype)
+    else:
+        r = _round_by_cast(v, OUT_BF16, out_dtype)
+    return r
 
 
 @triton.jit
