@@ -340,8 +340,9 @@ def _accumulate_e4m3(
     BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """E4M3 tensor cores (E4M3_DOT): each K tile of x split once (_x_as_e4m3_pair) and its sums (_e4m3_dot's,
-    in float32 every E4M3_RUN of K) scaled, times the block's scale where BLOCKWISE. PAIR: a second weight (gate/up's up half, scales at s2_ptr) over the same x
-    tiles. (acc, acc2), [BLOCK_M, BLOCK_N] each; acc2 zeros without PAIR."""
+    in float32 every E4M3_RUN of K) scaled, times the block's scale where BLOCKWISE. PAIR: a second weight
+    (gate/up's up half, scales at s2_ptr) over the same x tiles. (acc, acc2), [BLOCK_M, BLOCK_N] each; acc2
+    zeros without PAIR."""
     if SWAP:
         acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     else:
