@@ -13,7 +13,8 @@
 #             qwen2.5-0.5b and llama-3.1-8b at 1,024 (BENCH_ENTRIES model:cache[:fp8]); ms per step ~510 s
 #             BASELINE=DIR (bench and verify): each bf16 entry again from the source tree in DIR
 #   verify    capture --fuse + verify --repeat $REPEAT (default 2) of every recipe, in three lanes
-#             side by side on the one GPU, or two phases on 80 GB (VERIFY_ENTRIES; see verify_lane)  ~560 s
+#             side by side on the one GPU, or two phases on 80 GB (VERIFY_ENTRIES; see verify_lane; each
+#             verify cut at VERIFY_LIMIT s, default 400: one recipe alone may take a call)          ~560 s
 #   fp8       a fine-grained FP8 checkpoint of $FP8_FROM (llama-3.2-1b) written here (fp8_export), then
 #             capture --fuse (FP8_MODE) + verify --repeat 5 of it beside FP8_VERIFY (the 8B and OLMoE with
 #             --weights fp8; ";" between phases, as on 80 GB), then a bench of the checkpoint alone  ~500 s
@@ -197,7 +198,7 @@ verify_entry() {  # SUFFIX CLI...: verify_lane's entry (its locals) captured and
   part "capture-$name$suffix" 60 150 "$@" capture "$recipe" "${fuse[@]}" --buckets "${buckets//-/,}" \
     --max-cache-len "$cache" "${extra[@]}" ${weights:+--weights "$weights"} ${VERIFY_DTYPE:+--dtype "$VERIFY_DTYPE"} \
     --plan "$WORK/$name$suffix.yaml"
-  [ -f "$WORK/$name$suffix.yaml" ] && part "verify-$name$suffix" 60 400 "$@" verify --plan "$WORK/$name$suffix.yaml" \
+  [ -f "$WORK/$name$suffix.yaml" ] && part "verify-$name$suffix" 60 "${VERIFY_LIMIT:-400}" "$@" verify --plan "$WORK/$name$suffix.yaml" \
     --steps 8 --repeat "${REPEAT:-2}" "${extra[@]}" --json "$WORK/verify-$name$suffix.json"
 }
 run_phases() {  # ENTRIES: ";" phases one after the other, each of "|" lanes of verify_lane side by side

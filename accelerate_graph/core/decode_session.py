@@ -166,11 +166,13 @@ class DecodeSession:
         context: int | None = None,
         runner=None,
         write_slots: torch.Tensor | None = None,
+        every_position: bool = False,
     ) -> torch.Tensor:
         """One forward of `batch` rows through the shared cache, attending its first `context` slots
         (default: all), by the model itself or `runner` (its compiled form); returns last-position
-        logits [b, V]. Per-row mode: each row writes at `write_slots` [b, t] (default: its position ids)
-        and attends the slots up to its position; `attention_mask` is not read."""
+        logits [b, V], or with `every_position` those of each of the t tokens [b, t, V]. Per-row mode: each
+        row writes at `write_slots` [b, t] (default: its position ids) and attends the slots up to its
+        position; `attention_mask` is not read."""
         if self.per_row:
             slots = position_ids[:batch] if write_slots is None else write_slots[:batch]
             cache = self.kv.view(batch, context, slots)
@@ -178,7 +180,7 @@ class DecodeSession:
         else:
             cache = self.kv.view(batch, context)
             attention_mask = attention_mask[:batch, : self.kv.slots(context)]
-        return self._run(cache, input_ids[:batch], position_ids[:batch], attention_mask, runner)
+        return self._run(cache, input_ids[:batch], position_ids[:batch], attention_mask, runner, every_position)
 
     def rows_mask(self, position_ids: torch.Tensor, slots: int) -> torch.Tensor | dict[str, torch.Tensor]:
         """Per-row mode's mask [b, 1, t, slots]: the token at position p of a row attends that row's slots
@@ -223,17 +225,17 @@ class DecodeSession:
         cache = self.kv.fresh_view(rows, position_ids)
         return self._run(cache, input_ids, position_ids, self.columns_mask(position_ids), None)
 
-    def _run(self, cache, input_ids, position_ids, attention_mask, runner) -> torch.Tensor:
+    def _run(self, cache, input_ids, position_ids, attention_mask, runner, every_position=False) -> torch.Tensor:
         kwargs = {self.cache_arg: cache, "use_cache": True}
         if self._keeps_last_logits:
-            kwargs["logits_to_keep"] = 1
+            kwargs["logits_to_keep"] = 0 if every_position else 1  # HF's 0: every position
         # compiled code builds its constants itself: the hoisting mode is for eager and captured steps
         hoist = self.host_constants is not None and runner is None
         with self.host_constants if hoist else contextlib.nullcontext():
             out = (runner or self.model)(
                 input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, **kwargs
             )
-        return out.logits[:, -1, :]
+        return out.logits if every_position else out.logits[:, -1, :]
 
     def step_fn(self, batch: int, context: int | None = None, runner=None) -> Step:
         """The decode step for `batch` rows over the first `context` cache slots, reading only the static

@@ -29,7 +29,7 @@ from accelerate_graph.core.static_cache import CacheSnapshot
 from accelerate_graph.verify.cases import BASIC, Case, CasePlan, Coverage, plan_cases, sliding_window
 from accelerate_graph.verify.criterion import Judgement, judge_tensors, tolerance_for
 from accelerate_graph.verify.finite import GraphAt
-from accelerate_graph.verify.reference import eager_step, float32_reference, reference_step
+from accelerate_graph.verify.reference import eager_step, float32_reference, reference_steps
 from accelerate_graph.verify.routers import RouterLog, compare_routers, find_routers, recording
 
 
@@ -85,16 +85,32 @@ class Run:
 def _run(
     session: DecodeSession, step_once: Callable, tokens: torch.Tensor, first: int, routers, pads: torch.Tensor
 ) -> Run:
-    batch, logits = tokens.shape[1], []
+    logits = []
     with recording(session.model, routers) as log:
         for i in range(tokens.shape[0]):
             positions = first + i - pads  # a left-padded row counts its positions from its first token
             logits.append(step_once(session, tokens[i], positions))
+    return _finished(session, torch.stack(logits), log, first, pads)
+
+
+def _reference_run(session: DecodeSession, tokens: torch.Tensor, first: int, routers, pads: torch.Tensor) -> Run:
+    """The float32 reference's run (inside `float32_reference`): every step in one forward, its router
+    logits logged as the steps one by one would have logged them."""
+    with recording(session.model, routers) as log:
+        logits = reference_steps(session, tokens, first, pads)
+    log.split_steps(tokens.shape[0])
+    return _finished(session, logits, log, first, pads)
+
+
+def _finished(session: DecodeSession, logits: torch.Tensor, log, first: int, pads: torch.Tensor) -> Run:
+    """The run whose `logits` [steps, batch, V] were just computed from slot `first`: what it wrote and where
+    the write positions stand."""
+    steps, batch = logits.shape[:2]
     positions = [int(p.item()) for p in session.kv.positions()]
     # per-row mode writes a row's steps at its own positions: from `first` less its padding
     shift = int(pads.max()) if session.per_row and pads.numel() else 0
-    cache = written(session, batch, first - shift, tokens.shape[0] + shift)
-    return Run(torch.stack(logits), cache, positions, log)
+    cache = written(session, batch, first - shift, steps + shift)
+    return Run(logits, cache, positions, log)
 
 
 class PhaseClock:
@@ -162,9 +178,7 @@ def _three_runs(
         with clock.phase("float32 reference"):
             session.kv.restore(start)
             with float32_reference(session):
-                reference_run = _run(
-                    session, lambda s, t, p: reference_step(s, t, p).clone(), tokens, first, routers, pads
-                )
+                reference_run = _reference_run(session, tokens, first, routers, pads)
     with clock.phase("replay"):
         session.kv.restore(start)
         replay_run = _run(session, replay, tokens, first, [], pads)

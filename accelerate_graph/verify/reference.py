@@ -6,7 +6,8 @@ owns parameters promotes them (and its floating inputs) to float32 just before i
 forward hook puts the low-precision tensors back, so the extra memory is one module's weights in
 float32 (the largest is the embedding or the LM head). It reads and writes the same KV cache as every
 other run: new K/V are rounded to the cache's dtype when written, as in any run of the model, and read
-back in float32, one layer at a time.
+back in float32, one layer at a time. Verify runs a case's teacher-forced steps through it as one forward
+(`reference_steps`): the weights promoted once, not once a step.
 
 It reads back only the slots a step can attend (up to its position), where the model attends with HF's
 sdpa: the slots after it are masked, so they add exact zeros to the softmax, and reading them cost most
@@ -163,3 +164,22 @@ def reference_step(session: DecodeSession, tokens: torch.Tensor, positions: torc
         return eager_step(session, tokens, positions).float()
     finally:
         _SLOTS_IN_USE.reset(token)
+
+
+def reference_steps(session: DecodeSession, tokens: torch.Tensor, first: int, pads: torch.Tensor) -> torch.Tensor:
+    """The float32 reference of the teacher-forced decode steps `tokens` [steps, b] from write slot `first`,
+    each row left-padded by `pads` [b] (call inside `float32_reference`), as one forward of all their tokens:
+    logits [steps, b, V]. One forward and one promotion of the weights rather than one a step (the reference
+    was half of a verify's time); in float32 the two differ by float32's rounding, far below the bf16 errors
+    judged. Each token's K/V is still rounded to the cache's dtype on write and read back by the later ones."""
+    steps, batch = tokens.shape
+    positions = first + torch.arange(steps, device=session.device)[None, :] - pads.to(session.device)[:, None]
+    token = _SLOTS_IN_USE.set(max(session.kv.next_slot + steps - 1, int(positions.max())) + 1)
+    try:
+        with torch.no_grad(), hf_attention(session.model):
+            ids = tokens.T.to(session.device).contiguous()
+            logits = session.forward(batch, ids, positions, session.attention_mask, every_position=True)
+    finally:
+        _SLOTS_IN_USE.reset(token)
+    session.kv.advance(steps)
+    return logits.float().transpose(0, 1)

@@ -69,6 +69,13 @@ class RouterLog:
         """[steps, rows, experts]."""
         return torch.stack(self.logits[router])
 
+    def split_steps(self, steps: int) -> None:
+        """Calls that each ran `steps` tokens a row (rows first, as the MoE blocks flatten [b, t]) as the
+        entries `steps` one-token calls would have logged, step by step."""
+        for router, calls in enumerate(self.logits):
+            parts = [call.reshape(-1, steps, call.shape[-1]) for call in calls]
+            self.logits[router] = [part[:, step] for step in range(steps) for part in parts]
+
 
 @contextmanager
 def recording(model: torch.nn.Module, routers: list[Router]) -> Iterator[RouterLog]:
