@@ -220,8 +220,15 @@ def _stepwise_and_in_one_forward(model, per_row=False, pads=None, prompt_len=6, 
 
 @pytest.mark.parametrize(
     "model_type, per_row, padded",
-    [("llama", False, False), ("llama", False, True), ("llama", True, True), ("mistral", False, True),
-     ("gemma2", False, True), ("qwen2_moe", False, True), ("olmoe", True, False)],
+    [
+        ("llama", False, False),
+        ("llama", False, True),
+        ("llama", True, True),
+        ("mistral", False, True),
+        ("gemma2", False, True),
+        ("qwen2_moe", False, True),
+        ("olmoe", True, False),
+    ],
 )
 def test_the_reference_of_a_cases_steps_in_one_forward_is_the_stepwise_one(model_type, per_row, padded):
     """What verify judges against: a case's steps as one float32 forward equal the reference step by step
@@ -235,7 +242,9 @@ def test_the_reference_of_a_cases_steps_in_one_forward_is_the_stepwise_one(model
     attention = "eager" if model_type == "gemma2" else "sdpa"  # softcapping: no sdpa
     model = AutoModelForCausalLM.from_config(tiny_config(model_type), attn_implementation=attention).to(BF16).eval()
     pads = torch.tensor([0, 3]) if padded else None
-    (stepwise, stepwise_log), (whole, whole_log), (eager, eager_log) = _stepwise_and_in_one_forward(model, per_row, pads)
+    (stepwise, stepwise_log), (whole, whole_log), (eager, eager_log) = _stepwise_and_in_one_forward(
+        model, per_row, pads
+    )
     distance = (whole - stepwise).abs().max()
     assert whole.shape == stepwise.shape and distance < 1e-5, distance
     assert (eager - stepwise).abs().max() > 100 * distance
