@@ -4,7 +4,7 @@ same prefilled first token, and per scored token what the measures need.
 Windows go through in batches of up to `rows` (the largest bucket): a batch's graphs are the bucket it
 falls in, padded as in any replay. Each run starts from a reset cache and a prefill of the windows' first
 tokens (eager for every arm, in float32 for the reference), so every arm decodes on its own K/V from one
-start, as it would serve; the reference runs REFERENCE_CHUNK steps a forward (`reference.reference_steps`). The
+start, as it would serve; the reference runs STEPS_A_FORWARD steps a forward (`reference.reference_steps`). The
 reference's log-probabilities of a batch are kept until every arm has been compared with them (steps x rows
 x vocabulary float32 values: 8 GiB for a 128k vocabulary at 32 rows x 512 tokens), on the device where they
 fit beside what the arms need, else on the host; an arm's own are reduced step by step.
@@ -22,7 +22,7 @@ from accelerate_graph.core.capture import DecodeGraphs
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.core.memory import free_bytes
 from accelerate_graph.eval.windows import Windows
-from accelerate_graph.verify.reference import eager_step, float32_reference, reference_steps
+from accelerate_graph.verify.reference import STEPS_A_FORWARD, eager_step, float32_reference, reference_steps
 
 StepFn = Callable[[DecodeSession, torch.Tensor, torch.Tensor], torch.Tensor]  # (tokens [b], positions [b]) -> [b, V]
 
@@ -83,16 +83,13 @@ def _decode(session: DecodeSession, rows: torch.Tensor, step: StepFn, each: Call
             each(i, step(session, device_rows[:, i + 1], positions))
 
 
-REFERENCE_CHUNK = 16  # the reference's steps a forward: its weights promoted once each, [16, b, V] logits at a time
-
-
 def _reference_decode(session: DecodeSession, rows: torch.Tensor, each: Callable[[int, torch.Tensor], None]):
-    """`_decode`'s steps by the float32 reference (inside `float32_reference`), REFERENCE_CHUNK to a forward."""
+    """`_decode`'s steps by the float32 reference (inside `float32_reference`), a forward's steps at a time."""
     session.kv.reset()
     session.prefill(rows[:, :1])
     device_rows, no_padding = rows.to(session.device), torch.zeros(rows.shape[0], dtype=torch.long)
-    for first in range(1, rows.shape[1] - 1, REFERENCE_CHUNK):  # step i feeds token i + 1, at slot i + 1
-        tokens = device_rows[:, first : min(first + REFERENCE_CHUNK, rows.shape[1] - 1)].T
+    for first in range(1, rows.shape[1] - 1, STEPS_A_FORWARD):  # step i feeds token i + 1, at slot i + 1
+        tokens = device_rows[:, first : min(first + STEPS_A_FORWARD, rows.shape[1] - 1)].T
         for offset, logits in enumerate(reference_steps(session, tokens, first, no_padding)):
             each(first - 1 + offset, logits)
 

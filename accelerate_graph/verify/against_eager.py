@@ -13,6 +13,7 @@ diverge between two numerically equivalent runs.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from accelerate_graph.core.static_cache import CacheSnapshot
 from accelerate_graph.verify.cases import BASIC, Case, CasePlan, Coverage, plan_cases, sliding_window
 from accelerate_graph.verify.criterion import Judgement, judge_tensors, tolerance_for
 from accelerate_graph.verify.finite import GraphAt
-from accelerate_graph.verify.reference import eager_step, float32_reference, reference_steps
+from accelerate_graph.verify.reference import STEPS_A_FORWARD, eager_step, float32_reference, reference_steps
 from accelerate_graph.verify.routers import RouterLog, compare_routers, find_routers, recording
 
 
@@ -94,11 +95,11 @@ def _run(
 
 
 def _reference_run(session: DecodeSession, tokens: torch.Tensor, first: int, routers, pads: torch.Tensor) -> Run:
-    """The float32 reference's run (inside `float32_reference`): every step in one forward, its router
+    """The float32 reference's run (inside `float32_reference`): its steps many to a forward, its router
     logits logged as the steps one by one would have logged them."""
     with recording(session.model, routers) as log:
         logits = reference_steps(session, tokens, first, pads)
-    log.split_steps(tokens.shape[0])
+    log.split_steps(tokens.shape[1], math.ceil(tokens.shape[0] / STEPS_A_FORWARD))
     return _finished(session, logits, log, first, pads)
 
 

@@ -6,7 +6,7 @@ owns parameters promotes them (and its floating inputs) to float32 just before i
 forward hook puts the low-precision tensors back, so the extra memory is one module's weights in
 float32 (the largest is the embedding or the LM head). It reads and writes the same KV cache as every
 other run: new K/V are rounded to the cache's dtype when written, as in any run of the model, and read
-back in float32, one layer at a time. Verify runs a case's teacher-forced steps through it as one forward
+back in float32, one layer at a time. Verify runs a case's teacher-forced steps through it 16 to a forward
 (`reference_steps`): the weights promoted once, not once a step.
 
 It reads back only the slots a step can attend (up to its position), where the model attends with HF's
@@ -166,12 +166,24 @@ def reference_step(session: DecodeSession, tokens: torch.Tensor, positions: torc
         _SLOTS_IN_USE.reset(token)
 
 
+# steps a reference forward takes at most: its float32 activations, logits and attention scores are those of 16
+# decode steps, whatever --steps asks for
+STEPS_A_FORWARD = 16
+
+
 def reference_steps(session: DecodeSession, tokens: torch.Tensor, first: int, pads: torch.Tensor) -> torch.Tensor:
     """The float32 reference of the teacher-forced decode steps `tokens` [steps, b] from write slot `first`,
-    each row left-padded by `pads` [b] (call inside `float32_reference`), as one forward of all their tokens:
-    logits [steps, b, V]. One forward and one promotion of the weights rather than one a step (the reference
-    was half of a verify's time); in float32 the two differ by float32's rounding, far below the bf16 errors
-    judged. Each token's K/V is still rounded to the cache's dtype on write and read back by the later ones."""
+    each row left-padded by `pads` [b] (call inside `float32_reference`), STEPS_A_FORWARD steps to a forward:
+    logits [steps, b, V]. One forward and one promotion of the weights for many steps (the reference was half
+    of a verify's time); in float32 that differs from one a step by float32's rounding, far below the bf16
+    errors judged. Each token's K/V is still rounded to the cache's dtype on write and read back by later ones."""
+    parts = []
+    for start in range(0, tokens.shape[0], STEPS_A_FORWARD):
+        parts.append(_one_forward(session, tokens[start : start + STEPS_A_FORWARD], first + start, pads))
+    return torch.cat(parts)
+
+
+def _one_forward(session: DecodeSession, tokens: torch.Tensor, first: int, pads: torch.Tensor) -> torch.Tensor:
     steps, batch = tokens.shape
     positions = first + torch.arange(steps, device=session.device)[None, :] - pads.to(session.device)[:, None]
     token = _SLOTS_IN_USE.set(max(session.kv.next_slot + steps - 1, int(positions.max())) + 1)

@@ -69,12 +69,16 @@ class RouterLog:
         """[steps, rows, experts]."""
         return torch.stack(self.logits[router])
 
-    def split_steps(self, steps: int) -> None:
-        """Calls that each ran `steps` tokens a row (rows first, as the MoE blocks flatten [b, t]) as the
-        entries `steps` one-token calls would have logged, step by step."""
+    def split_steps(self, rows: int, forwards: int) -> None:
+        """The calls of `forwards` forwards of several tokens a row (rows first, as the MoE blocks flatten
+        [b, t]), each router called as often in each, as the entries one-token steps would have logged."""
         for router, calls in enumerate(self.logits):
-            parts = [call.reshape(-1, steps, call.shape[-1]) for call in calls]
-            self.logits[router] = [part[:, step] for step in range(steps) for part in parts]
+            per_forward = max(len(calls) // forwards, 1)
+            steps = []
+            for begin in range(0, len(calls), per_forward):
+                parts = [call.reshape(rows, -1, call.shape[-1]) for call in calls[begin : begin + per_forward]]
+                steps += [part[:, step] for step in range(parts[0].shape[1]) for part in parts]
+            self.logits[router] = steps
 
 
 @contextmanager

@@ -73,17 +73,17 @@ def test_the_reference_log_probabilities_stay_on_a_gpu_only_where_they_fit(monke
 
 
 def test_the_references_steps_a_chunk_at_a_time_are_its_steps_one_by_one():
-    """eval's float32 reference decodes REFERENCE_CHUNK steps a forward: each step's logits as the stepwise
+    """eval's float32 reference decodes STEPS_A_FORWARD steps a forward: each step's logits as the stepwise
     reference's, to float32's rounding, across chunk boundaries and a last chunk that is not full."""
     from tiny_models import tiny_decoder
 
     from accelerate_graph.core.decode_session import DecodeSession
     from accelerate_graph.eval import runs
-    from accelerate_graph.verify.reference import float32_reference, reference_step
+    from accelerate_graph.verify.reference import STEPS_A_FORWARD, float32_reference, reference_step
 
     model = tiny_decoder("llama").to(torch.bfloat16)
     session = DecodeSession(model, 2, 64)
-    rows = torch.randint(0, 256, (2, 2 * runs.REFERENCE_CHUNK + 7))  # 2 full chunks and 5 steps
+    rows = torch.randint(0, 256, (2, 2 * STEPS_A_FORWARD + 7))  # 2 full chunks and 5 steps
     chunked, stepwise = {}, {}
     with float32_reference(session):
         runs._reference_decode(session, rows, lambda i, logits: chunked.setdefault(i, logits.clone()))

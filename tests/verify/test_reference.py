@@ -2,6 +2,7 @@
 weights in float32 at a time, the bf16 weights untouched afterwards."""
 
 import copy
+import math
 from contextlib import nullcontext
 
 import pytest
@@ -191,6 +192,7 @@ def _stepwise_and_in_one_forward(model, per_row=False, pads=None, prompt_len=6, 
     """(stepwise, one forward, eager): the float32 reference of `steps` teacher-forced steps after a left-padded
     prompt, step by step (reference_step) and as one forward (reference_steps), and bf16 eager's, each with the
     router logits it logged."""
+    from accelerate_graph.verify import reference as reference_module
     from accelerate_graph.verify.reference import reference_steps
     from accelerate_graph.verify.routers import find_routers, recording
 
@@ -208,7 +210,7 @@ def _stepwise_and_in_one_forward(model, per_row=False, pads=None, prompt_len=6, 
         with recording(model, routers) as log, float32_reference(session) if reference else nullcontext():
             if whole:
                 logits = reference_steps(session, tokens, first, pads)
-                log.split_steps(steps)
+                log.split_steps(2, math.ceil(steps / reference_module.STEPS_A_FORWARD))
             else:
                 step = reference_step if reference else eager_step
                 logits = torch.stack([step(session, tokens[i], first + i - pads).float().clone() for i in range(steps)])
@@ -251,4 +253,24 @@ def test_the_reference_of_a_cases_steps_in_one_forward_is_the_stepwise_one(model
     assert len(whole_log.logits) == len(stepwise_log.logits) == len(eager_log.logits)
     for ours, theirs in zip(whole_log.logits, stepwise_log.logits):
         assert len(ours) == len(theirs) > 0
+        torch.testing.assert_close(torch.stack(ours), torch.stack(theirs), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("per_row", [False, True])
+def test_more_steps_than_a_forward_takes_go_in_several(monkeypatch, per_row):
+    """Past STEPS_A_FORWARD steps the reference runs several forwards (the last one short), each from where the
+    one before left the cache: the same logits, and router logits, as step by step."""
+    from transformers import AutoModelForCausalLM
+
+    from accelerate_graph.verify import reference
+    from accelerate_graph.zoo.configs import tiny_config
+
+    monkeypatch.setattr(reference, "STEPS_A_FORWARD", 2)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny_config("olmoe"), attn_implementation="sdpa").to(BF16).eval()
+    (stepwise, stepwise_log), (whole, whole_log), _ = _stepwise_and_in_one_forward(
+        model, per_row, torch.tensor([0, 3]), steps=5
+    )
+    assert (whole - stepwise).abs().max() < 1e-5
+    for ours, theirs in zip(whole_log.logits, stepwise_log.logits, strict=True):  # the routers' logits too
         torch.testing.assert_close(torch.stack(ours), torch.stack(theirs), rtol=1e-3, atol=1e-3)
