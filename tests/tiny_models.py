@@ -62,3 +62,17 @@ def every_op_up_to(text, rows: int) -> dict[tuple[str, int, int], int]:
     qkv = (text.num_attention_heads + 2 * text.num_key_value_heads) * (hidden // text.num_attention_heads)
     calls = [("proj", qkv, hidden), ("residual", hidden, hidden), ("gate_up", inter, hidden)]
     return {call: rows for call in calls + [("residual", hidden, inter)]}
+
+
+def zoo_model(model_type: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """The zoo's tiny `model_type` on the CPU, built as the zoo builds it; skips where transformers lacks it."""
+    import pytest
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from accelerate_graph.zoo.configs import quiet, tiny_config
+    from accelerate_graph.zoo.run import build_model
+
+    if model_type not in CONFIG_MAPPING:
+        pytest.skip(f"this transformers has no {model_type}")
+    with quiet():
+        return build_model(tiny_config(model_type), torch.device("cpu"), dtype)

@@ -4,7 +4,7 @@ same prefilled first token, and per scored token what the measures need.
 Windows go through in batches of up to `rows` (the largest bucket): a batch's graphs are the bucket it
 falls in, padded as in any replay. Each run starts from a reset cache and a prefill of the windows' first
 tokens (eager for every arm, in float32 for the reference), so every arm decodes on its own K/V from one
-start, as it would serve; the reference runs STEPS_A_FORWARD steps a forward (`reference.reference_steps`). The
+start, as it would serve; the reference runs up to STEPS_A_FORWARD steps a forward (`reference.reference_steps`). The
 reference's log-probabilities of a batch are kept until every arm has been compared with them (steps x rows
 x vocabulary float32 values: 8 GiB for a 128k vocabulary at 32 rows x 512 tokens), on the device where they
 fit beside what the arms need, else on the host; an arm's own are reduced step by step.
@@ -22,7 +22,13 @@ from accelerate_graph.core.capture import DecodeGraphs
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.core.memory import free_bytes
 from accelerate_graph.eval.windows import Windows
-from accelerate_graph.verify.reference import STEPS_A_FORWARD, eager_step, float32_reference, reference_steps
+from accelerate_graph.verify.reference import (
+    STEPS_A_FORWARD,
+    eager_step,
+    float32_reference,
+    probe_steps_a_forward,
+    reference_steps,
+)
 
 StepFn = Callable[[DecodeSession, torch.Tensor, torch.Tensor], torch.Tensor]  # (tokens [b], positions [b]) -> [b, V]
 
@@ -105,6 +111,7 @@ def score_windows(
     `on_batch(windows_done)` after each batch."""
     reference_nll = torch.zeros(windows.count, windows.scored_per_window)
     scores = {arm.name: _empty(windows) for arm in arms}
+    probe_steps_a_forward(session)
     for first in range(0, windows.count, rows):
         batch = windows.tokens[first : first + rows]
         span = slice(first, first + batch.shape[0])

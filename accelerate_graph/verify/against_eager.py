@@ -30,7 +30,13 @@ from accelerate_graph.core.static_cache import CacheSnapshot
 from accelerate_graph.verify.cases import BASIC, Case, CasePlan, Coverage, plan_cases, sliding_window
 from accelerate_graph.verify.criterion import Judgement, judge_tensors, tolerance_for
 from accelerate_graph.verify.finite import GraphAt
-from accelerate_graph.verify.reference import STEPS_A_FORWARD, eager_step, float32_reference, reference_steps
+from accelerate_graph.verify.reference import (
+    eager_step,
+    float32_reference,
+    probe_steps_a_forward,
+    reference_steps,
+    steps_a_forward,
+)
 from accelerate_graph.verify.routers import RouterLog, compare_routers, find_routers, recording
 
 
@@ -99,7 +105,7 @@ def _reference_run(session: DecodeSession, tokens: torch.Tensor, first: int, rou
     logits logged as the steps one by one would have logged them."""
     with recording(session.model, routers) as log:
         logits = reference_steps(session, tokens, first, pads)
-    log.split_steps(tokens.shape[1], math.ceil(tokens.shape[0] / STEPS_A_FORWARD))
+    log.split_steps(tokens.shape[1], math.ceil(tokens.shape[0] / steps_a_forward(session)))
     return _finished(session, logits, log, first, pads)
 
 
@@ -223,6 +229,7 @@ def verify_batch(
     pads = ()
     if ragged and batch > 1 and prompt_len > 1:
         pads = tuple(round(r * (prompt_len - 1) / (batch - 1)) for r in range(batch))
+    probe_steps_a_forward(session)
     session.kv.reset()
     padding = torch.tensor(pads or (0,) * batch, dtype=torch.long)
     try:
@@ -303,6 +310,7 @@ def verify_graphs(
     replays = {} if replays is None else replays
     prompt = _draw(plan.rows, plan.prefill_len, session.vocab_size, seed)
     with clock.phase("prefill"):
+        probe_steps_a_forward(session)
         session.kv.reset()
         session.prefill(prompt, chunk=PREFILL_CHUNK)
     rows = []

@@ -19,6 +19,7 @@ so the reference stays independent of the machinery it judges.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -28,6 +29,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import AttentionInterface
 
+from accelerate_graph.common.errors import is_out_of_memory
 from accelerate_graph.compat.transformers_internals import attention_implementations
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.fused.grouped_attention import GROUPED, hf_attention, stands_in_for, switch_attention
@@ -169,17 +171,73 @@ def reference_step(session: DecodeSession, tokens: torch.Tensor, positions: torc
 # steps a reference forward takes at most: its float32 activations, logits and attention scores are those of 16
 # decode steps, whatever --steps asks for
 STEPS_A_FORWARD = 16
+# how far a forward of several steps may be from the steps one by one, as a share of bf16 eager's distance from
+# them: float32's rounding and a K/V rounded the other way now and then (under 2% measured); a model whose
+# multi-token forward computes otherwise is referenced step by step
+STEPS_AGREE_WITHIN = 0.02
+_STEPS_AGREE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> its probe's answer
+
+
+def steps_a_forward(session: DecodeSession) -> int:
+    """The steps `reference_steps` puts in one forward on `session`: STEPS_A_FORWARD where its probe found the
+    model's multi-token forward as close to its steps as float32 is (`probe_steps_a_forward`), else one."""
+    return STEPS_A_FORWARD if _STEPS_AGREE.get(session, False) else 1
+
+
+def probe_steps_a_forward(session: DecodeSession) -> None:
+    """Once a session: whether the model's float32 forward of several tokens is its decode steps one by one, to
+    within STEPS_AGREE_WITHIN of bf16 eager's distance from them, on two rows from the cache's second slot and
+    across its sliding window (if any): some architectures scale or mask by the forward's last position.
+    Resets the cache: call it before prefilling."""
+    if session in _STEPS_AGREE or session.model.dtype == torch.float32:
+        return
+    steps = min(STEPS_A_FORWARD, session.max_cache_len // 2)
+    starts = {1} | ({max(session.window - steps // 2, 1)} if session.window else set())
+    agree = True
+    try:
+        for start in sorted(starts):
+            agree = agree and _steps_agree(session, min(start, session.max_cache_len - steps), steps)
+    except (RuntimeError, ValueError, IndexError, TypeError) as err:  # a forward of several tokens it cannot run
+        if is_out_of_memory(err):
+            raise
+        agree = False
+    finally:
+        session.kv.reset()
+    _STEPS_AGREE[session] = agree
+
+
+def _steps_agree(session: DecodeSession, prompt_len: int, steps: int) -> bool:
+    rows = min(2, session.max_batch)
+    gen = torch.Generator().manual_seed(prompt_len)
+    prompt = torch.randint(0, session.vocab_size, (rows, prompt_len), generator=gen)
+    tokens = torch.randint(0, session.vocab_size, (steps, rows), generator=gen).to(session.device)
+    positions = torch.full((rows,), prompt_len, device=session.device)
+    session.kv.reset()
+    session.prefill(prompt, chunk=256)
+    start = session.kv.snapshot(rows, prompt_len, steps)
+    eager = torch.stack([eager_step(session, tokens[i], positions + i).float() for i in range(steps)])
+    with float32_reference(session):
+        session.kv.restore(start)
+        one_by_one = torch.stack([reference_step(session, tokens[i], positions + i) for i in range(steps)])
+        session.kv.restore(start)
+        together = _one_forward(session, tokens, prompt_len, torch.zeros(rows, dtype=torch.long))
+    return bool((together - one_by_one).abs().max() <= STEPS_AGREE_WITHIN * (eager - one_by_one).abs().max())
 
 
 def reference_steps(session: DecodeSession, tokens: torch.Tensor, first: int, pads: torch.Tensor) -> torch.Tensor:
     """The float32 reference of the teacher-forced decode steps `tokens` [steps, b] from write slot `first`,
-    each row left-padded by `pads` [b] (call inside `float32_reference`), STEPS_A_FORWARD steps to a forward:
-    logits [steps, b, V]. One forward and one promotion of the weights for many steps (the reference was half
-    of a verify's time); in float32 that differs from one a step by float32's rounding, far below the bf16
-    errors judged. Each token's K/V is still rounded to the cache's dtype on write and read back by later ones."""
+    each row left-padded by `pads` [b] (call inside `float32_reference`), `steps_a_forward(session)` steps to a
+    forward: logits [steps, b, V]. One forward and one promotion of the weights for many steps (the reference
+    was half of a verify's time); in float32 that differs from one a step by float32's rounding, far below the
+    bf16 errors judged, where the probe found so. Each token's K/V is still rounded to the cache's dtype on write
+    and read back by later ones."""
+    per_forward = steps_a_forward(session)
+    if per_forward == 1:
+        positions = first - pads.to(session.device)
+        return torch.stack([reference_step(session, tokens[i], positions + i).clone() for i in range(tokens.shape[0])])
     parts = []
-    for start in range(0, tokens.shape[0], STEPS_A_FORWARD):
-        parts.append(_one_forward(session, tokens[start : start + STEPS_A_FORWARD], first + start, pads))
+    for start in range(0, tokens.shape[0], per_forward):
+        parts.append(_one_forward(session, tokens[start : start + per_forward], first + start, pads))
     return torch.cat(parts)
 
 

@@ -72,7 +72,7 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[:300]}"
 
 
-def _build(config: PreTrainedConfig, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+def build_model(config: PreTrainedConfig, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
     torch.manual_seed(0)
     with torch.device(device):
         try:
@@ -152,7 +152,7 @@ def _run_entry(
         entry.reach("config")
         config = tiny_config(entry.result.model_type)
         entry.reach("load")
-        model = _build(config, device, dtype)
+        model = build_model(config, device, dtype)
         entry.result.features = model_features(model)
     except Exception as err:  # noqa: BLE001 - any failure to build is the entry's answer
         return entry.finish("load-failed", f"{entry.result.stage}: {_one_line(err)}")

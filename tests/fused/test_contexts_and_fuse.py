@@ -8,7 +8,7 @@ tests (tests/test_gpu_fused.py) prove the compiled step replays correctly.
 
 import pytest
 import torch
-from tiny_models import save_tiny_model, tiny_decoder
+from tiny_models import save_tiny_model, tiny_decoder, zoo_model
 from typer.testing import CliRunner
 
 from accelerate_graph.common.errors import DROP_FUSE, BadOptionError, CaptureError, ReplaySafetyError
@@ -331,25 +331,13 @@ def test_batch_1_lowering_keys_inductor_caches_and_keeps_a_users_pass():
     assert Users.calls == 1
 
 
-def _zoo_model(model_type: str):
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    from accelerate_graph.zoo.configs import quiet, tiny_config
-    from accelerate_graph.zoo.run import _build
-
-    if model_type not in CONFIG_MAPPING:
-        pytest.skip(f"this transformers has no {model_type}")
-    with quiet():
-        return _build(tiny_config(model_type), torch.device("cpu"), torch.float32)
-
-
 @pytest.mark.parametrize("model_type", ["gpt2", "gpt_neox", "gpt_neo", "gemma3"])
 def test_fused_layers_match_eager_across_architectures(model_type):
     """GPT-2's and GPT-NeoX's blocks take the cache by position (a missed cache once sent every layer's
     K/V to layer 0: wrong logits); GPT-Neo's attention names its slot `layer_id`; Gemma 3's vision tower
     has a list of layers as long as its text model's. Each layer must get its own one-layer cache."""
     torch._dynamo.reset()
-    model = _zoo_model(model_type)
+    model = zoo_model(model_type)
     if model.config._attn_implementation == "sdpa":
         use_grouped_attention(model)
     session = DecodeSession(model, 2, 64)
@@ -408,7 +396,7 @@ def test_a_fused_capture_that_disagrees_with_eager_is_refused(monkeypatch):
 def test_fused_layers_refuse_a_model_whose_layers_share_their_cache():
     """Dory's layers read other layers' K/V (and offset their cache index): no one-layer view serves them."""
     torch._dynamo.reset()
-    model = _zoo_model("dory")
+    model = zoo_model("dory")
     session = DecodeSession(model, 2, 64)
     with pytest.raises(CaptureError, match="addressed another layer's slot"):
         session.first_steps(torch.randint(0, 100, (2, 6)), [(2, 32)], FusedForward(model, backend="aot_eager"))

@@ -7,7 +7,7 @@ from contextlib import nullcontext
 
 import pytest
 import torch
-from tiny_models import tiny_decoder
+from tiny_models import tiny_decoder, zoo_model
 
 from accelerate_graph.core.decode_session import DecodeSession
 from accelerate_graph.verify.reference import eager_step, float32_reference, reference_step
@@ -189,14 +189,14 @@ def test_a_softcapping_models_reference_is_its_eager_attention_under_grouped_att
 
 
 def _stepwise_and_in_one_forward(model, per_row=False, pads=None, prompt_len=6, steps=5):
-    """(stepwise, one forward, eager): the float32 reference of `steps` teacher-forced steps after a left-padded
-    prompt, step by step (reference_step) and as one forward (reference_steps), and bf16 eager's, each with the
-    router logits it logged."""
-    from accelerate_graph.verify import reference as reference_module
-    from accelerate_graph.verify.reference import reference_steps
+    """(stepwise, reference_steps, eager, steps a forward): the float32 reference of `steps` teacher-forced steps
+    after a left-padded prompt, step by step (reference_step) and by reference_steps after the session's probe,
+    and bf16 eager's, each with the router logits it logged; and how many steps a forward the probe allowed."""
+    from accelerate_graph.verify.reference import probe_steps_a_forward, reference_steps, steps_a_forward
     from accelerate_graph.verify.routers import find_routers, recording
 
     session = DecodeSession(model, 2, 32, per_row=per_row)
+    probe_steps_a_forward(session)
     torch.manual_seed(1)
     prompt, tokens = torch.randint(0, 256, (2, prompt_len)), torch.randint(0, 256, (steps, 2))
     pads = torch.zeros(2, dtype=torch.long) if pads is None else pads
@@ -210,14 +210,14 @@ def _stepwise_and_in_one_forward(model, per_row=False, pads=None, prompt_len=6, 
         with recording(model, routers) as log, float32_reference(session) if reference else nullcontext():
             if whole:
                 logits = reference_steps(session, tokens, first, pads)
-                log.split_steps(2, math.ceil(steps / reference_module.STEPS_A_FORWARD))
+                log.split_steps(2, math.ceil(steps / steps_a_forward(session)))
             else:
                 step = reference_step if reference else eager_step
                 logits = torch.stack([step(session, tokens[i], first + i - pads).float().clone() for i in range(steps)])
         session.show_every_slot()
         return logits, log
 
-    return run(False), run(True), run(False, reference=False)
+    return run(False), run(True), run(False, reference=False), steps_a_forward(session)
 
 
 @pytest.mark.parametrize(
@@ -233,20 +233,15 @@ def _stepwise_and_in_one_forward(model, per_row=False, pads=None, prompt_len=6, 
     ],
 )
 def test_the_reference_of_a_cases_steps_in_one_forward_is_the_stepwise_one(model_type, per_row, padded):
-    """What verify judges against: a case's steps as one float32 forward equal the reference step by step
-    (float32's rounding, and a K/V rounded to bf16 the other way now and then) far within bf16 eager's distance,
-    left-padded rows, per-row positions, sliding windows (the zoo's window is crossed) and routers included."""
-    from transformers import AutoModelForCausalLM
-
-    from accelerate_graph.zoo.configs import tiny_config
-
-    torch.manual_seed(0)
-    attention = "eager" if model_type == "gemma2" else "sdpa"  # softcapping: no sdpa
-    model = AutoModelForCausalLM.from_config(tiny_config(model_type), attn_implementation=attention).to(BF16).eval()
+    """What verify judges against: a case's steps as one float32 forward (the probe allows it on these) equal the
+    reference step by step (float32's rounding, and a K/V rounded to bf16 the other way now and then) far within
+    bf16 eager's distance, left-padded rows, per-row positions, sliding windows (the zoo's window is crossed)
+    and routers included."""
     pads = torch.tensor([0, 3]) if padded else None
-    (stepwise, stepwise_log), (whole, whole_log), (eager, eager_log) = _stepwise_and_in_one_forward(
-        model, per_row, pads
+    (stepwise, stepwise_log), (whole, whole_log), (eager, eager_log), per_forward = _stepwise_and_in_one_forward(
+        zoo_model(model_type, BF16), per_row, pads
     )
+    assert per_forward > 1
     distance = (whole - stepwise).abs().max()
     assert whole.shape == stepwise.shape and distance < 1e-5, distance
     assert (eager - stepwise).abs().max() > 100 * distance
@@ -256,21 +251,48 @@ def test_the_reference_of_a_cases_steps_in_one_forward_is_the_stepwise_one(model
         torch.testing.assert_close(torch.stack(ours), torch.stack(theirs), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("model_type", ["beam", "exaone4"])
+def test_a_model_whose_forward_of_several_tokens_computes_otherwise_is_referenced_step_by_step(model_type):
+    """Beam (from the first step) and EXAONE-4 (once its window is crossed) compute a forward of several tokens
+    otherwise than their steps, by 1e-4 in a logit (bf16 eager: 4-7e-3): the probe finds it, and the reference
+    runs one step a forward there, the stepwise reference exactly."""
+    (stepwise, _), (whole, _), _, per_forward = _stepwise_and_in_one_forward(zoo_model(model_type, BF16), False, None)
+    assert per_forward == 1
+    assert torch.equal(whole, stepwise)
+
+
+@pytest.mark.exhaustive
+def test_every_zoo_models_reference_steps_are_its_stepwise_reference():
+    """Over the zoo in bf16 (the CPU zoo runs float32, whose reference is the model itself): wherever a decode
+    session can be made, reference_steps after the probe equals the stepwise reference within a hundredth of
+    bf16 eager's distance from it."""
+    from accelerate_graph.common.errors import UnsupportedModelError
+    from accelerate_graph.zoo.model_types import zoo_model_types
+
+    checked, far = 0, []
+    for model_type in zoo_model_types():
+        try:
+            model = zoo_model(model_type, BF16)
+            (stepwise, _), (whole, _), (eager, _), _ = _stepwise_and_in_one_forward(model, False, torch.tensor([0, 3]))
+        except (UnsupportedModelError, ImportError, ValueError, IndexError):  # what the zoo reports as unsupported
+            continue
+        checked += 1
+        distance = (whole - stepwise).abs().max().item()
+        if not distance <= 0.01 * (eager - stepwise).abs().max().item() + 1e-6:
+            far.append((model_type, distance))
+    assert checked > 100 and not far, (checked, far)
+
+
 @pytest.mark.parametrize("per_row", [False, True])
 def test_more_steps_than_a_forward_takes_go_in_several(monkeypatch, per_row):
     """Past STEPS_A_FORWARD steps the reference runs several forwards (the last one short), each from where the
     one before left the cache: the same logits, and router logits, as step by step."""
-    from transformers import AutoModelForCausalLM
-
     from accelerate_graph.verify import reference
-    from accelerate_graph.zoo.configs import tiny_config
 
     monkeypatch.setattr(reference, "STEPS_A_FORWARD", 2)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(tiny_config("olmoe"), attn_implementation="sdpa").to(BF16).eval()
-    (stepwise, stepwise_log), (whole, whole_log), _ = _stepwise_and_in_one_forward(
-        model, per_row, torch.tensor([0, 3]), steps=5
+    (stepwise, stepwise_log), (whole, whole_log), _, per_forward = _stepwise_and_in_one_forward(
+        zoo_model("olmoe", BF16), per_row, torch.tensor([0, 3]), steps=5
     )
-    assert (whole - stepwise).abs().max() < 1e-5
+    assert per_forward == 2 and (whole - stepwise).abs().max() < 1e-5
     for ours, theirs in zip(whole_log.logits, stepwise_log.logits, strict=True):  # the routers' logits too
         torch.testing.assert_close(torch.stack(ours), torch.stack(theirs), rtol=1e-3, atol=1e-3)
