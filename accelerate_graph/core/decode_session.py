@@ -42,6 +42,7 @@ class CompiledForward(Protocol):
 
 
 PAD_TOKEN = 0  # padding rows need some valid token id; their outputs are discarded
+PREFILL_CHUNK = 256  # prompt tokens a forward for long prompts: bounds the prefill's attention scores
 
 
 def draw_inputs(batch: int, steps: int, prompt_len: int, vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

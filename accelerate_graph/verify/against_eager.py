@@ -25,7 +25,7 @@ import torch
 from accelerate_graph.common.errors import is_out_of_memory
 from accelerate_graph.core.buckets import context_for
 from accelerate_graph.core.capture import DecodeGraphs
-from accelerate_graph.core.decode_session import DecodeSession, draw_inputs
+from accelerate_graph.core.decode_session import PREFILL_CHUNK, DecodeSession, draw_inputs
 from accelerate_graph.core.static_cache import CacheSnapshot
 from accelerate_graph.verify.cases import BASIC, Case, CasePlan, Coverage, plan_cases, sliding_window
 from accelerate_graph.verify.criterion import Judgement, judge_tensors, tolerance_for
@@ -334,9 +334,6 @@ def verify_graphs(
 
 def _draw(rows: int, columns: int, vocab: int, seed: int) -> torch.Tensor:
     return torch.randint(0, vocab, (rows, columns), generator=torch.Generator().manual_seed(seed))
-
-
-PREFILL_CHUNK = 256  # prompt tokens per forward: bounds the prefill's attention scores at long starts
 
 
 def _graphs_of(graphs: DecodeGraphs, case: Case) -> list[tuple[int, int]]:

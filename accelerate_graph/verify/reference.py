@@ -31,7 +31,7 @@ from transformers.modeling_utils import AttentionInterface
 
 from accelerate_graph.common.errors import is_out_of_memory
 from accelerate_graph.compat.transformers_internals import attention_implementations
-from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.core.decode_session import PREFILL_CHUNK, DecodeSession
 from accelerate_graph.fused.grouped_attention import GROUPED, hf_attention, stands_in_for, switch_attention
 
 
@@ -213,7 +213,7 @@ def _steps_agree(session: DecodeSession, prompt_len: int, steps: int) -> bool:
     tokens = torch.randint(0, session.vocab_size, (steps, rows), generator=gen).to(session.device)
     positions = torch.full((rows,), prompt_len, device=session.device)
     session.kv.reset()
-    session.prefill(prompt, chunk=256)
+    session.prefill(prompt, chunk=PREFILL_CHUNK)
     start = session.kv.snapshot(rows, prompt_len, steps)
     eager = torch.stack([eager_step(session, tokens[i], positions + i).float() for i in range(steps)])
     with float32_reference(session):
