@@ -239,6 +239,7 @@ def _report(evaluation, out: Output, engine: dict, prepared, cost: str | None = 
 
     from accelerate_graph.eval.report import COLUMNS, table_rows, title, verdict_lines
     from accelerate_graph.eval.verdict import GATE_FAILED_EXIT
+    from accelerate_graph.verify.reference import steps_probe
 
     table = Table(title=title(evaluation))
     for number, name in enumerate(COLUMNS):
@@ -248,6 +249,9 @@ def _report(evaluation, out: Output, engine: dict, prepared, cost: str | None = 
     out.show(table)
     for line in verdict_lines(evaluation):
         out.line(line)
+    probe = steps_probe(prepared.session)
+    if probe:
+        out.line(probe.line())
     cost_json = _cost_table(evaluation, out, prepared.plan.dtype, cost) if cost else None
     out.emit_json(
         {
@@ -257,6 +261,7 @@ def _report(evaluation, out: Output, engine: dict, prepared, cost: str | None = 
             "dtype": prepared.plan.dtype,
             "notes": prepared.notes,
             "settings": engine,
+            **({"reference": probe.as_json()} if probe else {}),
         }
     )
     if not evaluation.passed:

@@ -101,6 +101,7 @@ def verify(
     from accelerate_graph.verify.against_eager import PhaseClock, verify_graphs
     from accelerate_graph.verify.cases import THOROUGH, VERIFY, describe_slots, plan_cases, sliding_window, uncovered
     from accelerate_graph.verify.criterion import CRITERION_LINE, criterion_summary
+    from accelerate_graph.verify.reference import steps_probe
 
     from .common import prepare_with_progress, report_memory, request_for
     from .tables import verify_table
@@ -156,6 +157,9 @@ def verify(
             rows.append(single)
     memory = report_memory(prepared, out, steps)
     out.line(clock.line())
+    probe = steps_probe(graphs.session)
+    if probe:
+        out.line(probe.line())
     notes = list(prepared.notes)
     if shortened := shortened_line(cases, steps):
         out.note(shortened)
@@ -174,6 +178,7 @@ def verify(
             "notes": notes,
             "memory": memory,
             "seconds": dict(clock.seconds),
+            "reference": probe.as_json() if probe else {"steps_a_forward": 1, "why": "the model itself (float32)"},
             "slots": slots,
             "coverage": asdict(coverage),
             "settings": engine,

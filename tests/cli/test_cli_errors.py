@@ -640,8 +640,23 @@ def test_verify_says_where_its_time_went(good_plan, monkeypatch):
     seconds = dict(data["seconds"])
     assert 1 <= seconds.pop("long runs") <= cases  # one stretch per graph before its last case
     assert seconds == {"prefill": 2.0, "eager": cases, "replay": cases, "judging": cases}  # float32 model
+    assert data["reference"]["steps_a_forward"] == 1  # a float32 model is its own reference
     shown = invoke("verify", "--plan", good_plan)
     assert "verify took" in shown.output and "prefill" in shown.output
+
+
+def test_verify_says_how_its_float32_reference_ran(tmp_path):
+    """In bf16 the reference runs many steps a forward where the session's probe allowed it: verify says so, with
+    the share of eager's distance the probe measured, on screen and in the JSON."""
+    plan = tmp_path / "bf16.yaml"
+    capture = ("capture", "tiny", "--device", "cpu", "--dtype", "bf16", "--buckets", "1", "--max-cache-len", "64")
+    assert invoke(*capture, "--plan", str(plan)).exit_code == 0
+    result = invoke("verify", "--plan", str(plan), "--json", "-")
+    assert result.exit_code == 0, result.output
+    reference = json.loads(result.stdout)["reference"]
+    assert reference["steps_a_forward"] == 16 and 0 <= reference["share_of_eager"] < 0.02, reference
+    shown = invoke("verify", "--plan", str(plan))
+    assert "float32 reference: 16 steps a forward (a forward of several tokens" in shown.output
 
 
 def test_an_error_names_the_keyword_in_python_and_the_flag_on_the_command_line():

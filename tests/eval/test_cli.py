@@ -36,6 +36,7 @@ def test_a_pass_writes_the_measures_and_the_settings(eval_model_dir, eval_text, 
     assert [arm["name"] for arm in data["arms"]] == ["eager", "graph"]
     assert data["arms"][1]["passed"] is True and data["arms"][0]["passed"] is None
     assert data["settings"]["pdl"] is not None and data["bootstrap"]["unit"] == "window"
+    assert data["reference"]["steps_a_forward"] == 16 and "16 steps a forward" in result.output
 
 
 def test_token_ids_serve_a_model_without_a_tokenizer(tiny_model_dir, tmp_path):

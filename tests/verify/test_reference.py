@@ -296,3 +296,61 @@ def test_more_steps_than_a_forward_takes_go_in_several(monkeypatch, per_row):
     assert per_forward == 2 and (whole - stepwise).abs().max() < 1e-5
     for ours, theirs in zip(whole_log.logits, stepwise_log.logits, strict=True):  # the routers' logits too
         torch.testing.assert_close(torch.stack(ours), torch.stack(theirs), rtol=1e-3, atol=1e-3)
+
+
+def test_the_probe_says_how_the_reference_runs_and_why():
+    """The probe's record, which verify and eval print: many steps a forward with the share of eager's distance
+    measured; one a forward with the share that was too far (Beam) or the error a forward of several tokens raised."""
+    from accelerate_graph.verify import reference
+
+    agreeing = DecodeSession(zoo_model("llama", BF16), 2, 32)
+    reference.probe_steps_a_forward(agreeing)
+    probe = reference.steps_probe(agreeing)
+    assert probe.steps == reference.STEPS_A_FORWARD and 0 <= probe.share < reference.STEPS_AGREE_WITHIN
+    assert probe.line().startswith(f"float32 reference: {reference.STEPS_A_FORWARD} steps a forward (")
+    assert probe.as_json()["share_of_eager"] == probe.share
+
+    far = DecodeSession(zoo_model("beam", BF16), 2, 32)
+    reference.probe_steps_a_forward(far)
+    probe = reference.steps_probe(far)
+    assert probe.steps == 1 and probe.share > reference.STEPS_AGREE_WITHIN
+    assert probe.share > reference.NOISE_TIMES * probe.noise  # noise moves Beam's tiny steps far less
+    assert probe.line().startswith(f"float32 reference: one step a forward ({probe.why}: ")
+    assert "than 2% of eager's distance and 4x float32 noise's" in probe.why
+
+
+def test_a_real_size_models_steps_far_from_themselves_under_noise_still_go_in_one_forward(monkeypatch):
+    """At Qwen2.5-0.5B's width and depth a K/V rounded to bf16 the other way reaches every later layer, and the
+    steps lie 1-2% of eager's distance from themselves under float32 noise alone: a forward of several tokens
+    that far is no further than the noise, and is taken. Under a bar of 0.1% the noise is measured and decides."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from accelerate_graph.verify import reference
+
+    monkeypatch.setattr(reference, "STEPS_AGREE_WITHIN", 0.001)
+    config = Qwen2Config(
+        hidden_size=896, num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864, vocab_size=4096,
+        num_hidden_layers=24, max_position_embeddings=256, tie_word_embeddings=True,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=BF16, attn_implementation="sdpa").eval()
+    session = DecodeSession(model, 2, 48)
+    reference.probe_steps_a_forward(session)
+    probe = reference.steps_probe(session)
+    assert probe.share > reference.STEPS_AGREE_WITHIN and probe.noise > reference.STEPS_AGREE_WITHIN, probe
+    assert probe.steps == reference.STEPS_A_FORWARD and "float32 noise alone" in probe.line()
+
+
+def test_a_probe_that_raises_leaves_one_step_a_forward_and_names_the_error(monkeypatch):
+    from accelerate_graph.verify import reference
+
+    def cannot(*args, **kwargs):
+        raise RuntimeError("a forward of several tokens is not supported here")
+
+    monkeypatch.setattr(reference, "_one_forward", cannot)
+    session = DecodeSession(zoo_model("llama", BF16), 2, 32)
+    reference.probe_steps_a_forward(session)
+    assert reference.steps_a_forward(session) == 1
+    probe = reference.steps_probe(session)
+    assert probe.share is None and probe.noise is None and "raised RuntimeError: a forward of several tokens is not supported" in probe.why
+    assert session.kv.next_slot == 0  # the cache reset for the prefill that follows
