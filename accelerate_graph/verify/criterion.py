@@ -166,10 +166,18 @@ def expected_flips(reference: torch.Tensor, noise_rms: torch.Tensor) -> tuple[fl
     return p.sum().item(), (p * (1 - p)).sum().item()
 
 
-def row_bound(errors: torch.Tensor, tol: Tolerance, floor: torch.Tensor) -> torch.Tensor:
+def row_bound(
+    errors: torch.Tensor, tol: Tolerance, floor: torch.Tensor, per_row_of_dim: int | None = None
+) -> torch.Tensor:
     """The largest error replay may have per entry: factor x eager's error of the same entry (or the
-    case's median eager error, if larger: one entry's eager error is a single draw) + floor (per entry)."""
-    typical = errors.median() if errors.numel() else torch.tensor(0.0)
+    case's median eager error, if larger: one entry's eager error is a single draw) + floor (per entry).
+    With `per_row_of_dim`, the median is taken along that dimension only (each layer's rows, for the cache)."""
+    if not errors.numel():
+        typical = torch.tensor(0.0)
+    elif per_row_of_dim is None:
+        typical = errors.median()
+    else:
+        typical = errors.median(dim=per_row_of_dim, keepdim=True).values
     return tol.factor * torch.maximum(errors, typical) + floor
 
 
@@ -298,16 +306,53 @@ def beyond_noise(mean: float, variance: float) -> int:
     return math.ceil(mean + FLIP_SIGMAS * math.sqrt(variance))
 
 
+def _layer_groups(cache: list) -> list[list[int]]:
+    """The cache's layers grouped by the shapes of their K and V: each group is judged as one stacked tensor (a
+    few kernels for the whole cache instead of a dozen a layer, which a GPU spends as much time launching)."""
+    groups: dict[tuple, list[int]] = {}
+    for layer, (keys, values) in enumerate(cache):
+        groups.setdefault((keys.shape, values.shape), []).append(layer)
+    return list(groups.values())
+
+
+def _stacked(cache: list, layers: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V of `layers`, stacked [layers, rows, heads, slots, dim], in float64."""
+    return tuple(torch.stack([cache[layer][kind] for layer in layers]).double() for kind in (0, 1))
+
+
+def _per_layer(cache: list, per_group) -> torch.Tensor:
+    """[layers, rows]: `per_group(layers)` ([len(layers), rows]) put back in the cache's layer order."""
+    order, parts = [], []
+    for layers in _layer_groups(cache):
+        order += layers
+        parts.append(per_group(layers))
+    stacked = torch.cat(parts)
+    return stacked if order == sorted(order) else stacked[torch.tensor(order, device=stacked.device).argsort()]
+
+
 def cache_errors(run: list, reference: list) -> torch.Tensor:
     """Relative L2 error [layers, rows] of the K and V each layer wrote ([rows, heads, slots, dim] each)."""
-    rows = []
-    for (keys, values), (ref_keys, ref_values) in zip(run, reference):
-        diff = (keys.double() - ref_keys.double()).pow(2).sum((1, 2, 3)) + (values.double() - ref_values.double()).pow(
-            2
-        ).sum((1, 2, 3))
-        size = ref_keys.double().pow(2).sum((1, 2, 3)) + ref_values.double().pow(2).sum((1, 2, 3))
-        rows.append((diff.sqrt() / size.sqrt().clamp_min(1e-30)).float())
-    return torch.stack(rows) if rows else torch.zeros(0, 0)
+    if not reference:
+        return torch.zeros(0, 0)
+
+    def errors(layers: list[int]) -> torch.Tensor:
+        (keys, values), (ref_keys, ref_values) = _stacked(run, layers), _stacked(reference, layers)
+        dims = (2, 3, 4)
+        diff = (keys - ref_keys).pow(2).sum(dims) + (values - ref_values).pow(2).sum(dims)
+        size = ref_keys.pow(2).sum(dims) + ref_values.pow(2).sum(dims)
+        return (diff.sqrt() / size.sqrt().clamp_min(1e-30)).float()
+
+    return _per_layer(reference, errors)
+
+
+def cache_floor(tol: Tolerance, reference: list, dtype: torch.dtype) -> torch.Tensor:
+    """The floor [layers, rows] of each layer's and row's relative L2 bound (l2_floor over its K and V)."""
+
+    def floor(layers: list[int]) -> torch.Tensor:
+        stacked = _stacked(reference, layers)
+        return l2_floor(tol, list(stacked), dtype, (2, 3, 4)).expand(len(layers), stacked[0].shape[1]).float()
+
+    return _per_layer(reference, floor)
 
 
 def judge_cache(
@@ -325,9 +370,8 @@ def judge_cache(
     if not r.numel():
         empty = torch.zeros(0, 0, dtype=torch.bool)
         return {"cache_err": 0.0, "eager_cache_err": 0.0}, [], empty, empty
-    floor = torch.stack([l2_floor(tol, list(layer), dtype, (1, 2, 3)).expand(r.shape[1]) for layer in reference])
     # each layer's median: eager's error grows with depth, so another layer's would loosen an early one
-    bound = torch.stack([row_bound(e[layer], tol, floor[layer]) for layer in range(e.shape[0])])
+    bound = row_bound(e, tol, cache_floor(tol, reference, dtype), per_row_of_dim=1)
     over = r > bound
     excused = torch.zeros_like(over)
     if routers is not None:

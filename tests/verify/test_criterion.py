@@ -296,3 +296,34 @@ def test_routers_on_the_device_with_no_noise_or_every_expert_chosen(device):
     every = RouterLog([Router("model.layers.0.mlp.gate", 4, 0)], [list(router_ref)])
     report = compare_routers(every, every, 1.0, torch.float32)
     assert not report.near_tie.any() and report.eager_flips == 0
+
+
+def test_layers_of_different_shapes_are_judged_each_against_its_own():
+    """The cache is judged stacked by shape (one kernel per group, not a dozen a layer); layers of different
+    head counts in any order (as in models whose layers alternate) give the errors and floors layer by layer
+    (here the groups are layers 0 and 2, then 1, then 3: put back in order)."""
+    from accelerate_graph.verify.criterion import cache_errors, cache_floor, l2_floor
+
+    generator = torch.Generator().manual_seed(3)
+    shapes = [(ROWS, 2, STEPS, 16), (ROWS, 4, STEPS, 8), (ROWS, 2, STEPS, 16), (ROWS, 1, STEPS, 32)]
+    reference = [tuple(torch.randn(shape, generator=generator).to(BF16) for _ in "kv") for shape in shapes]
+    run = noisy_cache(reference, 4)
+    errors, floor = cache_errors(run, reference), cache_floor(tolerance_for(BF16), reference, BF16)
+    for layer, ((keys, values), (ref_keys, ref_values)) in enumerate(zip(run, reference)):
+        diff = (keys.double() - ref_keys.double()).pow(2).sum((1, 2, 3)) + (values.double() - ref_values.double()).pow(
+            2
+        ).sum((1, 2, 3))
+        size = ref_keys.double().pow(2).sum((1, 2, 3)) + ref_values.double().pow(2).sum((1, 2, 3))
+        torch.testing.assert_close(errors[layer], (diff.sqrt() / size.sqrt()).float())
+        alone = l2_floor(tolerance_for(BF16), [ref_keys, ref_values], BF16, (1, 2, 3)).float()
+        torch.testing.assert_close(floor[layer], alone)
+
+
+def test_a_wrong_row_in_a_layer_of_its_own_shape_fails_naming_it():
+    reference, cache = cases()
+    cache = [*cache, (torch.randn(ROWS, 1, STEPS, 32), torch.randn(ROWS, 1, STEPS, 32))]
+    replay_cache = noisy_cache(cache, 2)
+    replay_cache[3] = (replay_cache[3][0].clone(), replay_cache[3][1].clone())
+    replay_cache[3][0][5] *= 1.2
+    verdict = judge(bf16_like(reference, 2), bf16_like(reference, 1), reference, cache, replay_cache)
+    assert not verdict.passed and verdict.detail.startswith("cache layer 3 row 5:"), verdict.detail

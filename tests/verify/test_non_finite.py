@@ -118,3 +118,14 @@ def test_a_replay_non_finite_where_the_reference_is_finite_fails_and_a_finite_on
     replay[2, 1] = float("nan")
     verdict = judge_tensors((replay, eager, logits), (cache, cache, cache), torch.bfloat16)
     assert not verdict.passed and verdict.detail.startswith("logits of row 1 at step 3: 50 value(s) NaN")
+
+
+def test_finite_values_whose_sum_overflows_are_still_finite():
+    """The quick check sums each tensor in float32 (one device sync for all of them): a sum that overflows is
+    not a non-finite value, and the exact search behind it finds none."""
+    from accelerate_graph.verify.finite import all_finite, replay_failures
+
+    logits, cache = _logits_and_cache()
+    huge = [(torch.full_like(keys, 3e38), values) for keys, values in cache]
+    assert not all_finite(logits, huge) and replay_failures(logits, logits, huge, huge) == []
+    assert all_finite(logits, cache)
