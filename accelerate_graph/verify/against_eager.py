@@ -31,10 +31,11 @@ from accelerate_graph.verify.cases import BASIC, Case, CasePlan, Coverage, plan_
 from accelerate_graph.verify.criterion import Judgement, judge_tensors, tolerance_for
 from accelerate_graph.verify.finite import GraphAt
 from accelerate_graph.verify.reference import (
-    eager_step,
     float32_reference,
     probe_steps_a_forward,
     reference_steps,
+    slots_in_use,
+    step_in_use,
     steps_a_forward,
 )
 from accelerate_graph.verify.routers import RouterLog, compare_routers, find_routers, recording
@@ -172,12 +173,12 @@ def _three_runs(
     routers = find_routers(session.model)
 
     def eager(s, t, p):
-        return eager_step(s, t, p).float().clone()
+        return step_in_use(s, t, p).float().clone()
 
     def replay(s, t, p):
         return graphs.run(t, p).float()
 
-    with clock.phase("eager"):
+    with clock.phase("eager"), slots_in_use(session):
         session.kv.restore(start)
         eager_run = _run(session, eager, tokens, first, routers, pads)
     reference_run = eager_run

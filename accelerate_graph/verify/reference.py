@@ -14,7 +14,8 @@ sdpa: the slots after it are masked, so they add exact zeros to the softmax, and
 of a long verify (H200, 2026-12-01: the 8B at a cache of 4,096, every slot promoted to float32 and
 repeated for each query head, layer by layer: the reference was 195 of verify's 291 s). The cut is
 explicit here (a slice of the full cache and of the mask), not a cache view of the kind the graphs use,
-so the reference stays independent of the machinery it judges.
+so the reference stays independent of the machinery it judges. Verify's eager run reads back the same slots
+in the model's dtype (`slots_in_use`): the slots it skips held only masked zeros.
 """
 
 from __future__ import annotations
@@ -116,28 +117,38 @@ def _cut_attention(model: torch.nn.Module) -> Iterator[bool]:
 
 
 @contextmanager
-def _float32_cache_io(session: DecodeSession, cut: bool) -> Iterator[None]:
-    """Cache layers that accept float32 K/V (rounded to the cache's dtype on write, as every run's are)
-    and hand the layer back in float32 for attention: HF's cache update needs one dtype. With `cut`, only
-    the slots the step can attend (_SLOTS_IN_USE, where set)."""
+def _cache_io(session: DecodeSession, cut: bool, float32: bool) -> Iterator[None]:
+    """Cache layers that, with `cut`, hand attention only the slots the step can attend (_SLOTS_IN_USE, where
+    set); with `float32`, accept float32 K/V (rounded to the cache's dtype on write, as every run's are) and
+    hand the layer back in float32: HF's cache update needs one dtype."""
     patched = []
     for layer in [layer for batch in range(1, session.max_batch + 1) for layer in session.kv.view(batch).layers]:
         update = layer.update
 
-        def promoted(key_states, value_states, *args, _update=update, _dtype=layer.keys.dtype, **kwargs):
+        def reading_back(key_states, value_states, *args, _update=update, _dtype=layer.keys.dtype, **kwargs):
             keys, values = _update(key_states.to(_dtype), value_states.to(_dtype), *args, **kwargs)
             slots = _SLOTS_IN_USE.get() if cut else None
             if slots is not None and slots < keys.shape[-2]:
                 keys, values = keys[:, :, :slots], values[:, :, :slots]
-            return keys.float(), values.float()
+            return (keys.float(), values.float()) if float32 else (keys, values)
 
-        layer.update = promoted
+        layer.update = reading_back
         patched.append(layer)
     try:
         yield
     finally:
         for layer in patched:
             del layer.update  # the class's method again
+
+
+@contextmanager
+def slots_in_use(session: DecodeSession) -> Iterator[None]:
+    """While active, `step_in_use` runs the eager step over the slots it can attend, as the reference does:
+    the slots after them are masked, adding exact zeros, yet HF's sdpa reads and repeats each for every
+    query head of a grouped model (the 8B at 4,096 slots: 2 GB a layer a step). Verify's eager run; bench
+    and eval keep the eager step as users run it, over the whole cache."""
+    with _cut_attention(session.model) as cut, _cache_io(session, cut, float32=False):
+        yield
 
 
 @contextmanager
@@ -152,22 +163,27 @@ def float32_reference(session: DecodeSession) -> Iterator[None]:
         for module in session.model.modules():
             if _owns_floats(module):
                 handles += _promote_while_running(module)
-        with _cut_attention(session.model) as cut, _float32_cache_io(session, cut):
+        with _cut_attention(session.model) as cut, _cache_io(session, cut, float32=True):
             yield
     finally:
         for handle in handles:
             handle.remove()
 
 
-def reference_step(session: DecodeSession, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """The float32 reference of one decode step (call inside `float32_reference`): attending only the
-    slots up to the step's write slot, where the model's attention allows (see the module's doc). The write
-    slot, not the positions: a left-padded row's position counts from its first real token, below the slot."""
+def step_in_use(session: DecodeSession, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The eager step (inside `slots_in_use` or `float32_reference`) attending only the slots up to its write
+    slot, where the model's attention allows (see the module's doc). The write slot, not the positions: a
+    left-padded row's position counts from its first real token, below the slot."""
     token = _SLOTS_IN_USE.set(max(session.kv.next_slot, int(positions.max())) + 1)
     try:
-        return eager_step(session, tokens, positions).float()
+        return eager_step(session, tokens, positions)
     finally:
         _SLOTS_IN_USE.reset(token)
+
+
+def reference_step(session: DecodeSession, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The float32 reference of one decode step (call inside `float32_reference`), over the slots in use."""
+    return step_in_use(session, tokens, positions).float()
 
 
 # steps a reference forward takes at most: its float32 activations, logits and attention scores are those of 16
@@ -269,7 +285,8 @@ def _shares_apart(session: DecodeSession, prompt_len: int, steps: int) -> tuple[
     session.kv.reset()
     session.prefill(prompt, chunk=PREFILL_CHUNK)
     start = session.kv.snapshot(rows, prompt_len, steps)
-    eager = torch.stack([eager_step(session, tokens[i], positions + i).float() for i in range(steps)])
+    with slots_in_use(session):  # as verify's eager run
+        eager = torch.stack([step_in_use(session, tokens[i], positions + i).float() for i in range(steps)])
 
     def stepwise():
         session.kv.restore(start)

@@ -188,6 +188,29 @@ def test_a_softcapping_models_reference_is_its_eager_attention_under_grouped_att
     assert attention_implementations(model) == {"": GROUPED}
 
 
+def test_verifys_eager_run_reads_back_only_the_slots_in_use_in_bf16_and_stays_bf16(monkeypatch):
+    """Verify's eager steps (`slots_in_use`, `step_in_use`) attend the slots up to the write slot, as the reference
+    does, in the model's own dtype: the same greedy tokens as over the whole cache, bf16's rounding apart, and the
+    model's attention as before afterwards. Bench and eval keep `eager_step` over the whole cache."""
+    from accelerate_graph.compat.transformers_internals import attention_implementations
+    from accelerate_graph.verify.reference import slots_in_use, step_in_use
+
+    torch.manual_seed(0)
+    prompt, tokens = torch.randint(0, 256, (2, 5)), torch.randint(0, 256, (3, 2))
+    model = tiny_decoder("llama").to(BF16)
+    session = DecodeSession(model, 2, 32)
+    whole = _steps(session, eager_step, prompt, tokens)
+    seen = _key_lengths(monkeypatch)
+    with slots_in_use(session):
+        cut = _steps(session, step_in_use, prompt, tokens)
+    layers = model.config.num_hidden_layers
+    assert seen[layers:] == [(5 + i + 1, 5 + i + 1) for i in range(3) for _ in range(layers)], seen
+    assert cut.dtype == whole.dtype == torch.float32 and attention_implementations(model) == {"": "sdpa"}
+    assert torch.equal(cut.argmax(-1), whole.argmax(-1)) and (cut - whole).abs().max() < 0.05
+    layer = session.kv.view(2).layers[0]
+    assert "update" not in vars(layer)  # the class's own update again
+
+
 def _stepwise_and_in_one_forward(model, per_row=False, pads=None, prompt_len=6, steps=5):
     """(stepwise, reference_steps, eager, steps a forward): the float32 reference of `steps` teacher-forced steps
     after a left-padded prompt, step by step (reference_step) and by reference_steps after the session's probe,
@@ -352,5 +375,9 @@ def test_a_probe_that_raises_leaves_one_step_a_forward_and_names_the_error(monke
     reference.probe_steps_a_forward(session)
     assert reference.steps_a_forward(session) == 1
     probe = reference.steps_probe(session)
-    assert probe.share is None and probe.noise is None and "raised RuntimeError: a forward of several tokens is not supported" in probe.why
+    assert (
+        probe.share is None
+        and probe.noise is None
+        and "raised RuntimeError: a forward of several tokens is not supported" in probe.why
+    )
     assert session.kv.next_slot == 0  # the cache reset for the prefill that follows
