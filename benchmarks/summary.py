@@ -64,22 +64,30 @@ def bench_table(paths: list[Path]) -> list[str]:
 
 
 def verify_table(work: Path) -> list[str]:
-    """One line per verify-*.json: repeats passed, the worst replay error as a multiple of eager's, and the
-    peak device memory beside its stated bound."""
+    """One line per verify-*.json: repeats passed, the worst replay error as a multiple of eager's, the peak
+    device memory beside its stated bound, verify's seconds (the float32 reference's among them) and the steps
+    the reference took a forward."""
 
     def gib(value) -> str:
         return "-" if value is None else f"{value / GIB:.1f}"
 
-    out = [f"{'verify':<34}{'repeats passed':>15}{'worst x eager':>15}{'peak GiB':>10}{'bound GiB':>10}"]
+    out = [
+        f"{'verify':<34}{'repeats passed':>15}{'worst x eager':>15}{'peak GiB':>10}{'bound GiB':>10}"
+        f"{'seconds':>9}{'reference s':>13}{'steps/fwd':>11}"
+    ]
     for path in sorted(work.glob("verify-*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
         memory = data.get("memory") or {}
         repeats = data.get("repeats") or []
+        seconds = data.get("seconds") or {}
         passed = sum(1 for r in repeats if not r["failed"])
         worst = max((r["worst_ratio"] for r in repeats), default=float("nan"))
+        reference = seconds.get("float32 reference")
+        steps = (data.get("reference") or {}).get("steps_a_forward", "-")
         out.append(
             f"{path.stem.removeprefix('verify-'):<34}{f'{passed} of {len(repeats)}':>15}{worst:>15.2f}"
             f"{gib(memory.get('peak_bytes')):>10}{gib(memory.get('bound_bytes')):>10}"
+            f"{sum(seconds.values()):>9.0f}{'-' if reference is None else f'{reference:.0f}':>13}{steps:>11}"
         )
     return out if len(out) > 1 else [f"no verify results in {work}"]
 

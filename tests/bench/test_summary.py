@@ -56,14 +56,16 @@ def test_no_bench_file_is_said_not_a_crash(tmp_path):
     assert done.returncode == 0 and done.stdout.startswith("no bench results")
 
 
-def test_verify_repeats_passed_worst_error_and_memory_beside_its_bound(tmp_path):
+def test_verify_repeats_passed_worst_error_memory_beside_its_bound_and_time(tmp_path):
     repeats = [{"failed": 0, "worst_ratio": 1.16}, {"failed": 2, "worst_ratio": 3.5}]
     memory = {"peak_bytes": 40 * 2**30, "bound_bytes": 44 * 2**30}
-    (tmp_path / "verify-llama-3.1-8b-4096.json").write_text(json.dumps({"repeats": repeats, "memory": memory}))
+    seconds = {"eager": 141.1, "float32 reference": 209.4, "judging": 17.5}
+    big = {"repeats": repeats, "memory": memory, "seconds": seconds, "reference": {"steps_a_forward": 16}}
+    (tmp_path / "verify-llama-3.1-8b-4096.json").write_text(json.dumps(big))
     (tmp_path / "verify-tiny-64.json").write_text(json.dumps({"repeats": [], "memory": None}))
     lines = summary("verify", str(tmp_path)).stdout.splitlines()
-    assert lines[1].split() == ["llama-3.1-8b-4096", "1", "of", "2", "3.50", "40.0", "44.0"]
-    assert lines[2].split() == ["tiny-64", "0", "of", "0", "nan", "-", "-"]
+    assert lines[1].split() == ["llama-3.1-8b-4096", "1", "of", "2", "3.50", "40.0", "44.0", "368", "209", "16"]
+    assert lines[2].split() == ["tiny-64", "0", "of", "0", "nan", "-", "-", "0", "-", "-"]
 
 
 def test_pytest_logs_give_their_failures_and_closing_line(tmp_path):
