@@ -195,8 +195,8 @@ STEPS_A_FORWARD = 16
 STEPS_AGREE_WITHIN = 0.02
 # a real-size model's steps are that far from themselves under float32 noise alone (Qwen2.5-0.5B: 1-2%, each K/V
 # rounded the other way reaching every later layer), so above STEPS_AGREE_WITHIN the forward may be NOISE_TIMES as
-# far as the steps are from a run of themselves whose every Linear output carries relative noise of FLOAT32_NOISE
-# (a float32 sum in another order, about what another kernel gives)
+# far as the steps are from a run of themselves in which every linear layer has relative noise of FLOAT32_NOISE on
+# its output (a float32 sum in another order, about what another kernel gives)
 NOISE_TIMES = 4
 FLOAT32_NOISE = 2.0**-22
 _PROBES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> its StepsProbe
@@ -311,9 +311,9 @@ def _shares_apart(session: DecodeSession, prompt_len: int, steps: int) -> tuple[
 
 @contextmanager
 def _float32_noise(model: torch.nn.Module, seed: int) -> Iterator[None]:
-    """While active, every float32 output of the model's Linear layers is scaled by 1 + u, u uniform within
-    +-FLOAT32_NOISE: the float32 rounding another summation order would leave."""
-    generator = torch.Generator(device=model.device).manual_seed(seed)
+    """While active, every float32 output of the model's linear layers (FP8 ones included) is scaled by 1 + u, u
+    uniform within +-FLOAT32_NOISE: the float32 rounding another summation order would leave."""
+    generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
 
     def noisy(module, args, output):
         if isinstance(output, torch.Tensor) and output.dtype == torch.float32:
@@ -321,7 +321,10 @@ def _float32_noise(model: torch.nn.Module, seed: int) -> Iterator[None]:
             return output * (1 + FLOAT32_NOISE * noise)
         return None
 
-    handles = [m.register_forward_hook(noisy) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    from accelerate_graph.quant.fp8_linear import Fp8Linear  # custom ops: only where a probe gets this far
+
+    products = (torch.nn.Linear, Fp8Linear)  # not norms or embeddings: noise there put Beam's steps 0.5%+ apart
+    handles = [m.register_forward_hook(noisy) for m in model.modules() if isinstance(m, products)]
     try:
         yield
     finally:
