@@ -239,7 +239,7 @@ def _report(evaluation, out: Output, engine: dict, prepared, cost: str | None = 
 
     from accelerate_graph.eval.report import COLUMNS, table_rows, title, verdict_lines
     from accelerate_graph.eval.verdict import GATE_FAILED_EXIT
-    from accelerate_graph.verify.reference import steps_probe
+    from accelerate_graph.verify.reference import reference_json, steps_probe
 
     table = Table(title=title(evaluation))
     for number, name in enumerate(COLUMNS):
@@ -261,7 +261,7 @@ def _report(evaluation, out: Output, engine: dict, prepared, cost: str | None = 
             "dtype": prepared.plan.dtype,
             "notes": prepared.notes,
             "settings": engine,
-            **({"reference": probe.as_json()} if probe else {}),
+            "reference": reference_json(prepared.session),
         }
     )
     if not evaluation.passed:

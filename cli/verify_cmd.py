@@ -101,7 +101,7 @@ def verify(
     from accelerate_graph.verify.against_eager import PhaseClock, verify_graphs
     from accelerate_graph.verify.cases import THOROUGH, VERIFY, describe_slots, plan_cases, sliding_window, uncovered
     from accelerate_graph.verify.criterion import CRITERION_LINE, criterion_summary
-    from accelerate_graph.verify.reference import steps_probe
+    from accelerate_graph.verify.reference import reference_json, steps_probe
 
     from .common import prepare_with_progress, report_memory, request_for
     from .tables import verify_table
@@ -178,7 +178,7 @@ def verify(
             "notes": notes,
             "memory": memory,
             "seconds": dict(clock.seconds),
-            "reference": probe.as_json() if probe else {"steps_a_forward": 1, "why": "the model itself (float32)"},
+            "reference": reference_json(graphs.session),
             "slots": slots,
             "coverage": asdict(coverage),
             "settings": engine,

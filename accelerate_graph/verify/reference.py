@@ -238,6 +238,13 @@ def steps_probe(session: DecodeSession) -> StepsProbe | None:
     return _PROBES.get(session)
 
 
+def reference_json(session: DecodeSession) -> dict:
+    """How the session's float32 reference ran, for verify's and eval's JSON (`StepsProbe.as_json`)."""
+    if session.model.dtype == torch.float32:
+        return StepsProbe(1, why="no reference run: a float32 model is its own").as_json()
+    return (_PROBES.get(session) or StepsProbe(1, why="not probed")).as_json()
+
+
 def probe_steps_a_forward(session: DecodeSession) -> None:
     """Once a session: whether the model's float32 forward of several tokens is its decode steps one by one (on two
     rows from the cache's second slot and across its sliding window, if any: some architectures scale or mask by

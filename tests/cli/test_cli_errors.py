@@ -640,7 +640,12 @@ def test_verify_says_where_its_time_went(good_plan, monkeypatch):
     seconds = dict(data["seconds"])
     assert 1 <= seconds.pop("long runs") <= cases  # one stretch per graph before its last case
     assert seconds == {"prefill": 2.0, "eager": cases, "replay": cases, "judging": cases}  # float32 model
-    assert data["reference"]["steps_a_forward"] == 1  # a float32 model is its own reference
+    assert data["reference"] == {  # a float32 model is its own reference
+        "steps_a_forward": 1,
+        "share_of_eager": None,
+        "noise_share": None,
+        "why": "no reference run: a float32 model is its own",
+    }
     shown = invoke("verify", "--plan", good_plan)
     assert "verify took" in shown.output and "prefill" in shown.output
 
