@@ -32,6 +32,7 @@ from accelerate_graph.verify.criterion import Judgement, judge_tensors, toleranc
 from accelerate_graph.verify.finite import GraphAt
 from accelerate_graph.verify.reference import (
     float32_reference,
+    prefill_in_use,
     probe_steps_a_forward,
     reference_steps,
     slots_in_use,
@@ -313,7 +314,7 @@ def verify_graphs(
     with clock.phase("prefill"):
         probe_steps_a_forward(session)
         session.kv.reset()
-        session.prefill(prompt, chunk=PREFILL_CHUNK)
+        prefill_in_use(session, prompt, PREFILL_CHUNK)
     rows = []
     # a graph's long run comes before the last case that replays it: the cases before count toward it
     last = {key: number for number, case in enumerate(plan.cases) for key in _graphs_of(graphs, case)}

@@ -211,6 +211,29 @@ def test_verifys_eager_run_reads_back_only_the_slots_in_use_in_bf16_and_stays_bf
     assert "update" not in vars(layer)  # the class's own update again
 
 
+def test_verifys_prefill_attends_each_chunk_up_to_its_last_token(monkeypatch):
+    """Verify's prefill (`prefill_in_use`): each chunk reads back the slots up to its last token, mask cut alike,
+    and leaves the cache as the whole cache's prefill does, bf16's rounding apart; the session's own forward after."""
+    from accelerate_graph.verify.reference import prefill_in_use
+
+    torch.manual_seed(0)
+    prompt = torch.randint(0, 256, (2, 20))
+    model = tiny_decoder("llama").to(BF16)
+    session = DecodeSession(model, 2, 32)
+    session.kv.reset()
+    whole = session.prefill(prompt, chunk=8).float()
+    whole_keys = session.kv.view(2).layers[-1].keys[:, :, :20].float().clone()
+    seen = _key_lengths(monkeypatch)
+    session.kv.reset()
+    cut = prefill_in_use(session, prompt, 8).float()
+    layers = model.config.num_hidden_layers
+    assert seen == [(slots, slots) for slots in (8, 16, 20) for _ in range(layers)], seen
+    assert torch.equal(cut.argmax(-1), whole.argmax(-1)) and (cut - whole).abs().max() < 0.05
+    keys = session.kv.view(2).layers[-1].keys[:, :, :20].float()
+    assert (keys - whole_keys).abs().max() < 0.05 and session.kv.next_slot == 20
+    assert "forward" not in vars(session)
+
+
 def _stepwise_and_in_one_forward(model, per_row=False, pads=None, prompt_len=6, steps=5):
     """(stepwise, reference_steps, eager, steps a forward): the float32 reference of `steps` teacher-forced steps
     after a left-padded prompt, step by step (reference_step) and by reference_steps after the session's probe,
