@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -295,9 +296,17 @@ class DecodeSession:
         """The mask buffer back to all ones: what a batch of equal-length prompts needs."""
         self.attention_mask.fill_(1)
 
-    def prefill(self, prompt: torch.Tensor, chunk: int | None = None, pads: torch.Tensor | None = None) -> torch.Tensor:
+    def prefill(
+        self,
+        prompt: torch.Tensor,
+        chunk: int | None = None,
+        pads: torch.Tensor | None = None,
+        each_chunk: Callable[[int], contextlib.AbstractContextManager] | None = None,
+    ) -> torch.Tensor:
         """Eagerly run a prompt [b, P] from slot 0 into rows [:b]; returns last-position logits [b, V].
         `chunk`: at most that many tokens per forward (bounds the attention scores of a long prompt).
+        `each_chunk(slots)`: a context each chunk's forward runs in, given the slots filled once it is written
+        (verify cuts the chunk's attention there); not in per-row mode.
         `pads` [b]: row r is left-padded by pads[r] slots (its tokens there are replaced by PAD_TOKEN), as
         generate pads a batch: the mask buffer hides them (left so for the steps after; the caller
         calls `show_every_slot` when done) and the row's positions count from its first real token.
@@ -326,7 +335,8 @@ class DecodeSession:
                 part = prompt[:, first : first + step].to(self.device)
                 slots = torch.arange(first, first + part.shape[1], device=self.device).expand(b, -1)
                 positions = (slots - offsets).clamp(min=0)
-                logits = self.forward(b, part, positions, self.attention_mask)
+                with each_chunk(first + part.shape[1]) if each_chunk else contextlib.nullcontext():
+                    logits = self.forward(b, part, positions, self.attention_mask)
         self.kv.advance(length)
         return logits
 

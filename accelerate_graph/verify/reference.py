@@ -152,24 +152,20 @@ def slots_in_use(session: DecodeSession) -> Iterator[None]:
 
 
 def prefill_in_use(session: DecodeSession, prompt: torch.Tensor, chunk: int) -> torch.Tensor:
-    """`session.prefill(prompt, chunk)` of an unpadded prompt [b, P], each chunk attending the slots up to its last
-    token (`slots_in_use`): the slots after are masked, yet HF's sdpa reads and repeats them all for every chunk.
+    """`session.prefill(prompt, chunk)` of a prompt [b, P], each chunk attending the slots up to its last token
+    (`slots_in_use`): the slots after are masked, yet HF's sdpa reads and repeats them all for every chunk.
     Verify's prefill; generate's and serve's stay as they are. Returns the last position's logits [b, V]."""
-    forward = session.forward
+    with slots_in_use(session):
+        return session.prefill(prompt, chunk=chunk, each_chunk=_attending_up_to)
 
-    def up_to_its_last_token(batch, input_ids, position_ids, *args, **kwargs):
-        token = _SLOTS_IN_USE.set(int(position_ids.max()) + 1)  # unpadded: a position is its slot
-        try:
-            return forward(batch, input_ids, position_ids, *args, **kwargs)
-        finally:
-            _SLOTS_IN_USE.reset(token)
 
-    session.forward = up_to_its_last_token
+@contextmanager
+def _attending_up_to(slots: int) -> Iterator[None]:
+    token = _SLOTS_IN_USE.set(slots)
     try:
-        with slots_in_use(session):
-            return session.prefill(prompt, chunk=chunk)
+        yield
     finally:
-        del session.forward  # the class's method again
+        _SLOTS_IN_USE.reset(token)
 
 
 @contextmanager

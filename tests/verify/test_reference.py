@@ -213,7 +213,7 @@ def test_verifys_eager_run_reads_back_only_the_slots_in_use_in_bf16_and_stays_bf
 
 def test_verifys_prefill_attends_each_chunk_up_to_its_last_token(monkeypatch):
     """Verify's prefill (`prefill_in_use`): each chunk reads back the slots up to its last token, mask cut alike,
-    and leaves the cache as the whole cache's prefill does, bf16's rounding apart; the session's own forward after."""
+    and leaves the cache as the whole cache's prefill does, bf16's rounding apart."""
     from accelerate_graph.verify.reference import prefill_in_use
 
     torch.manual_seed(0)
@@ -231,7 +231,6 @@ def test_verifys_prefill_attends_each_chunk_up_to_its_last_token(monkeypatch):
     assert torch.equal(cut.argmax(-1), whole.argmax(-1)) and (cut - whole).abs().max() < 0.05
     keys = session.kv.view(2).layers[-1].keys[:, :, :20].float()
     assert (keys - whole_keys).abs().max() < 0.05 and session.kv.next_slot == 20
-    assert "forward" not in vars(session)
 
 
 def _stepwise_and_in_one_forward(model, per_row=False, pads=None, prompt_len=6, steps=5):
