@@ -115,7 +115,7 @@ def _finished(session: DecodeSession, logits: torch.Tensor, log, first: int, pad
     """The run whose `logits` [steps, batch, V] were just computed from slot `first`: what it wrote and where
     the write positions stand."""
     steps, batch = logits.shape[:2]
-    positions = [int(p) for p in torch.stack([p.reshape(()) for p in session.kv.positions()]).tolist()]  # one sync
+    positions = torch.stack([p.reshape(()) for p in session.kv.positions()]).tolist()  # one sync, not one a layer
     # per-row mode writes a row's steps at its own positions: from `first` less its padding
     shift = int(pads.max()) if session.per_row and pads.numel() else 0
     cache = written(session, batch, first - shift, steps + shift)

@@ -166,18 +166,16 @@ def expected_flips(reference: torch.Tensor, noise_rms: torch.Tensor) -> tuple[fl
     return p.sum().item(), (p * (1 - p)).sum().item()
 
 
-def row_bound(
-    errors: torch.Tensor, tol: Tolerance, floor: torch.Tensor, per_row_of_dim: int | None = None
-) -> torch.Tensor:
+def row_bound(errors: torch.Tensor, tol: Tolerance, floor: torch.Tensor, median_dim: int | None = None) -> torch.Tensor:
     """The largest error replay may have per entry: factor x eager's error of the same entry (or the
     case's median eager error, if larger: one entry's eager error is a single draw) + floor (per entry).
-    With `per_row_of_dim`, the median is taken along that dimension only (each layer's rows, for the cache)."""
+    With `median_dim`, the median is taken along that dimension only (each layer's rows, for the cache)."""
     if not errors.numel():
         typical = torch.tensor(0.0)
-    elif per_row_of_dim is None:
+    elif median_dim is None:
         typical = errors.median()
     else:
-        typical = errors.median(dim=per_row_of_dim, keepdim=True).values
+        typical = errors.median(dim=median_dim, keepdim=True).values
     return tol.factor * torch.maximum(errors, typical) + floor
 
 
@@ -371,7 +369,7 @@ def judge_cache(
         empty = torch.zeros(0, 0, dtype=torch.bool)
         return {"cache_err": 0.0, "eager_cache_err": 0.0}, [], empty, empty
     # each layer's median: eager's error grows with depth, so another layer's would loosen an early one
-    bound = row_bound(e, tol, cache_floor(tol, reference, dtype), per_row_of_dim=1)
+    bound = row_bound(e, tol, cache_floor(tol, reference, dtype), median_dim=1)
     over = r > bound
     excused = torch.zeros_like(over)
     if routers is not None:

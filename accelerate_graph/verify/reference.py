@@ -86,6 +86,18 @@ def _promote_while_running(module: torch.nn.Module) -> list:
 
 # The slots the current reference step can attend (its last position + 1); None: all of them
 _SLOTS_IN_USE: ContextVar[int | None] = ContextVar("slots_in_use", default=None)
+
+
+@contextmanager
+def _attending_up_to(slots: int) -> Iterator[None]:
+    """While active, a cut attention reads back the first `slots` slots (`_cache_io`, `_cut_sdpa`)."""
+    token = _SLOTS_IN_USE.set(slots)
+    try:
+        yield
+    finally:
+        _SLOTS_IN_USE.reset(token)
+
+
 CUT_ATTENTION = "cugraph_reference_sdpa"  # HF's sdpa with the mask cut to the keys it is given
 
 
@@ -160,15 +172,6 @@ def prefill_in_use(session: DecodeSession, prompt: torch.Tensor, chunk: int) -> 
 
 
 @contextmanager
-def _attending_up_to(slots: int) -> Iterator[None]:
-    token = _SLOTS_IN_USE.set(slots)
-    try:
-        yield
-    finally:
-        _SLOTS_IN_USE.reset(token)
-
-
-@contextmanager
 def float32_reference(session: DecodeSession) -> Iterator[None]:
     """While active, the session's eager step computes in float32 from the low-precision weights and
     the shared cache. A no-op for a float32 model: the reference is the model itself."""
@@ -191,11 +194,8 @@ def step_in_use(session: DecodeSession, tokens: torch.Tensor, positions: torch.T
     """The eager step (inside `slots_in_use` or `float32_reference`) attending only the slots up to its write
     slot, where the model's attention allows (see the module's doc). The write slot, not the positions: a
     left-padded row's position counts from its first real token, below the slot."""
-    token = _SLOTS_IN_USE.set(max(session.kv.next_slot, int(positions.max())) + 1)
-    try:
+    with _attending_up_to(max(session.kv.next_slot, int(positions.max())) + 1):
         return eager_step(session, tokens, positions)
-    finally:
-        _SLOTS_IN_USE.reset(token)
 
 
 def reference_step(session: DecodeSession, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -326,11 +326,12 @@ def _shares_apart(session: DecodeSession, prompt_len: int, steps: int) -> tuple[
             apart = (other - one_by_one).abs().max().item()
             return apart / eager_apart if eager_apart > 0 else (0.0 if apart == 0 else math.inf)
 
-        if share(together) <= STEPS_AGREE_WITHIN:
-            return share(together), None
+        forward_share = share(together)
+        if forward_share <= STEPS_AGREE_WITHIN:
+            return forward_share, None
         with _float32_noise(session.model, seed=prompt_len):
             noisy = stepwise()
-    return share(together), share(noisy)
+    return forward_share, share(noisy)
 
 
 @contextmanager
@@ -376,12 +377,9 @@ def reference_steps(session: DecodeSession, tokens: torch.Tensor, first: int, pa
 def _one_forward(session: DecodeSession, tokens: torch.Tensor, first: int, pads: torch.Tensor) -> torch.Tensor:
     steps, batch = tokens.shape
     positions = first + torch.arange(steps, device=session.device)[None, :] - pads.to(session.device)[:, None]
-    token = _SLOTS_IN_USE.set(max(session.kv.next_slot + steps - 1, int(positions.max())) + 1)
-    try:
-        with torch.no_grad(), hf_attention(session.model):
-            ids = tokens.T.to(session.device).contiguous()
-            logits = session.forward(batch, ids, positions, session.attention_mask, every_position=True)
-    finally:
-        _SLOTS_IN_USE.reset(token)
+    slots = max(session.kv.next_slot + steps - 1, int(positions.max())) + 1
+    with _attending_up_to(slots), torch.no_grad(), hf_attention(session.model):
+        ids = tokens.T.to(session.device).contiguous()
+        logits = session.forward(batch, ids, positions, session.attention_mask, every_position=True)
     session.kv.advance(steps)
     return logits.float().transpose(0, 1)
