@@ -277,16 +277,22 @@ def _stepwise_and_in_one_forward(model, per_row=False, pads=None, prompt_len=6, 
         ("olmoe", True, False),
     ],
 )
-def test_the_reference_of_a_cases_steps_in_one_forward_is_the_stepwise_one(model_type, per_row, padded):
-    """What verify judges against: a case's steps as one float32 forward (the probe allows it on these) equal the
-    reference step by step (float32's rounding, and a K/V rounded to bf16 the other way now and then) far within
-    bf16 eager's distance, left-padded rows, per-row positions, sliding windows (the zoo's window is crossed)
-    and routers included."""
+def test_the_reference_of_a_cases_steps_in_one_forward_is_the_stepwise_one(monkeypatch, model_type, per_row, padded):
+    """What verify judges against: a case's steps as one float32 forward (the probe allows it on the dense ones)
+    equal the reference step by step (float32's rounding, and a K/V rounded to bf16 the other way now and then) far
+    within bf16 eager's distance, left-padded rows, per-row positions, sliding windows (the zoo's window is crossed)
+    and routers included. On a tiny MoE the probe's verdict turns on whether float32's rounding, which differs
+    from one CPU to another, breaks a router's near-tie: the forward is set here, as the probe would allow it."""
+    from accelerate_graph.verify import reference
+
+    moe = model_type in ("qwen2_moe", "olmoe")
+    if moe:
+        monkeypatch.setattr(reference, "steps_a_forward", lambda session: reference.STEPS_A_FORWARD)
     pads = torch.tensor([0, 3]) if padded else None
     (stepwise, stepwise_log), (whole, whole_log), (eager, eager_log), per_forward = _stepwise_and_in_one_forward(
         zoo_model(model_type, BF16), per_row, pads
     )
-    assert per_forward > 1
+    assert per_forward > 1 or moe
     distance = (whole - stepwise).abs().max()
     assert whole.shape == stepwise.shape and distance < 1e-5, distance
     assert (eager - stepwise).abs().max() > 100 * distance
@@ -331,10 +337,11 @@ def test_every_zoo_models_reference_steps_are_its_stepwise_reference():
 @pytest.mark.parametrize("per_row", [False, True])
 def test_more_steps_than_a_forward_takes_go_in_several(monkeypatch, per_row):
     """Past STEPS_A_FORWARD steps the reference runs several forwards (the last one short), each from where the
-    one before left the cache: the same logits, and router logits, as step by step."""
+    one before left the cache: the same logits, and router logits, as step by step (two a forward, set as the
+    probe would allow it: on a tiny MoE its verdict turns on a router's near-tie, see above)."""
     from accelerate_graph.verify import reference
 
-    monkeypatch.setattr(reference, "STEPS_A_FORWARD", 2)
+    monkeypatch.setattr(reference, "steps_a_forward", lambda session: 2)
     (stepwise, stepwise_log), (whole, whole_log), _, per_forward = _stepwise_and_in_one_forward(
         zoo_model("olmoe", BF16), per_row, torch.tensor([0, 3]), steps=5
     )
