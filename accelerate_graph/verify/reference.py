@@ -194,7 +194,7 @@ def step_in_use(session: DecodeSession, tokens: torch.Tensor, positions: torch.T
     """The eager step (inside `slots_in_use` or `float32_reference`) attending only the slots up to its write
     slot, where the model's attention allows (see the module's doc). The write slot, not the positions: a
     left-padded row's position counts from its first real token, below the slot."""
-    with _attending_up_to(max(session.kv.next_slot, int(positions.max())) + 1):
+    with _attending_up_to(session.kv.next_slot + 1):  # the host's slot: the positions' max would sync every step
         return eager_step(session, tokens, positions)
 
 
@@ -377,8 +377,7 @@ def reference_steps(session: DecodeSession, tokens: torch.Tensor, first: int, pa
 def _one_forward(session: DecodeSession, tokens: torch.Tensor, first: int, pads: torch.Tensor) -> torch.Tensor:
     steps, batch = tokens.shape
     positions = first + torch.arange(steps, device=session.device)[None, :] - pads.to(session.device)[:, None]
-    slots = max(session.kv.next_slot + steps - 1, int(positions.max())) + 1
-    with _attending_up_to(slots), torch.no_grad(), hf_attention(session.model):
+    with _attending_up_to(session.kv.next_slot + steps), torch.no_grad(), hf_attention(session.model):
         ids = tokens.T.to(session.device).contiguous()
         logits = session.forward(batch, ids, positions, session.attention_mask, every_position=True)
     session.kv.advance(steps)
