@@ -13,12 +13,22 @@ from .generate_bench_table import ORDER as END_TO_END_ORDER
 from .generate_bench_table import end_to_end_table
 
 
-def tuning_table_line(found: dict | None, none: str = "none: the fused step uses inductor's kernels") -> str:
-    """The skinny kernels' table that served (fused/kernels/configs.TableInUse.as_dict), or `none`."""
+def tuning_table_line(
+    found: dict | None, none: str = "none: the fused step uses inductor's kernels", tune: str = "tune MODEL"
+) -> str:
+    """The skinny kernels' table that served (fused/kernels/configs.TableInUse.as_dict), or `none`; with how many
+    of the model's layer products it holds where it lacks some (`covers`, bench.environment.note_table_coverage)."""
     if not found or not found.get("path"):
         return none
     over = f", over the shipped {found['shipped']}" if found.get("shipped") else ""
-    return f"{found['origin']} {found['path']}{over}"
+    covers = found.get("covers") or {}
+    held = ""
+    if covers and covers["held"] < covers["calls"]:
+        held = (
+            f"; it holds {covers['held']} of this model's {covers['calls']} layer products at these batches, the"
+            f" rest run default configs (`cugraph-accel {tune}` sweeps them)"
+        )
+    return f"{found['origin']} {found['path']}{over}{held}"
 
 
 FP8_NO_TABLE = "none: the FP8 kernel runs its default configs (`cugraph-accel tune MODEL --weights fp8` makes one)"
@@ -68,7 +78,10 @@ def environment_table(report: BenchReport) -> Table:
         ("settings", engine_settings.summary(engine_settings.from_recorded(report.settings, "the report"))),
     ]
     if (settings.get("weights", "model") != "model" or settings.get("fp8_layers")) and "fp8_tuning_table" in env:
-        rows.insert(4, ("FP8 tuning table", tuning_table_line(env["fp8_tuning_table"], FP8_NO_TABLE)))
+        rows.insert(
+            4,
+            ("FP8 tuning table", tuning_table_line(env["fp8_tuning_table"], FP8_NO_TABLE, "tune MODEL --weights fp8")),
+        )
     for what, value in rows:
         table.add_row(what, value)
     return table

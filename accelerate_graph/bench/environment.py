@@ -46,3 +46,18 @@ def bench_environment(device: torch.device) -> dict:
     info["sm_clock_mhz_start"] = sm_clock_mhz(device)
     info["sm_clock_mhz_end"] = UNKNOWN
     return info
+
+
+def note_table_coverage(info: dict, device: torch.device, model: str, revision, buckets, weights: str) -> None:
+    """Into the serving table's entry of `info` (bench_environment's, on CUDA), how many of MODEL's layer products
+    at `buckets` it holds (tune/coverage.py); nothing where the layers do not run the skinny kernels."""
+    from accelerate_graph.tune.coverage import table_coverage
+
+    if device.type != "cuda":
+        return
+    try:
+        found = table_coverage(model, revision, buckets, torch.cuda.get_device_name(device), weights)
+    except Exception:  # noqa: BLE001 - an odd config's meta build: a header note must never fail a benchmark
+        return
+    if found is not None and found.table in info:
+        info[found.table]["covers"] = found.as_dict()

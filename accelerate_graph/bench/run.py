@@ -20,7 +20,7 @@ from accelerate_graph import settings as engine_settings
 from accelerate_graph.bench.compiled_step import COMPILE_MODE, forget_compiled
 from accelerate_graph.bench.contenders import Contender, chosen_contenders
 from accelerate_graph.bench.contenders.base import ContextRun, Tier
-from accelerate_graph.bench.environment import bench_environment, sm_clock_mhz
+from accelerate_graph.bench.environment import bench_environment, note_table_coverage, sm_clock_mhz
 from accelerate_graph.bench.floor import Bandwidth, describe_floor, measure_bandwidth, step_bytes
 from accelerate_graph.bench.options import DEFAULT_COMPARE
 from accelerate_graph.bench.results import STEP, BenchReport, BenchRow, ContextInfo, fill_speedups, under_floor_notes
@@ -260,6 +260,10 @@ def _run_bench(request: CaptureRequest, settings: BenchSettings, hooks: BenchHoo
         report.rows += rows
         release(device)
     fill_speedups(report.rows)
+    if request.tp == 1:  # ranks run sharded shapes
+        note_table_coverage(
+            environment, device, request.model, request.revision, described.get("buckets", ()), request.weights
+        )
     environment["sm_clock_mhz_end"] = sm_clock_mhz(device)
     report.run = {
         **described,

@@ -182,7 +182,7 @@ def skinny_rows_above_batch_1(op: str, ns: tuple[int, ...], k: int) -> int:
     return EVERY_ROW if op in ops else 0
 
 
-def _skinny_at(op: str, ns: tuple[int, ...], k: int, rows) -> bool:
+def skinny_at(op: str, ns: tuple[int, ...], k: int, rows) -> bool:
     """Whether `rows` rows of `op` run the skinny kernels, device aside. `rows` may be dynamo's symbolic
     size: a comparison with a limit becomes a guard, so each side of a limit gets its own graph."""
     if rows == 1:
@@ -194,7 +194,7 @@ def _skinny_at(op: str, ns: tuple[int, ...], k: int, rows) -> bool:
 def skinny_calls_at(layer: torch.nn.Module, rows: int) -> frozenset[tuple[str, tuple[int, ...], int]]:
     """The folded calls of `layer` (merged) that run the skinny kernels at `rows` rows, device aside: batches
     with the same calls share one compiled graph (FusedForward's batch classes)."""
-    return frozenset(call for call in folded_calls(layer) if _skinny_at(*call, rows))
+    return frozenset(call for call in folded_calls(layer) if skinny_at(*call, rows))
 
 
 def layer_ops_above_batch_1(layer: torch.nn.Module) -> dict[str, int]:
@@ -210,10 +210,10 @@ def layer_ops_above_batch_1(layer: torch.nn.Module) -> dict[str, int]:
 
 def _skinny(x: torch.Tensor, op: str, ns: tuple[int, ...]) -> bool:
     """Whether this call runs the skinny kernels: a device that runs them (a CUDA device; a CPU tensor
-    only under the Triton interpreter, the tests) and _skinny_at its rows."""
+    only under the Triton interpreter, the tests) and skinny_at its rows."""
     if not skinny_matmul.runs_triton(x):
         return False
-    return _skinny_at(op, ns, int(x.shape[-1]), x.shape[0])
+    return skinny_at(op, ns, int(x.shape[-1]), x.shape[0])
 
 
 # FP8 weights never take the skinny kernels here (they read the model's dtype): fp8_matmul picks its own path

@@ -72,6 +72,11 @@ def _entries(device_name: str) -> dict[str, SkinnyConfig]:
     return _tables(device_name)[0]
 
 
+def table_holds(device_name: str, key: str) -> bool:
+    """Whether `device_name`'s FP8 tables (the user's over the shipped one) have a config for `key` (table_key's)."""
+    return key in _entries(device_name)
+
+
 def table_in_use(device_name: str) -> configs.TableInUse:
     """Which FP8 table serves `device_name` (the bench header's line): the user's (over the shipped one, if any),
     the shipped one, or none (the default configs)."""

@@ -211,6 +211,12 @@ def forget_tables() -> None:
     _TABLES.clear()
 
 
+def table_holds(device_name: str, key: str) -> bool:
+    """Whether `device_name`'s tables (the user's over the shipped one) have a config for `key` (table_key's)."""
+    _load(device_name)
+    return key in _TABLES[device_name][0]
+
+
 def in_table(op: str, m, ns: tuple[int, ...], k: int) -> bool:
     """Whether the table has a config swept for this shape (else config_for falls back to the heuristic)."""
     return table_key(op, m_bucket(m), ns, k) in _entries()
