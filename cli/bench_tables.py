@@ -13,15 +13,21 @@ from .generate_bench_table import ORDER as END_TO_END_ORDER
 from .generate_bench_table import end_to_end_table
 
 
-def tuning_table_line(
-    found: dict | None, none: str = "none: the fused step uses inductor's kernels", tune: str = "tune MODEL"
-) -> str:
-    """The skinny kernels' table that served (fused/kernels/configs.TableInUse.as_dict), or `none`; with how many
-    of the model's layer products it holds where it lacks some (`covers`, bench.environment.note_table_coverage)."""
+def tuning_table_line(found: dict | None, none: str | None = None, tune: str = "tune MODEL") -> str:
+    """The skinny kernels' table that served (fused/kernels/configs.TableInUse.as_dict), or `none` (default: the
+    bf16 step's words); with how many of the model's layer products it holds where it lacks some (`covers`,
+    bench.environment.note_table_coverage)."""
+    covers = (found or {}).get("covers") or {}
     if not found or not found.get("path"):
-        return none
+        if none is not None:
+            return none
+        if covers.get("calls"):  # small models run the skinny kernels above batch 1 with or without a table
+            return (
+                f"none: inductor's kernels at batch 1; {covers['calls']} of this model's layer products at the batches"
+                f" above run the skinny kernels' default configs (`cugraph-accel {tune}` makes a table)"
+            )
+        return "none: the fused step uses inductor's kernels"
     over = f", over the shipped {found['shipped']}" if found.get("shipped") else ""
-    covers = found.get("covers") or {}
     held = ""
     if covers and covers["held"] < covers["calls"]:
         held = (

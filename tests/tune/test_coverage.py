@@ -114,3 +114,16 @@ def test_a_coverage_that_cannot_be_read_leaves_the_benchmark_alone(monkeypatch):
     info = {"tuning_table": {"origin": "none"}}
     environment.note_table_coverage(info, torch.device("cuda", 0), "llama-3.2-1b", None, (8,), "model")
     assert info == {"tuning_table": {"origin": "none"}}
+
+
+def test_without_a_bf16_table_the_header_says_which_products_run_default_configs():
+    """On the H100 (no bf16 table), Qwen2.5-0.5B's four products run the skinny kernels at 8 and 32 rows with the
+    default configs; the 8B's run cuBLAS there, and batch 1 runs inductor's kernels."""
+    from cli.bench_tables import tuning_table_line
+
+    none = configs.table_in_use(H100).as_dict()
+    assert none["origin"] == "none" and tuning_table_line(none) == "none: the fused step uses inductor's kernels"
+    small = {**none, "covers": table_coverage("qwen2.5-0.5b", None, (1, 8, 32), H100, "model").as_dict()}
+    assert tuning_table_line(small).startswith("none: inductor's kernels at batch 1; 8 of this model's layer")
+    eight = {**none, "covers": table_coverage("llama-3.1-8b", None, (1, 8, 32), H100, "model").as_dict()}
+    assert tuning_table_line(eight) == "none: the fused step uses inductor's kernels"
