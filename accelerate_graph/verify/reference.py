@@ -246,7 +246,7 @@ class StepsProbe:
 def steps_a_forward(session: DecodeSession) -> int:
     """The steps `reference_steps` puts in one forward on `session`: STEPS_A_FORWARD where its probe found the
     model's multi-token forward as close to its steps as float32 is (`probe_steps_a_forward`), else one."""
-    probe = _PROBES.get(session)
+    probe = steps_probe(session)
     return probe.steps if probe else 1
 
 
@@ -259,7 +259,7 @@ def reference_json(session: DecodeSession) -> dict:
     """How the session's float32 reference ran, for verify's and eval's JSON (`StepsProbe.as_json`)."""
     if session.model.dtype == torch.float32:
         return StepsProbe(1, why="no reference run: a float32 model is its own").as_json()
-    return (_PROBES.get(session) or StepsProbe(1, why="not probed")).as_json()
+    return (steps_probe(session) or StepsProbe(1, why="not probed")).as_json()
 
 
 def probe_steps_a_forward(session: DecodeSession) -> None:
