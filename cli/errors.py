@@ -5,13 +5,21 @@ from __future__ import annotations
 import functools
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
 
 import typer
 
 from accelerate_graph import settings
 from accelerate_graph.common.debug import DEBUG_ENV, debug_enabled, set_debug  # noqa: F401 - re-exported for the CLI
-from accelerate_graph.common.errors import RUNTIME_EXIT, SETTING, CugraphAccelError, first_line, option_value
+from accelerate_graph.common.errors import (
+    RUNTIME_EXIT,
+    SETTING,
+    CugraphAccelError,
+    EngineWarning,
+    first_line,
+    option_value,
+)
 
 INTERRUPTED_EXIT = 130
 
@@ -73,13 +81,27 @@ def describe(err: BaseException) -> tuple[str, int]:
     return (f"unexpected {type(err).__name__}: {first} (run with --debug for the traceback)", RUNTIME_EXIT)
 
 
+def one_line_warnings(previous: Callable) -> Callable:
+    """A `warnings.showwarning` that writes the engine's notices as one line, `warning: ...`, and hands the
+    rest (and every one under --debug) to `previous`, which names the file and line that raised them."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, EngineWarning) and not debug_enabled():
+            print(f"warning: {message}", file=sys.stderr if file is None else file)
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    return show
+
+
 def guarded(command: Callable) -> Callable:
     """Run a command; turn any failure into one stderr line and an exit code."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
-            with settings.scope():  # the settings a command resolves are current until it returns
+            with settings.scope(), warnings.catch_warnings():  # both as they were when the command returns
+                warnings.showwarning = one_line_warnings(warnings.showwarning)
                 return command(*args, **kwargs)
         except typer.Exit:
             raise

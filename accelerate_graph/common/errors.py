@@ -159,3 +159,7 @@ class ModelFileError(CugraphAccelError):
 
 class NonFiniteError(CugraphAccelError):
     """Eager execution or the float32 reference produced NaN or Inf: bad weights, or a dtype that overflows."""
+
+
+class EngineWarning(UserWarning):
+    """A notice for the user (a missing tuning table, an eager fallback): the CLI prints it as one line."""

@@ -14,6 +14,7 @@ import torch
 from accelerate_graph.common.debug import debug_enabled
 from accelerate_graph.common.errors import (
     CaptureError,
+    EngineWarning,
     ReplaySafetyError,
     ResourceError,
     first_line,
@@ -201,6 +202,7 @@ class DecodeGraphs:
             warnings.warn(
                 f"batch {batch} is larger than the largest captured bucket {self.buckets[-1]}: "
                 "running it eagerly (slow). Capture a larger bucket.",
+                EngineWarning,
                 stacklevel=3,
             )
         self.eager_fallbacks += 1

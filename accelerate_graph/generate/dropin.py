@@ -225,7 +225,7 @@ def accelerate(
 
     from accelerate_graph import settings as engine_settings
     from accelerate_graph.capture_flow import GraphRequest, capture_model, resolve_cache_len
-    from accelerate_graph.common.errors import BadOptionError, CaptureError, option
+    from accelerate_graph.common.errors import BadOptionError, CaptureError, EngineWarning, option
     from accelerate_graph.models.recipes import RecipeDefaults
 
     if mode == "eager":
@@ -262,5 +262,5 @@ def accelerate(
     notes = ([shortened] if shortened else []) + ([quantized.describe()] if quantized else []) + captured.notes
     notes += _softcap_ignored(model)
     for note in notes:
-        warnings.warn(note, stacklevel=2)
+        warnings.warn(note, EngineWarning, stacklevel=2)
     return Accelerated(model, captured.graphs, undo, request.settings, notes)

@@ -21,6 +21,7 @@ import torch
 from accelerate_graph.common.errors import (
     BadOptionError,
     CaptureError,
+    EngineWarning,
     ResourceError,
     UnsupportedModelError,
     first_line,
@@ -88,7 +89,9 @@ class SlotEngine:
                 return PrefillGraphs(self.session, self.graphs.backend, shapes)
         except (CaptureError, RuntimeError) as err:  # out of memory too: the decode graphs serve all the same
             self.graphs.backend.release()  # what the graphs captured before it holds
-            warnings.warn(f"prefills run eagerly: their graphs did not capture ({first_line(err)})", stacklevel=2)
+            warnings.warn(
+                f"prefills run eagerly: their graphs did not capture ({first_line(err)})", EngineWarning, stacklevel=2
+            )
             return None
 
     # -- rows ---------------------------------------------------------------------------------------------

@@ -704,3 +704,32 @@ def test_an_option_placeholder_is_written_as_keyword_or_flag(placeholder, keywor
 
     err = CaptureError(placeholder)
     assert str(err) == keyword and describe(err) == (flag, 1)
+
+
+# --------------------------------------------------------------------------------------------- warnings
+
+
+def _warn_both() -> None:
+    import warnings
+
+    from accelerate_graph.common.errors import EngineWarning
+
+    warnings.warn("no tuning table for Some GPU", EngineWarning, stacklevel=1)
+    warnings.warn("a library's own advice", UserWarning, stacklevel=1)
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_the_engines_notices_are_one_line_and_others_keep_their_source(debug, capsys, recwarn, monkeypatch):
+    """Python's own display (pytest's recorder here) gets every other warning, and ours under --debug."""
+    from cli.errors import guarded
+
+    monkeypatch.setattr("cli.errors.debug_enabled", lambda: debug)
+    guarded(_warn_both)()
+    err = capsys.readouterr().err
+    shown_by_python = [str(w.message) for w in recwarn]
+    assert "a library's own advice" in shown_by_python
+    if debug:
+        assert "no tuning table for Some GPU" in shown_by_python and "warning:" not in err
+    else:
+        assert err == "warning: no tuning table for Some GPU\n"
+        assert "no tuning table for Some GPU" not in shown_by_python

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from accelerate_graph.common.errors import CaptureError, first_line, is_out_of_memory
+from accelerate_graph.common.errors import CaptureError, EngineWarning, first_line, is_out_of_memory
 from accelerate_graph.compat.cuda_driver import prefer_shared_memory
 from accelerate_graph.core.backends.base import CaptureStats, Step
 from accelerate_graph.core.backends.islands import IslandCall, island_hooks
@@ -68,6 +68,7 @@ def instantiate_asking(graph: torch.cuda.CUDAGraph, carveout: int | None) -> Non
         warnings.warn(
             f"graphs keep the driver's shared-memory split ({first_line(err)}); "
             "set the setting smem_carveout to off to skip asking.",
+            EngineWarning,
             stacklevel=3,
         )
     graph.instantiate()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from accelerate_graph.common.errors import CugraphAccelError
+from accelerate_graph.common.errors import CugraphAccelError, EngineWarning
 
 SHIPPED_DIR = Path(__file__).with_name("tables")
 TABLE_PREFIX = "skinny-"
@@ -152,7 +152,7 @@ def _notice(device_name: str) -> None:
     _load(device_name)
     if _TABLES[device_name][1].origin == "none" and device_name not in _WARNED:
         _WARNED.add(device_name)
-        warnings.warn(NO_TABLE_WARNING.format(device=device_name), stacklevel=5)
+        warnings.warn(NO_TABLE_WARNING.format(device=device_name), EngineWarning, stacklevel=5)
 
 
 @torch.compiler.assume_constant_result
