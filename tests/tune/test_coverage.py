@@ -1,5 +1,5 @@
 """How many of a model's layer products a GPU's tuning table holds (tune/coverage.py), and the bench header's
-word on it: the shipped H100 FP8 table was swept on the 8B's shapes only."""
+word on it: the shipped H100 FP8 table was swept on the 8B's and the 1B's shapes, not Qwen2.5-0.5B's."""
 
 from __future__ import annotations
 
@@ -30,12 +30,13 @@ def _own_cache(tmp_path, monkeypatch):
     fp8_skinny.forget_tables()
 
 
-def test_the_shipped_h100_fp8_table_holds_the_8b_and_none_of_the_1b():
-    eight = table_coverage("llama-3.1-8b", None, (1, 8, 32), H100, "fp8")
-    assert (eight.table, eight.held, eight.calls, eight.missing) == ("fp8_tuning_table", 12, 12, ())
-    one = table_coverage("llama-3.2-1b", None, (1, 8, 32), H100, "fp8")
-    assert (one.held, one.calls) == (0, 12)
-    assert "fp8_channel|m32|n2048|k8192" in one.missing  # the 1B's down projection at 32 rows
+def test_the_shipped_h100_fp8_table_holds_the_8b_and_the_1b_and_none_of_qwen():
+    for recipe in ("llama-3.1-8b", "llama-3.2-1b"):
+        found = table_coverage(recipe, None, (1, 8, 32), H100, "fp8")
+        assert (found.table, found.held, found.calls, found.missing) == ("fp8_tuning_table", 12, 12, ()), recipe
+    qwen = table_coverage("qwen2.5-0.5b", None, (1, 8, 32), H100, "fp8")
+    assert (qwen.held, qwen.calls) == (0, 12)
+    assert "fp8_channel|m32|n896|k4864" in qwen.missing  # its down projection at 32 rows
     assert table_coverage("llama-3.1-8b", None, (1, 8, 32), H100, "model").table == "tuning_table"
 
 
@@ -76,7 +77,7 @@ def test_the_bench_header_says_what_the_table_lacks():
 
     found = fp8_skinny.table_in_use(H100).as_dict()
     assert tuning_table_line(found, "none").startswith("shipped ") and "holds" not in tuning_table_line(found, "none")
-    found["covers"] = table_coverage("llama-3.2-1b", None, (1, 8, 32), H100, "fp8").as_dict()
+    found["covers"] = table_coverage("qwen2.5-0.5b", None, (1, 8, 32), H100, "fp8").as_dict()
     line = tuning_table_line(found, "none", "tune MODEL --weights fp8")
     assert "it holds 0 of this model's 12 layer products" in line and "tune MODEL --weights fp8" in line
     found["covers"] = table_coverage("llama-3.1-8b", None, (1, 8, 32), H100, "fp8").as_dict()
@@ -91,7 +92,7 @@ def test_the_bench_notes_the_coverage_in_the_serving_tables_entry(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: H100)
     info = {"tuning_table": {"origin": "none"}, "fp8_tuning_table": fp8_skinny.table_in_use(H100).as_dict()}
-    note_table_coverage(info, torch.device("cuda", 0), "llama-3.2-1b", None, (1, 8, 32), "fp8")
+    note_table_coverage(info, torch.device("cuda", 0), "qwen2.5-0.5b", None, (1, 8, 32), "fp8")
     assert info["fp8_tuning_table"]["covers"]["held"] == 0 and "covers" not in info["tuning_table"]
     note_table_coverage(info, torch.device("cuda", 0), "llama-3.2-1b", None, (1, 8, 32), "model")
     assert (info["tuning_table"]["covers"]["held"], info["tuning_table"]["covers"]["calls"]) == (0, 4)  # o, down
