@@ -18,9 +18,9 @@
 #   fp8       a fine-grained FP8 checkpoint of $FP8_FROM (llama-3.2-1b) written here (fp8_export), then
 #             capture --fuse (FP8_MODE) + verify --repeat 5 of it beside FP8_VERIFY (the 8B and OLMoE with
 #             --weights fp8; ";" between phases, as on 80 GB), then a bench of the checkpoint alone  ~500 s
-#   tune      cugraph-accel tune $TUNE_RECIPE (default qwen2.5-0.5b), then a bench in a new process
-#             whose header names the table it used; TUNE_WEIGHTS=fp8 or fp8-block: the FP8 kernel's
-#             table, passed as --weights to both, then the bf16 fused step benched beside them       ~360 s
+#   tune      a bench on the tables as they are, cugraph-accel tune $TUNE_RECIPE (qwen2.5-0.5b), then a
+#             bench in a new process whose header names the table it used; TUNE_WEIGHTS=fp8 or
+#             fp8-block: the FP8 kernel's table, as --weights to all, then the bf16 fused step      ~420 s
 #   zoo       the zoo on CUDA (isolated children) beside the CPU emulation, and where they differ    ~420 s
 #   faults    the CUDA fault suites (tests/verify/test_faults.py, test_fused_faults.py), then fault_sweep.py
 #             (FAULT_SWEEP=--fuse: of the fused step)                                                ~540 s
@@ -243,6 +243,10 @@ fp8_suite() {  # FP8 weights end to end: a fine-grained checkpoint made here, an
 tune_suite() {  # the table goes to this run's cache folder (archived), not the user's
   local recipe=${TUNE_RECIPE:-qwen2.5-0.5b} weights=${TUNE_WEIGHTS:-}
   local -x XDG_CACHE_HOME="$WORK/cache"  # this suite's parts only: a later suite uses the tables as they were
+  # what the tables served before the tune (the shipped one, if any), in this run: what tuning bought
+  part bench-before 60 150 "${CLI[@]}" bench "$recipe" --compare fused --buckets "${TUNE_BUCKETS:-1,8}" --context 1024 \
+    --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" ${weights:+--weights "$weights"} \
+    --json "$WORK/bench-before.json" --csv "$WORK/bench-before.csv"
   part tune 120 $((${TUNE_BUDGET:-180} + 120)) "${CLI[@]}" tune "$recipe" --buckets "${TUNE_BUCKETS:-1,8}" \
     --budget-s "${TUNE_BUDGET:-180}" ${weights:+--weights "$weights"} --json "$WORK/tune.json"
   part bench-tuned 60 150 "${CLI[@]}" bench "$recipe" --compare fused --buckets "${TUNE_BUCKETS:-1,8}" --context 1024 \
@@ -251,7 +255,7 @@ tune_suite() {  # the table goes to this run's cache folder (archived), not the 
   echo "the bench's header on its tuning table:"
   grep -iE "tuning|table" "$WORK/bench-tuned.log" | head -n 4
   (cd "$WORK" && find cache -name '*.json' -printf 'the table, in the archive: %p\n' 2>/dev/null)
-  TABLES+=("bench $WORK/bench-tuned.csv")
+  TABLES+=("bench $WORK/bench-before.csv" "bench $WORK/bench-tuned.csv")
   [ -n "$weights" ] || return 0
   # FP8's aims are also against the bf16 fused step: that step in the same run, on its own shipped table
   part bench-bf16 60 150 "${CLI[@]}" bench "$recipe" --compare fused --buckets "${TUNE_BUCKETS:-1,8}" --context 1024 \
