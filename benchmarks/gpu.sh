@@ -376,7 +376,7 @@ open(sys.argv[1], "w").write("".join(load_corpus(64_000_000).held_out)[:400_000]
     [ -f "$dir/$name/config.json" ] && trained_lane "$dir/$name" &
   done
   wait
-  TABLES+=("verify $WORK" "agreement $WORK")
+  TABLES+=("verify $WORK" "agreement $WORK" "eval $WORK")
 }
 
 atscale_suite() {  # their peaks (22, 19 and 20 GiB on an H100) fit one GPU together

@@ -5,6 +5,7 @@
     python3 benchmarks/summary.py zoo WORK                    # zoo.json and zoo-cpu.json: counts, differences
     python3 benchmarks/summary.py generate WORK               # generate-bench.json, first-token.json: tok/s
     python3 benchmarks/summary.py agreement WORK              # agreement-*.json: greedy tokens equal, per pair
+    python3 benchmarks/summary.py eval WORK                   # eval-*.json: each arm, and what other weights cost
     python3 benchmarks/summary.py pytest WORK/tests.log       # failures and the closing line of pytest logs
 
 A file that is missing is named as missing, so a suite cut short still prints what it has.
@@ -164,6 +165,52 @@ def agreement_table(work: Path) -> list[str]:
     ]
 
 
+def _short(value: float) -> str:
+    """3 digits, the exponent without its padding: 5.99e-5."""
+    mantissa, _, exponent = f"{value:.2e}".partition("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _arm_cell(arm: dict) -> str:
+    """KL mean [interval] (the baseline's), KL p99, same top, and the verdict where the arm was judged."""
+    kl = arm["kl_mean"]
+    mean = (
+        f"{_short(kl['value'])} [{_short(kl['low'])}, {_short(kl['high'])}]" if arm["baseline"] else _short(kl["value"])
+    )
+    cell = f"{mean}, {_short(arm['kl_p99'])}, {arm['same_top']['value']:.1%}"
+    verdict = {True: ": pass", False: ": FAIL"}.get(arm["passed"], "")
+    return cell + verdict
+
+
+def eval_table(work: Path) -> list[str]:
+    """Markdown tables of each eval-*.json (`eval --json`): a row per model with a cell per arm (KL mean, p99,
+    same top, verdict), then what other weights cost (`eval --weights`), as eval printed it."""
+    by_model, cost_out, columns = {}, [], None
+    for path in sorted(work.glob("eval-*.json")):
+        name = path.stem.removeprefix("eval-")
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            by_model[name] = {}
+            continue
+        by_model[name] = {arm["name"]: _arm_cell(arm) for arm in report["arms"]}
+        if "cost" in report:
+            columns = report["cost"]["columns"]
+            cost_out += [f"| {name} | " + " | ".join(row) + " |" for row in report["cost"]["rows"]]
+    if not by_model:
+        return [f"no eval results in {work}"]
+    arms = list(dict.fromkeys(arm for cells in by_model.values() for arm in cells))  # in the order eval ran them
+    out = ["| model | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
+    out += [
+        f"| {name} | " + " | ".join(cells.get(arm, "-" if cells else "unreadable") for arm in arms) + " |"
+        for name, cells in by_model.items()
+    ]
+    out.append("each arm: KL mean against the float32 reference (the baseline's with its interval), KL p99, same top")
+    if cost_out:
+        out += ["", "| model | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|", *cost_out]
+    return out
+
+
 def pytest_lines(paths: list[Path]) -> list[str]:
     """Each log's failures (its -rf lines) and its closing count line."""
     out = []
@@ -185,6 +232,7 @@ def main(argv: list[str]) -> int:
         "zoo": lambda args: zoo_table(Path(args[0])),
         "generate": lambda args: generate_table(Path(args[0])),
         "agreement": lambda args: agreement_table(Path(args[0])),
+        "eval": lambda args: eval_table(Path(args[0])),
         "pytest": lambda args: pytest_lines([Path(a) for a in args]),
     }
     if not argv or argv[0] not in kinds or (argv[0] != "bench" and len(argv) < 2):

@@ -5,6 +5,9 @@ from the float32 reference than bf16 eager; each bad combination is one line and
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -72,3 +75,15 @@ def test_eval_measures_what_fp8_costs(trained_tiny, tmp_path):
     assert arms["fp8"]["passed"] is None and arms["graph"]["passed"] is True
     assert arms["fp8"]["kl_mean"]["value"] > arms["eager"]["kl_mean"]["value"] > 0
     assert [row[0] for row in data["cost"]["rows"]] == ["bfloat16 (model)", "fp8"]
+    # benchmarks/summary.py's eval table (gpu.sh trained prints it) reads this JSON as eval wrote it
+    (tmp_path / "eval-tiny.json").write_text(out.read_text())
+    summary = Path(__file__).resolve().parents[2] / "benchmarks" / "summary.py"
+    lines = subprocess.run(
+        [sys.executable, str(summary), "eval", str(tmp_path)], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert lines[0] == "| model | eager | graph | fp8 |"
+    cells = lines[2].split(" | ")
+    assert cells[0] == "| tiny" and "[" in cells[1]  # the baseline's interval
+    assert cells[2].endswith("%: pass") and cells[3].endswith("% |")  # the FP8 arm measured, not judged
+    assert lines[5].startswith("| model | weights | KL mean")
+    assert [line.split(" | ")[1] for line in lines[7:]] == ["bfloat16 (model)", "fp8"]
