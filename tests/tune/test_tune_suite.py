@@ -10,7 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_tune_weights_reach_tune_and_the_bench_after_it_then_bf16_is_benched(tmp_path):
+def test_tune_weights_reach_the_benches_around_the_tune_then_bf16_is_benched(tmp_path):
     shim, calls = tmp_path / "bin", tmp_path / "calls.txt"
     shim.mkdir()
     (shim / "python3").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {sys.executable} "$@"\n', encoding="utf-8")
@@ -22,8 +22,10 @@ def test_tune_weights_reach_tune_and_the_bench_after_it_then_bf16_is_benched(tmp
     )
     assert done.returncode == 1, done.stdout[-2000:]  # no GPU: both parts refused
     lines = calls.read_text(encoding="utf-8").splitlines()
-    tune = next(line for line in lines if line.startswith("-m cli tune "))
-    benches = [line for line in lines if line.startswith("-m cli bench ")]
-    assert "--weights fp8-block" in tune and len(benches) == 2, lines
-    assert "--weights fp8-block" in benches[0] and "--weights" not in benches[1]
-    assert "bench-bf16" in done.stdout
+    tune = next(number for number, line in enumerate(lines) if line.startswith("-m cli tune "))
+    benches = [number for number, line in enumerate(lines) if line.startswith("-m cli bench ")]
+    assert "--weights fp8-block" in lines[tune] and len(benches) == 3, lines
+    assert benches[0] < tune < benches[1] < benches[2], lines  # the tables before the tune, then after it
+    assert all("--weights fp8-block" in lines[number] for number in benches[:2]), lines
+    assert "--weights" not in lines[benches[2]]
+    assert "bench-before" in done.stdout and "bench-bf16" in done.stdout
