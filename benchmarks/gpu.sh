@@ -240,26 +240,28 @@ fp8_suite() {  # FP8 weights end to end: a fine-grained checkpoint made here, an
   TABLES+=("verify $WORK" "bench ${files[*]}")
 }
 
+tune_bench() {  # NAME RECIPE [ARGS...]: RECIPE's fused step at the tune's buckets, logged and written as bench-NAME
+  local name=$1 recipe=$2
+  shift 2
+  part "bench-$name" 60 150 "${CLI[@]}" bench "$recipe" --compare fused --buckets "${TUNE_BUCKETS:-1,8}" --context 1024 \
+    --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" "$@" --json "$WORK/bench-$name.json" \
+    --csv "$WORK/bench-$name.csv"
+}
 tune_suite() {  # the table goes to this run's cache folder (archived), not the user's
   local recipe=${TUNE_RECIPE:-qwen2.5-0.5b} weights=${TUNE_WEIGHTS:-}
   local -x XDG_CACHE_HOME="$WORK/cache"  # this suite's parts only: a later suite uses the tables as they were
   # what the tables served before the tune (the shipped one, if any), in this run: what tuning bought
-  part bench-before 60 150 "${CLI[@]}" bench "$recipe" --compare fused --buckets "${TUNE_BUCKETS:-1,8}" --context 1024 \
-    --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" ${weights:+--weights "$weights"} \
-    --json "$WORK/bench-before.json" --csv "$WORK/bench-before.csv"
+  tune_bench before "$recipe" ${weights:+--weights "$weights"}
   part tune 120 $((${TUNE_BUDGET:-180} + 120)) "${CLI[@]}" tune "$recipe" --buckets "${TUNE_BUCKETS:-1,8}" \
     --budget-s "${TUNE_BUDGET:-180}" ${weights:+--weights "$weights"} --json "$WORK/tune.json"
-  part bench-tuned 60 150 "${CLI[@]}" bench "$recipe" --compare fused --buckets "${TUNE_BUCKETS:-1,8}" --context 1024 \
-    --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" ${weights:+--weights "$weights"} \
-    --json "$WORK/bench-tuned.json" --csv "$WORK/bench-tuned.csv"
+  tune_bench tuned "$recipe" ${weights:+--weights "$weights"}
   echo "the bench's header on its tuning table:"
   grep -iE "tuning|table" "$WORK/bench-tuned.log" | head -n 4
   (cd "$WORK" && find cache -name '*.json' -printf 'the table, in the archive: %p\n' 2>/dev/null)
-  TABLES+=("bench $WORK/bench-before.csv" "bench $WORK/bench-tuned.csv")
+  TABLES+=("bench $WORK/bench-before.csv $WORK/bench-tuned.csv")  # one table, the rows before the tune above
   [ -n "$weights" ] || return 0
   # FP8's aims are also against the bf16 fused step: that step in the same run, on its own shipped table
-  part bench-bf16 60 150 "${CLI[@]}" bench "$recipe" --compare fused --buckets "${TUNE_BUCKETS:-1,8}" --context 1024 \
-    --steps "${BENCH_STEPS:-50}" --warmup 5 "${SET_ARGS[@]}" --json "$WORK/bench-bf16.json" --csv "$WORK/bench-bf16.csv"
+  tune_bench bf16 "$recipe"
   TABLES+=("bench $WORK/bench-bf16.csv")
 }
 
