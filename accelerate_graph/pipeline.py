@@ -23,7 +23,7 @@ from accelerate_graph.common.environment import environment_info
 from accelerate_graph.common.errors import BadOptionError, CaptureError, option
 from accelerate_graph.core.capture import DecodeGraphs
 from accelerate_graph.core.decode_session import DecodeSession
-from accelerate_graph.core.memory import MemoryBudget, command_bound, reset_peak
+from accelerate_graph.core.memory import MemoryBudget, command_bound, peak_bytes, reset_peak
 from accelerate_graph.core.plan import ATTENTIONS, Plan
 from accelerate_graph.core.preflight import preflight
 from accelerate_graph.detect.hazards import Hazard
@@ -67,13 +67,14 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
     hazards: list[Hazard] = field(default_factory=list)
     preflight: str = ""  # what the memory preflight checked, or why it was skipped
+    loading_peak: int | None = None  # the device's peak through loading and quantizing on load (None: the CPU)
 
     def memory_bound(self, steps: int = 3, extra: dict | None = None, graph_bytes: int = 0) -> MemoryBudget:
         """The stated bound on the decode session's peak device memory after checks of `steps` steps."""
         if self.graphs is not None:
             graph_bytes += sum(c.memory_bytes for c in self.graphs.captures())
         fuse = self.plan.fuse or self.session.fused is not None
-        return command_bound(self.session, graph_bytes, self.plan.prompt_len, steps, fuse, extra)
+        return command_bound(self.session, graph_bytes, self.plan.prompt_len, steps, fuse, extra, self.loading_peak)
 
     @property
     def compile_seconds(self) -> float:
@@ -150,6 +151,7 @@ def _prepare(request: CaptureRequest, hooks: Hooks) -> Prepared:
     hooks.loaded(loaded)
     notes = list(loaded.notes)  # fixes are shown with the region plan
     quantized = ensure_weights(loaded.model, request.weights)  # before the preflight: it sees FP8 weights
+    loading_peak = peak_bytes(device)
     notes += [quantized.describe()] if quantized is not None else []
     buckets, cache_len, prompt_len = _lengths(request, loaded, notes)
     checked = preflight(loaded.model.config, dtype, device, buckets, cache_len, prompt_len, request.fuse)
@@ -198,7 +200,7 @@ def _prepare(request: CaptureRequest, hooks: Hooks) -> Prepared:
         settings=request.settings.recorded(),
         weights=request.weights,
     )
-    return Prepared(loaded, plan, graphs, captured.session, notes, decision.hazards, checked)
+    return Prepared(loaded, plan, graphs, captured.session, notes, decision.hazards, checked, loading_peak)
 
 
 def check_request_weights(weights: str, dtype, tp: int) -> None:

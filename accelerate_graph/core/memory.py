@@ -249,12 +249,18 @@ def memory_line(record: dict) -> str:
 
 
 def command_bound(
-    session, graph_bytes: int, prompt_len: int, steps: int, fuse: bool, extra: dict | None = None
+    session,
+    graph_bytes: int,
+    prompt_len: int,
+    steps: int,
+    fuse: bool,
+    extra: dict | None = None,
+    loading_peak: int | None = None,
 ) -> MemoryBudget:
     """The stated bound of a command on `session`: its measured weights, cache and graph pool (the
     graphs' recorded growth), the estimated activations of its largest bucket and the logits its checks
     keep, inductor's workspace when it compiled, `extra` parts (bench: compile's graphs, HF generate's
-    own cache), and the margin."""
+    own cache), the measured `loading_peak` where it is above all that, and the margin."""
     bound = MemoryBudget()
     bound.add("weights", weight_bytes(session.model))
     bound.add("KV cache", sum(layer.keys.nbytes + layer.values.nbytes for layer in session.kv.layers))
@@ -274,5 +280,8 @@ def command_bound(
         bound.add("compile workspace", COMPILE_WORKSPACE)
     for name, nbytes in (extra or {}).items():
         bound.add(name, nbytes)
+    if loading_peak is not None and loading_peak > bound.total:
+        # loading comes before the session: a model quantized on load holds its bf16 layers until replaced
+        bound.add("loading, above the rest", loading_peak - bound.total)
     bound.add("margin", margin(bound.total))
     return bound

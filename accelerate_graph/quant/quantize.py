@@ -124,14 +124,13 @@ def quantize_model(
     check_fp8_dtype(dtype)
     block = SCHEME_BLOCK[scheme]
     done = Quantization(scheme, tuple(keep))
-    for name, module in list(model.named_modules()):
-        if type(module) is not torch.nn.Linear or _kept(name, keep):
-            continue
-        parent_name, _, attribute = name.rpartition(".")
-        parent = model.get_submodule(parent_name)
-        fp8 = Fp8Linear.from_linear(module, block)
-        setattr(parent, attribute, fp8)
-        done.swaps.append((parent, attribute, module if keep_originals else None, fp8))
+    # names, not modules: each original goes as soon as its FP8 layer replaces it, so quantizing on the GPU
+    # peaks near the model's own weights (a list of the modules kept every bf16 layer to the end)
+    names = [
+        name for name, module in model.named_modules() if type(module) is torch.nn.Linear and not _kept(name, keep)
+    ]
+    for name in names:
+        done.swaps.append(_swap(model, name, block, keep_originals))
     if not done.swaps:
         raise UnsupportedModelError(
             f"{option('weights', scheme)} found no torch.nn.Linear layer to quantize in this model.",
@@ -139,6 +138,16 @@ def quantize_model(
         )
     _QUANTIZED[model] = done
     return done
+
+
+def _swap(model: torch.nn.Module, name: str, block: int | None, keep_original: bool) -> tuple:
+    """Replace the nn.Linear at `name` with its Fp8Linear: (parent, attribute, the original if kept, FP8 layer)."""
+    parent_name, _, attribute = name.rpartition(".")
+    parent = model.get_submodule(parent_name)
+    original = getattr(parent, attribute)
+    fp8 = Fp8Linear.from_linear(original, block)
+    setattr(parent, attribute, fp8)
+    return parent, attribute, original if keep_original else None, fp8
 
 
 def ensure_weights(model: torch.nn.Module, weights: str) -> Quantization | None:

@@ -122,3 +122,22 @@ def test_capture_reports_its_memory_in_json(tmp_path):
     assert {"weights", "KV cache", "graph pool", "activations", "margin"} <= set(parts)
     assert memory["bound_bytes"] == sum(parts.values())
     assert memory["preflight"]
+
+
+def test_a_loading_peak_above_the_session_s_parts_is_a_part_of_the_bound():
+    """Quantizing on load peaks before the session exists (bf16 layers beside FP8 ones): where that measured
+    peak is above every later part, the bound says by how much; below them it adds nothing."""
+    from tiny_models import tiny_decoder
+
+    from accelerate_graph.core.decode_session import DecodeSession
+    from accelerate_graph.core.memory import command_bound
+
+    session = DecodeSession(tiny_decoder("llama"), 2, 64)
+    plain = command_bound(session, 0, 8, 3, False)
+    assert "loading, above the rest" not in plain.parts
+    below = command_bound(session, 0, 8, 3, False, loading_peak=plain.total - plain.parts["margin"] - 1)
+    assert below.parts == plain.parts
+    high = plain.total + GIB
+    above = command_bound(session, 0, 8, 3, False, loading_peak=high)
+    assert above.total - above.parts["margin"] == high
+    assert above.parts["loading, above the rest"] == high - (plain.total - plain.parts["margin"])

@@ -4,6 +4,8 @@ choice of layers and its refusals, and the bytes the memory counts see."""
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 from tiny_models import tiny_decoder
@@ -75,6 +77,26 @@ def test_the_decoder_is_quantized_and_the_head_and_embeddings_are_kept():
     head_too = tiny_decoder("llama").to(torch.bfloat16)
     quantize_model(head_too, "fp8", keep=("embed",))
     assert isinstance(head_too.lm_head, Fp8Linear) and head_too.lm_head.block is None
+
+
+def test_each_original_layer_goes_as_soon_as_its_fp8_layer_replaces_it(monkeypatch):
+    """Quantizing on the GPU holds the bf16 layers not yet replaced, not every one to the end (an 8B's load
+    peaked at its bf16 and FP8 weights together, over the command's bound)."""
+    model = tiny_decoder("llama").to(torch.bfloat16)
+    linear = [m for name, m in model.named_modules() if type(m) is torch.nn.Linear and "lm_head" not in name]
+    originals = [weakref.ref(m) for m in linear]
+    del linear
+    alive = []
+    from_linear = Fp8Linear.from_linear.__func__
+
+    def counting(cls, layer, block):
+        alive.append(sum(ref() is not None for ref in originals))
+        return from_linear(cls, layer, block)
+
+    monkeypatch.setattr(Fp8Linear, "from_linear", classmethod(counting))
+    quantize_model(model, "fp8")
+    assert alive == list(range(len(originals), 0, -1))
+    assert all(ref() is None for ref in originals)
 
 
 def test_the_same_scheme_again_is_no_second_quantization_and_another_is_refused():

@@ -65,3 +65,26 @@ def test_eval_on_the_gpu_measures_fp8_further_from_the_reference_than_bf16(train
     arms = {arm["name"]: arm for arm in json.loads(out.read_text())["arms"]}
     assert arms["fp8-block"]["kl_mean"]["low"] > arms["eager"]["kl_mean"]["high"]
     assert arms["graph"]["passed"] is True and arms["fp8-block"]["passed"] is None
+
+
+def test_quantizing_on_the_gpu_peaks_at_one_layer_above_the_bf16_weights():
+    """Each bf16 layer goes as its FP8 layer replaces it, so quantizing never holds both models: the peak above
+    what was held is one layer's float32 copies, not the FP8 weights of every layer (an 8B's verify peaked
+    over its bound with both)."""
+    from tiny_models import tiny_decoder
+
+    from accelerate_graph.core.memory import peak_bytes, reset_peak
+    from accelerate_graph.quant.quantize import quantize_model
+
+    model = tiny_decoder("llama", hidden_size=1024, intermediate_size=4096, num_hidden_layers=8)
+    model = model.to(GPU, torch.bfloat16)
+    decoder = [m for name, m in model.named_modules() if type(m) is torch.nn.Linear and name != "lm_head"]
+    largest = max(m.weight.numel() for m in decoder)
+    fp8_bytes = sum(m.weight.numel() for m in decoder)  # one byte a weight
+    del decoder  # a list of the layers would keep them
+    reset_peak(GPU)
+    held = torch.cuda.memory_allocated(GPU)
+    quantize_model(model, "fp8")
+    above = peak_bytes(GPU) - held
+    assert fp8_bytes > 12 * largest  # the test tells the two apart
+    assert above <= 12 * largest, f"{above / 2**20:.0f} MiB above the bf16 model while quantizing"
