@@ -74,6 +74,15 @@ def tune_table(report: TuneReport) -> Table:
     return table
 
 
+def _cut_short_line(result) -> str:
+    """What the budget left untried in a bucket, and what became of those ops."""
+    counts = ", ".join(f"{op} {tried} of {size}" for op, (tried, size) in result.cut_short.items())
+    kept = f"; not written: {', '.join(sorted(result.unreached))}" if result.unreached else ""
+    return (
+        f"{result.rows} row(s): the budget ran out, configs tried: {counts}{kept}; a larger --budget-s tries the rest"
+    )
+
+
 def _written(result) -> str:
     if not result.written:
         return "no: inductor's is faster"
@@ -126,6 +135,8 @@ def tune(
     for result in report.results:
         for line in result.wrong:
             output.line(f"{result.rows} row(s): disagreed with the reference, left out: {line}")
+        if result.cut_short:
+            output.line(_cut_short_line(result))
     if report.added or report.changed:
         output.line(f"written: {report.path} ({report.added} entries added, {report.changed} changed)")
     else:

@@ -50,6 +50,8 @@ class TuneReport:
                     "chosen": {r.keys[op]: dataclasses.asdict(cfg) for op, cfg in r.chosen.items()},
                     "wrong": r.wrong,
                     "unchecked": sorted(r.unchecked),
+                    "cut_short": {op: {"tried": tried, "of": size} for op, (tried, size) in r.cut_short.items()},
+                    "unreached": sorted(r.unreached),
                     "trials": [
                         {"op": op, "config": grids.describe(cfg), "us_per_layer": None if us is None else round(us, 3)}
                         for op, cfg, us in r.trials

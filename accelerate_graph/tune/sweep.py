@@ -58,7 +58,7 @@ class BucketResult:
     row only when they beat inductor's (a shape the table has at batch 1 runs the skinny kernels there); above,
     always (the table gives only the config, layer_program decides where they run). `wrong`: the configs that
     disagreed with the reference (FP8), one line each; `unchecked`: ops none of whose configs agreed, never
-    written."""
+    written; `cut_short`: ops the deadline left configs of untried."""
 
     rows: int
     before: dict[str, SkinnyConfig]
@@ -71,6 +71,15 @@ class BucketResult:
     trials: list[tuple[str, SkinnyConfig, float | None]] = dataclasses.field(default_factory=list)
     wrong: list[str] = dataclasses.field(default_factory=list)
     unchecked: frozenset[str] = frozenset()
+    # each op's configs to try besides the one it started from: where trials are fewer, the deadline cut it
+    grid_sizes: dict[str, int] = dataclasses.field(default_factory=dict)
+    unreached: frozenset[str] = frozenset()  # FP8 ops the deadline never reached, not written
+
+    @property
+    def cut_short(self) -> dict[str, tuple[int, int]]:
+        """Ops the deadline left with configs untried: op -> (tried, to try), in the ops' order."""
+        tried = {op: sum(1 for o, _, _ in self.trials if o == op) for op in self.grid_sizes}
+        return {op: (tried[op], size) for op, size in self.grid_sizes.items() if tried[op] < size}
 
     @property
     def written(self) -> bool:
@@ -79,7 +88,8 @@ class BucketResult:
     def entries(self) -> dict[str, SkinnyConfig]:
         if not self.written:
             return {}
-        return {self.keys[op]: cfg for op, cfg in self.chosen.items() if op not in self.unchecked}
+        left_out = self.unchecked | self.unreached
+        return {self.keys[op]: cfg for op, cfg in self.chosen.items() if op not in left_out}
 
 
 def _recorded(trial: Callable) -> tuple[list, Callable]:
@@ -109,12 +119,15 @@ def tune_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took: No
         return grids.grid(rows, sum(ns), k, sms)
 
     tried, heard = _recorded(trial)
+    sizes = _grid_sizes(before, grid)
     chosen, _ = descend(dict(before), grid, chain.layer_us, before_us, deadline, trial=heard)
     # timed again: the descent's best was one sample among many; unchanged configs keep their first time,
     # so a report never shows the table's own configs as a change
     chosen_us = before_us if chosen == before else chain.layer_us(chosen)
     keys = {op: configs.table_key(kind, configs.m_bucket(rows), ns, k) for op, (kind, ns, k) in shapes.calls.items()}
-    return BucketResult(rows, before, chosen, before_us, chosen_us, chain.inductor_layer_us(), keys, tried)
+    return BucketResult(
+        rows, before, chosen, before_us, chosen_us, chain.inductor_layer_us(), keys, tried, grid_sizes=sizes
+    )
 
 
 def tune_fp8_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took: None) -> BucketResult:
@@ -149,11 +162,25 @@ def tune_fp8_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took
                 unchecked.add(op)
     start_us = before_us if start == before else chain.layer_us(start)
     tried, heard = _recorded(trial)
+    sizes = _grid_sizes(start, grid)
     chosen, _ = descend(start, grid, chain.layer_us, start_us, deadline, trial=heard, accept=agrees)
     chosen_us = start_us if chosen == start else chain.layer_us(chosen)
     keys = {op: fp8_skinny.table_key(block, rows, n, k, op in chain.gate_up_ops) for op, (n, k) in chain.ops.items()}
     wrong = list(dict.fromkeys(wrong))  # an op none of whose configs agreed tried them twice
-    return BucketResult(rows, before, chosen, before_us, chosen_us, None, keys, tried, wrong, frozenset(unchecked))
+    result = BucketResult(
+        rows, before, chosen, before_us, chosen_us, None, keys, tried, wrong, frozenset(unchecked), sizes
+    )
+    # an op the deadline never reached keeps what it started from, not written unless that corrected the config
+    # in use: the FP8 kernel runs the default without an entry, and a default in the table would read as tuned
+    result.unreached = frozenset(
+        op for op, (count, _) in result.cut_short.items() if count == 0 and start[op] == before[op]
+    )
+    return result
+
+
+def _grid_sizes(start: dict[str, SkinnyConfig], grid: Callable[[str], list[SkinnyConfig]]) -> dict[str, int]:
+    """How many configs descend would try for each op: its grid but the config it starts from."""
+    return {op: sum(1 for cfg in grid(op) if cfg != start[op]) for op in start}
 
 
 def _agrees_quietly(agrees: Callable[[str, SkinnyConfig], bool], op: str, cfg: SkinnyConfig) -> bool:

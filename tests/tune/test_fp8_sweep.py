@@ -91,3 +91,32 @@ def test_every_trial_is_kept_and_reported_with_its_time():
     (bucket,) = TuneReport("GPU", shapes, [result], Path("t.json"), weights="fp8").to_dict()["buckets"]
     assert len(bucket["trials"]) == len(result.trials)
     assert {"op": "down", "config": grids.describe(down[2]), "us_per_layer": 35.0} in bucket["trials"]
+
+
+def test_what_the_budget_left_untried_is_said_and_ops_never_reached_are_not_written(monkeypatch):
+    """A bucket whose deadline came mid-sweep names each op's configs tried against its grid; an op never reached
+    keeps its starting config but is not written (the kernel runs the default without an entry anyway, and a
+    default in the table would read as tuned)."""
+    from accelerate_graph.tune import sweep
+    from cli.tune_cmd import _cut_short_line
+
+    clock = [0.0]
+    monkeypatch.setattr(sweep.time, "monotonic", lambda: clock[0])
+
+    class Ticking(FakeChain):
+        def layer_us(self, cfgs):
+            clock[0] += 1.0  # each timing costs a second of the budget
+            return super().layer_us(cfgs)
+
+    rows = 8
+    result = tune_fp8_bucket(Ticking(rows, None), 132, 4.5)
+    first, *rest = OPS
+    tried, size = result.cut_short[first]
+    assert 0 < tried < size == len([c for c in grid(first, rows, None) if c != result.before[first]])
+    assert all(result.cut_short[op][0] == 0 for op in rest) and result.unreached == set(rest)
+    assert set(result.entries()) == {fp8_skinny.table_key(None, rows, *OPS[first])}
+    line = _cut_short_line(result)
+    assert line.startswith("8 row(s): the budget ran out") and f"{first} {tried} of {size}" in line
+    assert "not written: " + ", ".join(sorted(rest)) in line
+    complete = tune_fp8_bucket(FakeChain(rows, None), 132, time.monotonic() + 60)
+    assert complete.cut_short == {} and not complete.unreached
