@@ -285,28 +285,37 @@ def _x_tile_normed(x_ptr, nw_ptr, rstd, offs_m, offs_k, M, K, EVEN_K: tl.constex
 
 @triton.jit
 def _accumulate_dot(
-    x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
-    NORM: tl.constexpr, BLOCKWISE: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
-    OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    x_ptr, nw_ptr, rstd, w_ptr, s_ptr, w2_ptr, s2_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi,
+    SCALE_BLOCK, S_COLS, NORM: tl.constexpr, BLOCKWISE: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr,
+    EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, PAIR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Tensor cores (BLOCK_M >= 16), the weights converted to x's dtype: each K tile's product, times its
-    block's scale where BLOCKWISE, added in float32: [BLOCK_M, BLOCK_N]."""
+    block's scale where BLOCKWISE, added in float32. PAIR: a second weight (gate/up's up half, scales at s2_ptr)
+    over the same x tiles. (acc, acc2), [BLOCK_M, BLOCK_N] each; acc2 zeros without PAIR."""
     if SWAP:
         acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc2 = acc
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         xv = _x_tile_normed(x_ptr, nw_ptr, rstd, offs_m, offs_k, M, K, EVEN_K, NORM, OUT_BF16)
         w = _e4m3_as(_w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K), x_ptr.dtype.element_ty)
         part = _dot(xv, w, IEEE_DOT, SWAP)
         if BLOCKWISE:  # the tile lies in one block of columns
-            acc += part * _tile_scale(s_ptr, row_block, k0, SCALE_BLOCK, S_COLS)
-        else:
-            acc += part
+            part = part * _tile_scale(s_ptr, row_block, k0, SCALE_BLOCK, S_COLS)
+        acc += part
+        if PAIR:
+            w2 = _e4m3_as(_w_tile(w2_ptr, offs_n, offs_k, N, K, EVEN_K), x_ptr.dtype.element_ty)
+            part2 = _dot(xv, w2, IEEE_DOT, SWAP)
+            if BLOCKWISE:
+                part2 = part2 * _tile_scale(s2_ptr, row_block, k0, SCALE_BLOCK, S_COLS)
+            acc2 += part2
     if SWAP:  # one return: the compiler types every return statement, even behind a constexpr
         acc = tl.trans(acc)
-    return acc
+        acc2 = tl.trans(acc2)
+    return acc, acc2
 
 
 @triton.jit
@@ -393,9 +402,9 @@ def _product(
     """The program's [BLOCK_M, BLOCK_N] float32 sums over its K slice, scaled (per-channel scales here, block
     scales as the path applies them): tensor cores, one row, or rows of float32 multiply-and-sum."""
     if USE_DOT:
-        acc = _accumulate_dot(
-            x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
-            NORM, BLOCKWISE, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K,
+        acc, _ = _accumulate_dot(
+            x_ptr, nw_ptr, rstd, w_ptr, s_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi,
+            SCALE_BLOCK, S_COLS, NORM, BLOCKWISE, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, False, BLOCK_M, BLOCK_N, BLOCK_K,
         )  # fmt: skip
     elif BLOCK_M == 1:
         acc = _accumulate_one_row(
@@ -423,7 +432,8 @@ def fp8_skinny_kernel(
     x_ptr, nw_ptr, eps, w_ptr, s_ptr, b_ptr, res_ptr, out_ptr, ws_ptr, M, N, K, K_PER_SPLIT, SCALE_BLOCK, S_COLS,
     NORM: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, GATE_UP: tl.constexpr,
     BLOCKWISE: tl.constexpr, SPLIT: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr,
-    SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, E4M3_DOT: tl.constexpr, USE_PDL: tl.constexpr,
+    SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, E4M3_DOT: tl.constexpr, PAIR_DOT: tl.constexpr,
+    USE_PDL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, RSTD_CHUNK: tl.constexpr,
     RSTD_CHUNKS: tl.constexpr, LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
@@ -433,7 +443,7 @@ def fp8_skinny_kernel(
     residual), then let the next one launch. NORM: each program computes its rows' norms first (RSTD_CHUNKS
     loads of RSTD_CHUNK columns, skinny_matmul.rstd_chunks). GATE_UP: W is [2N, K], gate's rows then up's
     (with block scales N is a whole number of blocks), the up half's product walked after the gate's, or
-    beside it (E4M3_DOT, which the launch sets only with USE_DOT)."""
+    beside it (E4M3_DOT, which the launch sets only with USE_DOT; PAIR_DOT, with USE_DOT)."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(2)
     if USE_PDL:
@@ -454,11 +464,19 @@ def fp8_skinny_kernel(
         s_up = s_ptr + (N // SCALE_BLOCK) * S_COLS
     else:
         s_up = s_ptr + N
-    if E4M3_DOT:  # both halves in one walk of K: x split once a tile
-        acc, acc2 = _accumulate_e4m3(
-            x_ptr, nw_ptr, rstd, w_ptr, s_ptr, w_ptr + N * K, s_up, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi,
-            SCALE_BLOCK, S_COLS, NORM, BLOCKWISE, SWAP, EVEN_K, OUT_BF16, GATE_UP, BLOCK_M, BLOCK_N, BLOCK_K,
-        )  # fmt: skip
+    if E4M3_DOT or (PAIR_DOT and USE_DOT):  # both halves in one walk of K: x loaded (and split) once a tile
+        if E4M3_DOT:
+            acc, acc2 = _accumulate_e4m3(
+                x_ptr, nw_ptr, rstd, w_ptr, s_ptr, w_ptr + N * K, s_up, offs_m, offs_n, row_block, M, N, K, k_lo,
+                k_hi, SCALE_BLOCK, S_COLS, NORM, BLOCKWISE, SWAP, EVEN_K, OUT_BF16, GATE_UP, BLOCK_M, BLOCK_N,
+                BLOCK_K,
+            )  # fmt: skip
+        else:
+            acc, acc2 = _accumulate_dot(
+                x_ptr, nw_ptr, rstd, w_ptr, s_ptr, w_ptr + N * K, s_up, offs_m, offs_n, row_block, M, N, K, k_lo,
+                k_hi, SCALE_BLOCK, S_COLS, NORM, BLOCKWISE, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, GATE_UP, BLOCK_M,
+                BLOCK_N, BLOCK_K,
+            )  # fmt: skip
         if not BLOCKWISE:
             acc = acc * _channel_scales(s_ptr, offs_n, N)
             if GATE_UP:

@@ -189,6 +189,9 @@ def launch(
     x2 = x.reshape(-1, k).contiguous()
     m, n = x2.shape[0], weight.shape[0] // (2 if gate_up else 1)
     cfg = fitted(cfg or config_for(m, n, k, block, x.device, gate_up), block)
+    if norm_weight is not None and cfg.norm_apart:  # the norm's own kernel, the same rounding as folded
+        x2 = skinny_matmul.rms_norm(x2, norm_weight.contiguous(), eps)
+        norm_weight = None
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     block_m = cfg.block_m(m)
     n_blocks, m_blocks = _cdiv(n, cfg.block_n), _cdiv(m, block_m)
@@ -226,7 +229,7 @@ def launch(
         m, n, k, k_per_split, block or 1, scale.shape[-1] if block else 0,
         NORM=1 if norm_weight is not None else 0, BLOCKWISE=block is not None, USE_DOT=cfg.dot,
         IEEE_DOT=x.dtype == torch.float32, SWAP=cfg.dot and cfg.swap, EVEN_K=k % cfg.block_k == 0,
-        E4M3_DOT=e4m3,
+        E4M3_DOT=e4m3, PAIR_DOT=gate_up and cfg.dot and cfg.pair and not e4m3,
         BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads,
         LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **flags, **extra,

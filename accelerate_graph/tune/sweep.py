@@ -152,7 +152,7 @@ def tune_fp8_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took
 
     def grid(op: str) -> list[SkinnyConfig]:
         n, k = chain.ops[op]
-        return grids.fp8_grid(rows, n, k, block, sms)
+        return grids.fp8_grid(rows, n, k, block, sms, op in chain.gate_up_ops, op in chain.normed_ops)
 
     start, unchecked = dict(before), set()
     for op, cfg in before.items():

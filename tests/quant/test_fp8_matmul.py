@@ -255,7 +255,13 @@ def test_every_shipped_fp8_table_names_its_device_and_holds_what_tune_tries():
         for key, cfg in entries.items():
             op, bucket, n, k = key.split("|")
             block = None if op.startswith("fp8_channel") else 128
-            assert cfg in grids.fp8_grid(int(bucket[1:]), int(n[1:]), int(k[1:]), block), key
+            rows, gate_up = int(bucket[1:]), op.endswith("_gate_up")
+            # a key does not say whether its op folds the norm in (q/k/v does, o of the same shape does not)
+            tried = {
+                cfg for normed in (False, True)
+                for cfg in grids.fp8_grid(rows, int(n[1:]), int(k[1:]), block, gate_up=gate_up, normed=normed)
+            }  # fmt: skip
+            assert cfg in tried, key
 
 
 # ---------------------------------------------------------------- the kernel under the interpreter
@@ -331,6 +337,29 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
             ("dot", "fp32", {"block_n": 16, "block_k": 32, "dot": True}),
         )
         for rows in ((1, 2) if path in ("fma", "split", "narrow") else (1,) if path == "lookahead" else (4, 16, 32))
+        for scales, block in (("channel", None), ("block", 32))
+    ),
+    # gate/up's halves in one walk of K (pair), one x tile for both: plain, swapped with split-K's finish (fp16:
+    # the interpreter runs no bf16 tensor-core operand, test_gpu_kernel_paths_agree_with_the_reference runs it)
+    *(
+        {"id": f"gate_up-{path}-pair-{scales}-rows{rows}", "rows": rows, "n": 64, "k": 200, "dtype": dtype,
+         "block": block, "bias": False, "fold": "gate_up", "config": {**config, "pair": True}}
+        for path, dtype, config in (
+            ("dot", "fp16", {"block_n": 16, "block_k": 32, "dot": True}),
+            ("swap-split", "fp16", {"block_n": 16, "block_k": 32, "dot": True, "swap": True, "split_k": 3}),
+        )
+        for rows in (4, 32)
+        for scales, block in (("channel", None), ("block", 32))
+    ),
+    # the norm as its own kernel first (norm_apart), then the product of the normalised rows
+    *(
+        {"id": f"{fold}-{path}-apart-{scales}-rows{rows}", "rows": rows, "n": 64, "k": 200, "dtype": dtype,
+         "block": block, "bias": False, "fold": fold, "config": {**config, "norm_apart": True}}
+        for fold in ("norm", "gate_up")
+        for path, dtype, config, rows in (
+            ("fma", "bf16", FMA, 2),
+            ("swap-pair", "fp16", {"block_n": 16, "block_k": 32, "dot": True, "swap": True, "pair": True}, 32),
+        )
         for scales, block in (("channel", None), ("block", 32))
     ),
     *(
@@ -437,7 +466,7 @@ for _variant in PTX_VARIANTS:  # the rest as the launch passes it for bf16 x, on
     _variant["flags"] = {
         "HAS_B": True, "BLOCKWISE": False, "SPLIT": 1, "USE_DOT": False, "IEEE_DOT": False, "SWAP": False,
         "EVEN_K": True, "OUT_BF16": True, "USE_PDL": True, "LOOKAHEAD": False, "NORM": 0, "HAS_RES": False,
-        "GATE_UP": False, "E4M3_DOT": False,
+        "GATE_UP": False, "E4M3_DOT": False, "PAIR_DOT": False,
         "RSTD_CHUNK": 1, "RSTD_CHUNKS": 0, **_variant["flags"],
     }  # fmt: skip
 
@@ -549,6 +578,10 @@ GPU_CONFIGS = {
     "e4m3": (16, configs.SkinnyConfig(128, 128, 4, 4, dot=True, swap=True, e4m3_dot=True)),
     "e4m3-wide": (32, configs.SkinnyConfig(256, 128, 8, 3, dot=True, swap=True, e4m3_dot=True)),
     "e4m3-split": (32, configs.SkinnyConfig(64, 128, 4, 4, split_k=4, dot=True, swap=True, e4m3_dot=True)),
+    "pair": (32, configs.SkinnyConfig(128, 128, 8, 4, dot=True, pair=True)),
+    "pair-swap-split": (16, configs.SkinnyConfig(64, 128, 2, 4, split_k=2, dot=True, swap=True, pair=True)),
+    "apart": (32, configs.SkinnyConfig(64, 128, 2, 4, dot=True, swap=True, norm_apart=True)),
+    "e4m3-apart": (32, configs.SkinnyConfig(128, 128, 8, 4, dot=True, swap=True, e4m3_dot=True, norm_apart=True)),
 }
 
 

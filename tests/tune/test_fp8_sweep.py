@@ -22,7 +22,7 @@ class FakeChain:
 
     def __init__(self, rows: int, block: int | None, fast=(), wrong=(), nan=()):
         self.rows, self.block, self.device, self.ops = rows, block, torch.device("cpu"), dict(OPS)
-        self.gate_up_ops = frozenset()
+        self.gate_up_ops = self.normed_ops = frozenset()
         self.fast, self.wrong, self.nan, self.checked = set(fast), set(wrong) | set(nan), set(nan), []
         self.layers_count = 8
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from accelerate_graph.fused.kernels import configs
@@ -127,10 +129,63 @@ def test_fp8_rows_try_e4m3_tensor_cores_first_on_whole_warpgroups(n, k):
     assert grids.describe(wide) == "n128 k128 w4 s4 x1 swap e4m3"
 
 
+@pytest.mark.parametrize("n, k", FP8_SHAPES)
+def test_fp8_gate_up_rows_also_try_both_halves_in_one_walk(n, k):
+    """The merged gate/up above 2 rows adds its paired walks (bf16-operand tensor cores, two weight tiles and
+    one x tile a stage within shared memory), after the e4m3 tiles as busy as they are; nothing else does."""
+    for rows in (1, 2, 8, 32):
+        plain, merged = grids.fp8_grid(rows, n, k, None), grids.fp8_grid(rows, n, k, None, gate_up=True)
+        paired = [c for c in merged if c.pair]
+        assert not any(c.pair for c in plain) and set(plain) <= set(merged)
+        assert bool(paired) == (rows > 2) and set(merged) - set(plain) == set(paired)
+        for cfg in paired:
+            assert cfg.dot and not cfg.e4m3_dot and grids.describe(cfg).endswith(" pair")
+            stage = 2 * cfg.block_n * cfg.block_k + 32 * cfg.block_k * 2  # two e4m3 weight tiles, 32 bf16 rows
+            assert cfg.num_stages * stage <= 227 * 1024
+        if rows <= 2:
+            continue
+        busy = [grids.programs(n, c.block_n, c.split_k) >= 132 for c in merged]
+        assert busy == sorted(busy, reverse=True)
+        for group in (True, False):
+            kinds = [2 if c.e4m3_dot else 1 if c.pair else 0 for c, b in zip(merged, busy) if b == group]
+            assert kinds == sorted(kinds, reverse=True)
+
+
+@pytest.mark.parametrize("n, k", FP8_SHAPES)
+def test_fp8_normed_rows_run_the_norm_apart_above_16_rows(n, k):
+    """A call with the norm folded in runs it as its own kernel with every tile above 16 rows, tries it with the
+    e4m3 tiles too at 3-16 rows, and never at 1-2 rows; a call without a norm never."""
+    for rows in (1, 2, 8, 16, 32):
+        for gate_up in (False, True):
+            plain = grids.fp8_grid(rows, n, k, None, gate_up=gate_up)
+            normed = grids.fp8_grid(rows, n, k, None, gate_up=gate_up, normed=True)
+            apart = [c for c in normed if c.norm_apart]
+            assert not any(c.norm_apart for c in plain)
+            assert all(grids.describe(c).endswith(" apart") for c in apart)
+            folded = [dataclasses.replace(c, norm_apart=False) for c in apart]
+            if rows <= 2:
+                assert normed == plain
+            elif rows <= 16:
+                assert [c for c in normed if not c.norm_apart] == plain
+                assert set(folded) == {c for c in plain if c.e4m3_dot} != set()
+            else:
+                assert folded == plain
+
+
 def test_an_fp8_sweep_of_a_model_fits_the_default_budget():
-    """About 20 configs an op and bucket (a compile, a check and a timed replay each): the 8B's four ops at
-    1, 8, 16 and 32 rows under 400 trials, every decode batch the kernel runs."""
-    shapes = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]
+    """About 25 configs an op and bucket (a compile, a check and a timed replay each): the 8B's four ops as the
+    folded step calls them (q/k/v and gate/up with the norm, gate/up merged) at 1, 8, 16 and 32 rows under 450
+    trials, every decode batch the kernel runs."""
+    ops = [
+        (6144, 4096, False, True),
+        (4096, 4096, False, False),
+        (14336, 4096, True, True),
+        (4096, 14336, False, False),
+    ]
     for block in (None, 128):
-        trials = sum(len(grids.fp8_grid(rows, n, k, block)) for rows in configs.M_BUCKETS for n, k in shapes)
-        assert trials <= 400 and max(configs.M_BUCKETS) <= SKINNY_MAX_ROWS, (block, trials)
+        trials = sum(
+            len(grids.fp8_grid(rows, n, k, block, gate_up=gate_up, normed=normed))
+            for rows in configs.M_BUCKETS
+            for n, k, gate_up, normed in ops
+        )
+        assert trials <= 450 and max(configs.M_BUCKETS) <= SKINNY_MAX_ROWS, (block, trials)

@@ -44,6 +44,13 @@ class SkinnyConfig:
     # one row without dot: the next K block's loads issued before this one's sums (skinny_kernels'
     # _accumulate_one_row); nothing anywhere else
     lookahead: bool = False
+    # with dot, FP8 gate/up and weights converted to x's dtype: gate's and up's tiles in one walk of K, each x
+    # tile loaded once for both (e4m3_dot walks so always); nothing anywhere else
+    pair: bool = False
+    # a launch of the FP8 kernel with the RMSNorm folded in: the norm as its own kernel first, x normalised once
+    # rather than by every program (at 32 rows a K tile of x holds half as many values as a 64-row weight
+    # tile, and the norm's arithmetic nearly doubled the loop's instructions, sm_90 SASS); nothing anywhere else
+    norm_apart: bool = False
 
     def block_m(self, m) -> int:
         """Rows per program: the next power of two of the rows (at most 32), at least 16 for tl.dot. A

@@ -151,7 +151,7 @@ FP8_POINTERS = {
     "nw_ptr": "*bf16", "res_ptr": "*bf16",
 }  # fmt: skip
 FP8_HALF_POINTERS = {**FP8_POINTERS, **{name: "*fp16" for name in ("x_ptr", "b_ptr", "out_ptr", "nw_ptr", "res_ptr")}}
-FP8_UNFOLDED = dict(NORM=0, HAS_RES=False, GATE_UP=False, RSTD_CHUNK=1, RSTD_CHUNKS=0, E4M3_DOT=False)
+FP8_UNFOLDED = dict(NORM=0, HAS_RES=False, GATE_UP=False, RSTD_CHUNK=1, RSTD_CHUNKS=0, E4M3_DOT=False, PAIR_DOT=False)
 # the folds (setting fp8_fold): the norm with merged gate/up's activation, or the residual
 FP8_FOLDS = {
     "norm, gate/up": dict(NORM=1, GATE_UP=True, RSTD_CHUNK=1024, RSTD_CHUNKS=4),
@@ -171,6 +171,11 @@ FP8_LAUNCHED = {
     "swap, 2 warps": (True, True, 32, 64, 128, 2, 4, (256, 16)),
     "swap, e4m3": (True, True, 32, 128, 128, 8, 4, (128, 32), True),
 }
+
+
+def e4m3_of(tile: tuple) -> bool:
+    """Whether an FP8_LAUNCHED tile is of e4m3 tensor cores."""
+    return bool(tile[8:] and tile[8])
 
 
 def fp8_launched(tile: tuple, blockwise: bool, split: int, fold: dict, pdl: bool) -> tuple[dict, dict]:
@@ -225,6 +230,9 @@ def fp8_variants():
         if blockwise and split == 1 and not fold:  # fp16 x: the weights converted to fp16 for the dot
             half = {**flags, "OUT_BF16": False}
             yield f"{description} fp16", fp8_kernels.fp8_skinny_kernel, half, FP8_HALF_POINTERS, launch
+        if fold.get("GATE_UP") and tile[0] and not e4m3_of(tile):  # gate's and up's tiles in one walk of K (pair)
+            paired = {**flags, "PAIR_DOT": True}
+            yield f"{description} pair", fp8_kernels.fp8_skinny_kernel, paired, FP8_POINTERS, launch
         if split == 2 and not blockwise:  # the finish kernel at the tile's rows and columns
             finish = _only(fp8_kernels.fp8_finish_kernel, flags)
             launch = {"divisible": FP8_DIVISIBLE, "options": {"num_warps": 4}}
