@@ -126,7 +126,8 @@ class Fp8Chain:
         self.ops = tuned_ops(shapes, block, self.folds)
         self.gate_up_ops = frozenset(op for op, call in tuned_calls(shapes, block, self.folds).items() if call.gate_up)
         # the ops a launch of which folds the norm in (a config may take it apart: norm_apart)
-        self.normed_ops = frozenset(c.op for step in ("qkv", "gate_up") for c in self.steps[step] if self.folds)
+        normed = [c.op for step in ("qkv", "gate_up") for c in self.steps[step]]
+        self.normed_ops = frozenset(normed if self.folds else ())
         self.layers_count = layers or fp8_layers_for(shapes, block)
         gen = torch.Generator(device=device).manual_seed(0)
 

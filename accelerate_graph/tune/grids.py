@@ -156,8 +156,8 @@ def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
     warps; swapped only on 2 warps, whose MMAs take the converted weights as they come out and x whole (sm_90
     SASS: ~4.4 instructions a weight at 32 rows against 6.0 unswapped, whose x operand is re-paired by moves
     before every MMA; swapped on 4 warps it reads the weights two bytes at a time). Split-K 2 and 4 where the
-    blocks of N alone leave multiprocessors idle; K tiles no longer than K. Those that give every
-    multiprocessor a program come first."""
+    blocks of N alone leave multiprocessors idle; K tiles no longer than K. fp8_grid puts those that give
+    every multiprocessor a program first."""
     out = [
         SkinnyConfig(bn, bk, w, s, dot=True, swap=True, e4m3_dot=True)
         for bn, bk, w, s in ((128, 128, 8, 4), (256, 128, 8, 3), (64, 128, 4, 4))
@@ -177,8 +177,7 @@ def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
             out += [SkinnyConfig(bn, 128, 4, 4, split_k=x, dot=True) for x in (2, 4)]
     if programs(n, 64, 1) < sms:
         out += [SkinnyConfig(64, 128, 2, 4, split_k=x, dot=True, swap=True) for x in (2, 4)]
-    out = [c for c in out if c.split_k * c.block_k <= max(k, 64)]  # no slice of K past its end
-    return sorted(out, key=lambda c: programs(n, c.block_n, c.split_k) < sms)
+    return [c for c in out if c.split_k * c.block_k <= max(k, 64)]  # no slice of K past its end
 
 
 def paired_gate_up_grid(n: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
