@@ -284,6 +284,20 @@ def _x_tile_normed(x_ptr, nw_ptr, rstd, offs_m, offs_k, M, K, EVEN_K: tl.constex
 
 
 @triton.jit
+def _converted_tile_product(
+    xv, w_ptr, s_ptr, offs_n, offs_k, row_block, k0, N, K, SCALE_BLOCK, S_COLS, BLOCKWISE: tl.constexpr,
+    IEEE_DOT: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
+):  # fmt: skip
+    """One K tile's float32 product by tensor cores, the weights converted to x's dtype, times the block's scale
+    where BLOCKWISE (the tile lies in one block of columns)."""
+    w = _e4m3_as(_w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K), xv.dtype)
+    part = _dot(xv, w, IEEE_DOT, SWAP)
+    if BLOCKWISE:
+        part = part * _tile_scale(s_ptr, row_block, k0, SCALE_BLOCK, S_COLS)
+    return part
+
+
+@triton.jit
 def _accumulate_dot(
     x_ptr, nw_ptr, rstd, w_ptr, s_ptr, w2_ptr, s2_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi,
     SCALE_BLOCK, S_COLS, NORM: tl.constexpr, BLOCKWISE: tl.constexpr, IEEE_DOT: tl.constexpr, SWAP: tl.constexpr,
@@ -301,17 +315,11 @@ def _accumulate_dot(
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         xv = _x_tile_normed(x_ptr, nw_ptr, rstd, offs_m, offs_k, M, K, EVEN_K, NORM, OUT_BF16)
-        w = _e4m3_as(_w_tile(w_ptr, offs_n, offs_k, N, K, EVEN_K), x_ptr.dtype.element_ty)
-        part = _dot(xv, w, IEEE_DOT, SWAP)
-        if BLOCKWISE:  # the tile lies in one block of columns
-            part = part * _tile_scale(s_ptr, row_block, k0, SCALE_BLOCK, S_COLS)
-        acc += part
+        acc += _converted_tile_product(xv, w_ptr, s_ptr, offs_n, offs_k, row_block, k0, N, K, SCALE_BLOCK, S_COLS,
+                                       BLOCKWISE, IEEE_DOT, SWAP, EVEN_K)  # fmt: skip
         if PAIR:
-            w2 = _e4m3_as(_w_tile(w2_ptr, offs_n, offs_k, N, K, EVEN_K), x_ptr.dtype.element_ty)
-            part2 = _dot(xv, w2, IEEE_DOT, SWAP)
-            if BLOCKWISE:
-                part2 = part2 * _tile_scale(s2_ptr, row_block, k0, SCALE_BLOCK, S_COLS)
-            acc2 += part2
+            acc2 += _converted_tile_product(xv, w2_ptr, s2_ptr, offs_n, offs_k, row_block, k0, N, K, SCALE_BLOCK,
+                                            S_COLS, BLOCKWISE, IEEE_DOT, SWAP, EVEN_K)  # fmt: skip
     if SWAP:  # one return: the compiler types every return statement, even behind a constexpr
         acc = tl.trans(acc)
         acc2 = tl.trans(acc2)
