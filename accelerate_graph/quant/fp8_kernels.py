@@ -451,7 +451,7 @@ def fp8_skinny_kernel(
     residual), then let the next one launch. NORM: each program computes its rows' norms first (RSTD_CHUNKS
     loads of RSTD_CHUNK columns, skinny_matmul.rstd_chunks). GATE_UP: W is [2N, K], gate's rows then up's
     (with block scales N is a whole number of blocks), the up half's product walked after the gate's, or
-    beside it (E4M3_DOT, which the launch sets only with USE_DOT; PAIR_DOT, with USE_DOT)."""
+    beside it (E4M3_DOT or PAIR_DOT, which the launch sets only with USE_DOT)."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(2)
     if USE_PDL:
@@ -472,7 +472,7 @@ def fp8_skinny_kernel(
         s_up = s_ptr + (N // SCALE_BLOCK) * S_COLS
     else:
         s_up = s_ptr + N
-    if E4M3_DOT or (PAIR_DOT and USE_DOT):  # both halves in one walk of K: x loaded (and split) once a tile
+    if E4M3_DOT or PAIR_DOT:  # both halves in one walk of K: x loaded (and split) once a tile
         if E4M3_DOT:
             acc, acc2 = _accumulate_e4m3(
                 x_ptr, nw_ptr, rstd, w_ptr, s_ptr, w_ptr + N * K, s_up, offs_m, offs_n, row_block, M, N, K, k_lo,
