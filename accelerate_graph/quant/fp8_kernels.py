@@ -28,7 +28,13 @@ import triton
 import triton.language as tl
 
 from accelerate_graph.fused.kernels.pdl import gdc_launch_dependents, gdc_wait
-from accelerate_graph.fused.kernels.skinny_kernels import _epilogue, _norm_weights, _normed_by, _rows_rstd
+from accelerate_graph.fused.kernels.skinny_kernels import (
+    _epilogue,
+    _finish_block,
+    _norm_weights,
+    _normed_by,
+    _rows_rstd,
+)
 
 # @triton.jit picks the interpreter at decoration, i.e. when this module is imported.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -447,11 +453,13 @@ def fp8_skinny_kernel(
 ):  # fmt: skip
     """Grid (blocks of N, blocks of M, SPLIT). SPLIT > 1: float32 partials (per-channel scales applied) into
     the workspace [SPLIT, M, N] ([SPLIT, M, 2N] under GATE_UP: gate's, then up's), summed by
-    fp8_finish_kernel. USE_PDL: ask L2 for the first weights, wait for the kernel before (it writes x and the
-    residual), then let the next one launch. NORM: each program computes its rows' norms first (RSTD_CHUNKS
-    loads of RSTD_CHUNK columns, skinny_matmul.rstd_chunks). GATE_UP: W is [2N, K], gate's rows then up's
-    (with block scales N is a whole number of blocks), the up half's product walked after the gate's, or
-    beside it (E4M3_DOT or PAIR_DOT, which the launch sets only with USE_DOT)."""
+    fp8_finish_kernel at every row count (the bf16 kernels' last slice to arrive finishing its block, arrival.py,
+    lost here: 4 us a layer at 32 rows and 18 at 8 in tune's 8B chain, H100). USE_PDL: ask L2 for the first
+    weights, wait for the kernel before (it writes x and the residual), then let the next one launch. NORM:
+    each program computes its rows' norms first (RSTD_CHUNKS loads of RSTD_CHUNK columns,
+    skinny_matmul.rstd_chunks). GATE_UP: W is [2N, K], gate's rows then up's (with block scales N is a whole
+    number of blocks), the up half's product walked after the gate's, or beside it (E4M3_DOT or PAIR_DOT, which
+    the launch sets only with USE_DOT)."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(2)
     if USE_PDL:
@@ -518,21 +526,16 @@ def fp8_finish_kernel(
     SPLIT: tl.constexpr, OUT_BF16: tl.constexpr, USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """Split-K's second pass: the partials summed in split order (no dependence on timing), then the epilogue.
-    Grid as fp8_skinny_kernel's, SPLIT 1. USE_PDL: it waits for the partials, then lets the next kernel
-    launch."""
+    """Split-K's second pass: the bf16 kernels' _finish_block (partials summed in split order, then the
+    epilogue's fold) over this kernel's workspace, gate's columns then up's. Grid as fp8_skinny_kernel's,
+    SPLIT 1. USE_PDL: it waits for the partials, then lets the next kernel launch."""
     if USE_PDL:
         gdc_wait()
         gdc_launch_dependents()
     NT: tl.constexpr = 2 if GATE_UP else 1
+    MODE: tl.constexpr = 2 if GATE_UP else (1 if HAS_RES else 0)
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for s in range(SPLIT):
-        at = ws_ptr + (s * M + offs_m[:, None]) * (NT * N) + offs_n[None, :]
-        acc += tl.load(at, mask=mask, other=0.0)
-        if GATE_UP:
-            acc2 += tl.load(at + N, mask=mask, other=0.0)
-    _fp8_epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B, HAS_RES, GATE_UP, OUT_BF16)
+    _finish_block(
+        ws_ptr, offs_m, tl.program_id(0), M, N, 0, NT * N, out_ptr, b_ptr, b_ptr, res_ptr, HAS_B, False, MODE, 0,
+        SPLIT, OUT_BF16, BLOCK_M, BLOCK_N, False,
+    )  # fmt: skip
