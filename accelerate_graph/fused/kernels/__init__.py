@@ -6,9 +6,9 @@ gate/up, the residual add after o_proj and down_proj, the activation between gat
 as `torch.ops.cugraph_accel.*` custom ops (torch.library.triton_op) so inductor traces them inside a
 compiled layer and a CUDA graph records them; a pure-torch reference with the same rounding runs where
 Triton cannot (no triton, not a CUDA tensor). `skinny_kernels` holds the Triton code, `configs` the
-launch configs (a table written on a GPU by benchmarks/kernel_sweep.py and, for batch 1, step_sweep.py;
-a heuristic for missing shapes). Fused mode runs them at batch 1 for the shapes the table has, and above
-batch 1 for the shapes and rows where they beat cuBLAS (fused/layer_program.py).
+launch configs (a table per GPU that `cugraph-accel tune` writes; a heuristic for missing shapes). Fused
+mode runs them at batch 1 for the shapes the table has, and above batch 1 for the shapes and rows where they
+beat cuBLAS (fused/layer_program.py).
 
 `decode_attention`: one query token per row against the cache, the query heads of a group sharing each
 K/V tile, online softmax, split over the context when it is long (setting `triton_attention`, on). An opaque

@@ -153,7 +153,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     """The ops' body on the Triton path: runs skinny_kernel (and finish_kernel under split-K) for `op`
     ("proj", "residual", "gate_up") with `cfg` (default: the table's or the heuristic's, see configs);
     returns the outputs, shaped like x with each weight's N last (one for "residual" and "gate_up").
-    benchmarks/kernel_sweep.py calls it with the configs it times."""
+    `cugraph-accel tune` calls it with the configs it times."""
     k = x.shape[-1]
     x2 = x.reshape(-1, k).contiguous()
     m = x2.shape[0]

@@ -620,12 +620,12 @@ GPU_CONFIGS = {
     "fma-ahead": SkinnyConfig(16, 256, num_stages=2, lookahead=True),
     "swap": SkinnyConfig(64, 128, num_stages=4, dot=True, swap=True),  # warpgroup MMA, the weights its long side
     "swap-split": SkinnyConfig(128, 64, num_stages=6, split_k=2, dot=True, swap=True),
-    # kernel_sweep.narrow_rows_grid's smallest tile: 16 weights on the MMA's long side, K in 4 slices
+    # tune/grids.narrow_rows_grid's smallest tile: 16 weights on the MMA's long side, K in 4 slices
     "swap-narrow": SkinnyConfig(16, 64, num_stages=4, split_k=4, dot=True, swap=True),
     # several rows without tensor cores, the products summed over the K walk (skinny_kernels._accumulate_rows)
     "fma-rows": SkinnyConfig(8, 128, num_stages=1),
     "fma-rows-split": SkinnyConfig(8, 128, num_stages=1, split_k=2),
-    # kernel_sweep.whole_k_rows_grid's: a program's whole K walk (896 and 1,000 of the shapes) in one block,
+    # a whole-K tile: a program's whole K walk (896 and 1,000 of the shapes) in one block,
     # and K in slices of one block each (the long K of 4,864 and 1,400: 5 and 2 slices)
     "whole-k": SkinnyConfig(16, 1024, num_stages=1, dot=True, swap=True),
     "whole-k-plain": SkinnyConfig(32, 512, num_warps=8, num_stages=1, split_k=2, dot=True),
