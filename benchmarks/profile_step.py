@@ -12,6 +12,9 @@ the next up to ~0.1 ms slower at Qwen2.5-0.5B's batches 8 and 32. Compare ways o
 orders), and read the kernels' sums beside the replay times, which move less.
 
 Run on a GPU: PYTHONPATH=. python3 benchmarks/profile_step.py qwen2.5-0.5b --batches 1,32 --ways graph,fused
+
+`--fp8-ops` times each FP8 product of the model's layer alone instead (accelerate_graph/tune/fp8_ops.py): the
+table's config, the same tiles' weight loads with no math, the copy time of its bytes, at each --batches rows.
 """
 
 from __future__ import annotations
@@ -305,6 +308,50 @@ def run_way(name: str, args: argparse.Namespace, batches: tuple[int, ...], resul
     return True
 
 
+def run_fp8_ops(args: argparse.Namespace) -> int:
+    """--fp8-ops: each FP8 product of the model's layer alone at each row count (tune/fp8_ops.py), one line
+    each; no step is captured."""
+    from accelerate_graph.bench.floor import measure_bandwidth
+    from accelerate_graph.common.errors import CugraphAccelError
+    from accelerate_graph.quant import fp8_skinny
+    from accelerate_graph.tune import fp8_ops
+    from accelerate_graph.tune.grids import describe
+    from accelerate_graph.tune.model_shapes import layer_shapes
+    from accelerate_graph.tune.run import fp8_block_for
+
+    if not torch.cuda.is_available():
+        print("profile_step.py: --fp8-ops times kernels on a GPU, and there is none here.", file=sys.stderr)
+        return 1
+    weights = "fp8" if args.weights == "model" else args.weights
+    try:
+        shapes = layer_shapes(args.model)
+        block = fp8_block_for(shapes, weights)
+    except CugraphAccelError as err:
+        print(f"profile_step.py: {err.render(flag)}", file=sys.stderr)
+        return 1
+    device = torch.device("cuda")
+    name, sms = fp8_skinny.device_name(device), torch.cuda.get_device_properties(device).multi_processor_count
+    bytes_per_s = measure_bandwidth(device).bytes_per_s
+    table = fp8_skinny.table_in_use(name).as_dict()
+    print(f"{name}: copy {bytes_per_s / 1e9:,.0f} GB/s; FP8 table: {table['origin']}", flush=True)
+    results = []
+    for rows in args.batches:
+        for op in fp8_ops.layer_ops(shapes, block):
+            found = fp8_skinny.config_named(name, rows, op.outputs, op.k, block, sms, op.gate_up)
+            cfg = fp8_skinny.fitted(found, block)
+            timed = fp8_ops.op_timings(op, rows, block, cfg, bytes_per_s, device)
+            results.append({"model": args.model, "weights": weights, **timed})
+            print(
+                f"{rows:3d} rows {op.name:8s} {op.n * op.k / 1e6:6.1f} MB: {describe(cfg):40s} {timed['us']:7.1f} us "
+                f"({timed['GBps']:,.0f} GB/s) | its loads alone {timed['loads_alone_us']:7.1f} us | at copy "
+                f"bandwidth {timed['copy_us']:6.1f} us",
+                flush=True,
+            )
+    if args.json:
+        atomic_write_text(args.json, json.dumps({"device": name, "table": table, "ops": results}, indent=1))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default="qwen2.5-0.5b")
@@ -319,7 +366,15 @@ def main() -> int:
     parser.add_argument("--json")
     parser.add_argument("--top", type=int, default=0, help="also print the N kernels that take longest")
     parser.add_argument("--log-tuning", help="write coordinate descent's choices (each kernel's config) to this file")
+    parser.add_argument(
+        "--fp8-ops",
+        action="store_true",
+        help="each FP8 product of MODEL's layer alone at each of --batches rows: the table's config, its tiles' "
+        "loads with no math, the copy time of its bytes (no step is captured)",
+    )
     args = parser.parse_args()
+    if args.fp8_ops:
+        return run_fp8_ops(args)
     if args.log_tuning:  # the tuned configs differ from process to process: keep them to compare
         tuner = logging.getLogger("torch._inductor.runtime.coordinate_descent_tuner")
         tuner.setLevel(logging.DEBUG)
