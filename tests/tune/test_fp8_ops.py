@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from accelerate_graph.tune.fp8_ops import OpCall, layer_ops
-from accelerate_graph.tune.model_shapes import layer_shapes
+pytest.importorskip("triton")  # fp8_ops holds a Triton kernel
+
+from accelerate_graph.tune.fp8_ops import OpCall, layer_ops  # noqa: E402
+from accelerate_graph.tune.model_shapes import layer_shapes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,7 +63,6 @@ print("every word read")
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs where no GPU is")
 def test_the_loads_alone_kernel_reads_every_word_of_its_tiles_interpreted():
-    pytest.importorskip("triton")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "every word read" in done.stdout, done.stderr[-3000:]
