@@ -451,16 +451,16 @@ def fp8_skinny_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, RSTD_CHUNK: tl.constexpr,
     RSTD_CHUNKS: tl.constexpr, LOOKAHEAD: tl.constexpr, SPREAD: tl.constexpr,
 ):  # fmt: skip
-    """Grid (blocks of N, blocks of M, SPLIT); SPREAD: a program owns ROWS_PER rows of N (at most BLOCK_N, the
-    tile's other rows masked as past N), so that N spreads over every multiprocessor (per-channel scales). SPLIT > 1: float32 partials (per-channel scales applied) into
-    the workspace [SPLIT, M, N] ([SPLIT, M, 2N] under GATE_UP: gate's, then up's), summed by
-    fp8_finish_kernel at every row count (the bf16 kernels' last slice to arrive finishing its block, arrival.py,
-    lost here: 4 us a layer at 32 rows and 18 at 8 in tune's 8B chain, H100). USE_PDL: ask L2 for the first
-    weights, wait for the kernel before (it writes x and the residual), then let the next one launch. NORM:
-    each program computes its rows' norms first (RSTD_CHUNKS loads of RSTD_CHUNK columns,
-    skinny_matmul.rstd_chunks). GATE_UP: W is [2N, K], gate's rows then up's (with block scales N is a whole
-    number of blocks), the up half's product walked after the gate's, or beside it (E4M3_DOT or PAIR_DOT, which
-    the launch sets only with USE_DOT)."""
+    """Grid (blocks of N, blocks of M, SPLIT); SPREAD: a program owns ROWS_PER rows of N (fewer than BLOCK_N, the
+    tile's other rows masked as past N), so that N spreads over every multiprocessor (per-channel scales).
+    SPLIT > 1: float32 partials (per-channel scales applied) into the workspace [SPLIT, M, N] ([SPLIT, M, 2N]
+    under GATE_UP: gate's, then up's), summed by fp8_finish_kernel at every row count (the bf16 kernels' last
+    slice to arrive finishing its block, arrival.py, lost here: 4 us a layer at 32 rows and 18 at 8 in tune's
+    8B chain, H100). USE_PDL: ask L2 for the first weights, wait for the kernel before (it writes x and the
+    residual), then let the next one launch. NORM: each program computes its rows' norms first (RSTD_CHUNKS
+    loads of RSTD_CHUNK columns, skinny_matmul.rstd_chunks). GATE_UP: W is [2N, K], gate's rows then up's
+    (with block scales N is a whole number of blocks), the up half's product walked after the gate's, or beside
+    it (E4M3_DOT or PAIR_DOT, which the launch sets only with USE_DOT)."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(2)
     row0 = pid_n * (ROWS_PER if SPREAD else BLOCK_N)
