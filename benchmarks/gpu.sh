@@ -25,7 +25,8 @@
 #   faults    the CUDA fault suites (tests/verify/test_faults.py, test_fused_faults.py), then fault_sweep.py
 #             (FAULT_SWEEP=--fuse: of the fused step)                                                ~540 s
 #   profile   profile_step.py of the fused step, one process per PROFILE_ENTRIES model:cache[:weights
-#             [:per-row]] (FP8 weights; the per-row graphs serve replays), batches 1,8,32            ~510 s
+#             [:per-row]] (FP8 weights; the per-row graphs serve replays), batches 1,8,32, each process
+#             cut at PROFILE_LIMIT s (default 170)                                                   ~510 s
 #   generate  bench of the generate contenders (tok/s), first token of a new process, GPU tests      ~420 s
 #   tp        (two GPUs) the tensor-parallel GPU tests, bench --tp 2 against --tp 1, profile_tp.py    ~560 s
 #   trained   trains the GPU models of accelerate_graph/training (TRAINED_MODELS; TRAIN_ARGS, default 30 s each)
@@ -291,7 +292,7 @@ profile_suite() {  # one process per entry: the ways of one process are not on e
     name=$model${weights:+-$weights}${rows:+-$rows} extra=()
     [ -n "$weights" ] && extra+=(--weights "$weights" --dtype bf16)
     [ "$rows" = per-row ] && extra+=(--per-row)
-    part "profile-$name" 60 170 python3 benchmarks/profile_step.py "$model" --cache "$cache" --batches 1,8,32 \
+    part "profile-$name" 60 "${PROFILE_LIMIT:-170}" python3 benchmarks/profile_step.py "$model" --cache "$cache" --batches 1,8,32 \
       --ways "${PROFILE_WAYS:-fused}" --top 8 "${extra[@]}" "${SET_ARGS[@]}" --json "$WORK/profile-$name.json"
     grep -E "replay|kernels," "$WORK/profile-$name.log" | cut -c1-200
   done
