@@ -208,8 +208,7 @@ def launch(
         norm_weight = None
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     block_m = cfg.block_m(m)
-    k_per_split = _cdiv(_cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k  # whole K tiles per slice
-    split = _cdiv(k, k_per_split)  # no empty slice
+    k_per_split, split = skinny_matmul.k_slices(k, cfg)
     rows_per = spread_rows(cfg, n, block, split, x.device)
     n_blocks, m_blocks = _cdiv(n, rows_per or cfg.block_n), _cdiv(m, block_m)
     ws = torch.empty((split, m, 2 * n if gate_up else n), dtype=torch.float32, device=x.device) if split > 1 else out

@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from accelerate_graph.fused.kernels.configs import SkinnyConfig
+from accelerate_graph.fused.kernels.skinny_matmul import k_slices
 from accelerate_graph.tune.fp8_chain import DTYPE, program_calls, random_fp8
 from accelerate_graph.tune.model_shapes import LayerShapes
 
@@ -42,23 +43,20 @@ def stream_kernel(w_ptr, out_ptr, N, K_WORDS, WORDS_PER_SPLIT, PAIRED: tl.conste
     tl.store(at, acc, mask=(rows < N)[:, None])
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def stream(weight: torch.Tensor, cfg: SkinnyConfig, paired: bool, out: torch.Tensor | None = None) -> torch.Tensor:
     """stream_kernel over `weight` (e4m3 [N or 2N, K], K a multiple of 4) in `cfg`'s tiles: its programs' rows
     (block_n) and K slices (split_k; block_k bytes a step). Returns the xor of each row's words a slice
     ([split, N, words of a step]), the up half's xor-ed in where `paired`."""
     rows, k = weight.shape[0] // (2 if paired else 1), weight.shape[1]
-    words, step = k // 4, max(1, cfg.block_k // 4)
-    per_split = _cdiv(_cdiv(words, cfg.split_k), step) * step  # whole steps a slice, as the product's slices
-    split = _cdiv(words, per_split)
+    k_per_split, split = k_slices(k, cfg)  # the product's K slices, in bytes: the kernel walks words
+    step = max(1, cfg.block_k // 4)
     if out is None:
         out = torch.empty((split, rows, step), dtype=torch.int32, device=weight.device)
-    grid = (_cdiv(rows, cfg.block_n), split)
-    stream_kernel[grid](weight.view(torch.int32), out, rows, words, per_split, PAIRED=paired, BLOCK_N=cfg.block_n,
-                        BLOCK_K=step, num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
+    grid = (triton.cdiv(rows, cfg.block_n), split)
+    stream_kernel[grid](
+        weight.view(torch.int32), out, rows, k // 4, k_per_split // 4, PAIRED=paired, BLOCK_N=cfg.block_n,
+        BLOCK_K=step, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
     return out
 
 
@@ -96,7 +94,7 @@ def op_timings(op: OpCall, rows: int, block: int | None, cfg: SkinnyConfig, byte
     from accelerate_graph.tune.chain import graph_us
 
     gen = torch.Generator(device=device).manual_seed(0)
-    count = max(2, _cdiv(COPIES_BYTES, op.n * op.k) + 1)
+    count = max(2, triton.cdiv(COPIES_BYTES, op.n * op.k) + 1)
     weights = [random_fp8(op.n, op.k, block, gen, device) for _ in range(count)]
     x = torch.randn(rows, op.k, device=device, generator=gen).to(DTYPE)
     folded = {}

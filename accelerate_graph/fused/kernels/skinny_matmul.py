@@ -123,6 +123,12 @@ def _cdiv(a, b):
     return (a + b - 1) // b
 
 
+def k_slices(k: int, cfg: configs.SkinnyConfig) -> tuple[int, int]:
+    """(K per slice, slices) of a launch of `cfg` over `k`: whole K blocks a slice, no empty slice."""
+    k_per_split = _cdiv(_cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k
+    return k_per_split, _cdiv(k, k_per_split)
+
+
 def rstd_chunks(k: int, block_m: int) -> tuple[int, int]:
     """(columns a load, loads) for the row norms: the rows in one load up to 4,096 values a program (a float32
     register tile of at most 32 values a thread at 4 warps), in a few unrolled loads otherwise, all issued
@@ -167,8 +173,7 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     rstd_chunk, rstd_loads = rstd_chunks(k, block_m) if norm_weight is not None else (cfg.block_k, 0)
     n_blocks = [_cdiv(n, cfg.block_n) for n in out_ns]
     m_blocks = _cdiv(m, block_m)
-    k_per_split = _cdiv(_cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k  # whole K blocks per slice
-    split = _cdiv(k, k_per_split)  # no empty slice
+    k_per_split, split = k_slices(k, cfg)
     nt = 2 * ns[0] if gate_up else sum(out_ns)
     ws = torch.empty((split, m, nt), dtype=torch.float32, device=x.device) if split > 1 else x2
     res = residual.reshape(-1, ns[0]).contiguous() if residual is not None else x2
