@@ -41,11 +41,11 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 @triton.jit
-def _prefetch_first_block(w_ptr, row0, pid_s, N, K, K_PER_SPLIT, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Ask L2 for the program's first [BLOCK_N, BLOCK_K] block of W from row `row0` (one request per 128-byte
-    line, 128 fp8 values) before the PDL wait: nothing before us writes W. Indices are clamped, never masked."""
+def _prefetch_first_block(w_ptr, pid_n, pid_s, N, K, K_PER_SPLIT, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Ask L2 for the program's first [BLOCK_N, BLOCK_K] block of W (one request per 128-byte line, 128 fp8
+    values) before the PDL wait: nothing before us writes W. Indices are clamped, never masked."""
     LINES: tl.constexpr = (BLOCK_K + 127) // 128
-    rows = tl.minimum(row0 + tl.arange(0, BLOCK_N), N - 1)
+    rows = tl.minimum(pid_n * BLOCK_N + tl.arange(0, BLOCK_N), N - 1)
     cols = tl.minimum(pid_s * K_PER_SPLIT + tl.arange(0, LINES) * 128, K - 1)
     ptrs = w_ptr + rows[:, None].to(tl.int64) * K + cols[None, :]
     tl.inline_asm_elementwise(
@@ -444,34 +444,30 @@ def _channel_scales(s_ptr, offs_n, N):
 @triton.jit
 def fp8_skinny_kernel(
     x_ptr, nw_ptr, eps, w_ptr, s_ptr, b_ptr, res_ptr, out_ptr, ws_ptr, M, N, K, K_PER_SPLIT, SCALE_BLOCK, S_COLS,
-    ROWS_PER, NORM: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, GATE_UP: tl.constexpr,
+    NORM: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, GATE_UP: tl.constexpr,
     BLOCKWISE: tl.constexpr, SPLIT: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr,
     SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, E4M3_DOT: tl.constexpr, PAIR_DOT: tl.constexpr,
     USE_PDL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, RSTD_CHUNK: tl.constexpr,
-    RSTD_CHUNKS: tl.constexpr, LOOKAHEAD: tl.constexpr, SPREAD: tl.constexpr,
+    RSTD_CHUNKS: tl.constexpr, LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
-    """Grid (blocks of N, blocks of M, SPLIT); SPREAD: a program owns ROWS_PER rows of N (fewer than BLOCK_N, the
-    tile's other rows masked as past N), so that N spreads over every multiprocessor (per-channel scales).
-    SPLIT > 1: float32 partials (per-channel scales applied) into the workspace [SPLIT, M, N] ([SPLIT, M, 2N]
-    under GATE_UP: gate's, then up's), summed by fp8_finish_kernel at every row count (the bf16 kernels' last
-    slice to arrive finishing its block, arrival.py, lost here: 4 us a layer at 32 rows and 18 at 8 in tune's
-    8B chain, H100). USE_PDL: ask L2 for the first weights, wait for the kernel before (it writes x and the
-    residual), then let the next one launch. NORM: each program computes its rows' norms first (RSTD_CHUNKS
-    loads of RSTD_CHUNK columns, skinny_matmul.rstd_chunks). GATE_UP: W is [2N, K], gate's rows then up's
-    (with block scales N is a whole number of blocks), the up half's product walked after the gate's, or beside
-    it (E4M3_DOT or PAIR_DOT, which the launch sets only with USE_DOT)."""
+    """Grid (blocks of N, blocks of M, SPLIT). SPLIT > 1: float32 partials (per-channel scales applied) into
+    the workspace [SPLIT, M, N] ([SPLIT, M, 2N] under GATE_UP: gate's, then up's), summed by
+    fp8_finish_kernel at every row count (the bf16 kernels' last slice to arrive finishing its block, arrival.py,
+    lost here: 4 us a layer at 32 rows and 18 at 8 in tune's 8B chain, H100). USE_PDL: ask L2 for the first
+    weights, wait for the kernel before (it writes x and the residual), then let the next one launch. NORM:
+    each program computes its rows' norms first (RSTD_CHUNKS loads of RSTD_CHUNK columns,
+    skinny_matmul.rstd_chunks). GATE_UP: W is [2N, K], gate's rows then up's (with block scales N is a whole
+    number of blocks), the up half's product walked after the gate's, or beside it (E4M3_DOT or PAIR_DOT, which
+    the launch sets only with USE_DOT)."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(2)
-    row0 = pid_n * (ROWS_PER if SPREAD else BLOCK_N)
     if USE_PDL:
-        _prefetch_first_block(w_ptr, row0, pid_s, N, K, K_PER_SPLIT, BLOCK_N, BLOCK_K)
+        _prefetch_first_block(w_ptr, pid_n, pid_s, N, K, K_PER_SPLIT, BLOCK_N, BLOCK_K)
         gdc_wait()
         gdc_launch_dependents()
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = row0 + tl.arange(0, BLOCK_N)
-    if SPREAD:  # rows past the program's share read as past N: every mask below drops them
-        offs_n = tl.where(tl.arange(0, BLOCK_N) < ROWS_PER, offs_n, N)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rstd = _rows_rstd(x_ptr, offs_m, M, K, eps, NORM, BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
     if BLOCKWISE:  # the program's block of rows
         row_block = pid_n * BLOCK_N // SCALE_BLOCK

@@ -176,20 +176,6 @@ def _cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
-def spread_share(n: int, sms: int) -> int:
-    """The rows of N a program of a `spread` config owns: N over the multiprocessors, in whole 16s."""
-    return _cdiv(_cdiv(n, sms), 16) * 16
-
-
-def spread_rows(cfg: SkinnyConfig, n: int, block: int | None, split: int, device) -> int | None:
-    """spread_share on `device`'s multiprocessors where `cfg` spreads; None (whole tiles) without `spread`, with
-    block scales, split-K or no tensor cores, or where the share is not under BLOCK_N (it would change nothing)."""
-    if not (cfg.spread and block is None and split == 1 and cfg.dot):
-        return None
-    rows = spread_share(n, _sms(device))
-    return rows if rows < cfg.block_n else None
-
-
 def launch(
     x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Tensor | None, cfg=None, *,
     norm_weight: Tensor | None = None, eps: float = 0.0, residual: Tensor | None = None, gate_up: bool = False,
@@ -209,8 +195,7 @@ def launch(
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     block_m = cfg.block_m(m)
     k_per_split, split = skinny_matmul.k_slices(k, cfg)
-    rows_per = spread_rows(cfg, n, block, split, x.device)
-    n_blocks, m_blocks = _cdiv(n, rows_per or cfg.block_n), _cdiv(m, block_m)
+    n_blocks, m_blocks = _cdiv(n, cfg.block_n), _cdiv(m, block_m)
     ws = torch.empty((split, m, 2 * n if gate_up else n), dtype=torch.float32, device=x.device) if split > 1 else out
     if gate_up and (bias is not None or residual is not None):  # the gate/up epilogue: bias on gate alone, no residual
         raise ValueError("a merged gate/up launch takes no bias and no residual")
@@ -240,13 +225,12 @@ def launch(
     b_arg = bias if bias is not None else out
     fp8_kernels.fp8_skinny_kernel[(n_blocks, m_blocks, split)](
         x2, norm_weight if norm_weight is not None else x2, float(eps), weight, scale, b_arg, res, out, ws,
-        m, n, k, k_per_split, block or 1, scale.shape[-1] if block else 0, rows_per or cfg.block_n,
+        m, n, k, k_per_split, block or 1, scale.shape[-1] if block else 0,
         NORM=1 if norm_weight is not None else 0, BLOCKWISE=block is not None, USE_DOT=cfg.dot,
         IEEE_DOT=x.dtype == torch.float32, SWAP=cfg.dot and cfg.swap, EVEN_K=k % cfg.block_k == 0,
         E4M3_DOT=e4m3, PAIR_DOT=gate_up and cfg.dot and cfg.pair and not e4m3,
         BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads,
-        LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1, SPREAD=rows_per is not None,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **flags, **extra,
     )  # fmt: skip
     if split > 1:

@@ -98,7 +98,7 @@ def describe(cfg: SkinnyConfig) -> str:
     """One short line: "n64 k128 w4 s4 x1 swap", "n16 k256 w4 s2 x1 fma ahead", "n128 k128 w4 s4 x1 swap e4m3"."""
     kind = ("swap" if cfg.swap else "dot") if cfg.dot else "fma"
     extra = (" ahead" if cfg.lookahead else "") + (" e4m3" if cfg.e4m3_dot else "") + (" pair" if cfg.pair else "")
-    extra += (" apart" if cfg.norm_apart else "") + (" spread" if cfg.spread else "")
+    extra += " apart" if cfg.norm_apart else ""
     return f"n{cfg.block_n} k{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} x{cfg.split_k} {kind}{extra}"
 
 
@@ -187,12 +187,8 @@ def paired_gate_up_grid(n: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
     tiles a stage: stages that fit shared memory."""
     out = [SkinnyConfig(bn, bk, w, 4, dot=True, pair=True) for bn, bk, w in ((128, 128, 8), (64, 128, 4))]
     out += [SkinnyConfig(64, 128, 2, 4, dot=True, swap=True, pair=True)]
-    from accelerate_graph.quant.fp8_skinny import spread_share
-
     if programs(n, 128, 1) < sms:
         out += [SkinnyConfig(128, 128, 8, 4, split_k=2, dot=True, pair=True)]
-        if spread_share(n, sms) < 128:  # every multiprocessor a program of fewer rows (`spread`, per-channel scales)
-            out += [SkinnyConfig(128, 128, 8, s, dot=True, pair=True, spread=True) for s in (3, 4)]
     return out
 
 
@@ -219,7 +215,5 @@ def fp8_grid(
             ordered = [dataclasses.replace(c, norm_apart=True) for c in ordered]
         elif normed:  # half as many rows of x to normalise a program: the e4m3 tiles (8-row winners) both ways
             ordered += [dataclasses.replace(c, norm_apart=True) for c in ordered if c.e4m3_dot]
-        # every SM busy first (a spread tile puts a program on each)
-        ordered = sorted(ordered, key=lambda c: programs(n, c.block_n, c.split_k) < sms and not c.spread)
-    # spread tiles start at any row: per-channel scales only (a tile must lie in one block of rows)
-    return list(dict.fromkeys(cfg for cfg in ordered if fitted(cfg, block) == cfg and not (cfg.spread and block)))
+        ordered = sorted(ordered, key=lambda c: programs(n, c.block_n, c.split_k) < sms)  # every SM busy first
+    return list(dict.fromkeys(cfg for cfg in ordered if fitted(cfg, block) == cfg))

@@ -351,20 +351,6 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
         for rows in (4, 32)
         for scales, block in (("channel", None), ("block", 32))
     ),
-    # spread: each program 16 of its 32-row tile's rows (64 outputs over the CPU's nominal 132 multiprocessors),
-    # the rest masked; block scales run whole tiles
-    *(
-        {"id": f"{fold}-{path}-spread-{scales}-rows{rows}", "rows": rows, "n": 64 if fold != "gate_up" else 128,
-         "k": 200, "dtype": dtype, "block": block, "bias": fold != "gate_up", "fold": fold,
-         "config": {"block_n": 32, "block_k": 32, "dot": True, "spread": True, **config}}
-        for fold, path, dtype, config in (
-            ("gate_up", "pair", "fp16", {"pair": True}),
-            ("residual", "dot", "fp16", {}),
-            ("norm", "e4m3-swap", "bf16", {"swap": True, "e4m3_dot": True}),
-        )
-        for rows in (4, 32)
-        for scales, block in (("channel", None), ("block", 32))
-    ),
     # the norm as its own kernel first (norm_apart), then the product of the normalised rows
     *(
         {"id": f"{fold}-{path}-apart-{scales}-rows{rows}", "rows": rows, "n": 64, "k": 200, "dtype": dtype,
@@ -752,16 +738,3 @@ def test_gpu_inductor_compiles_around_the_op_without_a_graph_break():
     got = step(x)
     expected = F.silu(fm.fp8_matmul(x, weight, scale, block, bias)) * 2
     assert error_ulps(got, expected) <= 2
-
-
-def test_spread_gives_a_program_its_share_of_n_in_whole_16s_and_only_where_it_applies():
-    from accelerate_graph.fused.kernels.configs import SkinnyConfig as C
-
-    cpu, spread = torch.device("cpu"), C(128, 128, 8, 4, dot=True, pair=True, spread=True)
-    assert fp8_skinny._sms(cpu) == configs.DEFAULT_SMS == 132
-    assert fp8_skinny.spread_rows(spread, 14336, None, 1, cpu) == 112  # the 8B's gate/up: 128 programs, not 112
-    assert fp8_skinny.spread_rows(spread, 64, None, 1, cpu) == 16
-    assert fp8_skinny.spread_rows(spread, 14336, 128, 1, cpu) is None  # block scales: a tile in one block of rows
-    assert fp8_skinny.spread_rows(spread, 14336, None, 2, cpu) is None  # split-K: its programs are enough
-    assert fp8_skinny.spread_rows(spread, 28672, None, 1, cpu) is None  # a share of 224 rows outgrows the tile
-    assert fp8_skinny.spread_rows(C(128, 128, 8, 4, dot=True, pair=True), 14336, None, 1, cpu) is None

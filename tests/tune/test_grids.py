@@ -139,17 +139,13 @@ def test_fp8_gate_up_rows_also_try_both_halves_in_one_walk(n, k):
         assert not any(c.pair for c in plain) and set(plain) <= set(merged)
         assert bool(paired) == (rows > 2) and set(merged) - set(plain) == set(paired)
         for cfg in paired:
-            assert cfg.dot and not cfg.e4m3_dot and grids.describe(cfg).removesuffix(" spread").endswith(" pair")
+            assert cfg.dot and not cfg.e4m3_dot and grids.describe(cfg).endswith(" pair")
             stage = 2 * cfg.block_n * cfg.block_k + 32 * cfg.block_k * 2  # two e4m3 weight tiles, 32 bf16 rows
             assert cfg.num_stages * stage <= 227 * 1024
         if rows <= 2:
             continue
-        busy = [grids.programs(n, c.block_n, c.split_k) >= 132 or c.spread for c in merged]
+        busy = [grids.programs(n, c.block_n, c.split_k) >= 132 for c in merged]
         assert busy == sorted(busy, reverse=True)
-        # spread over every multiprocessor where the paired n128 tiles alone leave some idle, per-channel scales
-        spread = {c for c in merged if c.spread}
-        assert bool(spread) == (-(-n // 128) < 132 and -(-n // 132) <= 112) and spread <= set(paired)
-        assert not any(c.spread for c in grids.fp8_grid(rows, n, k, 128, gate_up=True))
         for group in (True, False):
             kinds = [2 if c.e4m3_dot else 1 if c.pair else 0 for c, b in zip(merged, busy) if b == group]
             assert kinds == sorted(kinds, reverse=True)
@@ -165,7 +161,7 @@ def test_fp8_normed_rows_run_the_norm_apart_above_16_rows(n, k):
             normed = grids.fp8_grid(rows, n, k, None, gate_up=gate_up, normed=True)
             apart = [c for c in normed if c.norm_apart]
             assert not any(c.norm_apart for c in plain)
-            assert all(grids.describe(c).removesuffix(" spread").endswith(" apart") for c in apart)
+            assert all(grids.describe(c).endswith(" apart") for c in apart)
             folded = [dataclasses.replace(c, norm_apart=False) for c in apart]
             if rows <= 2:
                 assert normed == plain

@@ -51,11 +51,6 @@ class SkinnyConfig:
     # rather than by every program (at 32 rows a K tile of x holds half as many values as a 64-row weight
     # tile, and the norm's arithmetic nearly doubled the loop's instructions, sm_90 SASS); nothing anywhere else
     norm_apart: bool = False
-    # FP8 with per-channel scales above 2 rows, one K slice: one program a multiprocessor, each ceil(N / SMs) rows
-    # (whole 16s) of its BLOCK_N tile, the rest masked: 112 tiles of gate/up's 14,336 outputs left 20 of 132
-    # multiprocessors idle, and a program streams only its multiprocessor's share of the bus (H100, 32 rows);
-    # nothing anywhere else
-    spread: bool = False
 
     def block_m(self, m) -> int:
         """Rows per program: the next power of two of the rows (at most 32), at least 16 for tl.dot. A

@@ -151,9 +151,7 @@ FP8_POINTERS = {
     "nw_ptr": "*bf16", "res_ptr": "*bf16",
 }  # fmt: skip
 FP8_HALF_POINTERS = {**FP8_POINTERS, **{name: "*fp16" for name in ("x_ptr", "b_ptr", "out_ptr", "nw_ptr", "res_ptr")}}
-FP8_UNFOLDED = dict(
-    NORM=0, HAS_RES=False, GATE_UP=False, RSTD_CHUNK=1, RSTD_CHUNKS=0, E4M3_DOT=False, PAIR_DOT=False, SPREAD=False
-)
+FP8_UNFOLDED = dict(NORM=0, HAS_RES=False, GATE_UP=False, RSTD_CHUNK=1, RSTD_CHUNKS=0, E4M3_DOT=False, PAIR_DOT=False)
 # the folds (setting fp8_fold): the norm with merged gate/up's activation, or the residual
 FP8_FOLDS = {
     "norm, gate/up": dict(NORM=1, GATE_UP=True, RSTD_CHUNK=1024, RSTD_CHUNKS=4),
@@ -235,9 +233,6 @@ def fp8_variants():
         if fold.get("GATE_UP") and tile[0] and not e4m3_of(tile):  # gate's and up's tiles in one walk of K (pair)
             paired = {**flags, "PAIR_DOT": True}
             yield f"{description} pair", fp8_kernels.fp8_skinny_kernel, paired, FP8_POINTERS, launch
-            if split == 1 and not blockwise:  # each program a share of N, its tile's other rows masked
-                spread = {**paired, "SPREAD": True}
-                yield f"{description} pair spread", fp8_kernels.fp8_skinny_kernel, spread, FP8_POINTERS, launch
         if split == 2 and not blockwise:  # the finish kernel at the tile's rows and columns
             finish = _only(fp8_kernels.fp8_finish_kernel, flags)
             launch = {"divisible": FP8_DIVISIBLE, "options": {"num_warps": 4}}
