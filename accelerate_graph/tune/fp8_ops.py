@@ -24,23 +24,31 @@ FOLDS = {"qkv": "norm", "gate_up": "norm", "o": "residual", "down": "residual"} 
 
 @triton.jit
 def stream_kernel(w_ptr, out_ptr, N, K_WORDS, WORDS_PER_SPLIT, PAIRED: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr):  # fmt: skip
+                  BLOCK_K: tl.constexpr, EVEN: tl.constexpr, STAGES: tl.constexpr):  # fmt: skip
     """A program's tile walk with no math: rows [pid_n * BLOCK_N, +BLOCK_N) of W ([N or 2N, K_WORDS] int32
     words; PAIRED: the same rows N on, the merged gate/up's up half) over its K slice, the words xor-ed and
-    stored [N, BLOCK_K] per slice, so none of the loads can be dropped."""
+    stored [N, BLOCK_K] per slice, so none of the loads can be dropped. The loop is pipelined STAGES deep as
+    the product's is (a plain loop of loads with no MMA is not), unmasked where the tiles divide W (`EVEN`)."""
     pid_n, pid_s = tl.program_id(0), tl.program_id(1)
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros([BLOCK_N, BLOCK_K], tl.int32)
+    up = tl.zeros([BLOCK_N, BLOCK_K], tl.int32)
     lo = pid_s * WORDS_PER_SPLIT
     hi = tl.minimum(lo + WORDS_PER_SPLIT, K_WORDS)
-    for k0 in range(lo, hi, BLOCK_K):
+    for k0 in tl.range(lo, hi, BLOCK_K, num_stages=STAGES):
         cols = k0 + tl.arange(0, BLOCK_K)
-        mask = (rows < N)[:, None] & (cols < hi)[None, :]
-        acc ^= tl.load(w_ptr + rows[:, None] * K_WORDS + cols[None, :], mask=mask, other=0)
-        if PAIRED:
-            acc ^= tl.load(w_ptr + (rows + N)[:, None] * K_WORDS + cols[None, :], mask=mask, other=0)
+        at = w_ptr + rows[:, None] * K_WORDS + cols[None, :]
+        if EVEN:
+            acc ^= tl.load(at)
+            if PAIRED:
+                up ^= tl.load(at + N * K_WORDS)
+        else:
+            mask = (rows < N)[:, None] & (cols < hi)[None, :]
+            acc ^= tl.load(at, mask=mask, other=0)
+            if PAIRED:
+                up ^= tl.load(at + N * K_WORDS, mask=mask, other=0)
     at = out_ptr + (pid_s * N + rows[:, None]) * BLOCK_K + tl.arange(0, BLOCK_K)[None, :]
-    tl.store(at, acc, mask=(rows < N)[:, None])
+    tl.store(at, acc ^ up, mask=(rows < N)[:, None])
 
 
 def stream(weight: torch.Tensor, cfg: SkinnyConfig, paired: bool, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -53,9 +61,10 @@ def stream(weight: torch.Tensor, cfg: SkinnyConfig, paired: bool, out: torch.Ten
     if out is None:
         out = torch.empty((split, rows, step), dtype=torch.int32, device=weight.device)
     grid = (triton.cdiv(rows, cfg.block_n), split)
+    even = rows % cfg.block_n == 0 and k_per_split % cfg.block_k == 0 and k % k_per_split == 0
     stream_kernel[grid](
         weight.view(torch.int32), out, rows, k // 4, k_per_split // 4, PAIRED=paired, BLOCK_N=cfg.block_n,
-        BLOCK_K=step, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        BLOCK_K=step, EVEN=even, STAGES=cfg.num_stages, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return out
 

@@ -1,6 +1,7 @@
 """profile_step.py --fp8-ops's parts (tune/fp8_ops.py): the products of a layer as the fused FP8 step calls them,
-and the loads-alone kernel reading every word of the tiles a config walks (under the Triton interpreter, in a
-fresh process: the switch must be on before triton is imported), so its time is a whole walk's."""
+and the loads-alone kernel reading every word of the tiles a config walks (in a fresh process: under the Triton
+interpreter, whose switch must be on before triton is imported, or compiled on a GPU), so its time is a whole
+walk's."""
 
 from __future__ import annotations
 
@@ -39,30 +40,37 @@ import torch
 from accelerate_graph.fused.kernels.configs import SkinnyConfig
 from accelerate_graph.tune.fp8_ops import stream
 
+device = "cuda" if torch.cuda.is_available() else "cpu"
 gen = torch.Generator().manual_seed(0)
-rows, k = 40, 200  # rows not a multiple of the tile; K in 50 words, not a multiple of the step
-weight = torch.randint(-2**31, 2**31 - 1, (2 * rows, k // 4), generator=gen, dtype=torch.int32).view(torch.float8_e4m3fn)
-words = weight.view(torch.int32)
-for paired in (False, True):
-    for cfg in (SkinnyConfig(16, 32, split_k=1), SkinnyConfig(16, 32, split_k=3), SkinnyConfig(1, 64)):
-        w = weight if paired else weight[:rows]
-        got = stream(w, cfg, paired)
-        step = cfg.block_k // 4
-        per_split = -(-(-(-(k // 4) // cfg.split_k)) // step) * step
-        for s in range(got.shape[0]):
-            cols = words[:rows, s * per_split : min((s + 1) * per_split, k // 4)]
-            if paired:
-                cols = cols ^ words[rows:, s * per_split : min((s + 1) * per_split, k // 4)]
-            want = torch.zeros(rows, step, dtype=torch.int32)
-            for j in range(cols.shape[1]):
-                want[:, j % step] ^= cols[:, j]
-            assert torch.equal(got[s], want), (paired, cfg, s)
+# 40 rows x 200: neither a multiple of the tiles (masked loads); 32 x 256: both (`EVEN`, unmasked)
+for rows, k, cfgs in (
+    (40, 200, (SkinnyConfig(16, 32, split_k=1), SkinnyConfig(16, 32, split_k=3), SkinnyConfig(1, 64))),
+    (32, 256, (SkinnyConfig(16, 64, split_k=2), SkinnyConfig(32, 32, num_stages=3))),
+):
+    words = torch.randint(-2**31, 2**31 - 1, (2 * rows, k // 4), generator=gen, dtype=torch.int32)
+    weight = words.to(device).view(torch.float8_e4m3fn)
+    for paired in (False, True):
+        for cfg in cfgs:
+            w = weight if paired else weight[:rows]
+            got = stream(w, cfg, paired).cpu()
+            step = cfg.block_k // 4
+            per_split = -(-(-(-(k // 4) // cfg.split_k)) // step) * step
+            for s in range(got.shape[0]):
+                cols = words[:rows, s * per_split : min((s + 1) * per_split, k // 4)]
+                if paired:
+                    cols = cols ^ words[rows:, s * per_split : min((s + 1) * per_split, k // 4)]
+                want = torch.zeros(rows, step, dtype=torch.int32)
+                for j in range(cols.shape[1]):
+                    want[:, j % step] ^= cols[:, j]
+                assert torch.equal(got[s], want), (rows, k, paired, cfg, s)
 print("every word read")
 """
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs where no GPU is")
-def test_the_loads_alone_kernel_reads_every_word_of_its_tiles_interpreted():
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
+def test_the_loads_alone_kernel_reads_every_word_of_its_tiles():
+    """Interpreted where no GPU is; compiled on one (the pipelined loop is what a GPU runs)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if not torch.cuda.is_available():
+        env["TRITON_INTERPRET"] = "1"
     done = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "every word read" in done.stdout, done.stderr[-3000:]
