@@ -313,6 +313,7 @@ def run_fp8_ops(args: argparse.Namespace) -> int:
     each; no step is captured."""
     from accelerate_graph.bench.floor import measure_bandwidth
     from accelerate_graph.common.errors import CugraphAccelError
+    from accelerate_graph.fused.kernels.configs import multiprocessors
     from accelerate_graph.quant import fp8_skinny
     from accelerate_graph.tune import fp8_ops
     from accelerate_graph.tune.grids import describe
@@ -330,7 +331,7 @@ def run_fp8_ops(args: argparse.Namespace) -> int:
         print(f"profile_step.py: {err.render(flag)}", file=sys.stderr)
         return 1
     device = torch.device("cuda")
-    name, sms = fp8_skinny.device_name(device), torch.cuda.get_device_properties(device).multi_processor_count
+    name, sms = fp8_skinny.device_name(device), multiprocessors(device)
     bytes_per_s = measure_bandwidth(device).bytes_per_s
     table = fp8_skinny.table_in_use(name).as_dict()
     print(f"{name}: copy {bytes_per_s / 1e9:,.0f} GB/s; FP8 table: {table['origin']}", flush=True)

@@ -98,12 +98,6 @@ def device_name(device: torch.device) -> str:
     return _NAMES[index]
 
 
-def _sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return configs.DEFAULT_SMS
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def table_op(block: int | None, gate_up: bool = False) -> str:
     """The op a table keys a call under; the folded gate/up reads two weight rows an output: its own op."""
     return ("fp8_channel" if block is None else "fp8_block") + ("_gate_up" if gate_up else "")
@@ -158,7 +152,7 @@ def config_named(
 
 def config_for(m: int, n: int, k: int, block: int | None, device: torch.device, gate_up: bool = False) -> SkinnyConfig:
     """The table's config for this shape on `device`'s GPU, else default_config."""
-    return config_named(device_name(device), m, n, k, block, _sms(device), gate_up)
+    return config_named(device_name(device), m, n, k, block, configs.multiprocessors(device), gate_up)
 
 
 def fitted(cfg: SkinnyConfig, block: int | None) -> SkinnyConfig:

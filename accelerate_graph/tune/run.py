@@ -155,7 +155,7 @@ def run_tune(
     check_target(path, name, force)
     shapes = layer_shapes(model, revision)
     block = fp8_block_for(shapes, weights)
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    sms = configs.multiprocessors(device)
     if not fp8:
         skinny_matmul.prepare_split_finish(device)  # split-K's counters, made before any capture
     kind = f", weights {weights}" if fp8 else ""

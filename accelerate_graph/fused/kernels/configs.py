@@ -61,6 +61,13 @@ class SkinnyConfig:
         return max(16, block) if self.dot else block
 
 
+def multiprocessors(device: torch.device) -> int:
+    """The multiprocessors of `device`, a CUDA GPU; DEFAULT_SMS elsewhere (the interpreter)."""
+    if device.type != "cuda":
+        return DEFAULT_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def m_bucket(m) -> int:
     if not isinstance(m, int):
         return M_BUCKETS[-1]

@@ -113,12 +113,6 @@ def _check(x: Tensor, weights, norm_weight, norm_kind: str) -> None:
             raise ValueError("weights of 2**31 elements or more are not supported (32-bit offsets)")
 
 
-def _sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return configs.DEFAULT_SMS
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def _cdiv(a, b):
     return (a + b - 1) // b
 
@@ -140,7 +134,7 @@ def rstd_chunks(k: int, block_m: int) -> tuple[int, int]:
 def launch_config(op: str, m, ns: tuple[int, ...], k: int, device: torch.device) -> configs.SkinnyConfig:
     """The config `launch` runs for `op` at `m` rows by default (the table's or the heuristic's for the
     device's multiprocessors); gate and up share one N in the table's key."""
-    return configs.config_for(op, m, ns[:1] if op == "gate_up" else ns, k, _sms(device))
+    return configs.config_for(op, m, ns[:1] if op == "gate_up" else ns, k, configs.multiprocessors(device))
 
 
 def _traced(tensor) -> bool:
