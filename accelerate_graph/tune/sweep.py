@@ -1,5 +1,6 @@
 """Coordinate descent over the ops' grids, timed as the whole chain: for each op in turn every config of its
-grid with the others held; one that beats the best by more than `min_gain` is kept."""
+grid with the others held; one that beats the best by more than `min_gain` is kept, and passes repeat while
+one changes something."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from accelerate_graph.tune import grids
 from accelerate_graph.tune.model_shapes import LayerShapes
 
 MIN_GAIN = 0.005  # relative: below this a timing difference is noise
+PASSES = 3  # over every op; a pass that kept nothing ends the descent
 
 
 def descend(
@@ -24,29 +26,35 @@ def descend(
     min_gain: float = MIN_GAIN,
     trial: Callable[[str, SkinnyConfig, float | None], None] = lambda op, cfg, took: None,
     accept: Callable[[str, SkinnyConfig], bool] = lambda op, cfg: True,
+    passes: int = PASSES,
 ) -> tuple[dict[str, SkinnyConfig], float]:
     """For each op of `current` in its order, every config of grid(op) with the others held, timed by
-    timed(configs); one faster than the best by more than `min_gain` is kept. Stops trying at `deadline`
-    (time.monotonic). A config the compiler refuses (shared memory, registers) or that accept(op, config)
-    refuses (a wrong result) is skipped. `trial` hears each (op, config, time or None when refused). Returns
-    the configs and their time."""
-    for op in list(current):
-        for cfg in grid(op):
-            if time.monotonic() > deadline:
-                return current, best
-            if cfg == current[op]:
-                continue
-            try:
-                if not accept(op, cfg):
+    timed(configs); one faster than the best by more than `min_gain` is kept. A pass that kept one is followed
+    by another from where it ended (an op's best can move once the ops after it changed), at most `passes`.
+    Stops trying at `deadline` (time.monotonic). A config the compiler refuses (shared memory, registers) or
+    that accept(op, config) refuses (a wrong result) is skipped. `trial` hears each (op, config, time or None
+    when refused). Returns the configs and their time."""
+    for _ in range(passes):
+        start = current
+        for op in list(current):
+            for cfg in grid(op):
+                if time.monotonic() > deadline:
+                    return current, best
+                if cfg == current[op]:
+                    continue
+                try:
+                    if not accept(op, cfg):
+                        trial(op, cfg, None)
+                        continue
+                    took = timed({**current, op: cfg})
+                except Exception:  # noqa: BLE001 - Triton's and the driver's refusals have no common type
                     trial(op, cfg, None)
                     continue
-                took = timed({**current, op: cfg})
-            except Exception:  # noqa: BLE001 - Triton's and the driver's refusals have no common type
-                trial(op, cfg, None)
-                continue
-            trial(op, cfg, took)
-            if took < best * (1 - min_gain):
-                current, best = {**current, op: cfg}, took
+                trial(op, cfg, took)
+                if took < best * (1 - min_gain):
+                    current, best = {**current, op: cfg}, took
+        if current == start:
+            break
     return current, best
 
 

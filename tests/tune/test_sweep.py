@@ -26,7 +26,28 @@ def test_each_op_keeps_the_fastest_config_with_the_others_held():
         trial=lambda op, cfg, t: heard.append((op, cfg, t)),
     )  # fmt: skip
     assert chosen == {"gate_up": FASTER, "down": FASTER} and took == 14.0
-    assert (("gate_up", REFUSED, None)) in heard and len(heard) == 6
+    # a second pass tries the others again (2 an op) and, keeping nothing, ends the descent
+    assert (("gate_up", REFUSED, None)) in heard and len(heard) == 10
+    heard.clear()
+    descend(start, lambda op: [REFUSED, FAST, FASTER], chain_time, chain_time(start), time.monotonic() + 60,
+            trial=lambda op, cfg, t: heard.append((op, cfg, t)), passes=1)  # fmt: skip
+    assert len(heard) == 6
+
+
+def test_a_pass_that_kept_a_config_is_followed_by_another():
+    """q's best depends on k's: FAST while k is SLOW, FASTER once k is FASTER; one pass leaves q at FAST."""
+
+    def coupled(cfgs) -> float:
+        q, k = cfgs["q"], cfgs["k"]
+        q_cost = {SLOW: 10.0, FAST: 8.0, FASTER: 9.0 if k == SLOW else 6.0}[q]
+        return q_cost + COST[k]
+
+    start = {"q": SLOW, "k": SLOW}
+    grid = lambda op: [FAST, FASTER]  # noqa: E731
+    once, _ = descend(start, grid, coupled, coupled(start), time.monotonic() + 60, passes=1)
+    assert once == {"q": FAST, "k": FASTER}
+    chosen, took = descend(start, grid, coupled, coupled(start), time.monotonic() + 60)
+    assert chosen == {"q": FASTER, "k": FASTER} and took == 13.0
 
 
 def test_a_gain_below_min_gain_keeps_the_config_and_the_deadline_stops_trying():
