@@ -61,7 +61,7 @@ def stream(weight: torch.Tensor, cfg: SkinnyConfig, paired: bool, out: torch.Ten
     if out is None:
         out = torch.empty((split, rows, step), dtype=torch.int32, device=weight.device)
     grid = (triton.cdiv(rows, cfg.block_n), split)
-    even = rows % cfg.block_n == 0 and k_per_split % cfg.block_k == 0 and k % k_per_split == 0
+    even = rows % cfg.block_n == 0 and k % k_per_split == 0  # k_slices' slices are whole K tiles
     stream_kernel[grid](
         weight.view(torch.int32), out, rows, k // 4, k_per_split // 4, PAIRED=paired, BLOCK_N=cfg.block_n,
         BLOCK_K=step, EVEN=even, STAGES=cfg.num_stages, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
