@@ -1,6 +1,6 @@
 """Coordinate descent over the ops' grids, timed as the whole chain: for each op in turn every config of its
-grid with the others held; one that beats the best by more than `min_gain` is kept, and passes repeat while
-one changes something."""
+grid with the others held; one that beats the best by more than `min_gain` is kept, and the ops are swept
+again while another op changed since their last sweep."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from accelerate_graph.tune import grids
 from accelerate_graph.tune.model_shapes import LayerShapes
 
 MIN_GAIN = 0.005  # relative: below this a timing difference is noise
-PASSES = 3  # over every op; a pass that kept nothing ends the descent
+PASSES = 3  # sweeps an op at most; a round in which nothing changed ends the descent sooner
 
 
 def descend(
@@ -29,32 +29,35 @@ def descend(
     passes: int = PASSES,
 ) -> tuple[dict[str, SkinnyConfig], float]:
     """For each op of `current` in its order, every config of grid(op) with the others held, timed by
-    timed(configs); one faster than the best by more than `min_gain` is kept. A pass that kept one is followed
-    by another from where it ended (an op's best can move once the ops after it changed), at most `passes`.
-    Stops trying at `deadline` (time.monotonic). A config the compiler refuses (shared memory, registers) or
-    that accept(op, config) refuses (a wrong result) is skipped. `trial` hears each (op, config, time or None
-    when refused). Returns the configs and their time."""
-    for _ in range(passes):
-        start = current
-        for op in list(current):
-            for cfg in grid(op):
-                if time.monotonic() > deadline:
-                    return current, best
-                if cfg == current[op]:
-                    continue
-                try:
-                    if not accept(op, cfg):
-                        trial(op, cfg, None)
-                        continue
-                    took = timed({**current, op: cfg})
-                except Exception:  # noqa: BLE001 - Triton's and the driver's refusals have no common type
+    timed(configs); one faster than the best by more than `min_gain` is kept. The ops are swept round again
+    until every op has been swept since the last that kept a config (an op's best can move once another
+    changed; the one that changed needs no second look with the others as they are), at most `passes` sweeps
+    an op. Stops trying at `deadline` (time.monotonic). A config the compiler refuses (shared memory,
+    registers) or that accept(op, config) refuses (a wrong result) is skipped. `trial` hears each (op,
+    config, time or None when refused). Returns the configs and their time."""
+    ops = list(current)
+    quiet = -1  # ops swept since the last that kept a config, that one not counted
+    for sweep in range(passes * len(ops)):
+        if quiet == len(ops) - 1:
+            break
+        op, kept = ops[sweep % len(ops)], False
+        for cfg in grid(op):
+            if time.monotonic() > deadline:
+                return current, best
+            if cfg == current[op]:
+                continue
+            try:
+                if not accept(op, cfg):
                     trial(op, cfg, None)
                     continue
-                trial(op, cfg, took)
-                if took < best * (1 - min_gain):
-                    current, best = {**current, op: cfg}, took
-        if current == start:
-            break
+                took = timed({**current, op: cfg})
+            except Exception:  # noqa: BLE001 - Triton's and the driver's refusals have no common type
+                trial(op, cfg, None)
+                continue
+            trial(op, cfg, took)
+            if took < best * (1 - min_gain):
+                current, best, kept = {**current, op: cfg}, took, True
+        quiet = 0 if kept else quiet + 1
     return current, best
 
 
