@@ -166,10 +166,6 @@ def fitted(cfg: SkinnyConfig, block: int | None) -> SkinnyConfig:
     return dataclasses.replace(cfg, block_n=block_n, block_k=block_k)
 
 
-def _cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
-
-
 def launch(
     x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Tensor | None, cfg=None, *,
     norm_weight: Tensor | None = None, eps: float = 0.0, residual: Tensor | None = None, gate_up: bool = False,
@@ -189,7 +185,7 @@ def launch(
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     block_m = cfg.block_m(m)
     k_per_split, split = skinny_matmul.k_slices(k, cfg)
-    n_blocks, m_blocks = _cdiv(n, cfg.block_n), _cdiv(m, block_m)
+    n_blocks, m_blocks = skinny_matmul.cdiv(n, cfg.block_n), skinny_matmul.cdiv(m, block_m)
     ws = torch.empty((split, m, 2 * n if gate_up else n), dtype=torch.float32, device=x.device) if split > 1 else out
     if gate_up and (bias is not None or residual is not None):  # the gate/up epilogue: bias on gate alone, no residual
         raise ValueError("a merged gate/up launch takes no bias and no residual")
@@ -204,7 +200,7 @@ def launch(
     if e4m3 and rstd_chunk > cfg.block_k:
         # chunks as wide as the x tile: a wider chunk's register layout reached the loop's x tiles, each value
         # held by two threads (sm_90 SASS, 16 rows, K tile 128: 717 -> 467 instructions a tile)
-        rstd_chunk, rstd_loads = cfg.block_k, _cdiv(k, cfg.block_k)
+        rstd_chunk, rstd_loads = cfg.block_k, skinny_matmul.cdiv(k, cfg.block_k)
     extra = pdl.launch_options(x.device)
     flags = {
         "HAS_B": bias is not None,

@@ -113,14 +113,14 @@ def _check(x: Tensor, weights, norm_weight, norm_kind: str) -> None:
             raise ValueError("weights of 2**31 elements or more are not supported (32-bit offsets)")
 
 
-def _cdiv(a, b):
+def cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
 def k_slices(k: int, cfg: configs.SkinnyConfig) -> tuple[int, int]:
     """(K per slice, slices) of a launch of `cfg` over `k`: whole K blocks a slice, no empty slice."""
-    k_per_split = _cdiv(_cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k
-    return k_per_split, _cdiv(k, k_per_split)
+    k_per_split = cdiv(cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k
+    return k_per_split, cdiv(k, k_per_split)
 
 
 def rstd_chunks(k: int, block_m: int) -> tuple[int, int]:
@@ -128,7 +128,7 @@ def rstd_chunks(k: int, block_m: int) -> tuple[int, int]:
     register tile of at most 32 values a thread at 4 warps), in a few unrolled loads otherwise, all issued
     before the first sum waits for one (not one L2 round trip per K block before the first weight load)."""
     chunk = min(1 << max(0, (k - 1).bit_length()), max(64, 4096 // block_m))
-    return chunk, _cdiv(k, chunk)
+    return chunk, cdiv(k, chunk)
 
 
 def launch_config(op: str, m, ns: tuple[int, ...], k: int, device: torch.device) -> configs.SkinnyConfig:
@@ -165,8 +165,8 @@ def launch(op, x, norm_weight, eps, norm_kind, weights, biases, residual=None, a
     block_m = cfg.block_m(m)
     # the row norm's constexprs only with a norm: else they would compile variants that differ in nothing
     rstd_chunk, rstd_loads = rstd_chunks(k, block_m) if norm_weight is not None else (cfg.block_k, 0)
-    n_blocks = [_cdiv(n, cfg.block_n) for n in out_ns]
-    m_blocks = _cdiv(m, block_m)
+    n_blocks = [cdiv(n, cfg.block_n) for n in out_ns]
+    m_blocks = cdiv(m, block_m)
     k_per_split, split = k_slices(k, cfg)
     nt = 2 * ns[0] if gate_up else sum(out_ns)
     ws = torch.empty((split, m, nt), dtype=torch.float32, device=x.device) if split > 1 else x2
