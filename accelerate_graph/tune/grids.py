@@ -156,7 +156,9 @@ def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
     warps; swapped only on 2 warps, whose MMAs take the converted weights as they come out and x whole (sm_90
     SASS: ~4.4 instructions a weight at 32 rows against 6.0 unswapped, whose x operand is re-paired by moves
     before every MMA; swapped on 4 warps it reads the weights two bytes at a time). Split-K 2 and 4 where the
-    blocks of N alone leave multiprocessors idle; K tiles no longer than K. fp8_grid puts those that give
+    blocks of N alone leave multiprocessors idle, also for 128 outputs on 8 warps (at 32 rows a K tile of x is
+    as many bytes as a 64-output weight tile: half a program's loads there, a third at 128; sm_90: 80 registers,
+    184 under gate/up, 72 KB of shared memory, no spill); K tiles no longer than K. fp8_grid puts those that give
     every multiprocessor a program first."""
     out = [
         SkinnyConfig(bn, bk, w, s, dot=True, swap=True, e4m3_dot=True)
@@ -175,6 +177,8 @@ def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
     for bn in (32, 64):
         if programs(n, bn, 1) < sms:
             out += [SkinnyConfig(bn, 128, 4, 4, split_k=x, dot=True) for x in (2, 4)]
+    if programs(n, 128, 1) < sms:  # x a third of a program's loads, not half as at 64
+        out += [SkinnyConfig(128, 128, 8, 4, split_k=x, dot=True) for x in (2, 4)]
     if programs(n, 64, 1) < sms:
         out += [SkinnyConfig(64, 128, 2, 4, split_k=x, dot=True, swap=True) for x in (2, 4)]
     return [c for c in out if c.split_k * c.block_k <= max(k, 64)]  # no slice of K past its end
