@@ -174,11 +174,9 @@ def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
     ]
     out += [SkinnyConfig(128, 128, 8, 4, dot=True)]
     out += [SkinnyConfig(64, 128, 2, 4, dot=True, swap=True), SkinnyConfig(64, 256, 2, 3, dot=True, swap=True)]
-    for bn in (32, 64):
+    for bn, warps in ((32, 4), (64, 4), (128, 8)):  # at 128 outputs x is a third of a program's loads, not half
         if programs(n, bn, 1) < sms:
-            out += [SkinnyConfig(bn, 128, 4, 4, split_k=x, dot=True) for x in (2, 4)]
-    if programs(n, 128, 1) < sms:  # x a third of a program's loads, not half as at 64
-        out += [SkinnyConfig(128, 128, 8, 4, split_k=x, dot=True) for x in (2, 4)]
+            out += [SkinnyConfig(bn, 128, warps, 4, split_k=x, dot=True) for x in (2, 4)]
     if programs(n, 64, 1) < sms:
         out += [SkinnyConfig(64, 128, 2, 4, split_k=x, dot=True, swap=True) for x in (2, 4)]
     return [c for c in out if c.split_k * c.block_k <= max(k, 64)]  # no slice of K past its end
