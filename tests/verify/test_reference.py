@@ -236,7 +236,8 @@ def test_verifys_prefill_attends_each_chunk_up_to_its_last_token(monkeypatch):
 def _stepwise_and_in_one_forward(model, per_row=False, pads=None, prompt_len=6, steps=5):
     """(stepwise, reference_steps, eager, steps a forward): the float32 reference of `steps` teacher-forced steps
     after a left-padded prompt, step by step (reference_step) and by reference_steps after the session's probe,
-    and bf16 eager's, each with the router logits it logged; and how many steps a forward the probe allowed."""
+    and bf16 eager's, each with the router logits it logged and the K/V it left in the cache; and how many steps a
+    forward the probe allowed."""
     from accelerate_graph.verify.reference import probe_steps_a_forward, reference_steps, steps_a_forward
     from accelerate_graph.verify.routers import find_routers, recording
 
@@ -260,7 +261,11 @@ def _stepwise_and_in_one_forward(model, per_row=False, pads=None, prompt_len=6, 
                 step = reference_step if reference else eager_step
                 logits = torch.stack([step(session, tokens[i], first + i - pads).float().clone() for i in range(steps)])
         session.show_every_slot()
-        return logits, log
+        return (
+            logits,
+            log,
+            [t.clone() for layer in session.kv.layers for t in (layer.keys, layer.values) if t is not None],
+        )
 
     return run(False), run(True), run(False, reference=False), steps_a_forward(session)
 
@@ -289,8 +294,8 @@ def test_the_reference_of_a_cases_steps_in_one_forward_is_the_stepwise_one(monke
     if moe:
         monkeypatch.setattr(reference, "steps_a_forward", lambda session: reference.STEPS_A_FORWARD)
     pads = torch.tensor([0, 3]) if padded else None
-    (stepwise, stepwise_log), (whole, whole_log), (eager, eager_log), per_forward = _stepwise_and_in_one_forward(
-        zoo_model(model_type, BF16), per_row, pads
+    (stepwise, stepwise_log, _), (whole, whole_log, _), (eager, eager_log, _), per_forward = (
+        _stepwise_and_in_one_forward(zoo_model(model_type, BF16), per_row, pads)
     )
     assert per_forward > 1 or moe
     distance = (whole - stepwise).abs().max()
@@ -307,16 +312,43 @@ def test_a_model_whose_forward_of_several_tokens_computes_otherwise_is_reference
     """Beam (from the first step) and EXAONE-4 (once its window is crossed) compute a forward of several tokens
     otherwise than their steps, by 1e-4 in a logit (bf16 eager: 4-7e-3): the probe finds it, and the reference
     runs one step a forward there, the stepwise reference exactly."""
-    (stepwise, _), (whole, _), _, per_forward = _stepwise_and_in_one_forward(zoo_model(model_type, BF16), False, None)
+    (stepwise, *_), (whole, *_), _, per_forward = _stepwise_and_in_one_forward(zoo_model(model_type, BF16), False, None)
     assert per_forward == 1
     assert torch.equal(whole, stepwise)
+
+
+def _rounded_the_other_way(ours: list[torch.Tensor], theirs: list[torch.Tensor]) -> int | None:
+    """How many cached K/V elements two runs wrote one step of the cache's dtype apart (float32's rounding of a K/V
+    lying near the middle of two bf16 values, which a forward of several tokens may break the other way), or None when any
+    element differs by more, or more than one in a thousand of them differ: not rounding, a wrong reference."""
+    flips = 0
+    for a, b in zip(ours, theirs, strict=True):
+        bits = {2: torch.int16, 4: torch.int32}[a.element_size()]  # adjacent floats of one sign: adjacent integers
+        steps = (a.view(bits).long() - b.view(bits).long()).abs()
+        if steps.max() > 1:
+            return None
+        flips += int((steps == 1).sum())
+    return flips if flips * 1000 <= sum(a.numel() for a in ours) else None
+
+
+def test_a_kv_rounded_the_other_way_is_told_from_a_wrong_one():
+    """The allowance above is for one bf16 step in a few elements, never for K/V that differ more, or in many."""
+    cache = [torch.randn(2, 4, 32, 8).to(BF16) for _ in range(2)]
+    flipped = [t.clone() for t in cache]
+    flipped[1].view(torch.int16)[1, 2, 9, 3] += 1
+    assert _rounded_the_other_way(cache, [t.clone() for t in cache]) == 0
+    assert _rounded_the_other_way(flipped, cache) == 1
+    flipped[1].view(torch.int16)[1, 2, 9, 3] += 1
+    assert _rounded_the_other_way(flipped, cache) is None
+    assert _rounded_the_other_way([t.mul(1.01) for t in cache], cache) is None
 
 
 @pytest.mark.exhaustive
 def test_every_zoo_models_reference_steps_are_its_stepwise_reference():
     """Over the zoo in bf16 (the CPU zoo runs float32, whose reference is the model itself): wherever a decode
     session can be made, reference_steps after the probe equals the stepwise reference within a hundredth of
-    bf16 eager's distance from it."""
+    bf16 eager's distance from it; within a tenth where a cached K/V was rounded to bf16 the other way (one bf16
+    step, in a few elements: one such V moves a tiny model's logits by 3e-5, a hundredth of eager's being 2.9e-5)."""
     from accelerate_graph.common.errors import UnsupportedModelError
     from accelerate_graph.zoo.model_types import zoo_model_types
 
@@ -324,13 +356,16 @@ def test_every_zoo_models_reference_steps_are_its_stepwise_reference():
     for model_type in zoo_model_types():
         try:
             model = zoo_model(model_type, BF16)
-            (stepwise, _), (whole, _), (eager, _), _ = _stepwise_and_in_one_forward(model, False, torch.tensor([0, 3]))
+            (stepwise, _, stepwise_kv), (whole, _, whole_kv), (eager, *_), _ = _stepwise_and_in_one_forward(
+                model, False, torch.tensor([0, 3])
+            )
         except (UnsupportedModelError, ImportError, ValueError, IndexError):  # what the zoo reports as unsupported
             continue
         checked += 1
-        distance = (whole - stepwise).abs().max().item()
-        if not distance <= 0.01 * (eager - stepwise).abs().max().item() + 1e-6:
-            far.append((model_type, distance))
+        distance, eager_distance = (whole - stepwise).abs().max().item(), (eager - stepwise).abs().max().item()
+        share = 0.1 if _rounded_the_other_way(whole_kv, stepwise_kv) else 0.01
+        if not distance <= share * eager_distance + 1e-6:
+            far.append((model_type, distance, eager_distance))
     assert checked > 100 and not far, (checked, far)
 
 
@@ -342,7 +377,7 @@ def test_more_steps_than_a_forward_takes_go_in_several(monkeypatch, per_row):
     from accelerate_graph.verify import reference
 
     monkeypatch.setattr(reference, "steps_a_forward", lambda session: 2)
-    (stepwise, stepwise_log), (whole, whole_log), _, per_forward = _stepwise_and_in_one_forward(
+    (stepwise, stepwise_log, _), (whole, whole_log, _), _, per_forward = _stepwise_and_in_one_forward(
         zoo_model("olmoe", BF16), per_row, torch.tensor([0, 3]), steps=5
     )
     assert per_forward == 2 and (whole - stepwise).abs().max() < 1e-5
