@@ -10,6 +10,7 @@ import torch
 from tiny_models import tiny_decoder, zoo_model
 
 from accelerate_graph.core.decode_session import DecodeSession
+from accelerate_graph.core.static_cache import CacheSnapshot
 from accelerate_graph.verify.reference import eager_step, float32_reference, reference_step
 
 BF16 = torch.bfloat16
@@ -261,11 +262,7 @@ def _stepwise_and_in_one_forward(model, per_row=False, pads=None, prompt_len=6, 
                 step = reference_step if reference else eager_step
                 logits = torch.stack([step(session, tokens[i], first + i - pads).float().clone() for i in range(steps)])
         session.show_every_slot()
-        return (
-            logits,
-            log,
-            [t.clone() for layer in session.kv.layers for t in (layer.keys, layer.values) if t is not None],
-        )
+        return logits, log, session.kv.snapshot(session.max_batch)
 
     return run(False), run(True), run(False, reference=False), steps_a_forward(session)
 
@@ -317,30 +314,36 @@ def test_a_model_whose_forward_of_several_tokens_computes_otherwise_is_reference
     assert torch.equal(whole, stepwise)
 
 
-def _rounded_the_other_way(ours: list[torch.Tensor], theirs: list[torch.Tensor]) -> int | None:
-    """How many cached K/V elements two runs wrote one step of the cache's dtype apart (float32's rounding of a K/V
-    lying near the middle of two bf16 values, which a forward of several tokens may break the other way), or None when any
-    element differs by more, or more than one in a thousand of them differ: not rounding, a wrong reference."""
-    flips = 0
-    for a, b in zip(ours, theirs, strict=True):
-        bits = {2: torch.int16, 4: torch.int32}[a.element_size()]  # adjacent floats of one sign: adjacent integers
-        steps = (a.view(bits).long() - b.view(bits).long()).abs()
-        if steps.max() > 1:
-            return None
-        flips += int((steps == 1).sum())
-    return flips if flips * 1000 <= sum(a.numel() for a in ours) else None
+def _rounded_the_other_way(ours: CacheSnapshot, theirs: CacheSnapshot) -> int | None:
+    """How many cached K/V elements two runs wrote one step of the cache's dtype apart (float32's rounding of a
+    K/V lying near the middle of two bf16 values, which a forward of several tokens may break the other way), or
+    None when any element differs by more, or more than one in a thousand of them differ: a wrong reference."""
+    flips, elements = 0, 0
+    for (*ours_kv, _), (*theirs_kv, _) in zip(ours, theirs, strict=True):
+        for a, b in zip(ours_kv, theirs_kv):
+            bits = {2: torch.int16, 4: torch.int32}[a.element_size()]  # adjacent floats of one sign: adjacent ints
+            steps = (a.view(bits).long() - b.view(bits).long()).abs()
+            if steps.max() > 1:
+                return None
+            flips, elements = flips + int((steps == 1).sum()), elements + a.numel()
+    return flips if flips * 1000 <= elements else None
 
 
 def test_a_kv_rounded_the_other_way_is_told_from_a_wrong_one():
     """The allowance above is for one bf16 step in a few elements, never for K/V that differ more, or in many."""
-    cache = [torch.randn(2, 4, 32, 8).to(BF16) for _ in range(2)]
-    flipped = [t.clone() for t in cache]
-    flipped[1].view(torch.int16)[1, 2, 9, 3] += 1
-    assert _rounded_the_other_way(cache, [t.clone() for t in cache]) == 0
+    position = torch.tensor([9])
+    cache = CacheSnapshot([(torch.randn(2, 4, 32, 8).to(BF16), torch.randn(2, 4, 32, 8).to(BF16), position)])
+
+    def copy(scale=1.0):
+        return CacheSnapshot([(keys.mul(scale), values.mul(scale), position) for keys, values, position in cache])
+
+    flipped = copy()
+    flipped[0][1].view(torch.int16)[1, 2, 9, 3] += 1
+    assert _rounded_the_other_way(cache, copy()) == 0
     assert _rounded_the_other_way(flipped, cache) == 1
-    flipped[1].view(torch.int16)[1, 2, 9, 3] += 1
+    flipped[0][1].view(torch.int16)[1, 2, 9, 3] += 1
     assert _rounded_the_other_way(flipped, cache) is None
-    assert _rounded_the_other_way([t.mul(1.01) for t in cache], cache) is None
+    assert _rounded_the_other_way(copy(1.01), cache) is None
 
 
 @pytest.mark.exhaustive
