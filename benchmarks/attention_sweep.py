@@ -6,8 +6,8 @@ Inputs are shaped as fused mode sees them: K/V are views of a static cache [B, H
 mask is HF's bool [b, 1, 1, L] with left padding of different lengths per row and an empty last slot.
 Each time is GPU time per call with a cold L2: a CUDA graph of (L2 flush, call) x N, minus a graph of
 the flushes alone, best of a few replays. GB/s: the bytes a call must move (the K/V slots in use, query,
-output, mask) over that time. Prints one table (--json PATH: every configuration's time, and the heuristic's
-configuration, per shape); --write-configs PATH writes the best configuration per
+output, mask) over that time. Prints one table (--json PATH: every configuration's time, the heuristic's
+configuration and attention_splits "length"'s, per shape); --write-configs PATH writes the best configuration per
 (model shape, batch class: batch 1 or larger) over every context length, which the kernel reads from
 accelerate_graph/fused/kernels/attention_configs.json when that file exists.
 
@@ -204,10 +204,11 @@ def main() -> None:
     if args.write_configs:
         atomic_write_text(args.write_configs, kernel.config_table(chosen, torch.cuda.get_device_name()))
         print(f"wrote {len(chosen)} configurations to {args.write_configs}")
-    if args.json:  # beside each shape's times, the configuration the kernel runs without a measured table
+    if args.json:  # beside each shape's times, the configurations the kernel runs without a measured table
         body = [
             dict(r, kernel_us={c.key(): us for c, us in r["kernel_us"].items()},
-                 heuristic=kernel.heuristic_config(MODELS[r["model"]][1], r["batch"] == 1).key())
+                 heuristic=kernel.heuristic_config(MODELS[r["model"]][1], r["batch"] == 1).key(),
+                 length=kernel.length_config(*MODELS[r["model"]][1:], r["batch"], r["length"]).key())
             for r in rows
         ]  # fmt: skip
         atomic_write_text(args.json, json.dumps(body, indent=1) + "\n")

@@ -81,9 +81,11 @@ def compile_counts() -> dict:
     return {"graphs": len(graphs), "max_error": max(errors)}
 
 
-def model_logits() -> dict:
+def model_logits(splits: str = "fixed", split_slots: int | None = None) -> dict:
     """A tiny GQA model through grouped attention, the kernel switched on and off: decode logits of each
-    batch/context case from one cache state, eager and under fused mode's compiled layers (aot_eager)."""
+    batch/context case from one cache state, eager and under fused mode's compiled layers (aot_eager), with the
+    attention_splits setting `splits` (and `split_slots` slots a split at least under "length"). Also the
+    splits each call of the kernel ran."""
     from tiny_models import tiny_decoder
 
     from accelerate_graph.core.decode_session import DecodeSession
@@ -96,16 +98,19 @@ def model_logits() -> dict:
     prompt = torch.randint(0, 256, (4, 6), generator=torch.Generator().manual_seed(1))
     with settings.use(settings.DEFAULTS.replace(triton_attention=False)):
         matmul = session.first_steps(prompt, cases)
-    calls = []
+    calls, splits_run = [], set()
     original = kernel.launch
+    if split_slots:
+        kernel.SPLIT_SLOTS = split_slots
 
     def counted(*args, **kwargs):
         if args[7] if len(args) > 7 else kwargs.get("run", True):  # not the shape-only calls while tracing
             calls.append(args[0].shape[0])
+            splits_run.add(args[6].splits)
         return original(*args, **kwargs)
 
     kernel.launch = counted
-    with settings.use(settings.DEFAULTS.replace(triton_attention=True)):
+    with settings.use(settings.DEFAULTS.replace(triton_attention=True, attention_splits=splits)):
         eager = session.first_steps(prompt, cases)
         fused = FusedForward(model, backend="aot_eager")
         compiled = session.first_steps(prompt, cases, fused)
@@ -115,6 +120,7 @@ def model_logits() -> dict:
         "compiled_vs_matmul": max((a - b).abs().max().item() for a, b in zip(compiled, matmul)),
         "graphs": fused.graphs,
         "recompiles": fused.recompiles,
+        "splits": sorted(splits_run),
     }
 
 
@@ -156,7 +162,7 @@ def main() -> None:
     elif job.get("cache_reads"):
         result = cache_reads()
     else:
-        result = model_logits()
+        result = model_logits(job.get("attention_splits", "fixed"), job.get("split_slots"))
     json.dump(result, sys.stdout)
 
 

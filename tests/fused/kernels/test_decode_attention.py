@@ -140,8 +140,32 @@ def test_grouped_attention_runs_the_kernel_when_switched_on():
     """A tiny GQA model's decode logits, eager and in fused mode's compiled layers, with the kernel on."""
     got = interpreted({"model": True})
     assert got["kernel_calls"] >= 2 * 3 * 2, got  # 2 layers x 3 cases, eager and compiled
+    assert got["splits"] == [8, 16], got  # the fixed splits: 16 at batch 1, 8 above (2 K/V heads)
     assert got["eager_vs_matmul"] < 1e-4 and got["compiled_vs_matmul"] < 1e-4, got
     assert (got["graphs"], got["recompiles"]) == (2, 0), got
+
+
+def test_the_length_splits_follow_each_context_in_compiled_layers_without_a_recompile():
+    """attention_splits "length": the op picks its splits as it runs, per batch and context (at least 16 slots a
+    split here, so the tiny contexts split), in eager and compiled layers alike, like the matmul path."""
+    got = interpreted({"model": True, "attention_splits": "length", "split_slots": 16})
+    assert got["splits"] == [1, 2, 4], got  # batch 1 over 16 slots, 4 rows over 32, 3 rows over 64
+    assert got["eager_vs_matmul"] < 1e-4 and got["compiled_vs_matmul"] < 1e-4, got
+    assert (got["graphs"], got["recompiles"]) == (2, 0), got
+
+
+def test_the_length_splits_aim_at_about_two_programs_a_multiprocessor_and_128_slots_a_split_at_least():
+    """length_config on the 8B's shape (8 K/V heads, d 128) over batches and lengths, as measured best."""
+    splits = {(b, n): kernel.length_config(8, 128, b, n).splits for b in (1, 4, 8, 32) for n in (100, 256, 4096)}
+    assert splits == {
+        (1, 100): 1, (1, 256): 2, (1, 4096): 32,
+        (4, 100): 1, (4, 256): 2, (4, 4096): 8,
+        (8, 100): 1, (8, 256): 2, (8, 4096): 4,
+        (32, 100): 1, (32, 256): 1, (32, 4096): 1,
+    }  # fmt: skip
+    assert kernel.length_config(2, 64, 1, 1 << 16).splits == kernel.MAX_SPLITS
+    assert kernel.length_config(8, 96, 3, 3000).splits == 8  # 256 // 24 = 10 programs a split: a power of two below
+    assert (kernel.length_config(8, 128, 1, 512).block_l, kernel.length_config(16, 256, 1, 512).block_l) == (128, 64)
 
 
 def test_the_kernel_is_on_by_default_and_cpu_tensors_keep_the_matmul_path(monkeypatch):
