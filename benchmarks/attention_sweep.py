@@ -6,13 +6,12 @@ Inputs are shaped as fused mode sees them: K/V are views of a static cache [B, H
 mask is HF's bool [b, 1, 1, L] with left padding of different lengths per row and an empty last slot.
 Each time is GPU time per call with a cold L2: a CUDA graph of (L2 flush, call) x N, minus a graph of
 the flushes alone, best of a few replays. GB/s: the bytes a call must move (the K/V slots in use, query,
-output, mask) over that time. Prints one table (--json PATH: every configuration's time, the heuristic's
-configuration and attention_splits "length"'s, per shape); --write-configs PATH writes the best configuration per
-(model shape, batch class: batch 1 or larger) over every context length, which the kernel reads from
-accelerate_graph/fused/kernels/attention_configs.json when that file exists.
+output, mask) over that time. Prints one table: per shape the time of the configuration the kernel runs
+(attention_splits "length"), of the "fixed" splits, and the best swept; --json PATH: every configuration's
+time beside those two, per shape.
 
 Run on a GPU (about a minute; less with triton's and inductor's caches warm):
-  PYTHONPATH=. python3 benchmarks/attention_sweep.py --write-configs accelerate_graph/fused/kernels/attention_configs.json
+  PYTHONPATH=. python3 benchmarks/attention_sweep.py --json attention.json
 """
 
 from __future__ import annotations
@@ -148,41 +147,31 @@ def sweep(models, batches, contexts, slots: int):
     return rows
 
 
-def class_configs(rows) -> dict[str, kernel.DecodeConfig]:
-    """Per (model shape, batch class): the configuration with the least summed slowdown against each
-    shape's best, over every batch and context length of the class (one config serves them all)."""
-    chosen = {}
-    for (name, batch_one), group in itertools.groupby(
-        sorted(rows, key=lambda r: (r["model"], r["batch"] == 1)), key=lambda r: (r["model"], r["batch"] == 1)
-    ):
-        group = list(group)
-        heads, kv_heads, head_dim = MODELS[name]
-
-        def slowdown(config, group=group):
-            return sum(r["kernel_us"][config] / min(r["kernel_us"].values()) for r in group)
-
-        chosen[kernel.config_key(heads, kv_heads, head_dim, batch_one)] = min(CONFIGS, key=slowdown)
-    return chosen
+def chosen_configs(row) -> dict[str, kernel.DecodeConfig]:
+    """The configurations the kernel runs for this row's shape: under "length" and under "fixed"."""
+    _, kv_heads, head_dim = MODELS[row["model"]]
+    return {
+        "length": kernel.length_config(kv_heads, head_dim, row["batch"], row["length"]),
+        "fixed": kernel.fixed_config(kv_heads, row["batch"] == 1),
+    }
 
 
-def print_table(rows, chosen) -> None:
+def print_table(rows) -> None:
     print(
-        f"{'model':<14} {'b':>3} {'L':>5} | {'grouped us':>10} {'GB/s':>6} | {'kernel us':>9} {'GB/s':>6} "
-        f"{'x':>5} | {'best us':>8} {'best config':<22} | {'max|diff|':>9}"
+        f"{'model':<14} {'b':>3} {'L':>5} | {'grouped us':>10} | {'length us':>9} {'GB/s':>6} {'x':>5} | "
+        f"{'fixed us':>8} | {'best us':>8} {'best config':<22} | {'max|diff|':>9}"
     )
     for r in rows:
-        heads, kv_heads, head_dim = MODELS[r["model"]]
-        config = chosen[kernel.config_key(heads, kv_heads, head_dim, r["batch"] == 1)]
-        ours = r["kernel_us"][config]
+        chosen = chosen_configs(r)
+        ours, fixed = r["kernel_us"][chosen["length"]], r["kernel_us"][chosen["fixed"]]  # both in CONFIGS
         best = min(r["kernel_us"], key=r["kernel_us"].get)
         rate = r["bytes"] / 1e3  # bytes per microsecond / 1e3 = GB/s
         print(
-            f"{r['model']:<14} {r['batch']:>3} {r['length']:>5} | {r['grouped_us']:>10.1f} "
-            f"{rate / max(r['grouped_us'], 1e-3):>6.0f} | {ours:>9.1f} {rate / max(ours, 1e-3):>6.0f} "
-            f"{r['grouped_us'] / max(ours, 1e-3):>5.2f} | {r['kernel_us'][best]:>8.1f} {best.key():<22} | "
-            f"{r['max_error']:>9.2e}"
+            f"{r['model']:<14} {r['batch']:>3} {r['length']:>5} | {r['grouped_us']:>10.1f} | {ours:>9.1f} "
+            f"{rate / max(ours, 1e-3):>6.0f} {r['grouped_us'] / max(ours, 1e-3):>5.2f} | {fixed:>8.1f} | "
+            f"{r['kernel_us'][best]:>8.1f} {best.key():<22} | {r['max_error']:>9.2e}"
         )
-    print("kernel us: the configuration chosen for the batch class (written by --write-configs); x: grouped / kernel")
+    print("length us: the configuration the kernel runs; x: grouped / length; fixed us: attention_splits fixed")
 
 
 def main() -> None:
@@ -190,7 +179,6 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--batches", default="1,8,32")
     parser.add_argument("--contexts", default="256,1024,4096")
-    parser.add_argument("--write-configs", type=Path, default=None, metavar="PATH")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="every configuration's time, per shape")
     args = parser.parse_args()
     start = time.perf_counter()
@@ -199,16 +187,11 @@ def main() -> None:
     torch.manual_seed(0)
     with torch.no_grad():
         rows = sweep(args.models.split(","), batches, contexts, max(contexts))
-    chosen = class_configs(rows)
-    print_table(rows, chosen)
-    if args.write_configs:
-        atomic_write_text(args.write_configs, kernel.config_table(chosen, torch.cuda.get_device_name()))
-        print(f"wrote {len(chosen)} configurations to {args.write_configs}")
-    if args.json:  # beside each shape's times, the configurations the kernel runs without a measured table
+    print_table(rows)
+    if args.json:  # beside each shape's times, the configurations the kernel runs
         body = [
             dict(r, kernel_us={c.key(): us for c, us in r["kernel_us"].items()},
-                 heuristic=kernel.heuristic_config(MODELS[r["model"]][1], r["batch"] == 1).key(),
-                 length=kernel.length_config(*MODELS[r["model"]][1:], r["batch"], r["length"]).key())
+                 **{name: config.key() for name, config in chosen_configs(r).items()})
             for r in rows
         ]  # fmt: skip
         atomic_write_text(args.json, json.dumps(body, indent=1) + "\n")

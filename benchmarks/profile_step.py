@@ -70,7 +70,7 @@ WAYS = {
     "fused-no-carveout": Way("fused, driver's smem split", (("smem_carveout", "off"),)),
     "fused-matmul-attn": Way("fused, matmul attention", (("triton_attention", "off"),)),
     "fused-split-attn": Way("fused, no one-kernel attention", (("attention_preloaded", "0"),)),
-    "fused-length-splits": Way("fused, attention split by length", (("attention_splits", "length"),)),
+    "fused-fixed-splits": Way("fused, attention splits fixed", (("attention_splits", "fixed"),)),
     "fused-skinny-b1": Way("fused, skinny kernels at 1", (("skinny_batch_1", "on"),)),
     "fused-gemv-b1": Way("fused, inductor GEMVs at 1", (("skinny_batch_1", "off"),)),
     "fused-skinny-batches": Way("fused, skinny kernels above 1", (("skinny_batches", "on"),)),

@@ -18,20 +18,14 @@ Numerics against `grouped_attention.grouped_decode_attention` (the matmul path, 
 - a row whose every slot is masked gives zeros (the matmul path gives NaN); the padded rows of a
   batch bucket are the only such rows, and their outputs are discarded.
 
-Configurations (BLOCK_L, num_warps, splits) come from attention_configs.json beside this file, written
-by benchmarks/attention_sweep.py on the GPU, keyed by heads/kv_heads/head_dim and batch class (batch 1,
-or any larger batch: one compiled layer serves every larger batch and every context bucket, so the
-choice may not depend on the context length or on a dynamic batch size while tracing: that would add
-guards, and recompilations); a heuristic otherwise. With the attention_splits setting "length" they are
-chosen when the op runs, from the batch and the length (`length_config`): inductor calls the op with
-concrete tensors, so that adds no guard.
+Configurations (BLOCK_L, num_warps, splits) are chosen when the op runs, from the batch and the context
+length (`length_config`): inductor calls the op with concrete tensors, so that adds no guard. With the
+attention_splits setting "fixed" (plans captured before the length rule) the splits depend on the batch
+class alone (`fixed_config`: batch 1, or any larger batch).
 """
 
-import json
 import os
-from dataclasses import asdict, dataclass
-from functools import lru_cache
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -43,7 +37,6 @@ from accelerate_graph.fused.kernels.pdl import gdc_launch_dependents, gdc_wait
 from accelerate_graph.settings import current
 
 OP_NAME = "cugraph_accel::decode_attention"
-CONFIG_FILE = Path(__file__).with_name("attention_configs.json")
 MAX_GROUP = 64  # query heads per K/V head in one tile; larger groups keep the matmul path
 MAX_HEAD_DIM = 256
 FLOAT32_BLOCK_L = 32  # slots per loop step at most, in float32 (shared memory)
@@ -71,28 +64,11 @@ class DecodeConfig:
         return f"L{self.block_l}/w{self.num_warps}/s{self.splits}/st{self.num_stages}"
 
 
-def config_key(heads: int, kv_heads: int, head_dim: int, batch_one: bool) -> str:
-    return f"{heads}/{kv_heads}/{head_dim}/{'b1' if batch_one else 'bn'}"
-
-
-@lru_cache(maxsize=1)
-def _measured_configs() -> dict[str, DecodeConfig]:
-    if not CONFIG_FILE.exists():
-        return {}
-    table = json.loads(CONFIG_FILE.read_text(encoding="utf-8"))["configs"]
-    return {key: DecodeConfig(**fields) for key, fields in table.items()}
-
-
-def heuristic_config(kv_heads: int, batch_one: bool) -> DecodeConfig:
-    """About 128 programs for 8 rows of batch at batch > 1 (the H200 has 132 SMs), at most 16 splits."""
+def fixed_config(kv_heads: int, batch_one: bool) -> DecodeConfig:
+    """The "fixed" splits: about 128 programs for 8 rows of batch at batch > 1, at most 16 splits."""
     rows = 1 if batch_one else 8
     splits = max(1, min(16, 128 // (kv_heads * rows)))
     return DecodeConfig(block_l=64, num_warps=4, splits=splits)
-
-
-def config_for(heads: int, kv_heads: int, head_dim: int, batch_one: bool) -> DecodeConfig:
-    measured = _measured_configs().get(config_key(heads, kv_heads, head_dim, batch_one))
-    return measured or heuristic_config(kv_heads, batch_one)
 
 
 # The "length" splits: about two programs a multiprocessor (132 on an H100 or H200), never fewer than
@@ -108,12 +84,6 @@ def length_config(kv_heads: int, head_dim: int, batch: int, length: int) -> Deco
     splits (the counts measured), 128 slots a loop step (64 above a head dimension of 128: shared memory)."""
     splits = max(1, min(MAX_SPLITS, TARGET_PROGRAMS // max(1, batch * kv_heads), length // SPLIT_SLOTS))
     return DecodeConfig(block_l=128 if head_dim <= 128 else 64, num_warps=4, splits=1 << (splits.bit_length() - 1))
-
-
-def config_table(configs: dict[str, DecodeConfig], device: str) -> str:
-    """The JSON text attention_configs.json holds (benchmarks/attention_sweep.py --write-configs)."""
-    body = {"device": device, "configs": {key: asdict(config) for key, config in sorted(configs.items())}}
-    return json.dumps(body, indent=1) + "\n"
 
 
 @triton.jit
@@ -451,12 +421,12 @@ def _decode_attention(
     softcap: float,
     run: bool = True,
 ) -> torch.Tensor:
-    batch, heads, _, head_dim = query.shape
+    batch, _, _, head_dim = query.shape
     if run and current().attention_splits == "length":  # concrete shapes: the op is running
         config = length_config(key.shape[1], head_dim, batch, key.shape[2])
     else:
         batch_one = isinstance(batch, int) and batch == 1  # a dynamic batch is never 1 (and adds no guard)
-        config = config_for(heads, key.shape[1], head_dim, batch_one)
+        config = fixed_config(key.shape[1], batch_one)
     return launch(query, key, value, mask, scale, softcap, config, run)
 
 

@@ -181,19 +181,11 @@ def test_the_kernel_is_on_by_default_and_cpu_tensors_keep_the_matmul_path(monkey
     torch.testing.assert_close(out, reference(query, key, value, mask, 0.125, 0.0), rtol=1e-5, atol=1e-5)
 
 
-def test_configs_come_from_the_sweeps_file_else_the_heuristic(tmp_path, monkeypatch):
-    measured = {"14/2/64/b1": kernel.DecodeConfig(block_l=128, num_warps=8, splits=12, num_stages=3)}
-    path = tmp_path / "attention_configs.json"
-    path.write_text(kernel.config_table(measured, "test"), encoding="utf-8")
-    monkeypatch.setattr(kernel, "CONFIG_FILE", path)
-    kernel._measured_configs.cache_clear()
-    try:
-        assert kernel.config_for(14, 2, 64, batch_one=True) == measured["14/2/64/b1"]
-        assert kernel.config_for(14, 2, 64, batch_one=False) == kernel.heuristic_config(2, batch_one=False)
-    finally:
-        kernel._measured_configs.cache_clear()
-    assert kernel.heuristic_config(2, batch_one=True).splits == 16
-    assert kernel.heuristic_config(8, batch_one=False).splits == 2
+def test_the_fixed_splits_depend_on_the_batch_class_alone():
+    """attention_splits "fixed" (plans captured before the length rule): 16 splits at batch 1, 2 above, any length."""
+    assert kernel.fixed_config(2, batch_one=True).splits == 16
+    assert kernel.fixed_config(8, batch_one=False).splits == 2
+    assert settings.DEFAULTS.attention_splits == "length"
 
 
 def preloaded(parts: int, max_batch: int = 1):
