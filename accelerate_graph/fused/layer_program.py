@@ -34,6 +34,7 @@ from accelerate_graph.quant.fp8_matmul import (
     fp8_matmul_residual,
     fp8_norm_gate_up,
     fp8_norm_matmul,
+    fp8_residual_norm_gate_up,
     skinny_kernel_runs,
 )
 from accelerate_graph.settings import SKINNY_OPS, current
@@ -61,6 +62,9 @@ class LayerOps:
     norm_gate_up: Callable
     merged: bool = False
     fp8: bool = False
+    # o's residual product then gate/up's as one call (x, o's weight and bias, residual, norm weight, eps,
+    # w_gate, w_up) -> (h, gated), or None where the two calls above run
+    residual_norm_gate_up: Callable | None = None
 
 
 class Fp8Weight(NamedTuple):
@@ -285,7 +289,21 @@ def _merged_gate_up(x, norm_weight, eps, w_gate_up, w_up):
     return torch.nn.functional.silu(gate) * up
 
 
-MERGED_OPS = LayerOps("merged", _merged_projections, _merged_linear_residual, _merged_gate_up, merged=True, fp8=True)
+def _merged_residual_norm_gate_up(x, weight, bias, residual, norm_weight, eps, w_gate_up, w_up):
+    """(h, gated) by one FP8 op where o and merged gate/up are FP8 and folded (their norm can then run in o's
+    finish kernel, fp8_residual_norm_gate_up); None elsewhere."""
+    if not isinstance(weight, Fp8Weight) or w_up is not None or not _fp8_folds(x):
+        return None
+    return fp8_residual_norm_gate_up(
+        x, weight.weight, weight.scale, weight.block, bias, residual, norm_weight, eps, w_gate_up.weight,
+        w_gate_up.scale,
+    )  # fmt: skip
+
+
+MERGED_OPS = LayerOps(
+    "merged", _merged_projections, _merged_linear_residual, _merged_gate_up, merged=True, fp8=True,
+    residual_norm_gate_up=_merged_residual_norm_gate_up,
+)  # fmt: skip
 
 
 def _concatenated(modules, name: str) -> torch.Tensor | None:
@@ -467,10 +485,19 @@ def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cach
     cos, sin = position_embeddings
     q, k, v = _projected_rotated_written(layer, x, batch, tokens, cos, sin, cache, ops, advance)
     out, _ = grouped_decode_attention(attention, q, k, v, attention_mask, scaling=attention.scaling)
-    h = _output_projection(attention.o_proj, out.reshape(batch * tokens, -1), x, ops)
+    out = out.reshape(batch * tokens, -1)
     second = layer.post_attention_layernorm
     merged = _merged_weight(mlp, MERGED_GATE_UP, MERGED_GATE_UP_SCALE, mlp.gate_proj) if ops.merged else None
     w_gate, w_up = (merged, None) if merged is not None else (_weight(mlp.gate_proj), _weight(mlp.up_proj))
-    gated = ops.norm_gate_up(h, second.weight, second.variance_epsilon, w_gate, w_up)
+    both = None
+    if ops.residual_norm_gate_up is not None and not has_call_hooks(attention.o_proj):
+        o_proj = attention.o_proj
+        both = ops.residual_norm_gate_up(
+            out, _weight(o_proj), o_proj.bias, x, second.weight, second.variance_epsilon, w_gate, w_up
+        )
+    if both is None:
+        h = _output_projection(attention.o_proj, out, x, ops)
+        both = h, ops.norm_gate_up(h, second.weight, second.variance_epsilon, w_gate, w_up)
+    h, gated = both
     out = _output_projection(mlp.down_proj, gated, h, ops)
     return out.view(batch, tokens, hidden)

@@ -15,6 +15,9 @@ setting fp8_fold), each exactly the unfolded sequence's rounding wherever the ke
 - `fp8_matmul_residual(x, ..., residual)`: residual + the product (rounded first, as eager adds it);
 - `fp8_norm_gate_up(x, norm_weight, eps, weight, ...)`: the norm, the product by a merged gate/up weight (gate's
   rows, then up's), then silu(gate) * up, each rounded as eager rounds it.
+- `fp8_residual_norm_gate_up(x, weight, ..., residual, norm_weight, eps, gate_up_weight, gate_up_scale)`: the two
+  above in a row (o, then the MLP's gate/up), returning both outputs; where gate/up's norm runs apart, the
+  first product's split-K finish kernel runs it.
 """
 
 # no `from __future__ import annotations`: torch.library infers the op's schema from the annotations (Optional[...]
@@ -135,6 +138,40 @@ def _norm_gate_up_body(
     return torch.nn.functional.silu(gate) * up
 
 
+def _residual_norm_gate_up_body(
+    x: Tensor,
+    weight: Tensor,
+    scale: Tensor,
+    block: Optional[int],  # noqa: UP045
+    bias: Optional[Tensor],  # noqa: UP045
+    residual: Tensor,
+    norm_weight: Tensor,
+    eps: float,
+    gate_up_weight: Tensor,
+    gate_up_scale: Tensor,
+) -> tuple[Tensor, Tensor]:
+    if _skinny_runs(x) and _norm_in_finish():
+        from accelerate_graph.quant import fp8_skinny
+
+        m, (n, k) = _rows(x), weight.shape
+        cfg = fp8_skinny.fitted(fp8_skinny.config_for(m, n, k, block, x.device), block)
+        gate_up_cfg = fp8_skinny.config_for(m, gate_up_weight.shape[0] // 2, n, block, x.device, gate_up=True)
+        # where gate/up's norm runs apart anyway, the residual product's finish kernel runs it
+        if gate_up_cfg.norm_apart and fp8_skinny.finishes_with_norm(cfg, n, k):
+            h, normed = fp8_skinny.launch(
+                x, weight, scale, block, bias, cfg, residual=residual, next_norm_weight=norm_weight, next_eps=eps
+            )
+            return h, fp8_skinny.launch(normed, gate_up_weight, gate_up_scale, block, None, gate_up_cfg, gate_up=True)
+    h = _matmul_residual_body(x, weight, scale, block, bias, residual)
+    return h, _norm_gate_up_body(h, norm_weight, eps, gate_up_weight, gate_up_scale, block)
+
+
+def _norm_in_finish() -> bool:
+    from accelerate_graph.settings import current
+
+    return current().fp8_norm_in_finish
+
+
 torch.library.custom_op("cugraph_accel::fp8_norm_matmul", _norm_matmul_body, mutates_args=()).register_fake(
     lambda x, norm_weight, eps, weight, scale, block, bias: _fake(x, weight, scale, block, bias)
 )
@@ -143,6 +180,14 @@ torch.library.custom_op("cugraph_accel::fp8_matmul_residual", _matmul_residual_b
 )
 torch.library.custom_op("cugraph_accel::fp8_norm_gate_up", _norm_gate_up_body, mutates_args=()).register_fake(
     lambda x, norm_weight, eps, weight, scale, block: x.new_empty((*x.shape[:-1], weight.shape[0] // 2))
+)
+torch.library.custom_op(
+    "cugraph_accel::fp8_residual_norm_gate_up", _residual_norm_gate_up_body, mutates_args=()
+).register_fake(
+    lambda x, weight, scale, block, bias, residual, norm_weight, eps, gate_up_weight, gate_up_scale: (
+        residual.new_empty(residual.shape),
+        x.new_empty((*x.shape[:-1], gate_up_weight.shape[0] // 2)),
+    )
 )
 
 
@@ -200,11 +245,15 @@ def fp8_matmul_residual(
     """residual + fp8_matmul(x, ...), the product rounded to x's dtype before the add (eager's rounding), the
     add folded into the skinny kernel where it runs."""
     check(x, weight, scale, block, bias)
+    _check_residual(x, weight, residual)
+    return torch.ops.cugraph_accel.fp8_matmul_residual(x, weight, scale, block, bias, residual)
+
+
+def _check_residual(x: Tensor, weight: Tensor, residual: Tensor) -> None:
     expected = (*x.shape[:-1], weight.shape[0])
     if tuple(residual.shape) != expected or residual.dtype != x.dtype or residual.device != x.device:
         raise ValueError(f"the residual must be {expected} / {x.dtype} on x's device, got "
                          f"{tuple(residual.shape)} / {residual.dtype} on {residual.device}")  # fmt: skip
-    return torch.ops.cugraph_accel.fp8_matmul_residual(x, weight, scale, block, bias, residual)
 
 
 def fp8_norm_gate_up(
@@ -212,10 +261,37 @@ def fp8_norm_gate_up(
 ) -> Tensor:
     """silu(gate) * up of fp8_norm_matmul's output by a merged gate/up weight [2N, K] (gate's rows, then up's;
     with block scales N a whole number of blocks): [..., N], rounded as eager rounds each step."""
+    _check_norm_gate_up(x, norm_weight, weight, scale, block)
+    return torch.ops.cugraph_accel.fp8_norm_gate_up(x, norm_weight, float(eps), weight, scale, block)
+
+
+def _check_norm_gate_up(x: Tensor, norm_weight: Tensor, weight: Tensor, scale: Tensor, block: int | None) -> None:
     check(x, weight, scale, block, None)
     _check_norm_weight(x, norm_weight)
     rows = weight.shape[0]
     if rows % 2 or (block is not None and (rows // 2) % block):
         within = f", N a multiple of the block {block}" if block is not None else ""
         raise ValueError(f"a merged gate/up weight has 2N rows{within}; got {rows}")
-    return torch.ops.cugraph_accel.fp8_norm_gate_up(x, norm_weight, float(eps), weight, scale, block)
+
+
+def fp8_residual_norm_gate_up(
+    x: Tensor,
+    weight: Tensor,
+    scale: Tensor,
+    block: int | None,
+    bias: Tensor | None,
+    residual: Tensor,
+    norm_weight: Tensor,
+    eps: float,
+    gate_up_weight: Tensor,
+    gate_up_scale: Tensor,
+) -> tuple[Tensor, Tensor]:
+    """(h, g): h = fp8_matmul_residual(x, weight, ..., residual), g = fp8_norm_gate_up(h, norm_weight, eps,
+    gate_up_weight, gate_up_scale, block), bit for bit. Where gate/up's config runs its norm apart and the first
+    product splits K, the norm runs in that product's finish kernel (the fp8_norm_in_finish setting)."""
+    check(x, weight, scale, block, bias)
+    _check_residual(x, weight, residual)
+    _check_norm_gate_up(residual, norm_weight, gate_up_weight, gate_up_scale, block)
+    return torch.ops.cugraph_accel.fp8_residual_norm_gate_up(
+        x, weight, scale, block, bias, residual, norm_weight, float(eps), gate_up_weight, gate_up_scale
+    )

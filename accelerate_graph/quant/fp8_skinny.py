@@ -166,15 +166,28 @@ def fitted(cfg: SkinnyConfig, block: int | None) -> SkinnyConfig:
     return dataclasses.replace(cfg, block_n=block_n, block_k=block_k)
 
 
+# A residual product split in K finishes whole rows with the next norm in its finish kernel up to this many
+# outputs (a row in one register tile: 32 values a thread at 8 warps).
+NORM_IN_FINISH_MAX_N = 8192
+
+
+def finishes_with_norm(cfg: SkinnyConfig, n: int, k: int) -> bool:
+    """Whether a residual launch of `cfg` over N `n`, K `k` can run the next norm in its finish kernel: it
+    splits K (else no finish kernel to put it in) and a row fits one program's registers."""
+    return skinny_matmul.k_slices(k, cfg)[1] > 1 and n <= NORM_IN_FINISH_MAX_N
+
+
 def launch(
     x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Tensor | None, cfg=None, *,
     norm_weight: Tensor | None = None, eps: float = 0.0, residual: Tensor | None = None, gate_up: bool = False,
-) -> Tensor:  # fmt: skip
+    next_norm_weight: Tensor | None = None, next_eps: float = 0.0,
+) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
     """out = x @ (weight * scale)^T + bias through fp8_skinny_kernel (and fp8_finish_kernel under split-K), with
     `cfg` (default: config_for), shaped like x with N last. `norm_weight`: x's rows through HF's Llama RMSNorm
     (`eps`) first; `residual` (shaped like the output): added after the product's rounding; `gate_up`: the
-    weight is gate's rows then up's, out = silu(gate) * up with N half the weight's rows. The caller checked
-    the arguments (fp8_matmul)."""
+    weight is gate's rows then up's, out = silu(gate) * up with N half the weight's rows. `next_norm_weight`
+    (with `residual`, where finishes_with_norm): returns (out, out's rows through the RMSNorm of that weight and
+    `next_eps`), the norm run by the finish kernel. The caller checked the arguments (fp8_matmul)."""
     k = x.shape[-1]
     x2 = x.reshape(-1, k).contiguous()
     m, n = x2.shape[0], weight.shape[0] // (2 if gate_up else 1)
@@ -223,6 +236,18 @@ def launch(
         LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **flags, **extra,
     )  # fmt: skip
+    if next_norm_weight is not None:
+        if residual is None or split == 1 or n > NORM_IN_FINISH_MAX_N:
+            raise ValueError("the next norm runs in the finish kernel of a residual product split in K alone")
+        xn = torch.empty_like(out)
+        norm_block = min(1 << max(0, (n - 1).bit_length()), 4096)  # rms_norm_kernel's: the same sums, bit for bit
+        fp8_kernels.fp8_finish_norm_kernel[(m,)](
+            ws, b_arg, res, out, next_norm_weight.contiguous(), xn, float(next_eps), m, n, HAS_B=bias is not None,
+            SPLIT=split, OUT_BF16=flags["OUT_BF16"], USE_PDL=bool(extra), BLOCK_N=1 << max(0, (n - 1).bit_length()),
+            NORM_BLOCK=norm_block, RSTD_CHUNKS=skinny_matmul.cdiv(n, norm_block), num_warps=4 if n <= 4096 else 8,
+            **extra,
+        )  # fmt: skip
+        return out.reshape(*x.shape[:-1], n), xn.reshape(*x.shape[:-1], n)
     if split > 1:
         fp8_kernels.fp8_finish_kernel[(n_blocks, m_blocks, 1)](
             ws, b_arg, res, out, m, n, num_warps=4, **flags, **extra

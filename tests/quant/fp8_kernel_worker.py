@@ -6,7 +6,9 @@ writes the results as JSON on stdout.
 Jobs: {"cases": [...]} -> {case id: {"error_ulps": ..., "shape": ..., "dtype": ...}};
 {"ptx": [...]} -> {variant id: {"v4_loads": n, "copy_bytes": [...], "expected_vectors": n}};
 {"layers": [...]} -> {id: {"fold": setting, "folded_ops": [...], "logits": [...]}}: the FP8 tiny llama's decode
-steps through the fused layer program under each fp8_fold value;
+steps through the fused layer program under each fp8_fold value (configs forced where "forced");
+{"norm_in_finish": [...]} -> {id: {"on": ..., "off": ..., "error_ulps": ...}}: fp8_residual_norm_gate_up with the
+norm in o's finish kernel and apart, bit for bit;
 {"codes": true} -> {"bits": [codes whose value differs]}: every e4m3 code through the kernel's own bf16
 conversion's integer ops (fp8_codes.py);
 {"split": {"x": [[...]]}} -> {"hi": [[codes]], "lo": [[codes]], "scale": [...]}: a bf16 tile of x through
@@ -121,6 +123,67 @@ def float64_reference(x, weight, scale, block, bias, fold: dict) -> torch.Tensor
     return out
 
 
+# Configs that put the norm in o's finish kernel (o split in K, gate/up's norm apart), on the interpreter's
+# multiply-and-sum path (its tensor cores get bf16 wrong; these jobs run fp16 too).
+SPLIT_O = SkinnyConfig(16, 32, 4, 2, split_k=2)
+APART_GATE_UP = SkinnyConfig(8, 32, 4, 2, norm_apart=True)
+
+
+def forced_configs():
+    """fp8_skinny.config_for patched to SPLIT_O for residual products and APART_GATE_UP for gate/up, and a list
+    that each launch appends whether it ran the next norm in its finish kernel to."""
+    ran = []
+    fp8_skinny.config_for = lambda m, n, k, block, device, gate_up=False: APART_GATE_UP if gate_up else SPLIT_O
+    launch = fp8_skinny.launch
+
+    def spied(*args, **kwargs):
+        ran.append(kwargs.get("next_norm_weight") is not None)
+        return launch(*args, **kwargs)
+
+    fp8_skinny.launch = spied
+    return ran
+
+
+def norm_in_finish(job: dict) -> dict:
+    """fp8_residual_norm_gate_up with the forced configs, the norm in o's finish kernel (the setting on) and
+    apart (off): both outputs' bits, and which launches ran the norm in a finish kernel."""
+    from accelerate_graph import settings
+
+    ran = forced_configs()
+    gen = torch.Generator().manual_seed(job.get("seed", 0))
+    m, n, k, block = job["rows"], job["n"], job["k"], job.get("block")
+    x = (torch.randn(m, k, generator=gen) * 2).to(torch.float16)
+
+    def fp8(rows, cols):
+        codes = torch.randint(0, 256, (rows, cols), generator=gen, dtype=torch.uint8)
+        weight = torch.where(codes & 0x7F == 0x7F, 0, codes).view(torch.float8_e4m3fn)
+        shape = (rows,) if block is None else (-(-rows // block), -(-cols // block))
+        return weight, torch.rand(shape, generator=gen) * cols**-0.5 / 64 + 1e-4
+
+    weight, scale = fp8(n, k)
+    gate_up, gate_up_scale = fp8(2 * job["n_gate"], n)
+    bias = torch.randn(n, generator=gen).to(x.dtype) if job.get("bias") else None
+    residual = torch.randn(m, n, generator=gen).to(x.dtype)
+    norm_weight = (torch.rand(n, generator=gen) + 0.5).to(x.dtype)
+    out = {}
+    for name in ("on", "off"):
+        with settings.use(settings.DEFAULTS.replace(fp8_norm_in_finish=name == "on")):
+            ran.clear()
+            h, gated = fp8_matmul.fp8_residual_norm_gate_up(
+                x, weight, scale, block, bias, residual, norm_weight, 1e-5, gate_up, gate_up_scale
+            )
+        out[name] = {"h": h.view(torch.int16).tolist(), "gated": gated.view(torch.int16).tolist(), "ran": list(ran)}
+    normed = reference_rms_norm(
+        residual + reference_fp8_matmul(x, weight, scale, block, bias), norm_weight, 1e-5, "llama"
+    )
+    gate, up = reference_fp8_sums(normed, gate_up, gate_up_scale, block, None).chunk(2, dim=-1)
+    h_ref = residual + reference_fp8_matmul(x, weight, scale, block, bias)
+    on_h = torch.tensor(out["on"]["h"], dtype=torch.int16).view(torch.float16)
+    on_gated = torch.tensor(out["on"]["gated"], dtype=torch.int16).view(torch.float16)
+    out["error_ulps"] = {"h": error_ulps(on_h, h_ref), "gated": gated_error_ulps(on_gated, gate, up)}
+    return out
+
+
 def layer_steps(job: dict) -> dict:
     """One decode step's logits at each (batch, context) of the job's cases, by the FP8 tiny llama (fp16: the
     interpreter's tensor-core path gets bf16 wrong, fp8_skinny says) through the fused layer program under the
@@ -133,7 +196,9 @@ def layer_steps(job: dict) -> dict:
     from accelerate_graph.fused.layers import FusedForward
 
     calls = []
-    for name in ("fp8_norm_matmul", "fp8_matmul_residual", "fp8_norm_gate_up"):  # counted, not replaced
+    ran = forced_configs() if job.get("forced") else []
+    counted = ("fp8_norm_matmul", "fp8_matmul_residual", "fp8_norm_gate_up", "fp8_residual_norm_gate_up")
+    for name in counted:  # counted, not replaced
         op = getattr(layer_program, name)
         setattr(layer_program, name, lambda *args, _op=op, _name=name: calls.append(_name) or _op(*args))
     torch._dynamo.reset()
@@ -141,10 +206,15 @@ def layer_steps(job: dict) -> dict:
     prompt = torch.randint(0, 100, (2, 6))
     model = fp8_tiny(job.get("block"), torch.float16)
     session = DecodeSession(model, 2, 64)
-    chosen = settings.DEFAULTS.replace(fp8_fold=job["fold"])
+    chosen = settings.DEFAULTS.replace(fp8_fold=job["fold"], fp8_norm_in_finish=job.get("norm_in_finish", True))
     fused = FusedForward(model, backend="eager", settings=chosen)
     logits = session.first_steps(prompt, [tuple(case) for case in job["cases"]], fused)
-    return {"fold": job["fold"], "folded_ops": sorted(set(calls)), "logits": [t.float().tolist() for t in logits]}
+    return {
+        "fold": job["fold"],
+        "folded_ops": sorted(set(calls)),
+        "norm_in_finish_launches": sum(ran),
+        "logits": [t.float().tolist() for t in logits],
+    }
 
 
 def ptx_of(variant: dict) -> dict:
@@ -223,6 +293,9 @@ def main() -> None:
     elif "split" in job:
         assert os.environ.get("TRITON_INTERPRET") == "1", "the split runs under the Triton interpreter"
         result = split_terms(job["split"])
+    elif "norm_in_finish" in job:
+        assert os.environ.get("TRITON_INTERPRET") == "1", "the norm in the finish runs under the Triton interpreter"
+        result = {case["id"]: norm_in_finish(case) for case in job["norm_in_finish"]}
     elif "layers" in job:
         assert os.environ.get("TRITON_INTERPRET") == "1", "the layers run under the Triton interpreter"
         result = {layers["id"]: layer_steps(layers) for layers in job["layers"]}

@@ -114,11 +114,19 @@ def test_the_folded_ops_pass_opcheck_and_on_the_cpu_are_the_unfolded_sequence():
     gated = fm.fp8_norm_gate_up(x, norm_weight, 1e-5, weight, scale, block)
     gate, up = fm.fp8_norm_matmul(x, norm_weight, 1e-5, weight, scale, block).chunk(2, dim=-1)
     assert gated.shape == (3, 16) and torch.equal(gated, F.silu(gate) * up)
+    o_weight, o_scale, _, _ = make(3, 64, 64, block=16)[1:]  # o: 64 -> 64, then the gate/up weight of 2 x 16 rows
+    h, both = fm.fp8_residual_norm_gate_up(x, o_weight, o_scale, block, None, x, norm_weight, 1e-5, weight, scale)
+    assert torch.equal(h, fm.fp8_matmul_residual(x, o_weight, o_scale, block, None, x))
+    assert torch.equal(both, fm.fp8_norm_gate_up(h, norm_weight, 1e-5, weight, scale, block))
     ops = torch.ops.cugraph_accel
     for op, args in [
         (ops.fp8_norm_matmul.default, (x, norm_weight, 1e-5, weight, scale, block, bias)),
         (ops.fp8_matmul_residual.default, (x, weight, scale, block, None, residual)),
         (ops.fp8_norm_gate_up.default, (x, norm_weight, 1e-5, weight, scale, block)),
+        (
+            ops.fp8_residual_norm_gate_up.default,
+            (x, o_weight, o_scale, block, None, x, norm_weight, 1e-5, weight, scale),
+        ),
     ]:
         torch.library.opcheck(op, args, test_utils=OPCHECKS)
 
@@ -403,6 +411,25 @@ def test_kernel_matches_the_reference_under_the_interpreter(case, interpreted_re
     assert result["error_ulps"] <= 2, result
 
 
+NORM_IN_FINISH = [  # o's rows x N x K, gate/up's N; a ragged row tile (N 96 in a 128 tile), a bias, block scales
+    {"id": "channel", "rows": 3, "n": 96, "k": 64, "n_gate": 40, "bias": True},
+    {"id": "block", "rows": 2, "n": 64, "k": 128, "n_gate": 32, "block": 32},
+]
+
+
+@needs_triton
+def test_the_norm_runs_in_os_finish_kernel_to_the_same_bits_under_the_interpreter():
+    """fp8_residual_norm_gate_up where o splits K and gate/up's norm runs apart: o's finish kernel writes h and
+    its norm (fp8_norm_in_finish on), bit for bit what the norm's own kernel gives (off), within 2 units of the
+    reference."""
+    results = run_worker({"norm_in_finish": NORM_IN_FINISH}, interpreted=True)
+    for case in NORM_IN_FINISH:
+        got = results[case["id"]]
+        assert got["on"]["ran"] == [True, False] and got["off"]["ran"] == [False, False], got
+        assert got["on"]["h"] == got["off"]["h"] and got["on"]["gated"] == got["off"]["gated"], case["id"]
+        assert got["error_ulps"]["h"] <= 2 and got["error_ulps"]["gated"] <= 2, got["error_ulps"]
+
+
 def _split_rows() -> torch.Tensor:
     """16 rows of 128 bf16 values: each row's values spread over 2^-12..2^0 of its largest, signs mixed, the
     largest's significand from 1.0 up to 1.9921875 (bf16's last below 2: where a scale one binade too small
@@ -562,6 +589,41 @@ def test_gpu_folded_ops_match_the_unfolded_sequence(rows, block):
             pairs = [(got_normed, normed_ref), (got_added - residual, added_ref - residual), (got_gated, gated_ref)]
             for got, ref in pairs:
                 assert (got.float() - ref.float()).norm() / ref.float().norm() < 2**-7, (n, k)
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("rows", [8, 32])
+@pytest.mark.parametrize("block", [None, 128])
+def test_gpu_norm_in_os_finish_kernel_is_the_norms_own_kernel_bit_for_bit(rows, block, monkeypatch):
+    """o split in K on tensor cores and gate/up's norm apart (the H100 table's 8B at 32 rows): with
+    fp8_norm_in_finish o's finish kernel runs the norm, and h and silu(gate) * up are the same bits as with the
+    norm's own kernel; both within 2 units of the reference. Also under a CUDA graph."""
+    from accelerate_graph import settings
+
+    tables = {False: configs.SkinnyConfig(64, 128, 4, 4, split_k=4, dot=True)}
+    tables[True] = configs.SkinnyConfig(64, 256, 4, 3, dot=True, norm_apart=True)
+    monkeypatch.setattr(fp8_skinny, "config_for", lambda m, n, k, block, device, gate_up=False: tables[gate_up])
+    x, weight, scale, block_, bias = _gpu_operands(rows, 4096, 4096, block)
+    gate_up, gate_up_scale = _gpu_operands(rows, 2 * 1024, 4096, block, seed=3)[1:3]
+    norm_weight, residual = _fold_operands(x, 4096)
+    args = (x, weight, scale, block_, bias, residual, norm_weight, 1e-5, gate_up, gate_up_scale)
+    outs = {}
+    for on in (True, False):
+        with settings.use(settings.DEFAULTS.replace(fp8_norm_in_finish=on)):
+            outs[on] = fm.fp8_residual_norm_gate_up(*args)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static = fm.fp8_residual_norm_gate_up(*args)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert all(torch.equal(a, b) for a, b in zip(static, outs[on])), on
+    assert torch.equal(outs[True][0], outs[False][0]) and torch.equal(outs[True][1], outs[False][1])
+    h_ref = residual + reference_fp8_matmul(x, weight, scale, block_, bias)
+    assert error_ulps(outs[True][0], h_ref) <= 2
+    normed = reference_rms_norm(outs[True][0], norm_weight, 1e-5, "llama")
+    gate, up = reference_fp8_sums(normed, gate_up, gate_up_scale, block_, None).chunk(2, dim=-1)
+    assert gated_error_ulps(outs[True][1], gate, up) <= 2
 
 
 # Tilings the default configs never pick but the tune grids (tune/grids.py) try: rows, config.
