@@ -46,6 +46,7 @@ CHECK = """
 import torch
 from accelerate_graph.quant import fp8_skinny
 fp8_skinny.interpret_on_cpu = DEVICE == "cpu"
+from accelerate_graph.fused.kernels.configs import SkinnyConfig
 from accelerate_graph.tune import grids
 from accelerate_graph.tune.fp8_chain import Fp8Chain
 from accelerate_graph.tune.model_shapes import layer_shapes
@@ -70,6 +71,15 @@ for fold, block, rows in ((f, b, r) for f in FOLDS for b in BLOCKS for r in ROWS
             got = chain.run(cfgs).float()
             err = ((got - want.float()).abs().max() / want.float().abs().max()).item()
             assert err < 0.02, (block, rows, cfgs, err)
+        o, gate_up = chain.steps["o"][0], chain.steps["gate_up"]
+        if chain.folds and len(gate_up) == 1:  # o split in K, gate/up's norm apart: the norm in o's finish kernel
+            forced = {**base, o.op: SkinnyConfig(16, 32, 4, 2, split_k=2),
+                      gate_up[0].op: SkinnyConfig(8, 32, 4, 2, norm_apart=True)}
+            assert chain._norm_in_finish(o, gate_up, forced)
+            got = chain.run(forced)
+            chain.norm_in_finish = False
+            assert torch.equal(got, chain.run(forced)), "the norm in o's finish kernel changed the chain's bits"
+            chain.norm_in_finish = True
 print("chains agree")
 """
 
