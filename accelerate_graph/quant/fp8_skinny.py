@@ -202,6 +202,8 @@ def launch(
     ws = torch.empty((split, m, 2 * n if gate_up else n), dtype=torch.float32, device=x.device) if split > 1 else out
     if gate_up and (bias is not None or residual is not None):  # the gate/up epilogue: bias on gate alone, no residual
         raise ValueError("a merged gate/up launch takes no bias and no residual")
+    if next_norm_weight is not None and (residual is None or gate_up or not finishes_with_norm(cfg, n, k)):
+        raise ValueError("the next norm runs in the finish kernel of a residual product split in K alone")
     # the kernel reads every operand with unit stride along its last dimension
     scale = scale.contiguous()
     bias = bias.contiguous() if bias is not None else None
@@ -237,8 +239,6 @@ def launch(
         **flags, **extra,
     )  # fmt: skip
     if next_norm_weight is not None:
-        if residual is None or split == 1 or n > NORM_IN_FINISH_MAX_N:
-            raise ValueError("the next norm runs in the finish kernel of a residual product split in K alone")
         xn = torch.empty_like(out)
         norm_block = min(1 << max(0, (n - 1).bit_length()), 4096)  # rms_norm_kernel's: the same sums, bit for bit
         fp8_kernels.fp8_finish_norm_kernel[(m,)](

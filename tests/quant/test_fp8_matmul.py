@@ -417,6 +417,16 @@ NORM_IN_FINISH = [  # o's rows x N x K, gate/up's N; a ragged row tile (N 96 in 
 ]
 
 
+def test_the_next_norm_is_refused_where_no_finish_kernel_runs():
+    """next_norm_weight needs a residual product split in K (a finish kernel to run the norm in): one line."""
+    x, weight, scale, block, _ = make(2, 64, 64)
+    residual, norm_weight = torch.randn(2, 64).to(x.dtype), torch.ones(64, dtype=x.dtype)
+    whole_k = configs.SkinnyConfig(16, 64, 4, 2)
+    for cfg, kwargs in [(whole_k, {"residual": residual}), (configs.SkinnyConfig(16, 32, 4, 2, split_k=2), {})]:
+        with pytest.raises(ValueError, match=r"^the next norm runs in the finish kernel of a residual product"):
+            fp8_skinny.launch(x, weight, scale, block, None, cfg, next_norm_weight=norm_weight, **kwargs)
+
+
 @needs_triton
 def test_the_norm_runs_in_os_finish_kernel_to_the_same_bits_under_the_interpreter():
     """fp8_residual_norm_gate_up where o splits K and gate/up's norm runs apart: o's finish kernel writes h and
