@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from accelerate_graph.quant.fp8_reference import dequantize, reference_fp8_matmul
+from accelerate_graph.settings import current
 
 # Rows up to which the skinny kernel runs: every decode batch keeps its activations in x's dtype. Quantizing them
 # to e4m3 too (cuBLASLt's W8A8) put an 8B's batch-32 logits 8x further from the float32 reference than batch 9's.
@@ -150,26 +151,19 @@ def _residual_norm_gate_up_body(
     gate_up_weight: Tensor,
     gate_up_scale: Tensor,
 ) -> tuple[Tensor, Tensor]:
-    if _skinny_runs(x) and _norm_in_finish():
+    if _skinny_runs(x) and current().fp8_norm_in_finish:
         from accelerate_graph.quant import fp8_skinny
 
         m, (n, k) = _rows(x), weight.shape
-        cfg = fp8_skinny.fitted(fp8_skinny.config_for(m, n, k, block, x.device), block)
+        cfg = fp8_skinny.config_for(m, n, k, block, x.device)
         gate_up_cfg = fp8_skinny.config_for(m, gate_up_weight.shape[0] // 2, n, block, x.device, gate_up=True)
-        # where gate/up's norm runs apart anyway, the residual product's finish kernel runs it
-        if gate_up_cfg.norm_apart and fp8_skinny.finishes_with_norm(cfg, n, k):
+        if fp8_skinny.norm_moves_into_finish(cfg, gate_up_cfg, n, k, block):
             h, normed = fp8_skinny.launch(
                 x, weight, scale, block, bias, cfg, residual=residual, next_norm_weight=norm_weight, next_eps=eps
             )
             return h, fp8_skinny.launch(normed, gate_up_weight, gate_up_scale, block, None, gate_up_cfg, gate_up=True)
     h = _matmul_residual_body(x, weight, scale, block, bias, residual)
     return h, _norm_gate_up_body(h, norm_weight, eps, gate_up_weight, gate_up_scale, block)
-
-
-def _norm_in_finish() -> bool:
-    from accelerate_graph.settings import current
-
-    return current().fp8_norm_in_finish
 
 
 torch.library.custom_op("cugraph_accel::fp8_norm_matmul", _norm_matmul_body, mutates_args=()).register_fake(

@@ -177,6 +177,12 @@ def finishes_with_norm(cfg: SkinnyConfig, n: int, k: int) -> bool:
     return skinny_matmul.k_slices(k, cfg)[1] > 1 and n <= NORM_IN_FINISH_MAX_N
 
 
+def norm_moves_into_finish(cfg: SkinnyConfig, gate_up_cfg: SkinnyConfig, n: int, k: int, block: int | None) -> bool:
+    """Whether gate/up's norm runs in the finish kernel of the residual product before it (o's, at `cfg` over N
+    `n`, K `k`): gate/up's config runs its norm apart anyway, and o's finishes_with_norm."""
+    return gate_up_cfg.norm_apart and finishes_with_norm(fitted(cfg, block), n, k)
+
+
 def launch(
     x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Tensor | None, cfg=None, *,
     norm_weight: Tensor | None = None, eps: float = 0.0, residual: Tensor | None = None, gate_up: bool = False,
@@ -240,12 +246,11 @@ def launch(
     )  # fmt: skip
     if next_norm_weight is not None:
         xn = torch.empty_like(out)
-        norm_block = min(1 << max(0, (n - 1).bit_length()), 4096)  # rms_norm_kernel's: the same sums, bit for bit
+        norm_block, norm_chunks = skinny_matmul.rstd_chunks(n, 1)  # rms_norm_kernel's: the same sums, bit for bit
         fp8_kernels.fp8_finish_norm_kernel[(m,)](
             ws, b_arg, res, out, next_norm_weight.contiguous(), xn, float(next_eps), m, n, HAS_B=bias is not None,
             SPLIT=split, OUT_BF16=flags["OUT_BF16"], USE_PDL=bool(extra), BLOCK_N=1 << max(0, (n - 1).bit_length()),
-            NORM_BLOCK=norm_block, RSTD_CHUNKS=skinny_matmul.cdiv(n, norm_block), num_warps=4 if n <= 4096 else 8,
-            **extra,
+            NORM_BLOCK=norm_block, RSTD_CHUNKS=norm_chunks, num_warps=4 if n <= 4096 else 8, **extra,
         )  # fmt: skip
         return out.reshape(*x.shape[:-1], n), xn.reshape(*x.shape[:-1], n)
     if split > 1:

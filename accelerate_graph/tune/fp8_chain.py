@@ -191,9 +191,9 @@ class Fp8Chain:
         setting, gate/up's norm apart, o split in K)."""
         from accelerate_graph.quant import fp8_skinny
 
-        if not self.norm_in_finish or len(gate_up) != 1 or not cfgs[gate_up[0].op].norm_apart:
+        if not self.norm_in_finish or len(gate_up) != 1:
             return False
-        return fp8_skinny.finishes_with_norm(fp8_skinny.fitted(cfgs[o.op], self.block), o.n, o.k)
+        return fp8_skinny.norm_moves_into_finish(cfgs[o.op], cfgs[gate_up[0].op], o.n, o.k, self.block)
 
     def _unfolded(self, product) -> torch.Tensor:
         """The chain with the norms, residual adds and activation in torch around `product(layer, call, x)`."""

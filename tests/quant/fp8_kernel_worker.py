@@ -173,11 +173,9 @@ def norm_in_finish(job: dict) -> dict:
                 x, weight, scale, block, bias, residual, norm_weight, 1e-5, gate_up, gate_up_scale
             )
         out[name] = {"h": h.view(torch.int16).tolist(), "gated": gated.view(torch.int16).tolist(), "ran": list(ran)}
-    normed = reference_rms_norm(
-        residual + reference_fp8_matmul(x, weight, scale, block, bias), norm_weight, 1e-5, "llama"
-    )
-    gate, up = reference_fp8_sums(normed, gate_up, gate_up_scale, block, None).chunk(2, dim=-1)
     h_ref = residual + reference_fp8_matmul(x, weight, scale, block, bias)
+    normed = reference_rms_norm(h_ref, norm_weight, 1e-5, "llama")
+    gate, up = reference_fp8_sums(normed, gate_up, gate_up_scale, block, None).chunk(2, dim=-1)
     on_h = torch.tensor(out["on"]["h"], dtype=torch.int16).view(torch.float16)
     on_gated = torch.tensor(out["on"]["gated"], dtype=torch.int16).view(torch.float16)
     out["error_ulps"] = {"h": error_ulps(on_h, h_ref), "gated": gated_error_ulps(on_gated, gate, up)}
