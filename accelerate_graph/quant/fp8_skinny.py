@@ -177,10 +177,11 @@ def finishes_with_norm(cfg: SkinnyConfig, n: int, k: int) -> bool:
     return skinny_matmul.k_slices(k, cfg)[1] > 1 and n <= NORM_IN_FINISH_MAX_N
 
 
-def norm_moves_into_finish(cfg: SkinnyConfig, gate_up_cfg: SkinnyConfig, n: int, k: int, block: int | None) -> bool:
-    """Whether gate/up's norm runs in the finish kernel of the residual product before it (o's, at `cfg` over N
-    `n`, K `k`): gate/up's config runs its norm apart anyway, and o's finishes_with_norm."""
-    return gate_up_cfg.norm_apart and finishes_with_norm(fitted(cfg, block), n, k)
+def norm_moves_into_finish(cfg: SkinnyConfig, normed_cfg: SkinnyConfig, n: int, k: int, block: int | None) -> bool:
+    """Whether the norm before a product (gate/up's; the next layer's q/k/v) runs in the finish kernel of the
+    residual product before it (o's; down's, at `cfg` over N `n`, K `k`): the normed product's config runs its norm
+    apart anyway, and the residual one finishes_with_norm."""
+    return normed_cfg.norm_apart and finishes_with_norm(fitted(cfg, block), n, k)
 
 
 def launch(

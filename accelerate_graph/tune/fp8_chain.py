@@ -166,9 +166,13 @@ class Fp8Chain:
         if not self.folds:
             return self._unfolded(lambda layer, call, x: self._product(layer, call, x, cfgs))
         eps, h, steps = self.shapes.eps, self.x, self.steps
-        for layer in self.layers:
+        handed = None  # q/k/v's rows, normed by the down product before it (fp8_matmul_residual_norm's hand-over)
+        for index, layer in enumerate(self.layers):
             for call in steps["qkv"]:
-                self._product(layer, call, h, cfgs, norm_weight=layer["norm1"], eps=eps)
+                if handed is not None:
+                    self._product(layer, call, handed, cfgs)
+                else:
+                    self._product(layer, call, h, cfgs, norm_weight=layer["norm1"], eps=eps)
             o, gate_up = steps["o"][0], steps["gate_up"]
             if self._norm_in_finish(o, gate_up, cfgs):  # as fp8_residual_norm_gate_up runs them
                 h2, xn = self._product(
@@ -183,8 +187,22 @@ class Fp8Chain:
                 else:
                     gate, up = (self._product(layer, call, h2, cfgs, **normed) for call in gate_up)
                     act = torch.nn.functional.silu(gate) * up
-            h = self._product(layer, steps["down"][0], act, cfgs, residual=h2)
+            down, handed = steps["down"][0], None
+            if self._down_hands_norm_over(down, steps["qkv"], cfgs):  # the last layer's to the final norm, as the step
+                after = self.layers[(index + 1) % len(self.layers)]["norm1"]
+                h, handed = self._product(layer, down, act, cfgs, residual=h2, next_norm_weight=after, next_eps=eps)
+            else:
+                h = self._product(layer, down, act, cfgs, residual=h2)
         return h
+
+    def _down_hands_norm_over(self, down: Fp8Call, qkv: list[Fp8Call], cfgs: dict[str, SkinnyConfig]) -> bool:
+        """Whether down's finish kernel runs the next layer's q/k/v norm at these configs (the fp8_norm_in_finish
+        setting, q/k/v merged with its norm apart, down split in K): fp8_matmul_residual_norm's choice."""
+        from accelerate_graph.quant import fp8_skinny
+
+        if not self.norm_in_finish or len(qkv) != 1:
+            return False
+        return fp8_skinny.norm_moves_into_finish(cfgs[down.op], cfgs[qkv[0].op], down.n, down.k, self.block)
 
     def _norm_in_finish(self, o: Fp8Call, gate_up: list[Fp8Call], cfgs: dict[str, SkinnyConfig]) -> bool:
         """Whether o's finish kernel runs the merged gate/up's norm at these configs (the fp8_norm_in_finish

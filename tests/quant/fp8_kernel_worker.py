@@ -9,6 +9,8 @@ Jobs: {"cases": [...]} -> {case id: {"error_ulps": ..., "shape": ..., "dtype": .
 steps through the fused layer program under each fp8_fold value (configs forced where "forced");
 {"norm_in_finish": [...]} -> {id: {"on": ..., "off": ..., "error_ulps": ...}}: fp8_residual_norm_gate_up with the
 norm in o's finish kernel and apart, bit for bit;
+{"hand_over": [...]} -> {id: {"same_h": ..., "same_projected": ..., ...}}: down handing the next q/k/v its normed
+rows against the ops that norm them themselves;
 {"codes": true} -> {"bits": [codes whose value differs]}: every e4m3 code through the kernel's own bf16
 conversion's integer ops (fp8_codes.py);
 {"split": {"x": [[...]]}} -> {"hi": [[codes]], "lo": [[codes]], "scale": [...]}: a bf16 tile of x through
@@ -129,11 +131,22 @@ SPLIT_O = SkinnyConfig(16, 32, 4, 2, split_k=2)
 APART_GATE_UP = SkinnyConfig(8, 32, 4, 2, norm_apart=True)
 
 
-def forced_configs():
-    """fp8_skinny.config_for patched to SPLIT_O for residual products and APART_GATE_UP for gate/up, and a list
-    that each launch appends whether it ran the next norm in its finish kernel to."""
+APART_QKV = SkinnyConfig(8, 32, 4, 2, norm_apart=True)
+WHOLE_K = SkinnyConfig(16, 32, 4, 2)
+
+
+def forced_configs(hidden: int | None = None, residual: SkinnyConfig = SPLIT_O):
+    """fp8_skinny.config_for patched to `residual` for residual products and APART_GATE_UP for gate/up (with
+    `hidden`: q/k/v, any other N, APART_QKV, and residual products those of N `hidden`), and a list that each
+    launch appends whether it ran the next norm in its finish kernel to."""
     ran = []
-    fp8_skinny.config_for = lambda m, n, k, block, device, gate_up=False: APART_GATE_UP if gate_up else SPLIT_O
+
+    def config_for(m, n, k, block, device, gate_up=False):
+        if gate_up:
+            return APART_GATE_UP
+        return APART_QKV if hidden is not None and n != hidden else residual
+
+    fp8_skinny.config_for = config_for
     launch = fp8_skinny.launch
 
     def spied(*args, **kwargs):
@@ -142,6 +155,14 @@ def forced_configs():
 
     fp8_skinny.launch = spied
     return ran
+
+
+def random_fp8(gen: torch.Generator, rows: int, cols: int, block: int | None):
+    """A weight of random finite e4m3 codes and small scales (per channel, or per `block` x `block` block)."""
+    codes = torch.randint(0, 256, (rows, cols), generator=gen, dtype=torch.uint8)
+    weight = torch.where(codes & 0x7F == 0x7F, 0, codes).view(torch.float8_e4m3fn)
+    shape = (rows,) if block is None else (-(-rows // block), -(-cols // block))
+    return weight, torch.rand(shape, generator=gen) * cols**-0.5 / 64 + 1e-4
 
 
 def norm_in_finish(job: dict) -> dict:
@@ -154,14 +175,8 @@ def norm_in_finish(job: dict) -> dict:
     m, n, k, block = job["rows"], job["n"], job["k"], job.get("block")
     x = (torch.randn(m, k, generator=gen) * 2).to(torch.float16)
 
-    def fp8(rows, cols):
-        codes = torch.randint(0, 256, (rows, cols), generator=gen, dtype=torch.uint8)
-        weight = torch.where(codes & 0x7F == 0x7F, 0, codes).view(torch.float8_e4m3fn)
-        shape = (rows,) if block is None else (-(-rows // block), -(-cols // block))
-        return weight, torch.rand(shape, generator=gen) * cols**-0.5 / 64 + 1e-4
-
-    weight, scale = fp8(n, k)
-    gate_up, gate_up_scale = fp8(2 * job["n_gate"], n)
+    weight, scale = random_fp8(gen, n, k, block)
+    gate_up, gate_up_scale = random_fp8(gen, 2 * job["n_gate"], n, block)
     bias = torch.randn(n, generator=gen).to(x.dtype) if job.get("bias") else None
     residual = torch.randn(m, n, generator=gen).to(x.dtype)
     norm_weight = (torch.rand(n, generator=gen) + 0.5).to(x.dtype)
@@ -182,6 +197,42 @@ def norm_in_finish(job: dict) -> dict:
     return out
 
 
+def hand_over(job: dict) -> dict:
+    """Down's product handing the next q/k/v its normed rows (fp8_matmul_residual_norm, then fp8_normed_matmul)
+    against the two ops that norm the rows themselves (fp8_matmul_residual, fp8_norm_matmul), at forced configs:
+    q/k/v's norm apart ("apart") or folded ("folded"), down split in K ("split") or not ("whole"). Both outputs'
+    bits each way, the handed rows' against the norm's own kernel's, and which launches ran a norm in a finish."""
+    from accelerate_graph.fused.kernels import skinny_matmul
+
+    m, n, k, next_n, block = job["rows"], job["n"], job["k"], job["next_n"], job.get("block")
+    residual_cfg = SPLIT_O if job["down"] == "split" else WHOLE_K
+    ran = forced_configs(hidden=n if job["qkv"] == "apart" else None, residual=residual_cfg)
+    gen = torch.Generator().manual_seed(job.get("seed", 0))
+    x = (torch.randn(m, k, generator=gen) * 2).to(torch.float16)
+
+    weight, scale = random_fp8(gen, n, k, block)
+    qkv, qkv_scale = random_fp8(gen, next_n, n, block)
+    bias = torch.randn(n, generator=gen).to(x.dtype) if job.get("bias") else None
+    qkv_bias = torch.randn(next_n, generator=gen).to(x.dtype) if job.get("bias") else None
+    residual = torch.randn(m, n, generator=gen).to(x.dtype)
+    norm_weight = (torch.rand(n, generator=gen) + 0.5).to(x.dtype)
+    h, normed = fp8_matmul.fp8_matmul_residual_norm(x, weight, scale, block, bias, residual, norm_weight, 1e-5, next_n)
+    projected = fp8_matmul.fp8_normed_matmul(h, normed, norm_weight, 1e-5, qkv, qkv_scale, block, qkv_bias)
+    handed_ran = list(ran)
+    ran.clear()
+    h_self = fp8_matmul.fp8_matmul_residual(x, weight, scale, block, bias, residual)
+    projected_self = fp8_matmul.fp8_norm_matmul(h_self, norm_weight, 1e-5, qkv, qkv_scale, block, qkv_bias)
+    bits = lambda t: t.view(torch.int16).tolist()  # noqa: E731
+    return {
+        "handed_over": fp8_matmul.normed_rows_handed_over(h, next_n, block),
+        "same_h": bits(h) == bits(h_self),
+        "same_projected": bits(projected) == bits(projected_self),
+        "normed_is_the_norms_kernel": bits(normed) == bits(skinny_matmul.rms_norm(h_self, norm_weight, 1e-5)),
+        "ran": handed_ran,
+        "ran_self": list(ran),
+    }
+
+
 def layer_steps(job: dict) -> dict:
     """One decode step's logits at each (batch, context) of the job's cases, by the FP8 tiny llama (fp16: the
     interpreter's tensor-core path gets bf16 wrong, fp8_skinny says) through the fused layer program under the
@@ -190,15 +241,22 @@ def layer_steps(job: dict) -> dict:
 
     from accelerate_graph import settings
     from accelerate_graph.core.decode_session import DecodeSession
-    from accelerate_graph.fused import layer_program
+    from accelerate_graph.fused import final_norm, layer_program
+    from accelerate_graph.fused.kernels import skinny_matmul
     from accelerate_graph.fused.layers import FusedForward
 
     calls = []
-    ran = forced_configs() if job.get("forced") else []
+    forced = job.get("forced")
+    ran = forced_configs(hidden=64 if forced == "across" else None) if forced else []  # the tiny llama's hidden
     counted = ("fp8_norm_matmul", "fp8_matmul_residual", "fp8_norm_gate_up", "fp8_residual_norm_gate_up")
+    counted += ("fp8_matmul_residual_norm", "fp8_normed_matmul")
     for name in counted:  # counted, not replaced
         op = getattr(layer_program, name)
         setattr(layer_program, name, lambda *args, _op=op, _name=name: calls.append(_name) or _op(*args))
+    norms = []  # the norm's own kernel's launches: the layers' norms apart, the first layer's, the final norm
+    for owner in (skinny_matmul, final_norm):
+        rms_norm = owner.rms_norm
+        owner.rms_norm = lambda *args, _f=rms_norm: norms.append(1) or _f(*args)
     torch._dynamo.reset()
     torch.manual_seed(1)
     prompt = torch.randint(0, 100, (2, 6))
@@ -211,6 +269,8 @@ def layer_steps(job: dict) -> dict:
         "fold": job["fold"],
         "folded_ops": sorted(set(calls)),
         "norm_in_finish_launches": sum(ran),
+        "norm_launches": len(norms),
+        "hand_over": fused.hand_over,
         "logits": [t.float().tolist() for t in logits],
     }
 
@@ -294,6 +354,8 @@ def main() -> None:
     elif "norm_in_finish" in job:
         assert os.environ.get("TRITON_INTERPRET") == "1", "the norm in the finish runs under the Triton interpreter"
         result = {case["id"]: norm_in_finish(case) for case in job["norm_in_finish"]}
+    elif "hand_over" in job:
+        result = {case["id"]: hand_over(case) for case in job["hand_over"]}
     elif "layers" in job:
         assert os.environ.get("TRITON_INTERPRET") == "1", "the layers run under the Triton interpreter"
         result = {layers["id"]: layer_steps(layers) for layers in job["layers"]}

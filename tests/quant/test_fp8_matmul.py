@@ -118,8 +118,17 @@ def test_the_folded_ops_pass_opcheck_and_on_the_cpu_are_the_unfolded_sequence():
     h, both = fm.fp8_residual_norm_gate_up(x, o_weight, o_scale, block, None, x, norm_weight, 1e-5, weight, scale)
     assert torch.equal(h, fm.fp8_matmul_residual(x, o_weight, o_scale, block, None, x))
     assert torch.equal(both, fm.fp8_norm_gate_up(h, norm_weight, 1e-5, weight, scale, block))
+    o_norm = (torch.rand(64) + 0.5).to(x.dtype)  # down's hand-over of the next q/k/v's rows (here 32 outputs)
+    h, handed = fm.fp8_matmul_residual_norm(x, o_weight, o_scale, block, None, x, o_norm, 1e-5, 32)
+    assert torch.equal(h, fm.fp8_matmul_residual(x, o_weight, o_scale, block, None, x))
+    assert torch.equal(handed, reference_rms_norm(h, o_norm, 1e-5, "llama"))  # off the kernel: always handed over
+    assert torch.equal(fm.normed_rows_for(h, o_norm, 1e-5, 32, block), handed)
+    projected = fm.fp8_normed_matmul(h, handed, o_norm, 1e-5, weight, scale, block, bias)
+    assert torch.equal(projected, fm.fp8_norm_matmul(h, o_norm, 1e-5, weight, scale, block, bias))
     ops = torch.ops.cugraph_accel
     for op, args in [
+        (ops.fp8_matmul_residual_norm.default, (x, o_weight, o_scale, block, None, x, o_norm, 1e-5, 32)),
+        (ops.fp8_normed_matmul.default, (h, handed, o_norm, 1e-5, weight, scale, block, bias)),
         (ops.fp8_norm_matmul.default, (x, norm_weight, 1e-5, weight, scale, block, bias)),
         (ops.fp8_matmul_residual.default, (x, weight, scale, block, None, residual)),
         (ops.fp8_norm_gate_up.default, (x, norm_weight, 1e-5, weight, scale, block)),
@@ -141,6 +150,8 @@ def test_the_folded_ops_pass_opcheck_and_on_the_cpu_are_the_unfolded_sequence():
         (lambda x, w, s, nw, r: fm.fp8_matmul_residual(x, w, s[:4], None, None, r), "scale must be float32"),
         (lambda x, w, s, nw, r: fm.fp8_norm_gate_up(x, nw, 1e-5, w[:31], s[:31], None), "has 2N rows; got 31"),
         (lambda x, w, s, nw, r: fm.fp8_norm_gate_up(x, nw, 1e-5, w, torch.ones(1, 2), 32), "multiple of the block 32"),
+        (lambda x, w, s, nw, r: fm.fp8_normed_matmul(x, r, nw, 1e-5, w, s, None), "the normed rows must be shaped"),
+        (lambda x, w, s, nw, r: fm.fp8_matmul_residual_norm(x, w, s, None, None, r, nw, 1e-5, 8), "norm weight"),
     ],
 )
 def test_misuse_of_the_folded_ops_is_one_line(call, wording):
@@ -440,6 +451,29 @@ def test_the_norm_runs_in_os_finish_kernel_to_the_same_bits_under_the_interprete
         assert got["error_ulps"]["h"] <= 2 and got["error_ulps"]["gated"] <= 2, got["error_ulps"]
 
 
+HAND_OVER = [  # down's rows x N x K, the next q/k/v's N; q/k/v's norm apart or folded, down split in K or not
+    {"id": "finish", "rows": 3, "n": 96, "k": 64, "next_n": 40, "bias": True, "down": "split", "qkv": "apart"},
+    {"id": "norm-kernel", "rows": 3, "n": 96, "k": 64, "next_n": 40, "down": "whole", "qkv": "apart"},
+    {"id": "folded", "rows": 3, "n": 96, "k": 64, "next_n": 40, "down": "split", "qkv": "folded"},
+    {"id": "block", "rows": 2, "n": 64, "k": 128, "next_n": 32, "block": 32, "down": "split", "qkv": "apart"},
+]
+
+
+@needs_triton
+def test_down_hands_the_next_qkv_its_normed_rows_to_the_same_bits_under_the_interpreter():
+    """fp8_matmul_residual_norm then fp8_normed_matmul give the bits of fp8_matmul_residual then fp8_norm_matmul:
+    where q/k/v's norm runs apart the rows are handed over (the norm's own kernel's bits; run in down's finish
+    kernel where down splits K), where q/k/v folds its norm nothing is."""
+    results = run_worker({"hand_over": HAND_OVER}, interpreted=True)
+    for case in HAND_OVER:
+        got, apart = results[case["id"]], case["qkv"] == "apart"
+        assert got["same_h"] and got["same_projected"], case["id"]
+        assert got["handed_over"] == apart, case["id"]
+        assert got["normed_is_the_norms_kernel"] or not apart, case["id"]
+        in_finish = apart and case["down"] == "split"
+        assert got["ran"] == [in_finish, False] and got["ran_self"] == [False, False], (case["id"], got)
+
+
 def _split_rows() -> torch.Tensor:
     """16 rows of 128 bf16 values: each row's values spread over 2^-12..2^0 of its largest, signs mixed, the
     largest's significand from 1.0 up to 1.9921875 (bf16's last below 2: where a scale one binade too small
@@ -634,6 +668,54 @@ def test_gpu_norm_in_os_finish_kernel_is_the_norms_own_kernel_bit_for_bit(rows, 
     normed = reference_rms_norm(outs[True][0], norm_weight, 1e-5, "llama")
     gate, up = reference_fp8_sums(normed, gate_up, gate_up_scale, block_, None).chunk(2, dim=-1)
     assert gated_error_ulps(outs[True][1], gate, up) <= 2
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("rows", [8, 32])
+@pytest.mark.parametrize("block", [None, 128])
+def test_gpu_down_hands_the_next_qkv_its_normed_rows_bit_for_bit(rows, block, monkeypatch):
+    """The 8B's down split in K on tensor cores, the next q/k/v's norm apart (the H100 table's 8B at 32 rows):
+    down's finish kernel runs that norm (the norm's own kernel's bits), and h and q/k/v's output are the bits of
+    the ops that norm the rows themselves, eager and under a CUDA graph; with q/k/v folding its norm nothing is
+    handed over and nothing changes."""
+    from accelerate_graph.fused.kernels import skinny_matmul
+
+    split = configs.SkinnyConfig(64, 128, 4, 4, split_k=4, dot=True)
+    x, weight, scale, block_, _ = _gpu_operands(rows, 4096, 14336, block, bias=False)
+    qkv, qkv_scale, _, qkv_bias = _gpu_operands(rows, 6144, 4096, block, seed=3)[1:]
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    norm = (torch.rand(4096, device="cuda", generator=gen) + 0.5).to(x.dtype)
+    residual = torch.randn(rows, 4096, device="cuda", generator=gen).to(x.dtype)
+    ran, launch = [], fp8_skinny.launch
+    monkeypatch.setattr(
+        fp8_skinny, "launch", lambda *a, **k: ran.append(k.get("next_norm_weight") is not None) or launch(*a, **k)
+    )
+
+    def handed_over():
+        h, normed = fm.fp8_matmul_residual_norm(x, weight, scale, block_, None, residual, norm, 1e-5, 6144)
+        return h, fm.fp8_normed_matmul(h, normed, norm, 1e-5, qkv, qkv_scale, block_, qkv_bias), normed
+
+    for apart in (True, False):
+        qkv_cfg = configs.SkinnyConfig(64, 256, 4, 3, dot=True, norm_apart=apart)
+        monkeypatch.setattr(
+            fp8_skinny, "config_for", lambda m, n, k, block, device, gate_up=False, c=qkv_cfg: c if n == 6144 else split
+        )
+        ran.clear()
+        eager = handed_over()
+        assert ran == [apart, False], (apart, ran)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static = handed_over()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static[0], eager[0]) and torch.equal(static[1], eager[1]), apart
+        h_self = fm.fp8_matmul_residual(x, weight, scale, block_, None, residual)
+        projected_self = fm.fp8_norm_matmul(h_self, norm, 1e-5, qkv, qkv_scale, block_, qkv_bias)
+        assert torch.equal(eager[0], h_self) and torch.equal(eager[1], projected_self), apart
+        if apart:
+            assert torch.equal(eager[2], skinny_matmul.rms_norm(h_self, norm, 1e-5))
+            assert torch.equal(static[2], eager[2])
 
 
 # Tilings the default configs never pick but the tune grids (tune/grids.py) try: rows, config.
