@@ -122,10 +122,6 @@ REGISTRY: tuple[Setting, ...] = (
             "our skinny kernel for the LM head (auto: the head shapes that won): the 1B's batch 1 -7 to -9 us"),
     Setting("fp8_fold", _choice(*AUTO_ON_OFF), "auto", "auto, on, off",
             "FP8 layers' norms and residual adds in the FP8 kernel (auto: on CUDA), not kernels apart; unmeasured"),
-    Setting("fp8_norm_in_finish", _bool, False, "on, off",
-            "where the norm after o (gate/up's) or after down (the next layer's q/k/v's, the last layer's final "
-            "norm) runs apart, that product's split-K finish kernel runs it (up to two launches a layer fewer, "
-            "the same bits); off until measured on a GPU"),
     Setting("final_norm_kernel", _bool, True, "on, off",
             "the final norm as one kernel launched with PDL (7 kernels fewer): the 1B -14 us, Qwen -11 us a step"),
     Setting("rotary_table", _bool, True, "on, off",

@@ -80,7 +80,6 @@ WAYS = {
     "fused-hf-rotary": Way("fused, HF's rotary module", (("rotary_table", "off"),)),
     "fused-hf-mask": Way("fused, HF's mask", (("mask_kernel", "off"),)),
     "fused-gemv-inlined": Way("fused, GEMV inputs inlined", (("gemv_materialize", "off"),)),
-    "fused-norm-in-finish": Way("fused, FP8 norms in finish kernels", (("fp8_norm_in_finish", "on"),)),
     "fused-tuned": Way("fused, tuned", (("inductor_tuning", "on"),)),  # inductor's coordinate descent
     "fused-untuned": Way("fused, untuned", (("inductor_tuning", "off"),)),
 }

@@ -32,11 +32,8 @@ from accelerate_graph.quant.fp8_linear import Fp8Linear
 from accelerate_graph.quant.fp8_matmul import (
     fp8_matmul,
     fp8_matmul_residual,
-    fp8_matmul_residual_norm,
     fp8_norm_gate_up,
     fp8_norm_matmul,
-    fp8_normed_matmul,
-    fp8_residual_norm_gate_up,
     skinny_kernel_runs,
 )
 from accelerate_graph.settings import SKINNY_OPS, current
@@ -64,14 +61,6 @@ class LayerOps:
     norm_gate_up: Callable
     merged: bool = False
     fp8: bool = False
-    # o's residual product then gate/up's as one call (x, o's weight and bias, residual, norm weight, eps,
-    # w_gate, w_up) -> (h, gated), or None where the two calls above run
-    residual_norm_gate_up: Callable | None = None
-    # the next layer's norm handed across the layer boundary (FusedForward.hands_norm_over): down's residual
-    # product (x, weight, bias, residual, next norm weight, eps, next q/k/v's outputs) -> (h, normed), and q/k/v's
-    # norm_projections given those rows (x, normed, norm weight, eps, weights, biases)
-    linear_residual_norm: Callable | None = None
-    normed_projections: Callable | None = None
 
 
 class Fp8Weight(NamedTuple):
@@ -296,51 +285,7 @@ def _merged_gate_up(x, norm_weight, eps, w_gate_up, w_up):
     return torch.nn.functional.silu(gate) * up
 
 
-def _merged_residual_norm_gate_up(x, weight, bias, residual, norm_weight, eps, w_gate_up, w_up):
-    """(h, gated) by one FP8 op where o and merged gate/up are FP8 and folded (their norm can then run in o's
-    finish kernel, fp8_residual_norm_gate_up); None elsewhere."""
-    if not isinstance(weight, Fp8Weight) or w_up is not None or not _fp8_folds(x):
-        return None
-    return fp8_residual_norm_gate_up(
-        x, weight.weight, weight.scale, weight.block, bias, residual, norm_weight, eps, w_gate_up.weight,
-        w_gate_up.scale,
-    )  # fmt: skip
-
-
-def _merged_linear_residual_norm(x, weight, bias, residual, norm_weight, eps, next_n):
-    return fp8_matmul_residual_norm(
-        x, weight.weight, weight.scale, weight.block, bias, residual, norm_weight, eps, next_n
-    )  # fmt: skip
-
-
-def _merged_normed_projections(x, normed, norm_weight, eps, weights, biases):
-    (weight,), (bias,) = weights, biases
-    return (fp8_normed_matmul(x, normed, norm_weight, eps, weight.weight, weight.scale, weight.block, bias),)
-
-
-MERGED_OPS = LayerOps(
-    "merged", _merged_projections, _merged_linear_residual, _merged_gate_up, merged=True, fp8=True,
-    residual_norm_gate_up=_merged_residual_norm_gate_up, linear_residual_norm=_merged_linear_residual_norm,
-    normed_projections=_merged_normed_projections,
-)  # fmt: skip
-
-
-def hands_norm_over(layer: torch.nn.Module, ops: LayerOps) -> bool:
-    """Whether `layer` (one `program_for` took) can take its q/k/v input normed by the layer before it and hand
-    the next its own: FP8 projections folded (fp8_fold) with q/k/v merged, down not hooked (--tp), ops that
-    run it. The caller checks the fp8_norm_in_finish setting and that every layer's shapes agree."""
-    attention = layer.self_attn
-    if ops.linear_residual_norm is None or ops.normed_projections is None or not ops.merged:
-        return False
-    if not isinstance(attention.q_proj, Fp8Linear) or getattr(attention, MERGED_QKV, None) is None:
-        return False
-    return not has_call_hooks(layer.mlp.down_proj)
-
-
-def qkv_outputs(layer: torch.nn.Module) -> int:
-    """The merged q/k/v projection's outputs: the product a handed-over norm is for."""
-    attention = layer.self_attn
-    return sum(p.out_features for p in (attention.q_proj, attention.k_proj, attention.v_proj))
+MERGED_OPS = LayerOps("merged", _merged_projections, _merged_linear_residual, _merged_gate_up, merged=True, fp8=True)
 
 
 def _concatenated(modules, name: str) -> torch.Tensor | None:
@@ -487,10 +432,9 @@ def _output_projection(module, x, residual, ops: LayerOps):
     return ops.linear_residual(x, _weight(module), module.bias, residual)
 
 
-def _projected_rotated_written(layer, x, batch, tokens, cos, sin, cache, ops: LayerOps, advance: bool, normed=None):
+def _projected_rotated_written(layer, x, batch, tokens, cos, sin, cache, ops: LayerOps, advance: bool):
     """q [b, Hq, t, d] after its rotary embedding, and the cache's keys and values with the step's k (after
-    its rotary embedding) and v written in: norm, q/k/v projections, rotary and cache write as HF's layer.
-    `normed`: x's rows as the layer before handed them over (ops.normed_projections reads them)."""
+    its rotary embedding) and v written in: norm, q/k/v projections, rotary and cache write as HF's layer."""
     attention, first = layer.self_attn, layer.input_layernorm
     merged = _merged_weight(attention, MERGED_QKV, MERGED_QKV_SCALE, attention.q_proj) if ops.merged else None
     if merged is not None:  # one projection over the concatenated weights, split after
@@ -498,10 +442,7 @@ def _projected_rotated_written(layer, x, batch, tokens, cos, sin, cache, ops: La
     else:
         weights = tuple(_weight(p) for p in (attention.q_proj, attention.k_proj, attention.v_proj))
         biases = (attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias)
-    if normed is not None:
-        projected = ops.normed_projections(x, normed, first.weight, first.variance_epsilon, weights, biases)
-    else:
-        projected = ops.norm_projections(x, first.weight, first.variance_epsilon, weights, biases)
+    projected = ops.norm_projections(x, first.weight, first.variance_epsilon, weights, biases)
     if merged is not None:
         sizes = (attention.q_proj.out_features, attention.k_proj.out_features, attention.v_proj.out_features)
         projected = projected[0].split(sizes, dim=-1)
@@ -516,38 +457,20 @@ def _projected_rotated_written(layer, x, batch, tokens, cos, sin, cache, ops: La
     return q, k, v
 
 
-def decode_layer(
-    layer, hidden_states, attention_mask, position_embeddings, cache, ops: LayerOps, advance=True, normed=None,
-    next_norm=None,
-):  # fmt: skip
+def decode_layer(layer, hidden_states, attention_mask, position_embeddings, cache, ops: LayerOps, advance=True):
     """One decoder layer for one new token per row, over its one-layer cache (the layer is layer 0).
     advance=False (a plain static layer only): K/V written at the cache's position, which the caller
-    advances after the step (fused.layers: every layer's in one kernel, not one small kernel per layer).
-    The norm handed across layers (hands_norm_over): `normed`, the rows [b*t, hidden] the layer before handed
-    over; `next_norm` (weight, eps, q/k/v outputs of the next layer): returns (out, the rows handed on)."""
+    advances after the step (fused.layers: every layer's in one kernel, not one small kernel per layer)."""
     attention, mlp = layer.self_attn, layer.mlp
     batch, tokens, hidden = hidden_states.shape
     x = hidden_states.reshape(batch * tokens, hidden)
     cos, sin = position_embeddings
-    q, k, v = _projected_rotated_written(layer, x, batch, tokens, cos, sin, cache, ops, advance, normed)
+    q, k, v = _projected_rotated_written(layer, x, batch, tokens, cos, sin, cache, ops, advance)
     out, _ = grouped_decode_attention(attention, q, k, v, attention_mask, scaling=attention.scaling)
-    out = out.reshape(batch * tokens, -1)
+    h = _output_projection(attention.o_proj, out.reshape(batch * tokens, -1), x, ops)
     second = layer.post_attention_layernorm
     merged = _merged_weight(mlp, MERGED_GATE_UP, MERGED_GATE_UP_SCALE, mlp.gate_proj) if ops.merged else None
     w_gate, w_up = (merged, None) if merged is not None else (_weight(mlp.gate_proj), _weight(mlp.up_proj))
-    both = None
-    if ops.residual_norm_gate_up is not None and not has_call_hooks(attention.o_proj):
-        o_proj = attention.o_proj
-        both = ops.residual_norm_gate_up(
-            out, _weight(o_proj), o_proj.bias, x, second.weight, second.variance_epsilon, w_gate, w_up
-        )
-    if both is None:
-        h = _output_projection(attention.o_proj, out, x, ops)
-        both = h, ops.norm_gate_up(h, second.weight, second.variance_epsilon, w_gate, w_up)
-    h, gated = both
-    if next_norm is not None:
-        down = mlp.down_proj
-        out, handed = ops.linear_residual_norm(gated, _weight(down), down.bias, h, *next_norm)
-        return out.view(batch, tokens, hidden), handed
+    gated = ops.norm_gate_up(h, second.weight, second.variance_epsilon, w_gate, w_up)
     out = _output_projection(mlp.down_proj, gated, h, ops)
     return out.view(batch, tokens, hidden)

@@ -49,16 +49,13 @@ from accelerate_graph.fused.layer_program import (
     LayerOps,
     decode_layer,
     fp8_folds,
-    hands_norm_over,
     kept_apart,
     layer_at_batch_1_is_skinny,
     merge_projections,
     program_for,
-    qkv_outputs,
 )
 from accelerate_graph.fused.lm_head import lm_head_kernel
 from accelerate_graph.fused.rotary_table import rotary_tables
-from accelerate_graph.quant.fp8_matmul import normed_rows_for, normed_rows_handed_over, skinny_kernel_runs
 from accelerate_graph.quant.quantize import fp8_scheme
 
 # Our graphs, not inductor's; no padding of matmuls (its pass guards on the context length: a recompilation
@@ -188,11 +185,6 @@ def _fresh(value, batch: int):
     return value
 
 
-def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether `b` is `a` or a view of all of it alike (the layers get `_fresh` views of their inputs)."""
-    return (a.data_ptr(), a.shape, a.stride(), a.dtype) == (b.data_ptr(), b.shape, b.stride(), b.dtype)
-
-
 def _layer_arguments(signature: inspect.Signature, layer, index: int, batch: int, args: tuple, kwargs: dict):
     """The layer's call, bound to its class's forward, for the compiled forward: its one-layer cache in place
     of the whole cache, wherever the model passes it (by name or position), and fresh inputs with the
@@ -274,7 +266,6 @@ class FusedForward:
         self.programmed = self.ops is not None and all(program_for(layer, self.ops.fp8) for layer in self.layers)
         # FP8 layers run the program with the FP8 product (fp8_matmul) for every projection, not the skinny kernels
         self.fp8 = fp8_scheme(self.layers[0]) if self.programmed else None
-        self.fp8_block = getattr(self.layers[0].self_attn.q_proj, "block", None) if self.fp8 else None
         self.device = next(model.parameters()).device
         self.tuned = tune_pays(model, self.settings.inductor_tuning, self._batch_1_is_skinny())
         self.pdl = pdl.active(self.device)
@@ -300,52 +291,6 @@ class FusedForward:
         self.lm_head = lm_head_kernel(model, self.settings.lm_head_kernel) if self.programmed else {}
         # HF's create_causal_mask, or the one-kernel mask where it is exact (fused/causal_mask.py)
         self.causal_mask = CausalMaskStandIn(hf_create_causal_mask()) if self.settings.mask_kernel else None
-        self.hand_over = self._hands_norm_over()
-        self._handed: tuple[torch.Tensor, torch.Tensor] | None = None  # in the current call: (a layer's out, rows)
-        if self.hand_over:
-            self.final_norm = {norm: self._final_norm_given(norm, forward) for norm, forward in self.final_norm.items()}
-
-    def _hands_norm_over(self) -> bool:
-        """Whether each layer's down hands the next layer (the last: the final norm) its normed rows
-        (layer_program.hands_norm_over; the fp8_norm_in_finish setting): one q/k/v shape and norm dtype across
-        the layers, the final norm our kernel of theirs."""
-        if not (self.programmed and self.fp8 and self.settings.fp8_norm_in_finish and self.final_norm):
-            return False
-        probe = self.layers[0].input_layernorm.weight
-        if not fp8_folds(self.settings.fp8_fold, skinny_kernel_runs(probe), probe.device.type == "cuda"):
-            return False
-        norms = [layer.input_layernorm.weight for layer in self.layers] + [next(iter(self.final_norm)).weight]
-        same = len({qkv_outputs(layer) for layer in self.layers}) == 1 and len({(n.shape, n.dtype) for n in norms}) == 1
-        return same and all(hands_norm_over(layer, self.ops) for layer in self.layers)
-
-    def _normed_rows(self, layer: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-        """The rows `layer`'s q/k/v takes normed: those the layer before handed over with `hidden` (its output, as
-        this layer's input), or (the first layer, or a model that changes the states between layers) normed here."""
-        if self._handed is not None and _same_memory(self._handed[0], hidden):
-            return self._handed[1]
-        norm = layer.input_layernorm
-        x = hidden.reshape(-1, hidden.shape[-1])
-        return normed_rows_for(x, norm.weight, norm.variance_epsilon, qkv_outputs(layer), self.fp8_block)
-
-    def _next_norm(self, index: int) -> tuple[torch.Tensor, float, int]:
-        """The norm layer `index` hands its rows on through: the next layer's input norm, the last layer's the
-        final norm; with the q/k/v outputs that decide whether rows are handed over."""
-        after = self.layers[index + 1].input_layernorm if index + 1 < len(self.layers) else next(iter(self.final_norm))
-        return after.weight, after.variance_epsilon, qkv_outputs(self.layers[0])
-
-    def _final_norm_given(self, norm: torch.nn.Module, forward):
-        """The final norm's forward that returns the rows the last layer handed over (the same bits as its
-        kernel), where they were handed over."""
-
-        def given(hidden_states: torch.Tensor) -> torch.Tensor:
-            handed = self._handed
-            if handed is not None and _same_memory(handed[0], hidden_states):
-                x = hidden_states.reshape(-1, hidden_states.shape[-1])
-                if normed_rows_handed_over(x, qkv_outputs(self.layers[0]), self.fp8_block):
-                    return handed[1].view(hidden_states.shape)
-            return forward(hidden_states)
-
-        return given
 
     def _on_skinny_path(self) -> bool:
         """The merged layer program over plain weights on a CUDA device: where the skinny kernels may run."""
@@ -378,8 +323,6 @@ class FusedForward:
             on_cuda = self.device.type == "cuda"
             if fp8_folds(self.settings.fp8_fold, on_cuda, on_cuda):
                 kind += "; norms, residual adds and gate/up's activation folded into the FP8 kernel"
-            if self.hand_over:
-                kind += "; a norm after a split-K product in its finish kernel, across layers too"
             kind += ")"
         skinny = self._on_skinny_path()
         if self._batch_1_is_skinny():
@@ -422,15 +365,7 @@ class FusedForward:
                         defer = writes_like_static_layer(cache.layers[0])
                         if defer:
                             self._unadvanced.append(static_layer_position(cache.layers[0]))
-                        if not self.hand_over:
-                            return program(layer, hidden, mask, rotary, cache, advance=not defer)
-                        normed = _fresh(self._normed_rows(layer, hidden), batch)
-                        out, handed = program(
-                            layer, hidden, mask, rotary, cache, advance=not defer, normed=normed,
-                            next_norm=self._next_norm(index),
-                        )  # fmt: skip
-                        self._handed = out, handed
-                        return out
+                        return program(layer, hidden, mask, rotary, cache, advance=not defer)
                 return compiled(*bound.args, **bound.kwargs)
 
         return forward
@@ -460,7 +395,7 @@ class FusedForward:
         compiled = {layer: self._layer_forward(layer, index, batch) for index, layer in enumerate(self.layers)}
         before = torch_internals.dynamo_graph_count()
         start = time.perf_counter()
-        self._layer_calls, self._unadvanced, self._handed = 0, [], None
+        self._layer_calls, self._unadvanced = 0, []
         with (
             torch_internals.forwards_replaced({**compiled, **self.rotary, **self.final_norm, **self.lm_head}),
             self._mask_replaced(),
@@ -469,7 +404,6 @@ class FusedForward:
                 out = self.model(input_ids=input_ids, **kwargs)
             if self._unadvanced:  # one kernel for every layer's position (each layer's own add: ~1 us each)
                 torch_internals.add_to_each(self._unadvanced, 1)
-        self._handed = None  # the step's tensors are not kept past it
         if self._layer_calls < len(self.layers):
             raise CaptureError(
                 f"{option('fuse')} compiles the {len(self.layers)} decoder layers it found in {type(self.model).__name__}, "

@@ -34,7 +34,6 @@ from accelerate_graph.fused.kernels.skinny_kernels import (
     _norm_weights,
     _normed_by,
     _rows_rstd,
-    norm_row,
 )
 
 # @triton.jit picks the interpreter at decoration, i.e. when this module is imported.
@@ -540,24 +539,3 @@ def fp8_finish_kernel(
         ws_ptr, offs_m, tl.program_id(0), M, N, 0, NT * N, out_ptr, b_ptr, b_ptr, res_ptr, HAS_B, False, MODE, 0,
         SPLIT, OUT_BF16, BLOCK_M, BLOCK_N, False,
     )  # fmt: skip
-
-
-@triton.jit
-def fp8_finish_norm_kernel(
-    ws_ptr, b_ptr, res_ptr, out_ptr, nw_ptr, xn_ptr, eps, M, N, HAS_B: tl.constexpr, SPLIT: tl.constexpr,
-    OUT_BF16: tl.constexpr, USE_PDL: tl.constexpr, BLOCK_N: tl.constexpr, NORM_BLOCK: tl.constexpr,
-    RSTD_CHUNKS: tl.constexpr,
-):  # fmt: skip
-    """fp8_finish_kernel of a residual product (o's, say), one whole row a program (grid (M,), BLOCK_N >= N),
-    then the next norm of that row into xn, as rms_norm_kernel computes it (its NORM_BLOCK and RSTD_CHUNKS):
-    the norm's own launch saved. USE_PDL as fp8_finish_kernel's."""
-    if USE_PDL:
-        gdc_wait()
-        gdc_launch_dependents()
-    offs_m = tl.program_id(0) + tl.arange(0, 1)
-    _finish_block(
-        ws_ptr, offs_m, 0, M, N, 0, N, out_ptr, b_ptr, b_ptr, res_ptr, HAS_B, False, 1, 0, SPLIT, OUT_BF16, 1,
-        BLOCK_N, False,
-    )  # fmt: skip
-    tl.debug_barrier()  # the row's stores, made by every thread of the program, seen by all before the norm reads
-    norm_row(out_ptr, nw_ptr, xn_ptr, eps, offs_m, M, N, 1, OUT_BF16, NORM_BLOCK, RSTD_CHUNKS)

@@ -166,35 +166,15 @@ def fitted(cfg: SkinnyConfig, block: int | None) -> SkinnyConfig:
     return dataclasses.replace(cfg, block_n=block_n, block_k=block_k)
 
 
-# A residual product split in K finishes whole rows with the next norm in its finish kernel up to this many
-# outputs (a row in one register tile: 32 values a thread at 8 warps).
-NORM_IN_FINISH_MAX_N = 8192
-
-
-def finishes_with_norm(cfg: SkinnyConfig, n: int, k: int) -> bool:
-    """Whether a residual launch of `cfg` over N `n`, K `k` can run the next norm in its finish kernel: it
-    splits K (else no finish kernel to put it in) and a row fits one program's registers."""
-    return skinny_matmul.k_slices(k, cfg)[1] > 1 and n <= NORM_IN_FINISH_MAX_N
-
-
-def norm_moves_into_finish(cfg: SkinnyConfig, normed_cfg: SkinnyConfig, n: int, k: int, block: int | None) -> bool:
-    """Whether the norm before a product (gate/up's; the next layer's q/k/v) runs in the finish kernel of the
-    residual product before it (o's; down's, at `cfg` over N `n`, K `k`): the normed product's config runs its norm
-    apart anyway, and the residual one finishes_with_norm."""
-    return normed_cfg.norm_apart and finishes_with_norm(fitted(cfg, block), n, k)
-
-
 def launch(
     x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Tensor | None, cfg=None, *,
     norm_weight: Tensor | None = None, eps: float = 0.0, residual: Tensor | None = None, gate_up: bool = False,
-    next_norm_weight: Tensor | None = None, next_eps: float = 0.0,
-) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
+) -> Tensor:  # fmt: skip
     """out = x @ (weight * scale)^T + bias through fp8_skinny_kernel (and fp8_finish_kernel under split-K), with
     `cfg` (default: config_for), shaped like x with N last. `norm_weight`: x's rows through HF's Llama RMSNorm
     (`eps`) first; `residual` (shaped like the output): added after the product's rounding; `gate_up`: the
-    weight is gate's rows then up's, out = silu(gate) * up with N half the weight's rows. `next_norm_weight`
-    (with `residual`, where finishes_with_norm): returns (out, out's rows through the RMSNorm of that weight and
-    `next_eps`), the norm run by the finish kernel. The caller checked the arguments (fp8_matmul)."""
+    weight is gate's rows then up's, out = silu(gate) * up with N half the weight's rows. The caller checked
+    the arguments (fp8_matmul)."""
     k = x.shape[-1]
     x2 = x.reshape(-1, k).contiguous()
     m, n = x2.shape[0], weight.shape[0] // (2 if gate_up else 1)
@@ -209,8 +189,6 @@ def launch(
     ws = torch.empty((split, m, 2 * n if gate_up else n), dtype=torch.float32, device=x.device) if split > 1 else out
     if gate_up and (bias is not None or residual is not None):  # the gate/up epilogue: bias on gate alone, no residual
         raise ValueError("a merged gate/up launch takes no bias and no residual")
-    if next_norm_weight is not None and (residual is None or gate_up or not finishes_with_norm(cfg, n, k)):
-        raise ValueError("the next norm runs in the finish kernel of a residual product split in K alone")
     # the kernel reads every operand with unit stride along its last dimension
     scale = scale.contiguous()
     bias = bias.contiguous() if bias is not None else None
@@ -245,15 +223,6 @@ def launch(
         LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **flags, **extra,
     )  # fmt: skip
-    if next_norm_weight is not None:
-        xn = torch.empty_like(out)
-        norm_block, norm_chunks = skinny_matmul.rstd_chunks(n, 1)  # rms_norm_kernel's: the same sums, bit for bit
-        fp8_kernels.fp8_finish_norm_kernel[(m,)](
-            ws, b_arg, res, out, next_norm_weight.contiguous(), xn, float(next_eps), m, n, HAS_B=bias is not None,
-            SPLIT=split, OUT_BF16=flags["OUT_BF16"], USE_PDL=bool(extra), BLOCK_N=1 << max(0, (n - 1).bit_length()),
-            NORM_BLOCK=norm_block, RSTD_CHUNKS=norm_chunks, num_warps=4 if n <= 4096 else 8, **extra,
-        )  # fmt: skip
-        return out.reshape(*x.shape[:-1], n), xn.reshape(*x.shape[:-1], n)
     if split > 1:
         fp8_kernels.fp8_finish_kernel[(n_blocks, m_blocks, 1)](
             ws, b_arg, res, out, m, n, num_warps=4, **flags, **extra

@@ -122,7 +122,6 @@ class Fp8Chain:
 
         self.shapes, self.block, self.rows, self.device = shapes, block, rows, device
         self.folds = fp8_folds(settings.current().fp8_fold, True, device.type == "cuda")  # the chain runs the kernel
-        self.norm_in_finish = settings.current().fp8_norm_in_finish
         self.steps = program_calls(shapes, block, self.folds)
         self.ops = tuned_ops(shapes, block, self.folds)
         self.gate_up_ops = frozenset(op for op, call in tuned_calls(shapes, block, self.folds).items() if call.gate_up)
@@ -166,52 +165,18 @@ class Fp8Chain:
         if not self.folds:
             return self._unfolded(lambda layer, call, x: self._product(layer, call, x, cfgs))
         eps, h, steps = self.shapes.eps, self.x, self.steps
-        handed = None  # q/k/v's rows, normed by the down product before it (fp8_matmul_residual_norm's hand-over)
-        for index, layer in enumerate(self.layers):
+        for layer in self.layers:
             for call in steps["qkv"]:
-                if handed is not None:
-                    self._product(layer, call, handed, cfgs)
-                else:
-                    self._product(layer, call, h, cfgs, norm_weight=layer["norm1"], eps=eps)
-            o, gate_up = steps["o"][0], steps["gate_up"]
-            if self._norm_in_finish(o, gate_up, cfgs):  # as fp8_residual_norm_gate_up runs them
-                h2, xn = self._product(
-                    layer, o, self.attention, cfgs, residual=h, next_norm_weight=layer["norm2"], next_eps=eps
-                )
-                act = self._product(layer, gate_up[0], xn, cfgs, gate_up=True)
+                self._product(layer, call, h, cfgs, norm_weight=layer["norm1"], eps=eps)
+            h2 = self._product(layer, steps["o"][0], self.attention, cfgs, residual=h)
+            normed = dict(norm_weight=layer["norm2"], eps=eps)
+            if len(steps["gate_up"]) == 1:
+                act = self._product(layer, steps["gate_up"][0], h2, cfgs, gate_up=True, **normed)
             else:
-                h2 = self._product(layer, o, self.attention, cfgs, residual=h)
-                normed = dict(norm_weight=layer["norm2"], eps=eps)
-                if len(gate_up) == 1:
-                    act = self._product(layer, gate_up[0], h2, cfgs, gate_up=True, **normed)
-                else:
-                    gate, up = (self._product(layer, call, h2, cfgs, **normed) for call in gate_up)
-                    act = torch.nn.functional.silu(gate) * up
-            down, handed = steps["down"][0], None
-            if self._down_hands_norm_over(down, steps["qkv"], cfgs):  # the last layer's to the final norm, as the step
-                after = self.layers[(index + 1) % len(self.layers)]["norm1"]
-                h, handed = self._product(layer, down, act, cfgs, residual=h2, next_norm_weight=after, next_eps=eps)
-            else:
-                h = self._product(layer, down, act, cfgs, residual=h2)
+                gate, up = (self._product(layer, call, h2, cfgs, **normed) for call in steps["gate_up"])
+                act = torch.nn.functional.silu(gate) * up
+            h = self._product(layer, steps["down"][0], act, cfgs, residual=h2)
         return h
-
-    def _down_hands_norm_over(self, down: Fp8Call, qkv: list[Fp8Call], cfgs: dict[str, SkinnyConfig]) -> bool:
-        """Whether down's finish kernel runs the next layer's q/k/v norm at these configs (the fp8_norm_in_finish
-        setting, q/k/v merged with its norm apart, down split in K): fp8_matmul_residual_norm's choice."""
-        from accelerate_graph.quant import fp8_skinny
-
-        if not self.norm_in_finish or len(qkv) != 1:
-            return False
-        return fp8_skinny.norm_moves_into_finish(cfgs[down.op], cfgs[qkv[0].op], down.n, down.k, self.block)
-
-    def _norm_in_finish(self, o: Fp8Call, gate_up: list[Fp8Call], cfgs: dict[str, SkinnyConfig]) -> bool:
-        """Whether o's finish kernel runs the merged gate/up's norm at these configs (the fp8_norm_in_finish
-        setting, gate/up's norm apart, o split in K)."""
-        from accelerate_graph.quant import fp8_skinny
-
-        if not self.norm_in_finish or len(gate_up) != 1:
-            return False
-        return fp8_skinny.norm_moves_into_finish(cfgs[o.op], cfgs[gate_up[0].op], o.n, o.k, self.block)
 
     def _unfolded(self, product) -> torch.Tensor:
         """The chain with the norms, residual adds and activation in torch around `product(layer, call, x)`."""

@@ -6,11 +6,7 @@ writes the results as JSON on stdout.
 Jobs: {"cases": [...]} -> {case id: {"error_ulps": ..., "shape": ..., "dtype": ...}};
 {"ptx": [...]} -> {variant id: {"v4_loads": n, "copy_bytes": [...], "expected_vectors": n}};
 {"layers": [...]} -> {id: {"fold": setting, "folded_ops": [...], "logits": [...]}}: the FP8 tiny llama's decode
-steps through the fused layer program under each fp8_fold value (configs forced where "forced");
-{"norm_in_finish": [...]} -> {id: {"on": ..., "off": ..., "error_ulps": ...}}: fp8_residual_norm_gate_up with the
-norm in o's finish kernel and apart, bit for bit;
-{"hand_over": [...]} -> {id: {"same_h": ..., "same_projected": ..., ...}}: down handing the next q/k/v its normed
-rows against the ops that norm them themselves;
+steps through the fused layer program under each fp8_fold value;
 {"codes": true} -> {"bits": [codes whose value differs]}: every e4m3 code through the kernel's own bf16
 conversion's integer ops (fp8_codes.py);
 {"split": {"x": [[...]]}} -> {"hi": [[codes]], "lo": [[codes]], "scale": [...]}: a bf16 tile of x through
@@ -125,114 +121,6 @@ def float64_reference(x, weight, scale, block, bias, fold: dict) -> torch.Tensor
     return out
 
 
-# Configs that put the norm in o's finish kernel (o split in K, gate/up's norm apart), on the interpreter's
-# multiply-and-sum path (its tensor cores get bf16 wrong; these jobs run fp16 too).
-SPLIT_O = SkinnyConfig(16, 32, 4, 2, split_k=2)
-APART_GATE_UP = SkinnyConfig(8, 32, 4, 2, norm_apart=True)
-
-
-APART_QKV = SkinnyConfig(8, 32, 4, 2, norm_apart=True)
-WHOLE_K = SkinnyConfig(16, 32, 4, 2)
-
-
-def forced_configs(hidden: int | None = None, residual: SkinnyConfig = SPLIT_O):
-    """fp8_skinny.config_for patched to `residual` for residual products and APART_GATE_UP for gate/up (with
-    `hidden`: q/k/v, any other N, APART_QKV, and residual products those of N `hidden`), and a list that each
-    launch appends whether it ran the next norm in its finish kernel to."""
-    ran = []
-
-    def config_for(m, n, k, block, device, gate_up=False):
-        if gate_up:
-            return APART_GATE_UP
-        return APART_QKV if hidden is not None and n != hidden else residual
-
-    fp8_skinny.config_for = config_for
-    launch = fp8_skinny.launch
-
-    def spied(*args, **kwargs):
-        ran.append(kwargs.get("next_norm_weight") is not None)
-        return launch(*args, **kwargs)
-
-    fp8_skinny.launch = spied
-    return ran
-
-
-def random_fp8(gen: torch.Generator, rows: int, cols: int, block: int | None):
-    """A weight of random finite e4m3 codes and small scales (per channel, or per `block` x `block` block)."""
-    codes = torch.randint(0, 256, (rows, cols), generator=gen, dtype=torch.uint8)
-    weight = torch.where(codes & 0x7F == 0x7F, 0, codes).view(torch.float8_e4m3fn)
-    shape = (rows,) if block is None else (-(-rows // block), -(-cols // block))
-    return weight, torch.rand(shape, generator=gen) * cols**-0.5 / 64 + 1e-4
-
-
-def norm_in_finish(job: dict) -> dict:
-    """fp8_residual_norm_gate_up with the forced configs, the norm in o's finish kernel (the setting on) and
-    apart (off): both outputs' bits, and which launches ran the norm in a finish kernel."""
-    from accelerate_graph import settings
-
-    ran = forced_configs()
-    gen = torch.Generator().manual_seed(job.get("seed", 0))
-    m, n, k, block = job["rows"], job["n"], job["k"], job.get("block")
-    x = (torch.randn(m, k, generator=gen) * 2).to(torch.float16)
-
-    weight, scale = random_fp8(gen, n, k, block)
-    gate_up, gate_up_scale = random_fp8(gen, 2 * job["n_gate"], n, block)
-    bias = torch.randn(n, generator=gen).to(x.dtype) if job.get("bias") else None
-    residual = torch.randn(m, n, generator=gen).to(x.dtype)
-    norm_weight = (torch.rand(n, generator=gen) + 0.5).to(x.dtype)
-    out = {}
-    for name in ("on", "off"):
-        with settings.use(settings.DEFAULTS.replace(fp8_norm_in_finish=name == "on")):
-            ran.clear()
-            h, gated = fp8_matmul.fp8_residual_norm_gate_up(
-                x, weight, scale, block, bias, residual, norm_weight, 1e-5, gate_up, gate_up_scale
-            )
-        out[name] = {"h": h.view(torch.int16).tolist(), "gated": gated.view(torch.int16).tolist(), "ran": list(ran)}
-    h_ref = residual + reference_fp8_matmul(x, weight, scale, block, bias)
-    normed = reference_rms_norm(h_ref, norm_weight, 1e-5, "llama")
-    gate, up = reference_fp8_sums(normed, gate_up, gate_up_scale, block, None).chunk(2, dim=-1)
-    on_h = torch.tensor(out["on"]["h"], dtype=torch.int16).view(torch.float16)
-    on_gated = torch.tensor(out["on"]["gated"], dtype=torch.int16).view(torch.float16)
-    out["error_ulps"] = {"h": error_ulps(on_h, h_ref), "gated": gated_error_ulps(on_gated, gate, up)}
-    return out
-
-
-def hand_over(job: dict) -> dict:
-    """Down's product handing the next q/k/v its normed rows (fp8_matmul_residual_norm, then fp8_normed_matmul)
-    against the two ops that norm the rows themselves (fp8_matmul_residual, fp8_norm_matmul), at forced configs:
-    q/k/v's norm apart ("apart") or folded ("folded"), down split in K ("split") or not ("whole"). Both outputs'
-    bits each way, the handed rows' against the norm's own kernel's, and which launches ran a norm in a finish."""
-    from accelerate_graph.fused.kernels import skinny_matmul
-
-    m, n, k, next_n, block = job["rows"], job["n"], job["k"], job["next_n"], job.get("block")
-    residual_cfg = SPLIT_O if job["down"] == "split" else WHOLE_K
-    ran = forced_configs(hidden=n if job["qkv"] == "apart" else None, residual=residual_cfg)
-    gen = torch.Generator().manual_seed(job.get("seed", 0))
-    x = (torch.randn(m, k, generator=gen) * 2).to(torch.float16)
-
-    weight, scale = random_fp8(gen, n, k, block)
-    qkv, qkv_scale = random_fp8(gen, next_n, n, block)
-    bias = torch.randn(n, generator=gen).to(x.dtype) if job.get("bias") else None
-    qkv_bias = torch.randn(next_n, generator=gen).to(x.dtype) if job.get("bias") else None
-    residual = torch.randn(m, n, generator=gen).to(x.dtype)
-    norm_weight = (torch.rand(n, generator=gen) + 0.5).to(x.dtype)
-    h, normed = fp8_matmul.fp8_matmul_residual_norm(x, weight, scale, block, bias, residual, norm_weight, 1e-5, next_n)
-    projected = fp8_matmul.fp8_normed_matmul(h, normed, norm_weight, 1e-5, qkv, qkv_scale, block, qkv_bias)
-    handed_ran = list(ran)
-    ran.clear()
-    h_self = fp8_matmul.fp8_matmul_residual(x, weight, scale, block, bias, residual)
-    projected_self = fp8_matmul.fp8_norm_matmul(h_self, norm_weight, 1e-5, qkv, qkv_scale, block, qkv_bias)
-    bits = lambda t: t.view(torch.int16).tolist()  # noqa: E731
-    return {
-        "handed_over": fp8_matmul.normed_rows_handed_over(h, next_n, block),
-        "same_h": bits(h) == bits(h_self),
-        "same_projected": bits(projected) == bits(projected_self),
-        "normed_is_the_norms_kernel": bits(normed) == bits(skinny_matmul.rms_norm(h_self, norm_weight, 1e-5)),
-        "ran": handed_ran,
-        "ran_self": list(ran),
-    }
-
-
 def layer_steps(job: dict) -> dict:
     """One decode step's logits at each (batch, context) of the job's cases, by the FP8 tiny llama (fp16: the
     interpreter's tensor-core path gets bf16 wrong, fp8_skinny says) through the fused layer program under the
@@ -241,38 +129,22 @@ def layer_steps(job: dict) -> dict:
 
     from accelerate_graph import settings
     from accelerate_graph.core.decode_session import DecodeSession
-    from accelerate_graph.fused import final_norm, layer_program
-    from accelerate_graph.fused.kernels import skinny_matmul
+    from accelerate_graph.fused import layer_program
     from accelerate_graph.fused.layers import FusedForward
 
     calls = []
-    forced = job.get("forced")
-    ran = forced_configs(hidden=64 if forced == "across" else None) if forced else []  # the tiny llama's hidden
-    counted = ("fp8_norm_matmul", "fp8_matmul_residual", "fp8_norm_gate_up", "fp8_residual_norm_gate_up")
-    counted += ("fp8_matmul_residual_norm", "fp8_normed_matmul")
-    for name in counted:  # counted, not replaced
+    for name in ("fp8_norm_matmul", "fp8_matmul_residual", "fp8_norm_gate_up"):  # counted, not replaced
         op = getattr(layer_program, name)
         setattr(layer_program, name, lambda *args, _op=op, _name=name: calls.append(_name) or _op(*args))
-    norms = []  # the norm's own kernel's launches: the layers' norms apart, the first layer's, the final norm
-    for owner in (skinny_matmul, final_norm):
-        rms_norm = owner.rms_norm
-        owner.rms_norm = lambda *args, _f=rms_norm: norms.append(1) or _f(*args)
     torch._dynamo.reset()
     torch.manual_seed(1)
     prompt = torch.randint(0, 100, (2, 6))
     model = fp8_tiny(job.get("block"), torch.float16)
     session = DecodeSession(model, 2, 64)
-    chosen = settings.DEFAULTS.replace(fp8_fold=job["fold"], fp8_norm_in_finish=job.get("norm_in_finish", True))
+    chosen = settings.DEFAULTS.replace(fp8_fold=job["fold"])
     fused = FusedForward(model, backend="eager", settings=chosen)
     logits = session.first_steps(prompt, [tuple(case) for case in job["cases"]], fused)
-    return {
-        "fold": job["fold"],
-        "folded_ops": sorted(set(calls)),
-        "norm_in_finish_launches": sum(ran),
-        "norm_launches": len(norms),
-        "hand_over": fused.hand_over,
-        "logits": [t.float().tolist() for t in logits],
-    }
+    return {"fold": job["fold"], "folded_ops": sorted(set(calls)), "logits": [t.float().tolist() for t in logits]}
 
 
 def ptx_of(variant: dict) -> dict:
@@ -351,11 +223,6 @@ def main() -> None:
     elif "split" in job:
         assert os.environ.get("TRITON_INTERPRET") == "1", "the split runs under the Triton interpreter"
         result = split_terms(job["split"])
-    elif "norm_in_finish" in job:
-        assert os.environ.get("TRITON_INTERPRET") == "1", "the norm in the finish runs under the Triton interpreter"
-        result = {case["id"]: norm_in_finish(case) for case in job["norm_in_finish"]}
-    elif "hand_over" in job:
-        result = {case["id"]: hand_over(case) for case in job["hand_over"]}
     elif "layers" in job:
         assert os.environ.get("TRITON_INTERPRET") == "1", "the layers run under the Triton interpreter"
         result = {layers["id"]: layer_steps(layers) for layers in job["layers"]}

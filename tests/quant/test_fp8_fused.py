@@ -156,64 +156,23 @@ def folded_layers():
     from test_fp8_matmul import run_worker
 
     job = [{"id": f"{block}-{fold}", "block": block, "fold": fold, "cases": [[2, 32]]} for block, fold in FOLD_RUNS]
-    job += [  # o split in K and gate/up's norm apart: the norm in o's finish kernel, or in its own
-        {"id": f"forced-{on}", "block": None, "fold": "on", "cases": [[2, 32]], "forced": True, "norm_in_finish": on}
-        for on in (True, False)
-    ]
-    job += [  # q/k/v's norm apart too: down's finish kernel hands the next layer (the last: the final norm) its rows
-        {
-            "id": f"across-{on}",
-            "block": None,
-            "fold": "on",
-            "cases": [[2, 32]],
-            "forced": "across",
-            "norm_in_finish": on,
-        }
-        for on in (True, False)
-    ]
     return run_worker({"layers": job}, interpreted=True)
 
 
 @pytest.mark.skipif(fp8_skinny.fp8_kernels is None, reason="needs triton")
 @pytest.mark.parametrize("block", [None, 128])  # per channel (all merged); q/k/v kept apart (three calls)
 def test_fp8_fold_folds_the_norms_and_residuals_into_the_kernel_under_the_interpreter(folded_layers, block):
-    """fp8_fold on: the layers call the folded ops (q/k/v's norm, o's residual add with merged gate/up's norm and
-    activation, down's residual add) and decode as the unfolded program does, within float32 summation order (the rows' norms);
+    """fp8_fold on: the layers call the folded ops (q/k/v's norm, merged gate/up's norm and activation, the
+    residual adds) and decode as the unfolded program does, within float32 summation order (the rows' norms);
     off, and auto off CUDA: none, the unfolded program."""
     off, on = folded_layers[f"{block}-off"], folded_layers[f"{block}-on"]
-    across = ["fp8_matmul_residual_norm", "fp8_normed_matmul"]  # down, the next q/k/v: q/k/v merged
-    within = ["fp8_matmul_residual", "fp8_norm_matmul"]  # q/k/v kept apart: each layer norms its own rows
-    assert off["folded_ops"] == [] and on["folded_ops"] == sorted(
-        [*(across if block is None else within), "fp8_residual_norm_gate_up"]  # o's, then merged gate/up's
-    )
+    assert off["folded_ops"] == [] and on["folded_ops"] == [
+        "fp8_matmul_residual",
+        "fp8_norm_gate_up",
+        "fp8_norm_matmul",
+    ]
     if block is None:
         assert folded_layers["None-auto"]["folded_ops"] == []
         assert folded_layers["None-auto"]["logits"] == off["logits"]
     for a, b in zip(on["logits"], off["logits"]):
         torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=0, atol=2 * FP16_ULP_AT_ONE)
-
-
-@pytest.mark.skipif(fp8_skinny.fp8_kernels is None, reason="needs triton")
-def test_the_norm_in_os_finish_kernel_decodes_the_same_bits_under_the_interpreter(folded_layers):
-    """Configs forced as a table may pick them (o split in K, gate/up's norm apart): every layer's norm runs in
-    o's finish kernel with fp8_norm_in_finish on, in a kernel of its own off, and the logits are the same bits."""
-    on, off = folded_layers["forced-True"], folded_layers["forced-False"]
-    assert on["norm_in_finish_launches"] > 0 and off["norm_in_finish_launches"] == 0
-    assert on["logits"] == off["logits"]
-
-
-@pytest.mark.skipif(fp8_skinny.fp8_kernels is None, reason="needs triton")
-def test_down_hands_the_next_layer_its_normed_rows_to_the_same_bits_under_the_interpreter(folded_layers):
-    """q/k/v's norm apart as well: with fp8_norm_in_finish each layer's down runs the next layer's norm in its
-    finish kernel (the last layer's: the final norm), so o's and down's finish kernels run a norm each (twice
-    the o-only run's: a layer a step), the norms' own kernels only the first layer's (off: each layer's two
-    and the final norm: 2 per layer a step fewer, every handed row taken), and the logits are the same bits."""
-    on, off, o_only = folded_layers["across-True"], folded_layers["across-False"], folded_layers["forced-True"]
-    assert on["hand_over"] and not off["hand_over"]
-    assert {"fp8_matmul_residual_norm", "fp8_normed_matmul"} <= set(on["folded_ops"])
-    assert not {"fp8_matmul_residual_norm", "fp8_normed_matmul"} & set(off["folded_ops"])
-    layer_steps = o_only["norm_in_finish_launches"]  # o's finish, a layer a decode step
-    assert layer_steps > 0 and on["norm_in_finish_launches"] == 2 * layer_steps
-    assert off["norm_in_finish_launches"] == 0
-    assert off["norm_launches"] - on["norm_launches"] == 2 * layer_steps
-    assert on["logits"] == off["logits"]

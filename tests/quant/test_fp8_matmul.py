@@ -114,28 +114,11 @@ def test_the_folded_ops_pass_opcheck_and_on_the_cpu_are_the_unfolded_sequence():
     gated = fm.fp8_norm_gate_up(x, norm_weight, 1e-5, weight, scale, block)
     gate, up = fm.fp8_norm_matmul(x, norm_weight, 1e-5, weight, scale, block).chunk(2, dim=-1)
     assert gated.shape == (3, 16) and torch.equal(gated, F.silu(gate) * up)
-    o_weight, o_scale, _, _ = make(3, 64, 64, block=16)[1:]  # o: 64 -> 64, then the gate/up weight of 2 x 16 rows
-    h, both = fm.fp8_residual_norm_gate_up(x, o_weight, o_scale, block, None, x, norm_weight, 1e-5, weight, scale)
-    assert torch.equal(h, fm.fp8_matmul_residual(x, o_weight, o_scale, block, None, x))
-    assert torch.equal(both, fm.fp8_norm_gate_up(h, norm_weight, 1e-5, weight, scale, block))
-    o_norm = (torch.rand(64) + 0.5).to(x.dtype)  # down's hand-over of the next q/k/v's rows (here 32 outputs)
-    h, handed = fm.fp8_matmul_residual_norm(x, o_weight, o_scale, block, None, x, o_norm, 1e-5, 32)
-    assert torch.equal(h, fm.fp8_matmul_residual(x, o_weight, o_scale, block, None, x))
-    assert torch.equal(handed, reference_rms_norm(h, o_norm, 1e-5, "llama"))  # off the kernel: always handed over
-    assert torch.equal(fm.normed_rows_for(h, o_norm, 1e-5, 32, block), handed)
-    projected = fm.fp8_normed_matmul(h, handed, o_norm, 1e-5, weight, scale, block, bias)
-    assert torch.equal(projected, fm.fp8_norm_matmul(h, o_norm, 1e-5, weight, scale, block, bias))
     ops = torch.ops.cugraph_accel
     for op, args in [
-        (ops.fp8_matmul_residual_norm.default, (x, o_weight, o_scale, block, None, x, o_norm, 1e-5, 32)),
-        (ops.fp8_normed_matmul.default, (h, handed, o_norm, 1e-5, weight, scale, block, bias)),
         (ops.fp8_norm_matmul.default, (x, norm_weight, 1e-5, weight, scale, block, bias)),
         (ops.fp8_matmul_residual.default, (x, weight, scale, block, None, residual)),
         (ops.fp8_norm_gate_up.default, (x, norm_weight, 1e-5, weight, scale, block)),
-        (
-            ops.fp8_residual_norm_gate_up.default,
-            (x, o_weight, o_scale, block, None, x, norm_weight, 1e-5, weight, scale),
-        ),
     ]:
         torch.library.opcheck(op, args, test_utils=OPCHECKS)
 
@@ -150,8 +133,6 @@ def test_the_folded_ops_pass_opcheck_and_on_the_cpu_are_the_unfolded_sequence():
         (lambda x, w, s, nw, r: fm.fp8_matmul_residual(x, w, s[:4], None, None, r), "scale must be float32"),
         (lambda x, w, s, nw, r: fm.fp8_norm_gate_up(x, nw, 1e-5, w[:31], s[:31], None), "has 2N rows; got 31"),
         (lambda x, w, s, nw, r: fm.fp8_norm_gate_up(x, nw, 1e-5, w, torch.ones(1, 2), 32), "multiple of the block 32"),
-        (lambda x, w, s, nw, r: fm.fp8_normed_matmul(x, r, nw, 1e-5, w, s, None), "the normed rows must be shaped"),
-        (lambda x, w, s, nw, r: fm.fp8_matmul_residual_norm(x, w, s, None, None, r, nw, 1e-5, 8), "norm weight"),
     ],
 )
 def test_misuse_of_the_folded_ops_is_one_line(call, wording):
@@ -422,58 +403,6 @@ def test_kernel_matches_the_reference_under_the_interpreter(case, interpreted_re
     assert result["error_ulps"] <= 2, result
 
 
-NORM_IN_FINISH = [  # o's rows x N x K, gate/up's N; a ragged row tile (N 96 in a 128 tile), a bias, block scales
-    {"id": "channel", "rows": 3, "n": 96, "k": 64, "n_gate": 40, "bias": True},
-    {"id": "block", "rows": 2, "n": 64, "k": 128, "n_gate": 32, "block": 32},
-]
-
-
-def test_the_next_norm_is_refused_where_no_finish_kernel_runs():
-    """next_norm_weight needs a residual product split in K (a finish kernel to run the norm in): one line."""
-    x, weight, scale, block, _ = make(2, 64, 64)
-    residual, norm_weight = torch.randn(2, 64).to(x.dtype), torch.ones(64, dtype=x.dtype)
-    whole_k = configs.SkinnyConfig(16, 64, 4, 2)
-    for cfg, kwargs in [(whole_k, {"residual": residual}), (configs.SkinnyConfig(16, 32, 4, 2, split_k=2), {})]:
-        with pytest.raises(ValueError, match=r"^the next norm runs in the finish kernel of a residual product"):
-            fp8_skinny.launch(x, weight, scale, block, None, cfg, next_norm_weight=norm_weight, **kwargs)
-
-
-@needs_triton
-def test_the_norm_runs_in_os_finish_kernel_to_the_same_bits_under_the_interpreter():
-    """fp8_residual_norm_gate_up where o splits K and gate/up's norm runs apart: o's finish kernel writes h and
-    its norm (fp8_norm_in_finish on), bit for bit what the norm's own kernel gives (off), within 2 units of the
-    reference."""
-    results = run_worker({"norm_in_finish": NORM_IN_FINISH}, interpreted=True)
-    for case in NORM_IN_FINISH:
-        got = results[case["id"]]
-        assert got["on"]["ran"] == [True, False] and got["off"]["ran"] == [False, False], got
-        assert got["on"]["h"] == got["off"]["h"] and got["on"]["gated"] == got["off"]["gated"], case["id"]
-        assert got["error_ulps"]["h"] <= 2 and got["error_ulps"]["gated"] <= 2, got["error_ulps"]
-
-
-HAND_OVER = [  # down's rows x N x K, the next q/k/v's N; q/k/v's norm apart or folded, down split in K or not
-    {"id": "finish", "rows": 3, "n": 96, "k": 64, "next_n": 40, "bias": True, "down": "split", "qkv": "apart"},
-    {"id": "norm-kernel", "rows": 3, "n": 96, "k": 64, "next_n": 40, "down": "whole", "qkv": "apart"},
-    {"id": "folded", "rows": 3, "n": 96, "k": 64, "next_n": 40, "down": "split", "qkv": "folded"},
-    {"id": "block", "rows": 2, "n": 64, "k": 128, "next_n": 32, "block": 32, "down": "split", "qkv": "apart"},
-]
-
-
-@needs_triton
-def test_down_hands_the_next_qkv_its_normed_rows_to_the_same_bits_under_the_interpreter():
-    """fp8_matmul_residual_norm then fp8_normed_matmul give the bits of fp8_matmul_residual then fp8_norm_matmul:
-    where q/k/v's norm runs apart the rows are handed over (the norm's own kernel's bits; run in down's finish
-    kernel where down splits K), where q/k/v folds its norm nothing is."""
-    results = run_worker({"hand_over": HAND_OVER}, interpreted=True)
-    for case in HAND_OVER:
-        got, apart = results[case["id"]], case["qkv"] == "apart"
-        assert got["same_h"] and got["same_projected"], case["id"]
-        assert got["handed_over"] == apart, case["id"]
-        assert got["normed_is_the_norms_kernel"] or not apart, case["id"]
-        in_finish = apart and case["down"] == "split"
-        assert got["ran"] == [in_finish, False] and got["ran_self"] == [False, False], (case["id"], got)
-
-
 def _split_rows() -> torch.Tensor:
     """16 rows of 128 bf16 values: each row's values spread over 2^-12..2^0 of its largest, signs mixed, the
     largest's significand from 1.0 up to 1.9921875 (bf16's last below 2: where a scale one binade too small
@@ -633,89 +562,6 @@ def test_gpu_folded_ops_match_the_unfolded_sequence(rows, block):
             pairs = [(got_normed, normed_ref), (got_added - residual, added_ref - residual), (got_gated, gated_ref)]
             for got, ref in pairs:
                 assert (got.float() - ref.float()).norm() / ref.float().norm() < 2**-7, (n, k)
-
-
-@pytest.mark.cuda
-@needs_cuda
-@pytest.mark.parametrize("rows", [8, 32])
-@pytest.mark.parametrize("block", [None, 128])
-def test_gpu_norm_in_os_finish_kernel_is_the_norms_own_kernel_bit_for_bit(rows, block, monkeypatch):
-    """o split in K on tensor cores and gate/up's norm apart (the H100 table's 8B at 32 rows): with
-    fp8_norm_in_finish o's finish kernel runs the norm, and h and silu(gate) * up are the same bits as with the
-    norm's own kernel; both within 2 units of the reference. Also under a CUDA graph."""
-    from accelerate_graph import settings
-
-    tables = {False: configs.SkinnyConfig(64, 128, 4, 4, split_k=4, dot=True)}
-    tables[True] = configs.SkinnyConfig(64, 256, 4, 3, dot=True, norm_apart=True)
-    monkeypatch.setattr(fp8_skinny, "config_for", lambda m, n, k, block, device, gate_up=False: tables[gate_up])
-    x, weight, scale, block_, bias = _gpu_operands(rows, 4096, 4096, block)
-    gate_up, gate_up_scale = _gpu_operands(rows, 2 * 1024, 4096, block, seed=3)[1:3]
-    norm_weight, residual = _fold_operands(x, 4096)
-    args = (x, weight, scale, block_, bias, residual, norm_weight, 1e-5, gate_up, gate_up_scale)
-    outs = {}
-    for on in (True, False):
-        with settings.use(settings.DEFAULTS.replace(fp8_norm_in_finish=on)):
-            outs[on] = fm.fp8_residual_norm_gate_up(*args)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                static = fm.fp8_residual_norm_gate_up(*args)
-            graph.replay()
-            torch.cuda.synchronize()
-            assert all(torch.equal(a, b) for a, b in zip(static, outs[on])), on
-    assert torch.equal(outs[True][0], outs[False][0]) and torch.equal(outs[True][1], outs[False][1])
-    h_ref = residual + reference_fp8_matmul(x, weight, scale, block_, bias)
-    assert error_ulps(outs[True][0], h_ref) <= 2
-    normed = reference_rms_norm(outs[True][0], norm_weight, 1e-5, "llama")
-    gate, up = reference_fp8_sums(normed, gate_up, gate_up_scale, block_, None).chunk(2, dim=-1)
-    assert gated_error_ulps(outs[True][1], gate, up) <= 2
-
-
-@pytest.mark.cuda
-@needs_cuda
-@pytest.mark.parametrize("rows", [8, 32])
-@pytest.mark.parametrize("block", [None, 128])
-def test_gpu_down_hands_the_next_qkv_its_normed_rows_bit_for_bit(rows, block, monkeypatch):
-    """The 8B's down split in K on tensor cores, the next q/k/v's norm apart (the H100 table's 8B at 32 rows):
-    down's finish kernel runs that norm (the norm's own kernel's bits), and h and q/k/v's output are the bits of
-    the ops that norm the rows themselves, eager and under a CUDA graph; with q/k/v folding its norm nothing is
-    handed over and nothing changes."""
-    from accelerate_graph.fused.kernels import skinny_matmul
-
-    split = configs.SkinnyConfig(64, 128, 4, 4, split_k=4, dot=True)
-    x, weight, scale, block_, _ = _gpu_operands(rows, 4096, 14336, block, bias=False)
-    qkv, qkv_scale, _, qkv_bias = _gpu_operands(rows, 6144, 4096, block, seed=3)[1:]
-    gen = torch.Generator(device="cuda").manual_seed(5)
-    norm = (torch.rand(4096, device="cuda", generator=gen) + 0.5).to(x.dtype)
-    residual = torch.randn(rows, 4096, device="cuda", generator=gen).to(x.dtype)
-    ran, launch = [], fp8_skinny.launch
-    monkeypatch.setattr(
-        fp8_skinny, "launch", lambda *a, **k: ran.append(k.get("next_norm_weight") is not None) or launch(*a, **k)
-    )
-
-    def handed_over():
-        h, normed = fm.fp8_matmul_residual_norm(x, weight, scale, block_, None, residual, norm, 1e-5, 6144)
-        return h, fm.fp8_normed_matmul(h, normed, norm, 1e-5, qkv, qkv_scale, block_, qkv_bias), normed
-
-    for apart in (True, False):
-        qkv_cfg = configs.SkinnyConfig(64, 256, 4, 3, dot=True, norm_apart=apart)
-        monkeypatch.setattr(
-            fp8_skinny, "config_for", lambda m, n, k, block, device, gate_up=False, c=qkv_cfg: c if n == 6144 else split
-        )
-        ran.clear()
-        eager = handed_over()
-        assert ran == [apart, False], (apart, ran)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static = handed_over()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(static[0], eager[0]) and torch.equal(static[1], eager[1]), apart
-        h_self = fm.fp8_matmul_residual(x, weight, scale, block_, None, residual)
-        projected_self = fm.fp8_norm_matmul(h_self, norm, 1e-5, qkv, qkv_scale, block_, qkv_bias)
-        assert torch.equal(eager[0], h_self) and torch.equal(eager[1], projected_self), apart
-        if apart:
-            assert torch.equal(eager[2], skinny_matmul.rms_norm(h_self, norm, 1e-5))
-            assert torch.equal(static[2], eager[2])
 
 
 # Tilings the default configs never pick but the tune grids (tune/grids.py) try: rows, config.

@@ -50,41 +50,6 @@ def test_fp8_plans_verify_on_the_gpu(trained_tiny, tmp_path, scheme, fuse, fold)
     assert rows and all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
 
 
-def test_the_norms_in_the_finish_kernels_capture_and_verify_on_the_gpu(trained_tiny, tmp_path, monkeypatch):
-    """Configs forced as a table may pick them (o and down split in K, q/k/v's and gate/up's norms apart; the
-    multiply-and-sum tiles of up to 2 rows), fp8_norm_in_finish on: o's and down's finish kernels run the norms
-    after them (the last layer's, the final norm), the fused plan compiles as often as with the setting off,
-    and every graph verifies either way."""
-    from accelerate_graph.fused.kernels.configs import SkinnyConfig
-    from accelerate_graph.quant import fp8_skinny
-
-    split, apart = SkinnyConfig(16, 32, 4, 2, split_k=2), SkinnyConfig(8, 32, 4, 2, norm_apart=True)
-    hidden = 128  # the trained tiny llama's: o's and down's outputs
-    monkeypatch.setattr(
-        fp8_skinny,
-        "config_for",
-        lambda m, n, k, block, device, gate_up=False: apart if gate_up or n != hidden else split,
-    )
-    ran, launch = [], fp8_skinny.launch
-    monkeypatch.setattr(
-        fp8_skinny, "launch", lambda *a, **k: ran.append(k.get("next_norm_weight") is not None) or launch(*a, **k)
-    )
-    compiled = {}
-    for on in (False, True):
-        request = CaptureRequest(model=trained_tiny, buckets=(1, 2), dtype="bf16", device="cuda", weights="fp8")
-        request.max_cache_len, request.fuse = 256, True
-        request.settings = settings.DEFAULTS.replace(fp8_norm_in_finish=on)
-        request.inductor_cache = str(tmp_path / f"inductor-{on}")
-        ran.clear()
-        prepared = prepare(request)
-        fused = prepared.session.fused
-        assert fused.hand_over is on and any(ran) is on
-        compiled[on] = fused.graphs, fused.recompiles
-        rows = verify_graphs(prepared.graphs, steps=8, prompt_len=9, coverage=VERIFY)
-        assert rows and all(r.passed for r in rows), (on, [r.detail for r in rows if not r.passed])
-    assert compiled[True] == compiled[False]
-
-
 def test_eval_on_the_gpu_measures_fp8_further_from_the_reference_than_bf16(trained_tiny, tmp_path, monkeypatch):
     import json
 

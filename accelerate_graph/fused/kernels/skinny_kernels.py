@@ -443,17 +443,7 @@ def rms_norm_kernel(
     if USE_PDL:
         gdc_wait()
         gdc_launch_dependents()
-    norm_row(
-        x_ptr, nw_ptr, out_ptr, eps, tl.program_id(0) + tl.arange(0, 1), M, K, NORM, OUT_BF16, BLOCK_K, RSTD_CHUNKS
-    )
-
-
-@triton.jit
-def norm_row(
-    x_ptr, nw_ptr, out_ptr, eps, offs_m, M, K, NORM: tl.constexpr, OUT_BF16: tl.constexpr, BLOCK_K: tl.constexpr,
-    RSTD_CHUNKS: tl.constexpr,
-):  # fmt: skip
-    """rms_norm_kernel's row `offs_m` (one row): out = HF's RMSNorm of x's row."""
+    offs_m = tl.program_id(0) + tl.arange(0, 1)
     rstd = _row_rstd(x_ptr, offs_m, M, K, eps, 1, BLOCK_K, RSTD_CHUNKS)
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
