@@ -167,40 +167,6 @@ def _x_as_e4m3_pair(xv):
 
 
 @triton.jit
-def _x_split_tile(xq_ptr, xs_ptr, X_TILES, offs_m, offs_k, tile, M, K, EVEN_K: tl.constexpr):
-    """K tile `tile` of x as fp8_split_x_kernel stored it: (hi, lo, scale) as _x_as_e4m3_pair returns them."""
-    hi = _w_tile(xq_ptr, offs_m, offs_k, M, K, EVEN_K)
-    lo = _w_tile(xq_ptr + M * K, offs_m, offs_k, M, K, EVEN_K)
-    return hi, lo, tl.load(xs_ptr + offs_m * X_TILES + tile, mask=offs_m < M, other=1.0)
-
-
-@triton.jit
-def fp8_split_x_kernel(
-    x_ptr, nw_ptr, eps, xq_ptr, xs_ptr, M, K, X_TILES, NORM: tl.constexpr, EVEN_K: tl.constexpr,
-    OUT_BF16: tl.constexpr, USE_PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-    RSTD_CHUNK: tl.constexpr, RSTD_CHUNKS: tl.constexpr,
-):  # fmt: skip
-    """x split as the e4m3 tiles split it, once for every program of the product after it (X_SPLIT): grid (K
-    tiles, blocks of BLOCK_M rows), each K tile of x (through the RMSNorm where NORM, as the product would
-    fold it) as _x_as_e4m3_pair's hi and lo into xq [2, M, K] (e4m3) and its scales into xs [M, X_TILES]."""
-    if USE_PDL:  # x comes from the kernel before; the product after it prefetches its weights meanwhile
-        gdc_wait()
-        gdc_launch_dependents()
-    tile = tl.program_id(0)
-    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_k = tile * BLOCK_K + tl.arange(0, BLOCK_K)
-    rstd = _rows_rstd(x_ptr, offs_m, M, K, eps, NORM, BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
-    xv = _x_tile_normed(x_ptr, nw_ptr, rstd, offs_m, offs_k, M, K, EVEN_K, NORM, OUT_BF16)
-    hi, lo, scale = _x_as_e4m3_pair(xv)
-    rows_ok = offs_m < M
-    mask = rows_ok[:, None] & (offs_k < K)[None, :]
-    at = xq_ptr + offs_m[:, None] * K + offs_k[None, :]
-    tl.store(at, hi, mask=mask)
-    tl.store(at + M * K, lo, mask=mask)
-    tl.store(xs_ptr + offs_m * X_TILES + tile, scale, mask=rows_ok)
-
-
-@triton.jit
 def _tile_scale(s_ptr, row_block, k0, SCALE_BLOCK, S_COLS):
     """The block scale of the K tile starting at k0 in the program's block of rows (the tile lies in one block
     of columns: the launch keeps SCALE_BLOCK % BLOCK_K == 0 with tensor cores)."""
@@ -391,15 +357,15 @@ def _e4m3_dot(xv, w, SWAP: tl.constexpr):
 
 @triton.jit
 def _accumulate_e4m3(
-    x_ptr, nw_ptr, rstd, xq_ptr, xs_ptr, X_TILES, w_ptr, s_ptr, w2_ptr, s2_ptr, offs_m, offs_n, row_block, M, N,
-    K, k_lo, k_hi, SCALE_BLOCK, S_COLS, NORM: tl.constexpr, BLOCKWISE: tl.constexpr, SWAP: tl.constexpr,
-    EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, PAIR: tl.constexpr, X_SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    x_ptr, nw_ptr, rstd, w_ptr, s_ptr, w2_ptr, s2_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi,
+    SCALE_BLOCK, S_COLS, NORM: tl.constexpr, BLOCKWISE: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
+    OUT_BF16: tl.constexpr, PAIR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """E4M3 tensor cores (E4M3_DOT): each K tile of x split once (_x_as_e4m3_pair; X_SPLIT: loaded as
-    fp8_split_x_kernel split it) and its sums (_e4m3_dot's, in float32 every E4M3_RUN of K) scaled, times the
-    block's scale where BLOCKWISE. PAIR: a second weight (gate/up's up half, scales at s2_ptr) over the same x
-    tiles. (acc, acc2), [BLOCK_M, BLOCK_N] each; acc2 zeros without PAIR."""
+    """E4M3 tensor cores (E4M3_DOT): each K tile of x split once (_x_as_e4m3_pair) and its sums (_e4m3_dot's,
+    in float32 every E4M3_RUN of K) scaled, times the block's scale where BLOCKWISE. PAIR: a second weight
+    (gate/up's up half, scales at s2_ptr) over the same x tiles. (acc, acc2), [BLOCK_M, BLOCK_N] each; acc2
+    zeros without PAIR."""
     if SWAP:
         acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     else:
@@ -407,11 +373,8 @@ def _accumulate_e4m3(
     acc2 = acc
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        if X_SPLIT:
-            hi, lo, x_scale = _x_split_tile(xq_ptr, xs_ptr, X_TILES, offs_m, offs_k, k0 // BLOCK_K, M, K, EVEN_K)
-        else:
-            hi, lo, x_scale = _x_as_e4m3_pair(_x_tile_normed(x_ptr, nw_ptr, rstd, offs_m, offs_k, M, K, EVEN_K, NORM,
-                                                             OUT_BF16))  # fmt: skip
+        hi, lo, x_scale = _x_as_e4m3_pair(_x_tile_normed(x_ptr, nw_ptr, rstd, offs_m, offs_k, M, K, EVEN_K, NORM,
+                                                         OUT_BF16))  # fmt: skip
         if SWAP:
             row_scale = x_scale[None, :]
         else:
@@ -480,12 +443,11 @@ def _channel_scales(s_ptr, offs_n, N):
 
 @triton.jit
 def fp8_skinny_kernel(
-    x_ptr, nw_ptr, eps, xq_ptr, xs_ptr, X_TILES, w_ptr, s_ptr, b_ptr, res_ptr, out_ptr, ws_ptr, M, N, K,
-    K_PER_SPLIT, SCALE_BLOCK, S_COLS,
+    x_ptr, nw_ptr, eps, w_ptr, s_ptr, b_ptr, res_ptr, out_ptr, ws_ptr, M, N, K, K_PER_SPLIT, SCALE_BLOCK, S_COLS,
     NORM: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, GATE_UP: tl.constexpr,
     BLOCKWISE: tl.constexpr, SPLIT: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr,
     SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, E4M3_DOT: tl.constexpr, PAIR_DOT: tl.constexpr,
-    X_SPLIT: tl.constexpr, USE_PDL: tl.constexpr,
+    USE_PDL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, RSTD_CHUNK: tl.constexpr,
     RSTD_CHUNKS: tl.constexpr, LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
@@ -497,8 +459,7 @@ def fp8_skinny_kernel(
     each program computes its rows' norms first (RSTD_CHUNKS loads of RSTD_CHUNK columns,
     skinny_matmul.rstd_chunks). GATE_UP: W is [2N, K], gate's rows then up's (with block scales N is a whole
     number of blocks), the up half's product walked after the gate's, or beside it (E4M3_DOT or PAIR_DOT, which
-    the launch sets only with USE_DOT). X_SPLIT (with E4M3_DOT, NORM 0): x's e4m3 terms and scales as
-    fp8_split_x_kernel wrote them into xq_ptr and xs_ptr (X_TILES K tiles a row), not split here."""
+    the launch sets only with USE_DOT)."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(2)
     if USE_PDL:
@@ -522,9 +483,9 @@ def fp8_skinny_kernel(
     if E4M3_DOT or PAIR_DOT:  # both halves in one walk of K: x loaded (and split) once a tile
         if E4M3_DOT:
             acc, acc2 = _accumulate_e4m3(
-                x_ptr, nw_ptr, rstd, xq_ptr, xs_ptr, X_TILES, w_ptr, s_ptr, w_ptr + N * K, s_up, offs_m, offs_n,
-                row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS, NORM, BLOCKWISE, SWAP, EVEN_K, OUT_BF16, GATE_UP,
-                X_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K,
+                x_ptr, nw_ptr, rstd, w_ptr, s_ptr, w_ptr + N * K, s_up, offs_m, offs_n, row_block, M, N, K, k_lo,
+                k_hi, SCALE_BLOCK, S_COLS, NORM, BLOCKWISE, SWAP, EVEN_K, OUT_BF16, GATE_UP, BLOCK_M, BLOCK_N,
+                BLOCK_K,
             )  # fmt: skip
         else:
             acc, acc2 = _accumulate_dot(

@@ -179,9 +179,7 @@ def launch(
     x2 = x.reshape(-1, k).contiguous()
     m, n = x2.shape[0], weight.shape[0] // (2 if gate_up else 1)
     cfg = fitted(cfg or config_for(m, n, k, block, x.device, gate_up), block)
-    e4m3 = cfg.dot and cfg.e4m3_dot and x.dtype == torch.bfloat16
-    x_split = e4m3 and cfg.x_split_apart
-    if norm_weight is not None and cfg.norm_apart and not x_split:  # the norm's own kernel, as folded rounds it
+    if norm_weight is not None and cfg.norm_apart:  # the norm's own kernel, the same rounding as folded
         x2 = skinny_matmul.rms_norm(x2, norm_weight.contiguous(), eps)
         norm_weight = None
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
@@ -198,6 +196,7 @@ def launch(
     res = residual.reshape(m, n).contiguous() if residual is not None else out
     # the row norm's constexprs only with a norm: else they would compile variants that differ in nothing
     rstd_chunk, rstd_loads = skinny_matmul.rstd_chunks(k, block_m) if norm_weight is not None else (1, 0)
+    e4m3 = cfg.dot and cfg.e4m3_dot and x.dtype == torch.bfloat16
     if e4m3 and rstd_chunk > cfg.block_k:
         # chunks as wide as the x tile: a wider chunk's register layout reached the loop's x tiles, each value
         # held by two threads (sm_90 SASS, 16 rows, K tile 128: 717 -> 467 instructions a tile)
@@ -214,24 +213,12 @@ def launch(
         "USE_PDL": bool(extra),
     }
     b_arg = bias if bias is not None else out
-    norm_arg = norm_weight if norm_weight is not None else x2
-    x_tiles = skinny_matmul.cdiv(k, cfg.block_k)
-    xq, xs = weight, scale  # unread without x_split (of the split's types: one signature either way)
-    if x_split:  # x split once by its own kernel (the norm folded there), read by every program after it
-        xq = torch.empty((2, m, k), dtype=weight.dtype, device=x.device)
-        xs = torch.empty((m, x_tiles), dtype=torch.float32, device=x.device)
-        fp8_kernels.fp8_split_x_kernel[(x_tiles, m_blocks)](
-            x2, norm_arg, float(eps), xq, xs, m, k, x_tiles, NORM=1 if norm_weight is not None else 0,
-            EVEN_K=k % cfg.block_k == 0, OUT_BF16=True, USE_PDL=bool(extra), BLOCK_M=block_m, BLOCK_K=cfg.block_k,
-            RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads, num_warps=4, **extra,
-        )  # fmt: skip
-        norm_weight, norm_arg, rstd_chunk, rstd_loads = None, x2, 1, 0
     fp8_kernels.fp8_skinny_kernel[(n_blocks, m_blocks, split)](
-        x2, norm_arg, float(eps), xq, xs, x_tiles, weight, scale, b_arg, res, out, ws,
+        x2, norm_weight if norm_weight is not None else x2, float(eps), weight, scale, b_arg, res, out, ws,
         m, n, k, k_per_split, block or 1, scale.shape[-1] if block else 0,
         NORM=1 if norm_weight is not None else 0, BLOCKWISE=block is not None, USE_DOT=cfg.dot,
         IEEE_DOT=x.dtype == torch.float32, SWAP=cfg.dot and cfg.swap, EVEN_K=k % cfg.block_k == 0,
-        E4M3_DOT=e4m3, PAIR_DOT=gate_up and cfg.dot and cfg.pair and not e4m3, X_SPLIT=x_split,
+        E4M3_DOT=e4m3, PAIR_DOT=gate_up and cfg.dot and cfg.pair and not e4m3,
         BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads,
         LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **flags, **extra,

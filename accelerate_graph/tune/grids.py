@@ -99,7 +99,6 @@ def describe(cfg: SkinnyConfig) -> str:
     kind = ("swap" if cfg.swap else "dot") if cfg.dot else "fma"
     extra = (" ahead" if cfg.lookahead else "") + (" e4m3" if cfg.e4m3_dot else "") + (" pair" if cfg.pair else "")
     extra += " apart" if cfg.norm_apart else ""
-    extra += " xsplit" if cfg.x_split_apart else ""
     return f"n{cfg.block_n} k{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} x{cfg.split_k} {kind}{extra}"
 
 
@@ -132,10 +131,6 @@ def fp8_few_rows_grid(k: int, rows: int = 1) -> list[SkinnyConfig]:
         SkinnyConfig(32, 128, 4, 4, split_k=2, dot=True),
         SkinnyConfig(64, 128, 2, 4, dot=True, swap=True),
         SkinnyConfig(128, 128, 4, 4, dot=True, swap=True, e4m3_dot=True),
-        *(
-            SkinnyConfig(bn, 128, w, 4, split_k=x, dot=True, swap=True, e4m3_dot=True, x_split_apart=True)
-            for bn, w, x in ((128, 4, 1), (64, 4, 2), (64, 4, 4), (128, 8, 4))
-        ),
     ]
     ahead = [
         SkinnyConfig(n, bk, w, 1, lookahead=True)
@@ -172,8 +167,6 @@ def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
     if programs(n, 64, 1) < sms:  # K in 2 (64 outputs) or 4 (128) slices: as many programs either way
         out += [SkinnyConfig(64, 128, 4, 4, split_k=2, dot=True, swap=True, e4m3_dot=True)]
         out += [SkinnyConfig(128, 128, 8, 4, split_k=4, dot=True, swap=True, e4m3_dot=True)]
-        out += [SkinnyConfig(bn, 128, w, 4, split_k=x, dot=True, swap=True, e4m3_dot=True)
-                for bn, w, x in ((128, 8, 2), (64, 4, 4))]  # fmt: skip
     out += [
         SkinnyConfig(bn, bk, 4, s, dot=True)
         for bn, bk in ((32, 128), (64, 128), (128, 128), (64, 256), (32, 256))
@@ -224,9 +217,5 @@ def fp8_grid(
             ordered = [dataclasses.replace(c, norm_apart=True) for c in ordered]
         elif normed:  # half as many rows of x to normalise a program: the e4m3 tiles (8-row winners) both ways
             ordered += [dataclasses.replace(c, norm_apart=True) for c in ordered if c.e4m3_dot]
-        # x split once by a kernel of its own (the norm in it): every program's loop left with the MMAs alone
-        ordered = [
-            dataclasses.replace(c, norm_apart=False, x_split_apart=True) for c in ordered if c.e4m3_dot
-        ] + ordered
         ordered = sorted(ordered, key=lambda c: programs(n, c.block_n, c.split_k) < sms)  # every SM busy first
     return list(dict.fromkeys(cfg for cfg in ordered if fitted(cfg, block) == cfg))

@@ -351,19 +351,6 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
         for rows in (4, 32)
         for scales, block in (("channel", None), ("block", 32))
     ),
-    # x split into its e4m3 terms by its own kernel first (x_split_apart; the norm folded in there), every fold,
-    # split-K's finish included, K not a multiple of the K tile
-    *(
-        {"id": f"e4m3-xsplit-{fold or 'plain'}-x{split}-{scales}-rows{rows}", "rows": rows,
-         "n": 64 if fold == "gate_up" else 40, "k": 200, "dtype": "bf16", "block": block,
-         "bias": fold not in ("gate_up",), "fold": fold, "x_spread": 14,
-         "config": {"block_n": 16, "block_k": 32, "dot": True, "swap": True, "e4m3_dot": True, "split_k": split,
-                    "x_split_apart": True}}
-        for fold in (None, "norm", "residual", "gate_up")
-        for split in (1, 3)
-        for rows in (3, 32)
-        for scales, block in (("channel", None), ("block", 32))
-    ),
     # the norm as its own kernel first (norm_apart), then the product of the normalised rows
     *(
         {"id": f"{fold}-{path}-apart-{scales}-rows{rows}", "rows": rows, "n": 64, "k": 200, "dtype": dtype,
@@ -414,8 +401,6 @@ def test_kernel_matches_the_reference_under_the_interpreter(case, interpreted_re
     assert result["shape"] == ([2, rows // 2, n] if case.get("batched") else [rows, n])
     assert result["dtype"] == {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[case["dtype"]]
     assert result["error_ulps"] <= 2, result
-    if case.get("config", {}).get("x_split_apart"):
-        assert result["bits_as_split_in_the_loop"], result
 
 
 def _split_rows() -> torch.Tensor:
@@ -473,9 +458,6 @@ PTX_VARIANTS = [
     # e4m3 tensor cores: x split into two e4m3 terms, the weights' codes multiplied as copied
     {"id": "e4m3-tensor-cores", "num_stages": 4, "flags": {
         "BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 128, "USE_DOT": True, "SWAP": True, "E4M3_DOT": True}},
-    {"id": "e4m3-x-split", "num_stages": 4, "flags": {
-        "BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 128, "USE_DOT": True, "SWAP": True, "E4M3_DOT": True,
-        "X_SPLIT": True}},
     {"id": "tensor-cores-folded", "num_stages": 4, "flags": {
         "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True, "NORM": 1, "HAS_RES": True,
         "RSTD_CHUNK": 256, "RSTD_CHUNKS": 16}},
@@ -484,7 +466,7 @@ for _variant in PTX_VARIANTS:  # the rest as the launch passes it for bf16 x, on
     _variant["flags"] = {
         "HAS_B": True, "BLOCKWISE": False, "SPLIT": 1, "USE_DOT": False, "IEEE_DOT": False, "SWAP": False,
         "EVEN_K": True, "OUT_BF16": True, "USE_PDL": True, "LOOKAHEAD": False, "NORM": 0, "HAS_RES": False,
-        "GATE_UP": False, "E4M3_DOT": False, "PAIR_DOT": False, "X_SPLIT": False,
+        "GATE_UP": False, "E4M3_DOT": False, "PAIR_DOT": False,
         "RSTD_CHUNK": 1, "RSTD_CHUNKS": 0, **_variant["flags"],
     }  # fmt: skip
 
@@ -497,7 +479,7 @@ def test_weight_loads_are_16_byte_vectors_on_sm90():
     one_row = ("one-row", "one-row-block", "one-row-folded", "one-row-gate-up")
     for variant in (*one_row, "narrow", "narrow-block", "narrow-gate-up", "narrow-one-output-folded"):
         assert found[variant]["v4_loads"] >= found[variant]["expected_vectors"] > 0, found[variant]
-    for variant in ("tensor-cores", "tensor-cores-folded", "e4m3-tensor-cores", "e4m3-x-split"):
+    for variant in ("tensor-cores", "tensor-cores-folded", "e4m3-tensor-cores"):
         assert found[variant]["copy_bytes"] == [16], found[variant]
     assert found["tensor-cores"]["e4m3_mmas"] == 0, found["tensor-cores"]
 
@@ -506,10 +488,9 @@ def test_weight_loads_are_16_byte_vectors_on_sm90():
 def test_e4m3_tensor_cores_multiply_the_codes_as_copied_on_sm90():
     """e4m3_dot: warpgroup MMAs of e4m3 by e4m3, not one conversion from e4m3 (the weights go from the copy in
     shared memory to the tensor cores untouched)."""
-    found = run_worker({"ptx": [v for v in PTX_VARIANTS if v["id"].startswith("e4m3-")]}, interpreted=False)
-    for variant in ("e4m3-tensor-cores", "e4m3-x-split"):
-        assert found[variant]["e4m3_mmas"] > 0, found
-        assert found[variant]["e4m3_conversions"] == 0, found
+    found = run_worker({"ptx": [v for v in PTX_VARIANTS if v["id"] == "e4m3-tensor-cores"]}, interpreted=False)
+    assert found["e4m3-tensor-cores"]["e4m3_mmas"] > 0, found
+    assert found["e4m3-tensor-cores"]["e4m3_conversions"] == 0, found
 
 
 @needs_triton
@@ -601,15 +582,6 @@ GPU_CONFIGS = {
     "pair-swap-split": (16, configs.SkinnyConfig(64, 128, 2, 4, split_k=2, dot=True, swap=True, pair=True)),
     "apart": (32, configs.SkinnyConfig(64, 128, 2, 4, dot=True, swap=True, norm_apart=True)),
     "e4m3-apart": (32, configs.SkinnyConfig(128, 128, 8, 4, dot=True, swap=True, e4m3_dot=True, norm_apart=True)),
-    "e4m3-xsplit-one-row": (
-        1,
-        configs.SkinnyConfig(128, 128, 4, 4, dot=True, swap=True, e4m3_dot=True, x_split_apart=True),
-    ),
-    "e4m3-xsplit": (32, configs.SkinnyConfig(128, 128, 8, 4, dot=True, swap=True, e4m3_dot=True, x_split_apart=True)),
-    "e4m3-xsplit-split": (
-        8,
-        configs.SkinnyConfig(128, 128, 8, 4, split_k=4, dot=True, swap=True, e4m3_dot=True, x_split_apart=True),
-    ),
 }
 
 

@@ -51,10 +51,6 @@ class SkinnyConfig:
     # rather than by every program (at 32 rows a K tile of x holds half as many values as a 64-row weight
     # tile, and the norm's arithmetic nearly doubled the loop's instructions, sm_90 SASS); nothing anywhere else
     norm_apart: bool = False
-    # with e4m3_dot: x split into its two e4m3 terms by a kernel of its own first (the folded norm there too),
-    # once rather than by every program and K tile: a program's loop does the weights' MMAs alone (an 8B's
-    # down at 32 rows streamed 13.6 GB/s a program with the split in its loop, H100); nothing anywhere else
-    x_split_apart: bool = False
 
     def block_m(self, m) -> int:
         """Rows per program: the next power of two of the rows (at most 32), at least 16 for tl.dot. A

@@ -148,12 +148,10 @@ def variants():
 
 FP8_POINTERS = {
     "x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "b_ptr": "*bf16", "out_ptr": "*bf16", "ws_ptr": "*fp32",
-    "nw_ptr": "*bf16", "res_ptr": "*bf16", "xq_ptr": "*fp8e4nv", "xs_ptr": "*fp32",
+    "nw_ptr": "*bf16", "res_ptr": "*bf16",
 }  # fmt: skip
 FP8_HALF_POINTERS = {**FP8_POINTERS, **{name: "*fp16" for name in ("x_ptr", "b_ptr", "out_ptr", "nw_ptr", "res_ptr")}}
-FP8_UNFOLDED = dict(
-    NORM=0, HAS_RES=False, GATE_UP=False, RSTD_CHUNK=1, RSTD_CHUNKS=0, E4M3_DOT=False, PAIR_DOT=False, X_SPLIT=False
-)
+FP8_UNFOLDED = dict(NORM=0, HAS_RES=False, GATE_UP=False, RSTD_CHUNK=1, RSTD_CHUNKS=0, E4M3_DOT=False, PAIR_DOT=False)
 # the folds (setting fp8_fold): the norm with merged gate/up's activation, or the residual
 FP8_FOLDS = {
     "norm, gate/up": dict(NORM=1, GATE_UP=True, RSTD_CHUNK=1024, RSTD_CHUNKS=4),
@@ -213,13 +211,6 @@ def fp8_variants():
             for fold in FP8_FOLDS.values():
                 folded = {**flags, **fold, "HAS_B": not fold.get("GATE_UP", False)}
                 yield f"fp8_skinny_kernel ({kind}) {folded}", fp8_kernels.fp8_skinny_kernel, folded, FP8_POINTERS
-    # x split once for the e4m3 tiles (x_split_apart), the norm folded in or not, K a multiple of the tile or not
-    for norm, even_k, pdl in itertools.product((0, 1), (True, False), (False, True)):
-        flags = dict(
-            NORM=norm, EVEN_K=even_k, OUT_BF16=True, USE_PDL=pdl, BLOCK_M=32, BLOCK_K=128,
-            RSTD_CHUNK=128 if norm else 1, RSTD_CHUNKS=32 if norm else 0,
-        )  # fmt: skip
-        yield f"fp8_split_x_kernel {flags}", fp8_kernels.fp8_split_x_kernel, flags, FP8_POINTERS
     for pdl, fold in itertools.product((False, True), ({}, FP8_FOLDS["residual"], {"GATE_UP": True})):
         flags = dict(HAS_B=True, SPLIT=3, OUT_BF16=True, USE_PDL=pdl, BLOCK_M=1, BLOCK_N=32, **FP8_UNFOLDED)
         flags = _only(fp8_kernels.fp8_finish_kernel, {**flags, **fold})
@@ -239,14 +230,6 @@ def fp8_variants():
         if blockwise and split == 1 and not fold:  # fp16 x: the weights converted to fp16 for the dot
             half = {**flags, "OUT_BF16": False}
             yield f"{description} fp16", fp8_kernels.fp8_skinny_kernel, half, FP8_HALF_POINTERS, launch
-        if e4m3_of(tile) and not flags["NORM"]:  # x split by its own kernel first (x_split_apart)
-            yield (
-                f"{description} x split",
-                fp8_kernels.fp8_skinny_kernel,
-                {**flags, "X_SPLIT": True},
-                FP8_POINTERS,
-                launch,
-            )
         if fold.get("GATE_UP") and tile[0] and not e4m3_of(tile):  # gate's and up's tiles in one walk of K (pair)
             paired = {**flags, "PAIR_DOT": True}
             yield f"{description} pair", fp8_kernels.fp8_skinny_kernel, paired, FP8_POINTERS, launch
