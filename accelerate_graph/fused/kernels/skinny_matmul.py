@@ -241,12 +241,12 @@ def _rms_norm_body(x: Tensor, norm_weight: Tensor, eps: float, norm_kind: str) -
     k = x.shape[-1]
     x2 = x.reshape(-1, k).contiguous()
     out = torch.empty_like(x2)
-    block_k = min(1 << max(0, (k - 1).bit_length()), 4096)  # the row in one block up to 4,096
+    block_k, chunks = rstd_chunks(k, 1)  # the row in one block up to 4,096
     extra = pdl.launch_options(x.device)
     _launcher(skinny_kernels.rms_norm_kernel, (x2.shape[0],), traced=_traced(x2))(
         x2, norm_weight, out, float(eps), x2.shape[0], k,
         NORM=NORM_KINDS[norm_kind], OUT_BF16=x.dtype == torch.bfloat16, BLOCK_K=block_k,
-        RSTD_CHUNKS=rstd_chunks(k, 1)[1], USE_PDL=bool(extra), num_warps=4, **extra,
+        RSTD_CHUNKS=chunks, USE_PDL=bool(extra), num_warps=4, **extra,
     )  # fmt: skip
     return out.reshape(x.shape)
 
