@@ -150,19 +150,6 @@ def _e4m3_as(w, dtype: tl.constexpr):
 
 
 @triton.jit
-def _x_split_parts(xv):
-    """_x_as_e4m3_pair's terms before their cast to e4m3: (hi, lo) float32 [BLOCK_M, BLOCK_K] and the scale a
-    row [BLOCK_M]."""
-    x = xv.to(tl.float32)
-    biased = (tl.max(tl.abs(x), axis=1).to(tl.int32, bitcast=True) >> 23) & 0xFF
-    e = tl.maximum(biased - 7, 1)  # scale 2^(e-127): the row's largest lands in [128, 256), under e4m3's 448
-    scale = (e << 23).to(tl.float32, bitcast=True)
-    xs = x * ((254 - e) << 23).to(tl.float32, bitcast=True)[:, None]
-    cut = (xs.to(tl.int32, bitcast=True) & -1048576).to(tl.float32, bitcast=True)  # 0xFFF00000
-    return cut, (xs - cut) * 16.0, scale
-
-
-@triton.jit
 def _x_as_e4m3_pair(xv):
     """A bf16 tile of x as (hi + lo / 16) * scale: hi and lo e4m3 [BLOCK_M, BLOCK_K], scale a power of two a row
     [BLOCK_M], so that e4m3 tensor cores multiply the weights' codes as loaded. Exact where |x| is within 2^-13
@@ -170,8 +157,13 @@ def _x_as_e4m3_pair(xv):
     bits: no rounding, so no rounding mode matters) and the rest, below hi's last place, holds 4 at most.
     Smaller values land on e4m3's subnormals: off by at most 2^-17 of the row's largest. NaN and Inf reach
     the products (Inf through lo, as NaN)."""
-    hi, lo, scale = _x_split_parts(xv)
-    return hi.to(tl.float8e4nv), lo.to(tl.float8e4nv), scale
+    x = xv.to(tl.float32)
+    biased = (tl.max(tl.abs(x), axis=1).to(tl.int32, bitcast=True) >> 23) & 0xFF
+    e = tl.maximum(biased - 7, 1)  # scale 2^(e-127): the row's largest lands in [128, 256), under e4m3's 448
+    scale = (e << 23).to(tl.float32, bitcast=True)
+    xs = x * ((254 - e) << 23).to(tl.float32, bitcast=True)[:, None]
+    cut = (xs.to(tl.int32, bitcast=True) & -1048576).to(tl.float32, bitcast=True)  # 0xFFF00000
+    return cut.to(tl.float8e4nv), ((xs - cut) * 16.0).to(tl.float8e4nv), scale
 
 
 @triton.jit
@@ -403,58 +395,6 @@ def _accumulate_e4m3(
 
 
 @triton.jit
-def _accumulate_e4m3_stacked(
-    x_ptr, nw_ptr, rstd, w_ptr, s_ptr, s_up, x_rows, n_start, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
-    NORM: tl.constexpr, BLOCKWISE: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
-    GATE_UP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-):  # fmt: skip
-    """_accumulate_e4m3 for K tiles of one MMA's K (E4M3_RUN): x's hi terms' rows and lo terms' rows stacked as
-    one operand (`x_rows` holds each row twice, `rstd` its norms) and, under GATE_UP, gate's weight rows and
-    up's as the other, so a tile is one MMA a warpgroup's 64 rows, waited for once. Longer tiles need partial
-    sums read between MMAs, and ptxas then serialises every MMA of the kernel (C7514). The terms' sums, each
-    scaled by its tile's scale (lo's a sixteenth), are added after the walk. (acc, acc2) as _accumulate_e4m3's."""
-    HALVES: tl.constexpr = 2 if GATE_UP else 1
-    r = tl.arange(0, HALVES * BLOCK_N)
-    is_up = r >= BLOCK_N
-    cols = n_start + r % BLOCK_N  # the output each weight row serves
-    w_at = w_ptr + tl.where(is_up, cols + N, cols)[:, None] * K
-    is_lo = tl.arange(0, 2 * BLOCK_M) >= BLOCK_M
-    term_scale = tl.where(is_lo, 0.0625, 1.0)
-    acc = tl.zeros([HALVES * BLOCK_N, 2 * BLOCK_M], tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        hi, lo, x_scale = _x_split_parts(
-            _x_tile_normed(x_ptr, nw_ptr, rstd, x_rows, offs_k, M, K, EVEN_K, NORM, OUT_BF16)
-        )  # fmt: skip
-        xs = tl.where(is_lo[:, None], lo, hi).to(tl.float8e4nv)
-        if EVEN_K:
-            w_mask = (cols < N)[:, None]
-        else:
-            w_mask = (cols < N)[:, None] & (offs_k < K)[None, :]
-        w = tl.load(w_at + offs_k[None, :], mask=w_mask, other=0.0)
-        if SWAP:
-            part = tl.dot(w, tl.trans(xs))
-        else:
-            part = tl.trans(tl.dot(xs, tl.trans(w)))
-        part = part * (x_scale * term_scale)[None, :]
-        if BLOCKWISE:  # the tile lies in one block of columns; gate's rows and up's have their own blocks
-            scale = _tile_scale(s_ptr, row_block, k0, SCALE_BLOCK, S_COLS)
-            if GATE_UP:
-                scale = tl.where(is_up, _tile_scale(s_up, row_block, k0, SCALE_BLOCK, S_COLS), scale)
-                part = part * scale[:, None]
-            else:
-                part = part * scale
-        acc += part
-    if GATE_UP:
-        terms = tl.sum(tl.permute(tl.reshape(acc, [2, BLOCK_N, 2, BLOCK_M]), (1, 3, 0, 2)), axis=3)
-        gate, up = tl.split(terms)
-    else:
-        gate = tl.sum(tl.permute(tl.reshape(acc, [BLOCK_N, 2, BLOCK_M]), (0, 2, 1)), axis=2)
-        up = gate
-    return tl.trans(gate), tl.trans(up)
-
-
-@triton.jit
 def _fp8_epilogue(
     acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr,
     GATE_UP: tl.constexpr, OUT_BF16: tl.constexpr,
@@ -528,13 +468,7 @@ def fp8_skinny_kernel(
         gdc_launch_dependents()
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    STACKED: tl.constexpr = E4M3_DOT and BLOCK_K == E4M3_RUN
-    if STACKED:  # each row of x twice: hi's rows, then lo's
-        x_rows = tl.program_id(1) * BLOCK_M + tl.arange(0, 2 * BLOCK_M) % BLOCK_M
-        rstd = _rows_rstd(x_ptr, x_rows, M, K, eps, NORM, 2 * BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
-    else:
-        x_rows = offs_m
-        rstd = _rows_rstd(x_ptr, offs_m, M, K, eps, NORM, BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
+    rstd = _rows_rstd(x_ptr, offs_m, M, K, eps, NORM, BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
     if BLOCKWISE:  # the program's block of rows
         row_block = pid_n * BLOCK_N // SCALE_BLOCK
     else:
@@ -547,12 +481,7 @@ def fp8_skinny_kernel(
     else:
         s_up = s_ptr + N
     if E4M3_DOT or PAIR_DOT:  # both halves in one walk of K: x loaded (and split) once a tile
-        if STACKED:
-            acc, acc2 = _accumulate_e4m3_stacked(
-                x_ptr, nw_ptr, rstd, w_ptr, s_ptr, s_up, x_rows, pid_n * BLOCK_N, row_block, M, N, K, k_lo, k_hi,
-                SCALE_BLOCK, S_COLS, NORM, BLOCKWISE, SWAP, EVEN_K, OUT_BF16, GATE_UP, BLOCK_M, BLOCK_N, BLOCK_K,
-            )  # fmt: skip
-        elif E4M3_DOT:
+        if E4M3_DOT:
             acc, acc2 = _accumulate_e4m3(
                 x_ptr, nw_ptr, rstd, w_ptr, s_ptr, w_ptr + N * K, s_up, offs_m, offs_n, row_block, M, N, K, k_lo,
                 k_hi, SCALE_BLOCK, S_COLS, NORM, BLOCKWISE, SWAP, EVEN_K, OUT_BF16, GATE_UP, BLOCK_M, BLOCK_N,
