@@ -3,8 +3,8 @@
 Configs are fused/kernels/configs.SkinnyConfig values: a table per GPU (`fp8-<GPU>.json`, the user's under
 configs.user_tables_dir() over a shipped one in quant/tables/), keyed by configs.table_key with op
 "fp8_channel" or "fp8_block" (with "_gate_up" for the folded gate/up), the row bucket, N and K; shapes a table
-lacks get `default_config`. One table is shipped, the H100's (Llama-3.1-8B's and Llama-3.2-1B's shapes at 1, 8
-and 32 rows); `cugraph-accel tune MODEL --weights fp8` writes the user's.
+lacks get `default_config`. Two tables are shipped: the H100's (Llama-3.1-8B's and Llama-3.2-1B's shapes at 1,
+8 and 32 rows) and the H200's (the 8B's); `cugraph-accel tune MODEL --weights fp8` writes the user's.
 """
 
 from __future__ import annotations

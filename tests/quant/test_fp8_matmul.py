@@ -246,7 +246,7 @@ def test_every_shipped_fp8_table_names_its_device_and_holds_what_tune_tries():
     from accelerate_graph.tune import grids
 
     shipped = sorted(fp8_skinny.SHIPPED_DIR.glob("fp8-*.json"))
-    assert [p.name for p in shipped] == ["fp8-NVIDIA_H100_80GB_HBM3.json"]
+    assert [p.name for p in shipped] == ["fp8-NVIDIA_H100_80GB_HBM3.json", "fp8-NVIDIA_H200.json"]
     for path in shipped:
         body = json.loads(path.read_text(encoding="utf-8"))
         assert fp8_skinny.table_file_name(body["device"]) == path.name

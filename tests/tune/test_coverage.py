@@ -1,5 +1,6 @@
 """How many of a model's layer products a GPU's tuning table holds (tune/coverage.py), and the bench header's
-word on it: the shipped H100 FP8 table was swept on the 8B's and the 1B's shapes, not Qwen2.5-0.5B's."""
+word on it: the shipped H100 FP8 table was swept on the 8B's and the 1B's shapes, not Qwen2.5-0.5B's; the
+H200's on the 8B's alone."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from accelerate_graph.tune.coverage import coverage_of, table_coverage
 from accelerate_graph.tune.model_shapes import layer_shapes
 
 H100 = "NVIDIA H100 80GB HBM3"
+H200 = "NVIDIA H200"
 GPU = "Test GPU"
 VERSIONS = {"torch": "2.13.0", "triton": "3.9.0"}
 
@@ -38,6 +40,13 @@ def test_the_shipped_h100_fp8_table_holds_the_8b_and_the_1b_and_none_of_qwen():
     assert (qwen.held, qwen.calls) == (0, 12)
     assert "fp8_channel|m32|n896|k4864" in qwen.missing  # its down projection at 32 rows
     assert table_coverage("llama-3.1-8b", None, (1, 8, 32), H100, "model").table == "tuning_table"
+
+
+def test_the_shipped_h200_fp8_table_holds_the_8b_alone():
+    found = table_coverage("llama-3.1-8b", None, (1, 8, 32), H200, "fp8")
+    assert (found.table, found.held, found.calls, found.missing) == ("fp8_tuning_table", 12, 12, ())
+    one_b = table_coverage("llama-3.2-1b", None, (1, 8, 32), H200, "fp8")
+    assert (one_b.held, one_b.calls) == (0, 12)
 
 
 def test_a_table_holding_some_products_is_counted_and_names_the_rest():
