@@ -1,6 +1,8 @@
 """Coordinate descent over the ops' grids, timed as the whole chain: for each op in turn every config of its
 grid with the others held; one that beats the best by more than `min_gain` is kept, and the ops are swept
-again while another op changed since their last sweep."""
+again while another op changed since their last sweep. In the first round each op gets an equal share of the
+time left, so a short budget tries every op's likeliest configs (the grids come likeliest first) rather than
+one op's whole grid."""
 
 from __future__ import annotations
 
@@ -32,20 +34,34 @@ def descend(
     timed(configs); one faster than the best by more than `min_gain` is kept. The ops are swept round again
     until every op has been swept since the last that kept a config (an op's best can move once another
     changed; the one that changed needs no second look with the others as they are), at most `passes` sweeps
-    an op. Stops trying at `deadline` (time.monotonic). A config the compiler refuses (shared memory,
-    registers) or that accept(op, config) refuses (a wrong result) is skipped. `trial` hears each (op,
+    an op. Stops trying at `deadline` (time.monotonic); in the first round an op stops at its share of the time
+    left (that over the ops not yet swept), and the descent goes on until it has swept its whole grid, its next
+    sweep skipping what it tried while no other op has changed since. A config the compiler refuses (shared
+    memory, registers) or that accept(op, config) refuses (a wrong result) is skipped. `trial` hears each (op,
     config, time or None when refused). Returns the configs and their time."""
     ops = list(current)
-    quiet = -1  # ops swept since the last that kept a config, that one not counted
+    quiet = -1  # ops swept whole since the last that kept a config, that one not counted
+    tried: dict[str, tuple[dict, set]] = {}  # op -> the other ops' configs when it last swept, what it tried
     for sweep in range(passes * len(ops)):
         if quiet == len(ops) - 1:
             break
-        op, kept = ops[sweep % len(ops)], False
+        op, kept, cut = ops[sweep % len(ops)], False, False
+        stop = deadline
+        if sweep < len(ops):
+            stop = min(deadline, time.monotonic() + (deadline - time.monotonic()) / (len(ops) - sweep))
+        others = {o: c for o, c in current.items() if o != op}
+        held, done = tried.get(op, (None, set()))
+        done = done if held == others else set()
+        tried[op] = (others, done)
         for cfg in grid(op):
             if time.monotonic() > deadline:
                 return current, best
-            if cfg == current[op]:
+            if cfg == current[op] or cfg in done:
                 continue
+            if time.monotonic() > stop:
+                cut = True
+                break
+            done.add(cfg)
             try:
                 if not accept(op, cfg):
                     trial(op, cfg, None)
@@ -57,7 +73,12 @@ def descend(
             trial(op, cfg, took)
             if took < best * (1 - min_gain):
                 current, best, kept = {**current, op: cfg}, took, True
-        quiet = 0 if kept else quiet + 1
+        if cut:  # the descent ends only after a whole sweep of this op
+            quiet = -1
+        elif kept:
+            quiet = 0
+        else:
+            quiet += 1
     return current, best
 
 

@@ -94,9 +94,11 @@ def test_every_trial_is_kept_and_reported_with_its_time():
 
 
 def test_what_the_budget_left_untried_is_said_and_ops_never_reached_are_not_written(monkeypatch):
-    """A bucket whose deadline came mid-sweep names each op's configs tried against its grid; an op never reached
-    keeps its starting config but is not written (the kernel runs the default without an entry anyway, and a
-    default in the table would read as tuned)."""
+    """A bucket whose deadline came mid-sweep names each op's configs tried against its grid; the first round
+    gives each op an equal share of the time left, so a budget of four timings tries every op's likeliest
+    config rather than the first op's grid alone. An op never reached keeps its starting config but is not
+    written (the kernel runs the default without an entry anyway, and a default in the table would read as
+    tuned)."""
     from accelerate_graph.tune import sweep
     from cli.tune_cmd import _cut_short_line
 
@@ -109,14 +111,18 @@ def test_what_the_budget_left_untried_is_said_and_ops_never_reached_are_not_writ
             return super().layer_us(cfgs)
 
     rows = 8
-    result = tune_fp8_bucket(Ticking(rows, None), 132, 4.5)
-    first, *rest = OPS
-    tried, size = result.cut_short[first]
-    assert 0 < tried < size == len([c for c in grid(first, rows, None) if c != result.before[first]])
-    assert all(result.cut_short[op][0] == 0 for op in rest) and result.unreached == set(rest)
-    assert set(result.entries()) == {fp8_skinny.table_key(None, rows, *OPS[first])}
+    shared = tune_fp8_bucket(Ticking(rows, None), 132, 4.5)  # the starting chain's timing, then four
+    assert {op: tried for op, (tried, _) in shared.cut_short.items()} == dict.fromkeys(OPS, 1)
+    assert not shared.unreached and set(shared.entries()) == {fp8_skinny.table_key(None, rows, *OPS[op]) for op in OPS}
+    clock[0] = 0.0
+    result = tune_fp8_bucket(Ticking(rows, None), 132, 2.5)  # room for two
+    reached, rest, sizes = list(OPS)[:2], list(OPS)[2:], result.grid_sizes
+    assert all(0 < sizes[op] == len([c for c in grid(op, rows, None) if c != result.before[op]]) for op in OPS)
+    assert {op: result.cut_short[op] for op in OPS} == {op: (int(op in reached), sizes[op]) for op in OPS}
+    assert result.unreached == set(rest)
+    assert set(result.entries()) == {fp8_skinny.table_key(None, rows, *OPS[op]) for op in reached}
     line = _cut_short_line(result)
-    assert line.startswith("8 row(s): the budget ran out") and f"{first} {tried} of {size}" in line
+    assert line.startswith("8 row(s): the budget ran out") and f"{reached[0]} 1 of {sizes[reached[0]]}" in line
     assert "not written: " + ", ".join(sorted(rest)) in line
     complete = tune_fp8_bucket(FakeChain(rows, None), 132, time.monotonic() + 60)
     assert complete.cut_short == {} and not complete.unreached

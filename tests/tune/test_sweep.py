@@ -51,6 +51,31 @@ def test_a_pass_that_kept_a_config_is_followed_by_another():
     assert chosen == {"q": FASTER, "k": FASTER} and took == 13.0
 
 
+def test_the_first_round_shares_the_time_and_a_cut_op_resumes_where_it_stopped(monkeypatch):
+    """Each timing costs a second of a 20 s budget. `b` and `c` have one slower config each; `a`, 16 configs
+    each faster than the last, gets half of the 19 s left after `b` in the first round (10 configs), then
+    `c` its share; the descent does not end before `a` has swept its whole grid: it resumes at its 11th (the
+    others unchanged: nothing tried again) and keeps the fastest."""
+    from accelerate_graph.tune import sweep
+
+    clock = [0.0]
+    monkeypatch.setattr(sweep.time, "monotonic", lambda: clock[0])
+    configs = [SkinnyConfig(16, 128, num_stages=s) for s in range(1, 18)]
+    cost = {cfg: 100.0 - i for i, cfg in enumerate(configs)} | {SLOW: 200.0, FAST: 50.0, FASTER: 50.0}
+
+    def timed(cfgs) -> float:
+        clock[0] += 1.0
+        return sum(cost[c] for c in cfgs.values())
+
+    start = {"b": FAST, "a": configs[0], "c": FASTER}
+    best, clock[0], heard = timed(start), 0.0, []
+    grid = lambda op: configs[1:] if op == "a" else [SLOW]  # noqa: E731
+    chosen, took = descend(start, grid, timed, best, 20.0, trial=lambda op, c, t: heard.append((op, c)))
+    assert [op for op, _ in heard][:13] == ["b"] + ["a"] * 10 + ["c", "b"]
+    assert [c for op, c in heard if op == "a"] == configs[1:]  # each once, in the grid's order
+    assert chosen == {**start, "a": configs[-1]} and took == cost[configs[-1]] + 100.0
+
+
 def test_a_gain_below_min_gain_keeps_the_config_and_the_deadline_stops_trying():
     start = {"o": FAST}
     chosen, _ = descend(start, lambda op: [FASTER], chain_time, 7.01, time.monotonic() + 60, min_gain=0.01)
