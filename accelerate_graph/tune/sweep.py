@@ -46,9 +46,9 @@ def descend(
         if quiet == len(ops) - 1:
             break
         op, kept, cut = ops[sweep % len(ops)], False, False
-        stop = deadline
+        stop, now = deadline, time.monotonic()
         if sweep < len(ops):
-            stop = min(deadline, time.monotonic() + (deadline - time.monotonic()) / (len(ops) - sweep))
+            stop = min(deadline, now + (deadline - now) / (len(ops) - sweep))
         others = {o: c for o, c in current.items() if o != op}
         held, done = tried.get(op, (None, set()))
         done = done if held == others else set()
