@@ -229,14 +229,53 @@ def _multiply_row(
 
 
 @triton.jit
+def _e4m3_words_as_f32_asm(words):
+    """Four e4m3 codes a 32-bit word (the first in the low byte) as float32: two e4m3x2 -> f16x2 conversions,
+    four f16 -> f32."""
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .b16 lo, hi, a, b, c, d;
+        .reg .b32 p, q;
+        mov.b32 {lo, hi}, $4;
+        cvt.rn.f16x2.e4m3x2 p, lo;
+        cvt.rn.f16x2.e4m3x2 q, hi;
+        mov.b32 {a, b}, p;
+        mov.b32 {c, d}, q;
+        cvt.f32.f16 $0, a;
+        cvt.f32.f16 $1, b;
+        cvt.f32.f16 $2, c;
+        cvt.f32.f16 $3, d;
+        }""",
+        "=r,=r,=r,=r,r",
+        [words],
+        dtype=(tl.float32, tl.float32, tl.float32, tl.float32),
+        is_pure=True,
+        pack=1,
+    )
+
+
+@triton.jit
+def _e4m3_words_as_f32(words):
+    """_e4m3_words_as_f32_asm, by shifts and conversions under the interpreter (which runs no PTX)."""
+    if _BF16_BY_OPS:
+        w0 = (words & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        w1 = ((words >> 8) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        w2 = ((words >> 16) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        w3 = ((words >> 24) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    else:
+        w0, w1, w2, w3 = _e4m3_words_as_f32_asm(words)
+    return w0, w1, w2, w3
+
+
+@triton.jit
 def _accumulate_one_row(
     x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
     NORM: tl.constexpr, BLOCKWISE: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
     """_accumulate_fma for one row (a GEMV) with a 2-D [BLOCK_N, BLOCK_K] tile: [1, BLOCK_N]. Triton does not
-    pipeline a loop without tl.dot; LOOKAHEAD issues tile k + 1's loads before tile k is multiplied (registers
-    for two tiles), the same sums in the same order."""
+    pipeline this loop (_accumulate_one_row_staged's asks); LOOKAHEAD issues tile k + 1's loads before tile k is
+    multiplied (registers for two tiles), the same sums in the same order."""
     x_dtype = x_ptr.dtype.element_ty
     wide = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
     if LOOKAHEAD:
@@ -260,6 +299,35 @@ def _accumulate_one_row(
             )  # fmt: skip
             wide = _multiply_row(wide, xr, nw, rstd, scales, w, NORM, BLOCKWISE, OUT_BF16, x_dtype)
     return tl.sum(wide, axis=1)[None, :]
+
+
+@triton.jit
+def _accumulate_one_row_staged(
+    x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+    NORM: tl.constexpr, BLOCKWISE: tl.constexpr, OUT_BF16: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, ROW_STAGES: tl.constexpr,
+):  # fmt: skip
+    """_accumulate_one_row with its K walk pipelined ROW_STAGES deep through shared memory (SkinnyConfig.staged;
+    Triton pipelines a loop without tl.dot only when the loop asks), K a multiple of BLOCK_K. The weights are
+    loaded as 32-bit words, four codes each: loaded as bytes, the tile came back from shared memory in the
+    layout of x's row, a byte a load (sm_90 SASS: LDS.U8 for every weight; words: LDS.128). [1, BLOCK_N]."""
+    x_dtype = x_ptr.dtype.element_ty
+    words_ptr = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    offs_word = tl.arange(0, BLOCK_K // 4)
+    quarter = tl.zeros([BLOCK_N, BLOCK_K // 4], tl.float32)
+    for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=ROW_STAGES):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        xv = _normed_x(_x_tile(x_ptr, offs_m, offs_k, M, K, True), rstd, _norm_weights(nw_ptr, offs_k, K, NORM),
+                       NORM, OUT_BF16, x_dtype)  # fmt: skip
+        if BLOCKWISE:
+            xv = xv * _column_scales(s_ptr, row_block, offs_k, K, SCALE_BLOCK, S_COLS)[None, :]
+        at = offs_n[:, None] * (K // 4) + (k0 // 4 + offs_word)[None, :]
+        w0, w1, w2, w3 = _e4m3_words_as_f32(tl.load(words_ptr + at, mask=(offs_n < N)[:, None], other=0))
+        even, odd = tl.split(tl.reshape(xv, [BLOCK_K // 4, 2, 2]))  # x[4i + 2a + b]: split b, then a
+        x0, x2 = tl.split(even)
+        x1, x3 = tl.split(odd)
+        quarter += x0[None, :] * w0 + x1[None, :] * w1 + x2[None, :] * w2 + x3[None, :] * w3
+    return tl.sum(quarter, axis=1)[None, :]
 
 
 @triton.jit
@@ -411,7 +479,7 @@ def _product(
     x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
     NORM: tl.constexpr, BLOCKWISE: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr,
     SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LOOKAHEAD: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LOOKAHEAD: tl.constexpr, ROW_STAGES: tl.constexpr,
 ):  # fmt: skip
     """The program's [BLOCK_M, BLOCK_N] float32 sums over its K slice, scaled (per-channel scales here, block
     scales as the path applies them): tensor cores, one row, or rows of float32 multiply-and-sum."""
@@ -419,6 +487,11 @@ def _product(
         acc, _ = _accumulate_dot(
             x_ptr, nw_ptr, rstd, w_ptr, s_ptr, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi,
             SCALE_BLOCK, S_COLS, NORM, BLOCKWISE, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, False, BLOCK_M, BLOCK_N, BLOCK_K,
+        )  # fmt: skip
+    elif BLOCK_M == 1 and ROW_STAGES > 1:
+        acc = _accumulate_one_row_staged(
+            x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
+            NORM, BLOCKWISE, OUT_BF16, BLOCK_N, BLOCK_K, ROW_STAGES,
         )  # fmt: skip
     elif BLOCK_M == 1:
         acc = _accumulate_one_row(
@@ -449,7 +522,7 @@ def fp8_skinny_kernel(
     SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, E4M3_DOT: tl.constexpr, PAIR_DOT: tl.constexpr,
     USE_PDL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, RSTD_CHUNK: tl.constexpr,
-    RSTD_CHUNKS: tl.constexpr, LOOKAHEAD: tl.constexpr,
+    RSTD_CHUNKS: tl.constexpr, LOOKAHEAD: tl.constexpr, ROW_STAGES: tl.constexpr,
 ):  # fmt: skip
     """Grid (blocks of N, blocks of M, SPLIT). SPLIT > 1: float32 partials (per-channel scales applied) into
     the workspace [SPLIT, M, N] ([SPLIT, M, 2N] under GATE_UP: gate's, then up's), summed by
@@ -501,13 +574,14 @@ def fp8_skinny_kernel(
         acc = _product(
             x_ptr, nw_ptr, rstd, w_ptr, s_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS,
             NORM, BLOCKWISE, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N, BLOCK_K, LOOKAHEAD,
+            ROW_STAGES,
         )  # fmt: skip
         acc2 = acc
         if GATE_UP:  # walked after the gate's
             acc2 = _product(
                 x_ptr, nw_ptr, rstd, w_ptr + N * K, s_up, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi,
                 SCALE_BLOCK, S_COLS, NORM, BLOCKWISE, USE_DOT, IEEE_DOT, SWAP, EVEN_K, OUT_BF16, BLOCK_M, BLOCK_N,
-                BLOCK_K, LOOKAHEAD,
+                BLOCK_K, LOOKAHEAD, ROW_STAGES,
             )  # fmt: skip
     if SPLIT == 1:
         _fp8_epilogue(acc, acc2, offs_m, offs_n, M, N, out_ptr, b_ptr, res_ptr, HAS_B, HAS_RES, GATE_UP, OUT_BF16)

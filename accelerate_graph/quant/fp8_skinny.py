@@ -166,6 +166,13 @@ def fitted(cfg: SkinnyConfig, block: int | None) -> SkinnyConfig:
     return dataclasses.replace(cfg, block_n=block_n, block_k=block_k)
 
 
+def staged(cfg: SkinnyConfig, block_m: int, k: int, k_per_split: int) -> bool:
+    """Whether `cfg` runs the one-row K walk pipelined through shared memory: asked for (`staged`), one row
+    without tensor cores or lookahead, every K slice whole tiles of 32-bit words (else the plain walk)."""
+    plain_row = cfg.staged and not cfg.dot and not cfg.lookahead and block_m == 1
+    return plain_row and k % cfg.block_k == 0 and k_per_split % cfg.block_k == 0 and cfg.block_k % 4 == 0
+
+
 def launch(
     x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Tensor | None, cfg=None, *,
     norm_weight: Tensor | None = None, eps: float = 0.0, residual: Tensor | None = None, gate_up: bool = False,
@@ -220,7 +227,9 @@ def launch(
         IEEE_DOT=x.dtype == torch.float32, SWAP=cfg.dot and cfg.swap, EVEN_K=k % cfg.block_k == 0,
         E4M3_DOT=e4m3, PAIR_DOT=gate_up and cfg.dot and cfg.pair and not e4m3,
         BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads,
-        LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1,
+        ROW_STAGES=cfg.num_stages if staged(cfg, block_m, k, k_per_split) else 1,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **flags, **extra,
     )  # fmt: skip
     if split > 1:

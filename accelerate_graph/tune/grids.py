@@ -98,7 +98,7 @@ def describe(cfg: SkinnyConfig) -> str:
     """One short line: "n64 k128 w4 s4 x1 swap", "n16 k256 w4 s2 x1 fma ahead", "n128 k128 w4 s4 x1 swap e4m3"."""
     kind = ("swap" if cfg.swap else "dot") if cfg.dot else "fma"
     extra = (" ahead" if cfg.lookahead else "") + (" e4m3" if cfg.e4m3_dot else "") + (" pair" if cfg.pair else "")
-    extra += " apart" if cfg.norm_apart else ""
+    extra += (" apart" if cfg.norm_apart else "") + (" staged" if cfg.staged else "")
     return f"n{cfg.block_n} k{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} x{cfg.split_k} {kind}{extra}"
 
 
@@ -108,8 +108,17 @@ def describe(cfg: SkinnyConfig) -> str:
 # ~1.2 s a trial (a compile, a check, a timed replay: estimated, not yet measured).
 
 
+# (BLOCK_N, BLOCK_K, warps, stages) of the one-row float32 tiles whose K walk is pipelined through shared memory
+# (SkinnyConfig.staged): a row's loads otherwise wait for the tile before them, one tile in flight a program
+STAGED_ONE_ROW_TILES = (
+    (64, 256, 8, 3), (64, 256, 8, 4), (32, 256, 4, 4), (16, 512, 4, 4), (64, 128, 4, 4), (8, 1024, 4, 4),
+    (4, 1024, 4, 4), (2, 2048, 4, 3), (64, 128, 8, 6), (32, 128, 4, 6),
+)  # fmt: skip
+
+
 def fp8_few_rows_grid(k: int, rows: int = 1) -> list[SkinnyConfig]:
-    """One or two rows. First inductor's kind of GEMV tile (1-4 outputs over K tiles of 1,024-4,096, 4 warps:
+    """One or two rows. First (one row) float32 tiles whose K walk is pipelined through shared memory (`staged`),
+    then inductor's kind of GEMV tile (1-4 outputs over K tiles of 1,024-4,096, 4 warps:
     many programs, each a long stream of few weight rows; won 7 of the 17 one-row bf16 calls on the H200, and
     the narrower FP8 calls there), then a few tensor-core tiles (rows padded to 16: their conversions take
     fewer instructions a weight than the float32 path's; they won the widest call, gate/up, at one row, H200;
@@ -117,7 +126,7 @@ def fp8_few_rows_grid(k: int, rows: int = 1) -> list[SkinnyConfig]:
     Then float32 multiply-and-sum on wider [rows, BLOCK_N, BLOCK_K] tiles: with the next K tile loaded ahead
     (two tiles in registers, at most 32 values a thread, 4 warps; a K of two tiles or more), then without (up
     to 64 values a thread), then split-K 2 and 4 for long reductions. A second row halves the tile a thread can
-    hold without spilling. Triton does not pipeline these loops: one num_stages each."""
+    hold without spilling. Triton pipelines none of these loops but the staged ones: one num_stages each."""
     tiles = [(n, bk, w) for w in (4, 8) for n in (8, 16, 32, 64) for bk in (256, 512, 1024)]
     narrow = ((1, 1024), (1, 2048), (1, 4096), (2, 2048), (2, 4096), (4, 1024), (4, 2048))  # default_config's too
     narrow_tiles = [(n, bk, 4) for n, bk in narrow if bk <= max(k, 1024)]
@@ -137,11 +146,15 @@ def fp8_few_rows_grid(k: int, rows: int = 1) -> list[SkinnyConfig]:
         for n, bk, w in tiles
         if w == 4 and 8 * 32 * w <= rows * n * bk <= 32 * 32 * w and k >= 2 * bk
     ]
+    staged = [
+        SkinnyConfig(n, bk, w, s, staged=True) for n, bk, w, s in STAGED_ONE_ROW_TILES if rows == 1 and k % bk == 0
+    ]
     split = []
     if k >= 4096:
         split = [SkinnyConfig(16 // rows, 512, 4, 2, split_k=x) for x in (2, 4)]
         split += [SkinnyConfig(16 // rows, 256, 4, 1, split_k=x, lookahead=True) for x in (2, 4) if k // x >= 512]
-    return plain(narrow_tiles) + [d for d in dots if d.split_k * d.block_k <= max(k, 64)] + ahead + plain(tiles) + split
+    dots = [d for d in dots if d.split_k * d.block_k <= max(k, 64)]
+    return staged + plain(narrow_tiles) + dots + ahead + plain(tiles) + split
 
 
 def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
@@ -151,7 +164,7 @@ def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
     any BLOCK_N, so wide blocks). A warpgroup (4 warps) for every 64 outputs: with 2 warps the compiler
     converts both operands to fp16, and 128 outputs on one warpgroup spill registers at 32 rows under gate/up
     (ptxas: ~115 spill instructions; none on 8 warps, nor anywhere with 64 outputs on 4); split-K where 64-output
-    blocks leave multiprocessors idle. Then the
+    blocks leave multiprocessors idle; 64 outputs in 3 stages also, three programs a multiprocessor. Then the
     weights converted to bf16: blocks of 32-128 outputs over K tiles of 128-256, 3 or 5 stages, one with 8
     warps; swapped only on 2 warps, whose MMAs take the converted weights as they come out and x whole (sm_90
     SASS: ~4.4 instructions a weight at 32 rows against 6.0 unswapped, whose x operand is re-paired by moves
@@ -162,7 +175,7 @@ def fp8_rows_grid(n: int, k: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
     multiprocessor a program first."""
     out = [
         SkinnyConfig(bn, bk, w, s, dot=True, swap=True, e4m3_dot=True)
-        for bn, bk, w, s in ((128, 128, 8, 4), (256, 128, 8, 3), (64, 128, 4, 4))
+        for bn, bk, w, s in ((128, 128, 8, 4), (256, 128, 8, 3), (64, 128, 4, 4), (64, 128, 4, 3))
     ]
     if programs(n, 64, 1) < sms:  # K in 2 (64 outputs) or 4 (128) slices: as many programs either way
         out += [SkinnyConfig(64, 128, 4, 4, split_k=2, dot=True, swap=True, e4m3_dot=True)]

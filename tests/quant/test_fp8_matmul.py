@@ -310,6 +310,15 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
          "config": {"block_n": 16, "block_k": 32, "lookahead": True}}
         for scales, block in (("channel", None), ("block", 32))
     ),
+    # the one-row K walk pipelined through shared memory, the weights as 32-bit words (K whole tiles: 256), also
+    # in K slices; where K is no whole number of tiles (200) the plain walk runs
+    *(
+        {"id": f"staged-{scales}-k{k}-split{split}", "rows": 1, "n": 40, "k": k, "dtype": "bf16", "block": block,
+         "bias": True, "config": {"block_n": 16, "block_k": 32, "num_stages": 3, "staged": True, "split_k": split}}
+        for k in (256, 200)
+        for split in (1, 2)
+        for scales, block in (("channel", None), ("block", 32))
+    ),
     # the narrow GEMV tiles of the one-row tune grid: 1 or 4 outputs a program, K tiles spanning several scale
     # blocks, the last one ragged
     *(
@@ -329,6 +338,7 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
             ("fma", "bf16", FMA),
             ("split", "bf16", {"block_n": 16, "block_k": 32, "split_k": 3}),
             ("lookahead", "bf16", {"block_n": 16, "block_k": 32, "lookahead": True}),
+            ("staged", "bf16", {"block_n": 16, "block_k": 8, "num_stages": 4, "staged": True}),
             ("narrow", "bf16", {"block_n": 4, "block_k": 64}),
             ("dot", "fp16", {"block_n": 16, "block_k": 32, "dot": True}),
             ("swap-split", "fp16", {"block_n": 16, "block_k": 32, "dot": True, "swap": True, "split_k": 3}),
@@ -336,7 +346,7 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
                                          "e4m3_dot": True}),
             ("dot", "fp32", {"block_n": 16, "block_k": 32, "dot": True}),
         )
-        for rows in ((1, 2) if path in ("fma", "split", "narrow") else (1,) if path == "lookahead" else (4, 16, 32))
+        for rows in ((1, 2) if path in ("fma", "split", "narrow") else (1,) if path in ("lookahead", "staged") else (4, 16, 32))
         for scales, block in (("channel", None), ("block", 32))
     ),
     # gate/up's halves in one walk of K (pair), one x tile for both: plain, swapped with split-K's finish (fp16:
@@ -439,6 +449,8 @@ def test_x_splits_into_two_e4m3_terms_exactly_and_inside_e4m3s_range():
 
 PTX_VARIANTS = [
     {"id": "one-row", "num_stages": 2, "flags": {"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "LOOKAHEAD": True}},
+    # the K walk pipelined through shared memory (SkinnyConfig.staged): 16-byte copies, not register loads
+    {"id": "one-row-staged", "num_stages": 3, "flags": {"BLOCK_M": 1, "BLOCK_N": 64, "BLOCK_K": 256, "ROW_STAGES": 3}},
     {"id": "one-row-block", "num_stages": 2, "flags": {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 256, "BLOCKWISE": True}},
     {"id": "tensor-cores", "num_stages": 4, "flags": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True}},
     # the folds (fp8_fold): the norm as x is loaded, the residual in the epilogue; K 4096's row norms
@@ -467,18 +479,22 @@ for _variant in PTX_VARIANTS:  # the rest as the launch passes it for bf16 x, on
         "HAS_B": True, "BLOCKWISE": False, "SPLIT": 1, "USE_DOT": False, "IEEE_DOT": False, "SWAP": False,
         "EVEN_K": True, "OUT_BF16": True, "USE_PDL": True, "LOOKAHEAD": False, "NORM": 0, "HAS_RES": False,
         "GATE_UP": False, "E4M3_DOT": False, "PAIR_DOT": False,
-        "RSTD_CHUNK": 1, "RSTD_CHUNKS": 0, **_variant["flags"],
+        "RSTD_CHUNK": 1, "RSTD_CHUNKS": 0, "ROW_STAGES": 1, **_variant["flags"],
     }  # fmt: skip
 
 
 @needs_triton
 def test_weight_loads_are_16_byte_vectors_on_sm90():
     """One byte a weight is only half bf16's traffic if the loads stay wide: a GEMV program's tile arrives in
-    16-byte register loads, the tensor-core path's pipelined copies to shared memory are 16 bytes each."""
+    16-byte register loads, the staged GEMV's and the tensor-core path's pipelined copies to shared memory are
+    16 bytes each (Triton pipelines a loop without tl.dot only when the loop asks: a failure here says it no
+    longer does)."""
     found = run_worker({"ptx": PTX_VARIANTS}, interpreted=False)
     one_row = ("one-row", "one-row-block", "one-row-folded", "one-row-gate-up")
     for variant in (*one_row, "narrow", "narrow-block", "narrow-gate-up", "narrow-one-output-folded"):
         assert found[variant]["v4_loads"] >= found[variant]["expected_vectors"] > 0, found[variant]
+    staged = found["one-row-staged"]  # the weights in 16-byte copies (x's row in 4-byte ones), none in registers
+    assert max(staged["copy_bytes"]) == 16 and staged["v4_loads"] == 0, staged
     for variant in ("tensor-cores", "tensor-cores-folded", "e4m3-tensor-cores"):
         assert found[variant]["copy_bytes"] == [16], found[variant]
     assert found["tensor-cores"]["e4m3_mmas"] == 0, found["tensor-cores"]
@@ -568,6 +584,9 @@ def test_gpu_folded_ops_match_the_unfolded_sequence(rows, block):
 GPU_CONFIGS = {
     "lookahead": (1, configs.SkinnyConfig(32, 256, 4, 1, lookahead=True)),
     "lookahead-split": (1, configs.SkinnyConfig(16, 256, 4, 1, split_k=4, lookahead=True)),
+    "staged": (1, configs.SkinnyConfig(64, 256, 8, 3, staged=True)),
+    "staged-split": (1, configs.SkinnyConfig(32, 256, 4, 4, split_k=2, staged=True)),
+    "staged-narrow": (1, configs.SkinnyConfig(2, 2048, 4, 3, staged=True)),
     "narrow": (1, configs.SkinnyConfig(4, 2048, 4, 2)),
     "narrow-one-output": (1, configs.SkinnyConfig(1, 4096, 4, 2)),
     "dot-8-warps": (8, configs.SkinnyConfig(128, 128, 8, 4, dot=True)),
@@ -590,7 +609,8 @@ GPU_CONFIGS = {
 @pytest.mark.parametrize("name", list(GPU_CONFIGS))
 @pytest.mark.parametrize("block", [None, 128])
 def test_gpu_tune_grid_tilings_match_the_reference(name, block):
-    """bf16 on tensor cores (the interpreter cannot run it), swapped, split-K, the one-row lookahead, each
+    """bf16 on tensor cores (the interpreter cannot run it), swapped, split-K, the one-row lookahead, the K walk
+    staged through shared memory, each
     plain and folded: the reference's numbers within 2 units in the last place. (264, 4160): a ragged last
     tile of N, K neither a multiple of the K tile nor of the scale block."""
     rows, cfg = GPU_CONFIGS[name]

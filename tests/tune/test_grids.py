@@ -82,6 +82,10 @@ def test_every_fp8_block_config_lies_inside_one_scale_block(rows, n, k):
 @pytest.mark.parametrize("n, k", FP8_SHAPES)
 def test_fp8_few_rows_try_narrow_streams_then_a_few_tensor_core_tiles(n, k):
     one = grids.fp8_grid(1, n, k, None)
+    staged = [c for c in one if c.staged]  # first the K walks pipelined through shared memory, nothing else so
+    assert staged and one[: len(staged)] == staged and not any(c.dot or c.lookahead for c in staged)
+    assert all(c.num_stages >= 3 and 8 * 32 * c.num_warps <= c.block_n * c.block_k for c in staged)
+    one = one[len(staged) :]
     dots = [c for c in one if c.dot]
     assert 1 <= len(dots) <= 5 and all(c.split_k * c.block_k <= max(k, 64) for c in dots)
     first_dot = one.index(dots[0])
@@ -100,7 +104,7 @@ def test_fp8_few_rows_try_narrow_streams_then_a_few_tensor_core_tiles(n, k):
         from accelerate_graph.quant.fp8_skinny import default_config
 
         assert default_config(1, n, k) in one and default_config(2, n, k) in two
-    fma_two = [c for c in two if not c.dot]
+    fma_two = [c for c in two if not c.dot and not c.staged]
     assert fma_two and [c for c in two if c.dot] == dots
     assert all(2 * c.block_n * c.block_k <= 64 * 32 * c.num_warps for c in fma_two)
     assert max(c.block_n * c.block_k for c in fma_two) < max(c.block_n * c.block_k for c in one if not c.dot)
@@ -173,8 +177,8 @@ def test_fp8_normed_rows_run_the_norm_apart_above_16_rows(n, k):
 
 
 def test_an_fp8_sweep_of_a_model_fits_the_default_budget():
-    """About 25 configs an op and bucket (a compile, a check and a timed replay each): the 8B's four ops as the
-    folded step calls them (q/k/v and gate/up with the norm, gate/up merged) at 1, 8, 16 and 32 rows under 450
+    """About 25-30 configs an op and bucket (a compile, a check and a timed replay each): the 8B's four ops as the
+    folded step calls them (q/k/v and gate/up with the norm, gate/up merged) at 1, 8, 16 and 32 rows under 520
     trials, every decode batch the kernel runs."""
     ops = [
         (6144, 4096, False, True),
@@ -188,4 +192,4 @@ def test_an_fp8_sweep_of_a_model_fits_the_default_budget():
             for rows in configs.M_BUCKETS
             for n, k, gate_up, normed in ops
         )
-        assert trials <= 450 and max(configs.M_BUCKETS) <= SKINNY_MAX_ROWS, (block, trials)
+        assert trials <= 520 and max(configs.M_BUCKETS) <= SKINNY_MAX_ROWS, (block, trials)

@@ -51,6 +51,9 @@ class SkinnyConfig:
     # rather than by every program (at 32 rows a K tile of x holds half as many values as a 64-row weight
     # tile, and the norm's arithmetic nearly doubled the loop's instructions, sm_90 SASS); nothing anywhere else
     norm_apart: bool = False
+    # one row without dot on FP8 weights: the K walk pipelined num_stages deep through shared memory (cp.async),
+    # which Triton gives a loop without tl.dot only when the loop asks for it; nothing anywhere else
+    staged: bool = False
 
     def block_m(self, m) -> int:
         """Rows per program: the next power of two of the rows (at most 32), at least 16 for tl.dot. A
