@@ -13,6 +13,9 @@ SCALE_BLOCK % BLOCK_N == 0), so a K tile needs only the block scales of its colu
 multiply the activation (x * s per column, then the products with W); with tensor cores a tile lies in one
 block of columns (SCALE_BLOCK % BLOCK_K == 0) and its product is scaled once before it is added.
 
+X_APART (E4M3_DOT): x's two e4m3 terms and their scales come from `fp8_x_terms_kernel`, launched first (with
+the norm where it is folded), and the loop loads them as copied rather than splitting each tile itself.
+
 Folds (fp8_matmul's sibling ops): NORM 1 normalises x's rows as they are loaded (HF's Llama RMSNorm, the row
 norms and roundings of skinny_kernels, whose helpers run here); HAS_RES adds a residual after the product's
 rounding (out = round(round(x @ W^T + bias) + residual), eager's roundings); GATE_UP multiplies by a merged
@@ -164,6 +167,21 @@ def _x_as_e4m3_pair(xv):
     xs = x * ((254 - e) << 23).to(tl.float32, bitcast=True)[:, None]
     cut = (xs.to(tl.int32, bitcast=True) & -1048576).to(tl.float32, bitcast=True)  # 0xFFF00000
     return cut.to(tl.float8e4nv), ((xs - cut) * 16.0).to(tl.float8e4nv), scale
+
+
+@triton.jit
+def _x_terms_tile(xt_ptr, xs_ptr, offs_m, offs_k, k0, M, K, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """_x_as_e4m3_pair's (hi, lo, scale) of a K tile as fp8_x_terms_kernel wrote them: a row's hi codes, then
+    its lo codes ([M, 2, K]), and a scale a row and K tile ([M, cdiv(K, BLOCK_K)])."""
+    if EVEN_K:
+        mask = (offs_m < M)[:, None]
+    else:
+        mask = (offs_m < M)[:, None] & (offs_k < K)[None, :]
+    at = offs_m[:, None] * (2 * K) + offs_k[None, :]
+    hi = tl.load(xt_ptr + at, mask=mask, other=0.0)
+    lo = tl.load(xt_ptr + at + K, mask=mask, other=0.0)
+    scale = tl.load(xs_ptr + offs_m * tl.cdiv(K, BLOCK_K) + k0 // BLOCK_K, mask=offs_m < M, other=1.0)
+    return hi, lo, scale
 
 
 @triton.jit
@@ -425,13 +443,14 @@ def _e4m3_dot(xv, w, SWAP: tl.constexpr):
 
 @triton.jit
 def _accumulate_e4m3(
-    x_ptr, nw_ptr, rstd, w_ptr, s_ptr, w2_ptr, s2_ptr, offs_m, offs_n, row_block, M, N, K, k_lo, k_hi,
-    SCALE_BLOCK, S_COLS, NORM: tl.constexpr, BLOCKWISE: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
-    OUT_BF16: tl.constexpr, PAIR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    x_ptr, nw_ptr, rstd, xt_ptr, xs_ptr, w_ptr, s_ptr, w2_ptr, s2_ptr, offs_m, offs_n, row_block, M, N, K, k_lo,
+    k_hi, SCALE_BLOCK, S_COLS, NORM: tl.constexpr, BLOCKWISE: tl.constexpr, SWAP: tl.constexpr,
+    EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, PAIR: tl.constexpr, X_APART: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """E4M3 tensor cores (E4M3_DOT): each K tile of x split once (_x_as_e4m3_pair) and its sums (_e4m3_dot's,
-    in float32 every E4M3_RUN of K) scaled, times the block's scale where BLOCKWISE. PAIR: a second weight
+    """E4M3 tensor cores (E4M3_DOT): each K tile of x split once (_x_as_e4m3_pair; X_APART: loaded as split by
+    fp8_x_terms_kernel) and its sums (_e4m3_dot's, in float32 every E4M3_RUN of K) scaled, times the block's
+    scale where BLOCKWISE. PAIR: a second weight
     (gate/up's up half, scales at s2_ptr) over the same x tiles. (acc, acc2), [BLOCK_M, BLOCK_N] each; acc2
     zeros without PAIR."""
     if SWAP:
@@ -441,8 +460,11 @@ def _accumulate_e4m3(
     acc2 = acc
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        hi, lo, x_scale = _x_as_e4m3_pair(_x_tile_normed(x_ptr, nw_ptr, rstd, offs_m, offs_k, M, K, EVEN_K, NORM,
-                                                         OUT_BF16))  # fmt: skip
+        if X_APART:
+            hi, lo, x_scale = _x_terms_tile(xt_ptr, xs_ptr, offs_m, offs_k, k0, M, K, EVEN_K, BLOCK_K)
+        else:
+            hi, lo, x_scale = _x_as_e4m3_pair(_x_tile_normed(x_ptr, nw_ptr, rstd, offs_m, offs_k, M, K, EVEN_K,
+                                                             NORM, OUT_BF16))  # fmt: skip
         if SWAP:
             row_scale = x_scale[None, :]
         else:
@@ -516,13 +538,14 @@ def _channel_scales(s_ptr, offs_n, N):
 
 @triton.jit
 def fp8_skinny_kernel(
-    x_ptr, nw_ptr, eps, w_ptr, s_ptr, b_ptr, res_ptr, out_ptr, ws_ptr, M, N, K, K_PER_SPLIT, SCALE_BLOCK, S_COLS,
+    x_ptr, nw_ptr, eps, xt_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, res_ptr, out_ptr, ws_ptr, M, N, K, K_PER_SPLIT,
+    SCALE_BLOCK, S_COLS,
     NORM: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, GATE_UP: tl.constexpr,
     BLOCKWISE: tl.constexpr, SPLIT: tl.constexpr, USE_DOT: tl.constexpr, IEEE_DOT: tl.constexpr,
     SWAP: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr, E4M3_DOT: tl.constexpr, PAIR_DOT: tl.constexpr,
     USE_PDL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, RSTD_CHUNK: tl.constexpr,
-    RSTD_CHUNKS: tl.constexpr, LOOKAHEAD: tl.constexpr, ROW_STAGES: tl.constexpr,
+    RSTD_CHUNKS: tl.constexpr, LOOKAHEAD: tl.constexpr, ROW_STAGES: tl.constexpr, X_APART: tl.constexpr,
 ):  # fmt: skip
     """Grid (blocks of N, blocks of M, SPLIT). SPLIT > 1: float32 partials (per-channel scales applied) into
     the workspace [SPLIT, M, N] ([SPLIT, M, 2N] under GATE_UP: gate's, then up's), summed by
@@ -532,7 +555,8 @@ def fp8_skinny_kernel(
     each program computes its rows' norms first (RSTD_CHUNKS loads of RSTD_CHUNK columns,
     skinny_matmul.rstd_chunks). GATE_UP: W is [2N, K], gate's rows then up's (with block scales N is a whole
     number of blocks), the up half's product walked after the gate's, or beside it (E4M3_DOT or PAIR_DOT, which
-    the launch sets only with USE_DOT)."""
+    the launch sets only with USE_DOT). X_APART (E4M3_DOT, NORM 0): x's terms at xt_ptr, their scales at xs_ptr
+    (fp8_x_terms_kernel's), x_ptr unread."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(2)
     if USE_PDL:
@@ -556,9 +580,9 @@ def fp8_skinny_kernel(
     if E4M3_DOT or PAIR_DOT:  # both halves in one walk of K: x loaded (and split) once a tile
         if E4M3_DOT:
             acc, acc2 = _accumulate_e4m3(
-                x_ptr, nw_ptr, rstd, w_ptr, s_ptr, w_ptr + N * K, s_up, offs_m, offs_n, row_block, M, N, K, k_lo,
-                k_hi, SCALE_BLOCK, S_COLS, NORM, BLOCKWISE, SWAP, EVEN_K, OUT_BF16, GATE_UP, BLOCK_M, BLOCK_N,
-                BLOCK_K,
+                x_ptr, nw_ptr, rstd, xt_ptr, xs_ptr, w_ptr, s_ptr, w_ptr + N * K, s_up, offs_m, offs_n, row_block,
+                M, N, K, k_lo, k_hi, SCALE_BLOCK, S_COLS, NORM, BLOCKWISE, SWAP, EVEN_K, OUT_BF16, GATE_UP, X_APART,
+                BLOCK_M, BLOCK_N, BLOCK_K,
             )  # fmt: skip
         else:
             acc, acc2 = _accumulate_dot(
@@ -592,6 +616,30 @@ def fp8_skinny_kernel(
         tl.store(at, acc, mask=mask)
         if GATE_UP:
             tl.store(at + N, acc2, mask=mask)
+
+
+@triton.jit
+def fp8_x_terms_kernel(
+    x_ptr, nw_ptr, eps, xt_ptr, xs_ptr, M, K, NORM: tl.constexpr, OUT_BF16: tl.constexpr, USE_PDL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, RSTD_CHUNK: tl.constexpr, RSTD_CHUNKS: tl.constexpr,
+):  # fmt: skip
+    """x's rows (after the RMSNorm where NORM, as the product kernel folds it) split into the e4m3 tiles' two
+    terms, once for every program of the product that follows (X_APART): hi and lo codes [M, 2, K] at xt_ptr,
+    a scale a row and K tile [M, cdiv(K, BLOCK_K)] at xs_ptr, the values _x_as_e4m3_pair gives the loop.
+    Grid (K tiles, blocks of M)."""
+    if USE_PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+    pid_k = tl.program_id(0)
+    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    rstd = _rows_rstd(x_ptr, offs_m, M, K, eps, NORM, BLOCK_M, RSTD_CHUNK, RSTD_CHUNKS)
+    hi, lo, scale = _x_as_e4m3_pair(_x_tile_normed(x_ptr, nw_ptr, rstd, offs_m, offs_k, M, K, False, NORM, OUT_BF16))
+    mask = (offs_m < M)[:, None] & (offs_k < K)[None, :]
+    at = offs_m[:, None] * (2 * K) + offs_k[None, :]
+    tl.store(xt_ptr + at, hi, mask=mask)
+    tl.store(xt_ptr + at + K, lo, mask=mask)
+    tl.store(xs_ptr + offs_m * tl.cdiv(K, BLOCK_K) + pid_k, scale, mask=offs_m < M)
 
 
 @triton.jit

@@ -173,6 +173,36 @@ def staged(cfg: SkinnyConfig, block_m: int, k: int, k_per_split: int) -> bool:
     return plain_row and k % cfg.block_k == 0 and k_per_split % cfg.block_k == 0 and cfg.block_k % 4 == 0
 
 
+def row_norm_loads(k: int, block_m: int, cfg: SkinnyConfig, e4m3: bool, normed: bool) -> tuple[int, int]:
+    """(RSTD_CHUNK, RSTD_CHUNKS): the row norms' loads, (1, 0) without a norm (else they would compile variants
+    that differ in nothing). e4m3 tiles: chunks as wide as the x tile at most; a wider chunk's register layout
+    reached the loop's x tiles, each value held by two threads (sm_90 SASS, 16 rows, K tile 128: 717 -> 467
+    instructions a tile)."""
+    if not normed:
+        return 1, 0
+    chunk, loads = skinny_matmul.rstd_chunks(k, block_m)
+    if e4m3 and chunk > cfg.block_k:
+        return cfg.block_k, skinny_matmul.cdiv(k, cfg.block_k)
+    return chunk, loads
+
+
+def x_terms(x2: Tensor, norm_weight: Tensor | None, eps: float, cfg: SkinnyConfig, extra: dict):
+    """fp8_x_terms_kernel's x terms ([M, 2, K] e4m3) and their scales ([M, K tiles] float32) for the product
+    with `cfg` (x_apart): x2's rows through the norm where `norm_weight`, split by K tiles of cfg.block_k."""
+    m, k = x2.shape
+    block_m = cfg.block_m(m)  # the product's rows a program, whose row norms' loads these are
+    k_tiles = skinny_matmul.cdiv(k, cfg.block_k)
+    terms = torch.empty((m, 2, k), dtype=torch.float8_e4m3fn, device=x2.device)
+    scales = torch.empty((m, k_tiles), dtype=torch.float32, device=x2.device)
+    rstd_chunk, rstd_loads = row_norm_loads(k, block_m, cfg, True, norm_weight is not None)
+    fp8_kernels.fp8_x_terms_kernel[(k_tiles, skinny_matmul.cdiv(m, block_m))](
+        x2, norm_weight.contiguous() if norm_weight is not None else x2, float(eps), terms, scales, m, k,
+        NORM=1 if norm_weight is not None else 0, OUT_BF16=True, USE_PDL=bool(extra), BLOCK_M=block_m,
+        BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads, num_warps=4, **extra,
+    )  # fmt: skip
+    return terms, scales
+
+
 def launch(
     x: Tensor, weight: Tensor, scale: Tensor, block: int | None, bias: Tensor | None, cfg=None, *,
     norm_weight: Tensor | None = None, eps: float = 0.0, residual: Tensor | None = None, gate_up: bool = False,
@@ -186,7 +216,13 @@ def launch(
     x2 = x.reshape(-1, k).contiguous()
     m, n = x2.shape[0], weight.shape[0] // (2 if gate_up else 1)
     cfg = fitted(cfg or config_for(m, n, k, block, x.device, gate_up), block)
-    if norm_weight is not None and cfg.norm_apart:  # the norm's own kernel, the same rounding as folded
+    e4m3 = cfg.dot and cfg.e4m3_dot and x.dtype == torch.bfloat16
+    extra = pdl.launch_options(x.device)
+    x_apart = e4m3 and cfg.x_apart
+    if x_apart:  # x's terms by their own kernel, the norm with them
+        terms, term_scales = x_terms(x2, norm_weight, eps, cfg, extra)
+        norm_weight = None
+    elif norm_weight is not None and cfg.norm_apart:  # the norm's own kernel, the same rounding as folded
         x2 = skinny_matmul.rms_norm(x2, norm_weight.contiguous(), eps)
         norm_weight = None
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
@@ -201,14 +237,9 @@ def launch(
     bias = bias.contiguous() if bias is not None else None
     norm_weight = norm_weight.contiguous() if norm_weight is not None else None
     res = residual.reshape(m, n).contiguous() if residual is not None else out
-    # the row norm's constexprs only with a norm: else they would compile variants that differ in nothing
-    rstd_chunk, rstd_loads = skinny_matmul.rstd_chunks(k, block_m) if norm_weight is not None else (1, 0)
-    e4m3 = cfg.dot and cfg.e4m3_dot and x.dtype == torch.bfloat16
-    if e4m3 and rstd_chunk > cfg.block_k:
-        # chunks as wide as the x tile: a wider chunk's register layout reached the loop's x tiles, each value
-        # held by two threads (sm_90 SASS, 16 rows, K tile 128: 717 -> 467 instructions a tile)
-        rstd_chunk, rstd_loads = cfg.block_k, skinny_matmul.cdiv(k, cfg.block_k)
-    extra = pdl.launch_options(x.device)
+    rstd_chunk, rstd_loads = row_norm_loads(k, block_m, cfg, e4m3, norm_weight is not None)
+    if not x_apart:  # never read: any tensors of their types
+        terms, term_scales = weight, scale
     flags = {
         "HAS_B": bias is not None,
         "HAS_RES": residual is not None,
@@ -221,14 +252,14 @@ def launch(
     }
     b_arg = bias if bias is not None else out
     fp8_kernels.fp8_skinny_kernel[(n_blocks, m_blocks, split)](
-        x2, norm_weight if norm_weight is not None else x2, float(eps), weight, scale, b_arg, res, out, ws,
-        m, n, k, k_per_split, block or 1, scale.shape[-1] if block else 0,
+        x2, norm_weight if norm_weight is not None else x2, float(eps), terms, term_scales, weight, scale, b_arg, res,
+        out, ws, m, n, k, k_per_split, block or 1, scale.shape[-1] if block else 0,
         NORM=1 if norm_weight is not None else 0, BLOCKWISE=block is not None, USE_DOT=cfg.dot,
         IEEE_DOT=x.dtype == torch.float32, SWAP=cfg.dot and cfg.swap, EVEN_K=k % cfg.block_k == 0,
         E4M3_DOT=e4m3, PAIR_DOT=gate_up and cfg.dot and cfg.pair and not e4m3,
         BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads,
         LOOKAHEAD=cfg.lookahead and not cfg.dot and block_m == 1,
-        ROW_STAGES=cfg.num_stages if staged(cfg, block_m, k, k_per_split) else 1,
+        ROW_STAGES=cfg.num_stages if staged(cfg, block_m, k, k_per_split) else 1, X_APART=x_apart,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **flags, **extra,
     )  # fmt: skip

@@ -98,14 +98,16 @@ def describe(cfg: SkinnyConfig) -> str:
     """One short line: "n64 k128 w4 s4 x1 swap", "n16 k256 w4 s2 x1 fma ahead", "n128 k128 w4 s4 x1 swap e4m3"."""
     kind = ("swap" if cfg.swap else "dot") if cfg.dot else "fma"
     extra = (" ahead" if cfg.lookahead else "") + (" e4m3" if cfg.e4m3_dot else "") + (" pair" if cfg.pair else "")
-    extra += (" apart" if cfg.norm_apart else "") + (" staged" if cfg.staged else "")
+    extra += (
+        (" apart" if cfg.norm_apart else "") + (" staged" if cfg.staged else "") + (" x-apart" if cfg.x_apart else "")
+    )
     return f"n{cfg.block_n} k{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages} x{cfg.split_k} {kind}{extra}"
 
 
 # -- the FP8-weight kernel (quant/fp8_kernels.py) ------------------------------------------------------------
 # Its weights are one byte: a 16-byte load is 16 values, so its K tiles run longer than bf16's for the same
-# bytes. 12-40 configs an op and bucket: a model's four ops at 1, 8, 16 and 32 rows are under 400 trials, at
-# ~1.2 s a trial (a compile, a check, a timed replay: estimated, not yet measured).
+# bytes. 20-45 configs an op and bucket: a model's four ops at 1, 8, 16 and 32 rows are under 580 trials (the
+# 8B's), more than a `--budget-s` of minutes reaches: each grid's likeliest first.
 
 
 # (BLOCK_N, BLOCK_K, warps, stages) of the one-row float32 tiles whose K walk is pipelined through shared memory
@@ -207,6 +209,22 @@ def paired_gate_up_grid(n: int, sms: int = DEFAULT_SMS) -> list[SkinnyConfig]:
     return out
 
 
+def with_x_apart(ordered: list[SkinnyConfig]) -> list[SkinnyConfig]:
+    """`ordered` with a twin of each e4m3 tile whose x terms a kernel of their own makes first (`x_apart`, the
+    norm with them: never norm_apart) right after the first run of e4m3 tiles. Their loop loads x's codes as
+    copied, where each program split every x tile: sm_90 SASS of the merged gate/up's loop a K tile of 128, the
+    norm apart -> x apart, 788 -> 533 instructions at 32 rows and 64 outputs (4 warps), 641 -> 536 at 128 (8
+    warps; 255 registers, a 16-byte spill), 474 -> 359 at 16 rows, 326 -> 277 at 8; q/k/v at 32 rows and 128
+    outputs 432 -> 316; a barrier fewer a tile. Not yet timed on a GPU."""
+    e4m3 = [c for c in ordered if c.e4m3_dot]
+    if not e4m3:
+        return ordered
+    twins = list(dict.fromkeys(dataclasses.replace(c, x_apart=True, norm_apart=False) for c in e4m3))
+    first_run = next((i for i, c in enumerate(ordered) if i > 0 and not c.e4m3_dot and ordered[i - 1].e4m3_dot), 0)
+    first_run = first_run or len(ordered)
+    return ordered[:first_run] + twins + ordered[first_run:]
+
+
 def fp8_grid(
     rows: int, n: int, k: int, block: int | None, sms: int = DEFAULT_SMS, gate_up: bool = False, normed: bool = False
 ) -> list[SkinnyConfig]:
@@ -215,6 +233,7 @@ def fp8_grid(
     split); the merged gate/up (`gate_up`) above 2 rows also its paired walks, after the e4m3 tiles. A call with
     the norm folded in (`normed`) runs it as its own kernel (`norm_apart`) above 16 rows with every tile (at 32
     rows: q/k/v 25.9 -> 17.3 us, gate/up 57.5 -> 54.7, H100), and tries it with the e4m3 tiles at 3-16 rows.
+    Above 2 rows each e4m3 tile also with x's terms made apart (with_x_apart).
     With block scales (`block`) only configs whose tiles lie inside one scale block (fp8_skinny.fitted leaves
     them as they are)."""
     from accelerate_graph.quant.fp8_skinny import fitted
@@ -230,5 +249,6 @@ def fp8_grid(
             ordered = [dataclasses.replace(c, norm_apart=True) for c in ordered]
         elif normed:  # half as many rows of x to normalise a program: the e4m3 tiles (8-row winners) both ways
             ordered += [dataclasses.replace(c, norm_apart=True) for c in ordered if c.e4m3_dot]
+        ordered = with_x_apart(ordered)
         ordered = sorted(ordered, key=lambda c: programs(n, c.block_n, c.split_k) < sms)  # every SM busy first
     return list(dict.fromkeys(cfg for cfg in ordered if fitted(cfg, block) == cfg))

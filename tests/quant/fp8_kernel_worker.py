@@ -3,7 +3,8 @@
 or, without it, compiled for the H200 (sm_90) to read the PTX's weight loads. Reads a job as JSON on stdin,
 writes the results as JSON on stdout.
 
-Jobs: {"cases": [...]} -> {case id: {"error_ulps": ..., "shape": ..., "dtype": ...}};
+Jobs: {"cases": [...]} -> {case id: {"error_ulps": ..., "shape": ..., "dtype": ...[, "identical": bool]}} (identical:
+whether a case's output is bit for bit that of its `same_as` config);
 {"ptx": [...]} -> {variant id: {"v4_loads": n, "copy_bytes": [...], "expected_vectors": n}};
 {"layers": [...]} -> {id: {"fold": setting, "folded_ops": [...], "logits": [...]}}: the FP8 tiny llama's decode
 steps through the fused layer program under each fp8_fold value;
@@ -100,11 +101,11 @@ def run_case(case: dict) -> dict:
         if "residual" in fold:
             ref = fold["residual"] + ref
         error = error_ulps(got, ref)
-    return {
-        "error_ulps": error,
-        "shape": list(got.shape),
-        "dtype": str(got.dtype).removeprefix("torch."),
-    }
+    found = {"error_ulps": error, "shape": list(got.shape), "dtype": str(got.dtype).removeprefix("torch.")}
+    if case.get("same_as"):  # the output of another config, which should be the same bits
+        twin = fp8_skinny.launch(x, weight, scale, block, bias, SkinnyConfig(**case["same_as"]), **fold)
+        found["identical"] = torch.equal(got.view(torch.int16), twin.view(torch.int16))
+    return found
 
 
 def float64_reference(x, weight, scale, block, bias, fold: dict) -> torch.Tensor:
@@ -164,7 +165,7 @@ def ptx_of(variant: dict) -> dict:
     flags, num_stages = variant["flags"], variant["num_stages"]
     params = list(inspect.signature(kernel.fn).parameters)
     pointers = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "b_ptr": "*bf16", "out_ptr": "*bf16"}
-    pointers.update(ws_ptr="*fp32", nw_ptr="*bf16", res_ptr="*bf16")
+    pointers.update(ws_ptr="*fp32", nw_ptr="*bf16", res_ptr="*bf16", xt_ptr="*fp8e4nv", xs_ptr="*fp32")
     scalars = {"eps": "fp32"}
     signature = {
         name: "constexpr" if name in flags else pointers.get(name, scalars.get(name, "i32")) for name in params

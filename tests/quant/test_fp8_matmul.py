@@ -2,6 +2,7 @@
 the interpreter (a child process, fp8_kernel_worker.py) and its sm_90 PTX; on a GPU, each path against the
 reference, a CUDA graph's replay and torch.compile around the op."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -300,6 +301,27 @@ CASES = [  # N and K not multiples of the tiles nor of the 32 x 32 scale blocks
         for scales, block in (("channel", None), ("block", 32))
         for spread in (14, 24)
     ),
+    # x's terms made apart (x_apart): fp8_x_terms_kernel first (with the norm where folded), the loop loading its
+    # codes and scales; the same sums as the loop's own split, to the bit (same_as)
+    *(
+        {"id": f"e4m3-{path}-x-apart-{scales}-rows{rows}", "rows": rows, "n": 40, "k": 200, "dtype": "bf16",
+         "block": block, "bias": True, "x_spread": 24, "config": {**config, "x_apart": True}, "same_as": config}
+        for rows in (3, 32)
+        for path, config in (
+            ("dot", {"block_n": 16, "block_k": 32, "dot": True, "e4m3_dot": True}),
+            ("swap", {"block_n": 16, "block_k": 32, "dot": True, "swap": True, "e4m3_dot": True}),
+        )
+        for scales, block in (("channel", None), ("block", 32))
+    ),
+    *(
+        {"id": f"{fold}-e4m3-x-apart-{scales}-rows{rows}", "rows": rows, "n": 40 if fold == "norm" else 64,
+         "k": 200, "dtype": "bf16", "block": block, "bias": fold == "norm", "fold": fold,
+         "config": {**config, "x_apart": True}, "same_as": config}
+        for fold in ("norm", "gate_up")
+        for config in ({"block_n": 16, "block_k": 32, "dot": True, "swap": True, "split_k": 3, "e4m3_dot": True},)
+        for rows in (4, 32)
+        for scales, block in (("channel", None), ("block", 32))
+    ),
     *(
         {"id": f"split-{scales}", "rows": 3, "n": 40, "k": 200, "dtype": "bf16", "block": block, "bias": True,
          "config": {"block_n": 16, "block_k": 32, "split_k": 3}}
@@ -405,8 +427,10 @@ def interpreted_results(request):
 @pytest.mark.xdist_group("fp8-interpreter")  # one worker: the child that interprets every case runs once
 @pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
 def test_kernel_matches_the_reference_under_the_interpreter(case, interpreted_results):
-    """Equal but for float32 summation order (a rounding flips now and then: within 2 units in the last place)."""
+    """Equal but for float32 summation order (a rounding flips now and then: within 2 units in the last place);
+    a case `same_as` another config gives that config's output bit for bit."""
     result = interpreted_results[case["id"]]
+    assert result.get("identical", True), f"{case['id']} differs from {case['same_as']}"
     rows, n = case["rows"], case["n"] // (2 if case.get("fold") == "gate_up" else 1)
     assert result["shape"] == ([2, rows // 2, n] if case.get("batched") else [rows, n])
     assert result["dtype"] == {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[case["dtype"]]
@@ -470,6 +494,10 @@ PTX_VARIANTS = [
     # e4m3 tensor cores: x split into two e4m3 terms, the weights' codes multiplied as copied
     {"id": "e4m3-tensor-cores", "num_stages": 4, "flags": {
         "BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 128, "USE_DOT": True, "SWAP": True, "E4M3_DOT": True}},
+    # x's terms made apart (x_apart): the loop copies their codes as it copies the weights', no split in it
+    {"id": "e4m3-x-apart", "num_stages": 4, "flags": {
+        "BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 128, "USE_DOT": True, "SWAP": True, "E4M3_DOT": True,
+        "X_APART": True}},
     {"id": "tensor-cores-folded", "num_stages": 4, "flags": {
         "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True, "NORM": 1, "HAS_RES": True,
         "RSTD_CHUNK": 256, "RSTD_CHUNKS": 16}},
@@ -479,7 +507,7 @@ for _variant in PTX_VARIANTS:  # the rest as the launch passes it for bf16 x, on
         "HAS_B": True, "BLOCKWISE": False, "SPLIT": 1, "USE_DOT": False, "IEEE_DOT": False, "SWAP": False,
         "EVEN_K": True, "OUT_BF16": True, "USE_PDL": True, "LOOKAHEAD": False, "NORM": 0, "HAS_RES": False,
         "GATE_UP": False, "E4M3_DOT": False, "PAIR_DOT": False,
-        "RSTD_CHUNK": 1, "RSTD_CHUNKS": 0, "ROW_STAGES": 1, **_variant["flags"],
+        "RSTD_CHUNK": 1, "RSTD_CHUNKS": 0, "ROW_STAGES": 1, "X_APART": False, **_variant["flags"],
     }  # fmt: skip
 
 
@@ -495,7 +523,7 @@ def test_weight_loads_are_16_byte_vectors_on_sm90():
         assert found[variant]["v4_loads"] >= found[variant]["expected_vectors"] > 0, found[variant]
     staged = found["one-row-staged"]  # the weights in 16-byte copies (x's row in 4-byte ones), none in registers
     assert max(staged["copy_bytes"]) == 16 and staged["v4_loads"] == 0, staged
-    for variant in ("tensor-cores", "tensor-cores-folded", "e4m3-tensor-cores"):
+    for variant in ("tensor-cores", "tensor-cores-folded", "e4m3-tensor-cores", "e4m3-x-apart"):
         assert found[variant]["copy_bytes"] == [16], found[variant]
     assert found["tensor-cores"]["e4m3_mmas"] == 0, found["tensor-cores"]
 
@@ -503,10 +531,11 @@ def test_weight_loads_are_16_byte_vectors_on_sm90():
 @needs_triton
 def test_e4m3_tensor_cores_multiply_the_codes_as_copied_on_sm90():
     """e4m3_dot: warpgroup MMAs of e4m3 by e4m3, not one conversion from e4m3 (the weights go from the copy in
-    shared memory to the tensor cores untouched)."""
-    found = run_worker({"ptx": [v for v in PTX_VARIANTS if v["id"] == "e4m3-tensor-cores"]}, interpreted=False)
-    assert found["e4m3-tensor-cores"]["e4m3_mmas"] > 0, found
-    assert found["e4m3-tensor-cores"]["e4m3_conversions"] == 0, found
+    shared memory to the tensor cores untouched); with x's terms made apart, x's codes too."""
+    found = run_worker({"ptx": [v for v in PTX_VARIANTS if v["id"].startswith("e4m3-")]}, interpreted=False)
+    for variant in ("e4m3-tensor-cores", "e4m3-x-apart"):
+        assert found[variant]["e4m3_mmas"] > 0, found
+        assert found[variant]["e4m3_conversions"] == 0, found
 
 
 @needs_triton
@@ -601,6 +630,11 @@ GPU_CONFIGS = {
     "pair-swap-split": (16, configs.SkinnyConfig(64, 128, 2, 4, split_k=2, dot=True, swap=True, pair=True)),
     "apart": (32, configs.SkinnyConfig(64, 128, 2, 4, dot=True, swap=True, norm_apart=True)),
     "e4m3-apart": (32, configs.SkinnyConfig(128, 128, 8, 4, dot=True, swap=True, e4m3_dot=True, norm_apart=True)),
+    "e4m3-x-apart": (32, configs.SkinnyConfig(128, 128, 8, 4, dot=True, swap=True, e4m3_dot=True, x_apart=True)),
+    "e4m3-x-apart-split": (
+        8,
+        configs.SkinnyConfig(64, 128, 4, 3, split_k=2, dot=True, swap=True, e4m3_dot=True, x_apart=True),
+    ),
 }
 
 
@@ -610,8 +644,8 @@ GPU_CONFIGS = {
 @pytest.mark.parametrize("block", [None, 128])
 def test_gpu_tune_grid_tilings_match_the_reference(name, block):
     """bf16 on tensor cores (the interpreter cannot run it), swapped, split-K, the one-row lookahead, the K walk
-    staged through shared memory, each
-    plain and folded: the reference's numbers within 2 units in the last place. (264, 4160): a ragged last
+    staged through shared memory, x's e4m3 terms made apart, each plain and folded: the reference's numbers
+    within 2 units in the last place. (264, 4160): a ragged last
     tile of N, K neither a multiple of the K tile nor of the scale block."""
     rows, cfg = GPU_CONFIGS[name]
     for n, k in [(1024, 4096), (264, 4160)]:
@@ -637,10 +671,11 @@ def test_gpu_tune_grid_tilings_match_the_reference(name, block):
 @pytest.mark.parametrize("block", [None, 128])
 def test_gpu_e4m3_tensor_cores_keep_x_whole_and_pass_nan_on(block):
     """e4m3_dot splits x into two e4m3 terms: rows whose values span 2^-13 of their largest, one column 2^-33,
-    give the reference's numbers within 2 units in the last place. A NaN or an Inf in a row makes that row's
-    outputs non-finite and leaves the other rows' bits as they were, on this path and the default one, with
-    the norm or the residual folded in."""
+    give the reference's numbers within 2 units in the last place; made apart (x_apart), the loop's own bits
+    where no norm is folded. A NaN or an Inf in a row makes that row's outputs non-finite and leaves the other
+    rows' bits as they were, on these paths and the default one, with the norm or the residual folded in."""
     cfg = configs.SkinnyConfig(128, 128, 4, 4, dot=True, swap=True, e4m3_dot=True)
+    apart = dataclasses.replace(cfg, x_apart=True)
     x, weight, scale, block_, bias = _gpu_operands(32, 1024, 4096, block)
     x = (x.float() * 2.0 ** -(torch.arange(4096, device="cuda") % 14).float()).to(x.dtype)
     x[:, 7] *= 2.0**-20
@@ -648,11 +683,13 @@ def test_gpu_e4m3_tensor_cores_keep_x_whole_and_pass_nan_on(block):
     assert error_ulps(got, reference_fp8_matmul(x, weight, scale, block_, bias)) <= 2
     norm_weight, residual = _fold_operands(x, 1024)
     folded = [{}, {"norm_weight": norm_weight, "eps": 1e-5}, {"residual": residual}]
-    clean = [fp8_skinny.launch(x, weight, scale, block_, bias, c, **fold) for c in (cfg, None) for fold in folded]
+    ways = (cfg, apart, None)
+    clean = [fp8_skinny.launch(x, weight, scale, block_, bias, c, **fold) for c in ways for fold in folded]
+    assert torch.equal(clean[3], clean[0]) and torch.equal(clean[5], clean[2])  # x apart: the same bits
     x[3, 100], x[5, 2000] = float("nan"), float("inf")
     others = [row for row in range(32) if row not in (3, 5)]
     # e4m3 and the default tiles, plain and with the norm or the residual folded in (their roundings keep NaN)
-    poisoned = [fp8_skinny.launch(x, weight, scale, block_, bias, c, **fold) for c in (cfg, None) for fold in folded]
+    poisoned = [fp8_skinny.launch(x, weight, scale, block_, bias, c, **fold) for c in ways for fold in folded]
     for got, was in zip(poisoned, clean):
         assert not got[3].isfinite().any() and not got[5].isfinite().any()
         assert torch.equal(got[others], was[others])

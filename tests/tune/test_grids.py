@@ -161,8 +161,9 @@ def test_fp8_normed_rows_run_the_norm_apart_above_16_rows(n, k):
     e4m3 tiles too at 3-16 rows, and never at 1-2 rows; a call without a norm never."""
     for rows in (1, 2, 8, 16, 32):
         for gate_up in (False, True):
-            plain = grids.fp8_grid(rows, n, k, None, gate_up=gate_up)
-            normed = grids.fp8_grid(rows, n, k, None, gate_up=gate_up, normed=True)
+            # x_apart tiles make the norm with x's terms (test_fp8_rows_also_make_x_terms_apart)
+            plain = [c for c in grids.fp8_grid(rows, n, k, None, gate_up=gate_up) if not c.x_apart]
+            normed = [c for c in grids.fp8_grid(rows, n, k, None, gate_up=gate_up, normed=True) if not c.x_apart]
             apart = [c for c in normed if c.norm_apart]
             assert not any(c.norm_apart for c in plain)
             assert all(grids.describe(c).endswith(" apart") for c in apart)
@@ -176,9 +177,31 @@ def test_fp8_normed_rows_run_the_norm_apart_above_16_rows(n, k):
                 assert folded == plain
 
 
+@pytest.mark.parametrize("n, k", FP8_SHAPES)
+def test_fp8_rows_also_make_x_terms_apart(n, k):
+    """Above 2 rows each e4m3 tile has a twin whose x terms (and norm) a kernel of its own makes first, never with
+    the norm apart too, right after the e4m3 tiles that split x in their loops among those as busy (the norm-apart
+    ones at 3-16 rows come later); none at 1-2 rows."""
+    for rows in (1, 2, 8, 32):
+        for gate_up, normed in ((False, False), (True, True), (False, True)):
+            grid = grids.fp8_grid(rows, n, k, None, gate_up=gate_up, normed=normed)
+            twins = [c for c in grid if c.x_apart]
+            e4m3 = {dataclasses.replace(c, norm_apart=False) for c in grid if c.e4m3_dot and not c.x_apart}
+            if rows <= 2:
+                assert not twins
+                continue
+            assert {dataclasses.replace(c, x_apart=False) for c in twins} == e4m3 != set()
+            assert all(c.e4m3_dot and not c.norm_apart and grids.describe(c).endswith(" x-apart") for c in twins)
+            for busy in (True, False):
+                group = [c for c in grid if (grids.programs(n, c.block_n, c.split_k) >= 132) == busy]
+                first = [c.e4m3_dot and not c.x_apart and (not c.norm_apart or rows > 16) for c in group]
+                kinds = [2 if one else 1 if c.x_apart else 0 for c, one in zip(group, first)]
+                assert kinds == sorted(kinds, reverse=True), (rows, busy, [grids.describe(c) for c in group])
+
+
 def test_an_fp8_sweep_of_a_model_fits_the_default_budget():
-    """About 25-30 configs an op and bucket (a compile, a check and a timed replay each): the 8B's four ops as the
-    folded step calls them (q/k/v and gate/up with the norm, gate/up merged) at 1, 8, 16 and 32 rows under 520
+    """About 25-35 configs an op and bucket (a compile, a check and a timed replay each): the 8B's four ops as the
+    folded step calls them (q/k/v and gate/up with the norm, gate/up merged) at 1, 8, 16 and 32 rows under 580
     trials, every decode batch the kernel runs."""
     ops = [
         (6144, 4096, False, True),
@@ -192,4 +215,4 @@ def test_an_fp8_sweep_of_a_model_fits_the_default_budget():
             for rows in configs.M_BUCKETS
             for n, k, gate_up, normed in ops
         )
-        assert trials <= 520 and max(configs.M_BUCKETS) <= SKINNY_MAX_ROWS, (block, trials)
+        assert trials <= 580 and max(configs.M_BUCKETS) <= SKINNY_MAX_ROWS, (block, trials)

@@ -54,6 +54,9 @@ class SkinnyConfig:
     # one row without dot on FP8 weights: the K walk pipelined num_stages deep through shared memory (cp.async),
     # which Triton gives a loop without tl.dot only when the loop asks for it; nothing anywhere else
     staged: bool = False
+    # with e4m3_dot: x's two e4m3 terms made by a kernel of their own first (the norm with them where folded)
+    # and loaded as copied, where each program split every x tile in its loop; nothing anywhere else
+    x_apart: bool = False
 
     def block_m(self, m) -> int:
         """Rows per program: the next power of two of the rows (at most 32), at least 16 for tl.dot. A

@@ -144,15 +144,24 @@ def variants():
         flags = {"BLOCK": decode_mask.BLOCK}
         yield f"decode mask {padding} {flags}", decode_mask._decode_mask_kernel, flags, pointers
     yield from fp8_variants()
+    yield from x_terms_variants()
 
 
 FP8_POINTERS = {
     "x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "b_ptr": "*bf16", "out_ptr": "*bf16", "ws_ptr": "*fp32",
-    "nw_ptr": "*bf16", "res_ptr": "*bf16",
+    "nw_ptr": "*bf16", "res_ptr": "*bf16", "xt_ptr": "*fp8e4nv", "xs_ptr": "*fp32",
 }  # fmt: skip
 FP8_HALF_POINTERS = {**FP8_POINTERS, **{name: "*fp16" for name in ("x_ptr", "b_ptr", "out_ptr", "nw_ptr", "res_ptr")}}
 FP8_UNFOLDED = dict(
-    NORM=0, HAS_RES=False, GATE_UP=False, RSTD_CHUNK=1, RSTD_CHUNKS=0, E4M3_DOT=False, PAIR_DOT=False, ROW_STAGES=1
+    NORM=0,
+    HAS_RES=False,
+    GATE_UP=False,
+    RSTD_CHUNK=1,
+    RSTD_CHUNKS=0,
+    E4M3_DOT=False,
+    PAIR_DOT=False,
+    ROW_STAGES=1,
+    X_APART=False,
 )
 # the folds (setting fp8_fold): the norm with merged gate/up's activation, or the residual
 FP8_FOLDS = {
@@ -235,6 +244,9 @@ def fp8_variants():
         if fold.get("GATE_UP") and tile[0] and not e4m3_of(tile):  # gate's and up's tiles in one walk of K (pair)
             paired = {**flags, "PAIR_DOT": True}
             yield f"{description} pair", fp8_kernels.fp8_skinny_kernel, paired, FP8_POINTERS, launch
+        if e4m3_of(tile) and not flags["NORM"]:  # x's terms made apart (x_apart): the loop loads them as copied
+            apart = {**flags, "X_APART": True}
+            yield f"{description} x apart", fp8_kernels.fp8_skinny_kernel, apart, FP8_POINTERS, launch
         if split == 2 and not blockwise:  # the finish kernel at the tile's rows and columns
             finish = _only(fp8_kernels.fp8_finish_kernel, flags)
             launch = {"divisible": FP8_DIVISIBLE, "options": {"num_warps": 4}}
@@ -245,6 +257,16 @@ def fp8_variants():
                 FP8_POINTERS,
                 launch,
             )
+
+
+def x_terms_variants():
+    """The kernel that makes x's e4m3 terms apart (x_apart), as fp8_skinny.x_terms launches it: with and without
+    the norm, at 16 and 32 rows a program."""
+    launch = {"divisible": ("x_ptr", "nw_ptr", "xt_ptr", "xs_ptr", "K"), "options": {"num_warps": 4}}
+    for norm, rows in itertools.product((0, 1), (16, 32)):
+        flags = dict(NORM=norm, OUT_BF16=True, USE_PDL=True, BLOCK_M=rows, BLOCK_K=128, RSTD_CHUNK=128 if norm else 1,
+                     RSTD_CHUNKS=32 if norm else 0)  # fmt: skip
+        yield f"fp8_x_terms_kernel {flags}", fp8_kernels.fp8_x_terms_kernel, flags, FP8_POINTERS, launch
 
 
 def loads_before_the_wait(ptx: str) -> str | None:
