@@ -219,6 +219,7 @@ def launch(
     e4m3 = cfg.dot and cfg.e4m3_dot and x.dtype == torch.bfloat16
     extra = pdl.launch_options(x.device)
     x_apart = e4m3 and cfg.x_apart
+    terms, term_scales = weight, scale  # read only with x_apart: otherwise any tensors of their types
     if x_apart:  # x's terms by their own kernel, the norm with them
         terms, term_scales = x_terms(x2, norm_weight, eps, cfg, extra)
         norm_weight = None
@@ -238,8 +239,6 @@ def launch(
     norm_weight = norm_weight.contiguous() if norm_weight is not None else None
     res = residual.reshape(m, n).contiguous() if residual is not None else out
     rstd_chunk, rstd_loads = row_norm_loads(k, block_m, cfg, e4m3, norm_weight is not None)
-    if not x_apart:  # never read: any tensors of their types
-        terms, term_scales = weight, scale
     flags = {
         "HAS_B": bias is not None,
         "HAS_RES": residual is not None,

@@ -216,13 +216,9 @@ def with_x_apart(ordered: list[SkinnyConfig]) -> list[SkinnyConfig]:
     norm apart -> x apart, 788 -> 533 instructions at 32 rows and 64 outputs (4 warps), 641 -> 536 at 128 (8
     warps; 255 registers, a 16-byte spill), 474 -> 359 at 16 rows, 326 -> 277 at 8; q/k/v at 32 rows and 128
     outputs 432 -> 316; a barrier fewer a tile. Not yet timed on a GPU."""
-    e4m3 = [c for c in ordered if c.e4m3_dot]
-    if not e4m3:
-        return ordered
-    twins = list(dict.fromkeys(dataclasses.replace(c, x_apart=True, norm_apart=False) for c in e4m3))
-    first_run = next((i for i, c in enumerate(ordered) if i > 0 and not c.e4m3_dot and ordered[i - 1].e4m3_dot), 0)
-    first_run = first_run or len(ordered)
-    return ordered[:first_run] + twins + ordered[first_run:]
+    twins = list(dict.fromkeys(dataclasses.replace(c, x_apart=True, norm_apart=False) for c in ordered if c.e4m3_dot))
+    end = next((i for i, c in enumerate(ordered) if not c.e4m3_dot), len(ordered))  # the grids put e4m3 first
+    return ordered[:end] + twins + ordered[end:]
 
 
 def fp8_grid(
