@@ -47,6 +47,15 @@ TuneWeightsOpt = Annotated[
         "table, fp8-<GPU>.json, at 1-32 rows (docs/FP8.md).",
     ),
 ]
+CompileWorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--compile-workers",
+        min=0,
+        help="With FP8 weights: processes that compile the configs the sweep tries next (default: the CPUs but 2, "
+        "at most 12; 0: none).",
+    ),
+]
 TuneForceFlag = Annotated[
     bool,
     typer.Option("--force", help="Replace a table at --out that cannot be merged into (unreadable, another GPU's)."),
@@ -100,6 +109,7 @@ def tune(
     force: TuneForceFlag = False,
     revision: RevisionOpt = None,
     weights: TuneWeightsOpt = "model",
+    compile_workers: CompileWorkersOpt = None,
     assignments: SetOpt = None,
     json: JsonOpt = None,
 ) -> None:
@@ -130,7 +140,7 @@ def tune(
         check_writable(json, "results", force=False)
     resolve_settings(settings_assignments(assignments))  # the chain runs the kernels under them
     chosen_buckets = parse_buckets(buckets) if buckets is not None else None
-    report = run_tune(model, chosen_buckets, budget_s, out, force, revision, say=output.line, weights=weights)
+    report = run_tune(model, chosen_buckets, budget_s, out, force, revision, output.line, weights, compile_workers)
     output.show(tune_table(report))
     for result in report.results:
         for line in result.wrong:

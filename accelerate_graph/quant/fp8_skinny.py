@@ -9,7 +9,10 @@ lacks get `default_config`. Two tables are shipped: the H100's (Llama-3.1-8B's a
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -30,12 +33,32 @@ FMA_PROGRAMS_PER_SM = 4  # the default's least programs a multiprocessor at 1-2 
 
 _TABLES: dict[str, tuple[dict[str, SkinnyConfig], configs.TableInUse]] = {}  # device name -> entries, which table
 _NAMES: dict[int, str] = {}  # CUDA device index -> name
+_COMPILE_ONLY = contextvars.ContextVar("fp8_compile_only", default=False)
 
 
 # The Triton interpreter runs the kernel on the CPU only where a kernel test asks (a model on the CPU runs the
 # reference, the definition). Its tl.dot multiplies bf16 operands' bits as integers (numpy has no bf16; it keeps
 # them as uint16): its tests run the tensor-core path on fp16 and fp32 x, the GPU tests on bf16.
 interpret_on_cpu = False
+
+
+@contextlib.contextmanager
+def compiling_only() -> Iterator[None]:
+    """Inside, `launch` compiles its kernels into Triton's cache and runs none (tune's compile workers; outputs
+    are left unwritten, and a norm apart is not applied)."""
+    token = _COMPILE_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _COMPILE_ONLY.reset(token)
+
+
+def _start(kernel, grid: tuple, *args, **kwargs) -> None:
+    """kernel[grid](*args, **kwargs), or only its compile inside compiling_only()."""
+    if _COMPILE_ONLY.get():
+        kernel.warmup(*args, grid=grid, **kwargs)
+    else:
+        kernel[grid](*args, **kwargs)
 
 
 def runs_triton(x: Tensor) -> bool:
@@ -195,7 +218,8 @@ def x_terms(x2: Tensor, norm_weight: Tensor | None, eps: float, cfg: SkinnyConfi
     terms = torch.empty((m, 2, k), dtype=torch.float8_e4m3fn, device=x2.device)
     scales = torch.empty((m, k_tiles), dtype=torch.float32, device=x2.device)
     rstd_chunk, rstd_loads = row_norm_loads(k, block_m, cfg, True, norm_weight is not None)
-    fp8_kernels.fp8_x_terms_kernel[(k_tiles, skinny_matmul.cdiv(m, block_m))](
+    _start(
+        fp8_kernels.fp8_x_terms_kernel, (k_tiles, skinny_matmul.cdiv(m, block_m)),
         x2, norm_weight.contiguous() if norm_weight is not None else x2, float(eps), terms, scales, m, k,
         NORM=1 if norm_weight is not None else 0, OUT_BF16=True, USE_PDL=bool(extra), BLOCK_M=block_m,
         BLOCK_K=cfg.block_k, RSTD_CHUNK=rstd_chunk, RSTD_CHUNKS=rstd_loads, num_warps=4, **extra,
@@ -224,7 +248,8 @@ def launch(
         terms, term_scales = x_terms(x2, norm_weight, eps, cfg, extra)
         norm_weight = None
     elif norm_weight is not None and cfg.norm_apart:  # the norm's own kernel, the same rounding as folded
-        x2 = skinny_matmul.rms_norm(x2, norm_weight.contiguous(), eps)
+        if not _COMPILE_ONLY.get():  # one kernel for every config: not worth compiling ahead
+            x2 = skinny_matmul.rms_norm(x2, norm_weight.contiguous(), eps)
         norm_weight = None
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     block_m = cfg.block_m(m)
@@ -250,7 +275,8 @@ def launch(
         "USE_PDL": bool(extra),
     }
     b_arg = bias if bias is not None else out
-    fp8_kernels.fp8_skinny_kernel[(n_blocks, m_blocks, split)](
+    _start(
+        fp8_kernels.fp8_skinny_kernel, (n_blocks, m_blocks, split),
         x2, norm_weight if norm_weight is not None else x2, float(eps), terms, term_scales, weight, scale, b_arg, res,
         out, ws, m, n, k, k_per_split, block or 1, scale.shape[-1] if block else 0,
         NORM=1 if norm_weight is not None else 0, BLOCKWISE=block is not None, USE_DOT=cfg.dot,
@@ -263,7 +289,6 @@ def launch(
         **flags, **extra,
     )  # fmt: skip
     if split > 1:
-        fp8_kernels.fp8_finish_kernel[(n_blocks, m_blocks, 1)](
-            ws, b_arg, res, out, m, n, num_warps=4, **flags, **extra
-        )  # fmt: skip
+        grid = (n_blocks, m_blocks, 1)
+        _start(fp8_kernels.fp8_finish_kernel, grid, ws, b_arg, res, out, m, n, num_warps=4, **flags, **extra)
     return out.reshape(*x.shape[:-1], n)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -204,8 +205,47 @@ class Fp8Chain:
         units of bf16's last place; the folded gate/up's against the exact silu(gate) * up of the reference's
         float32 sums, in units of gate's, up's and the output's last places carried through silu (a correct
         kernel's roundings cost at most 1.22 there, at any gate)."""
-        from accelerate_graph.fused.kernels.skinny_matmul import reference_rms_norm
         from accelerate_graph.quant import fp8_skinny
+
+        worst = 0.0
+        for step, call in self._calls_of(op):
+            weight, scale, bias = self.layers[0]["calls"][call.name]
+            x, kwargs, measure = self._checked_call(step, call)
+            error = measure(fp8_skinny.launch(x, weight, scale, self.block, bias, cfg=cfg, **kwargs))
+            if math.isnan(error):
+                return error
+            worst = max(worst, error)
+        return worst
+
+    def compile_only(self, op: str, cfg: SkinnyConfig) -> None:
+        """Compiles `op`'s kernels at `cfg` into Triton's cache as error_ulps and run launch them (the same
+        specializations: shapes, dtypes, folds), running nothing."""
+        from accelerate_graph.quant import fp8_skinny
+
+        with fp8_skinny.compiling_only():
+            for step, call in self._calls_of(op):
+                weight, scale, bias = self.layers[0]["calls"][call.name]
+                x, kwargs = self._call_inputs(step, call)
+                fp8_skinny.launch(x, weight, scale, self.block, bias, cfg=cfg, **kwargs)
+
+    def _call_inputs(self, step: str, call: Fp8Call) -> tuple[torch.Tensor, dict]:
+        """Random input rows for `call` at `step` and the launch keywords the chain's run passes there."""
+        gen = torch.Generator(device=self.device).manual_seed(1)
+        x = torch.randn(self.rows, call.k, device=self.device, generator=gen).to(DTYPE)
+        norm = (torch.randn(call.k, device=self.device, generator=gen) * 0.1 + 1).to(DTYPE)
+        residual = torch.randn(self.rows, call.key[0], device=self.device, generator=gen).to(DTYPE)
+        kwargs: dict = {}
+        if self.folds and step in ("qkv", "gate_up"):
+            kwargs = dict(norm_weight=norm, eps=self.shapes.eps)
+        if call.gate_up:
+            kwargs["gate_up"] = True
+        elif self.folds and step in ("o", "down"):
+            kwargs["residual"] = residual
+        return x, kwargs
+
+    def _checked_call(self, step: str, call: Fp8Call) -> tuple[torch.Tensor, dict, Callable]:
+        """_call_inputs and the measure of an output's error against the reference's (once a call)."""
+        from accelerate_graph.fused.kernels.skinny_matmul import reference_rms_norm
         from accelerate_graph.quant.fp8_reference import (
             error_ulps,
             gated_error_ulps,
@@ -213,37 +253,21 @@ class Fp8Chain:
             reference_fp8_sums,
         )
 
-        worst = 0.0
-        for step, call in self._calls_of(op):
+        if (step, call.name) not in self._checked:
             weight, scale, bias = self.layers[0]["calls"][call.name]
-            if (step, call.name) not in self._checked:
-                gen = torch.Generator(device=self.device).manual_seed(1)
-                x = torch.randn(self.rows, call.k, device=self.device, generator=gen).to(DTYPE)
-                norm = (torch.randn(call.k, device=self.device, generator=gen) * 0.1 + 1).to(DTYPE)
-                out_n = call.key[0]
-                residual = torch.randn(self.rows, out_n, device=self.device, generator=gen).to(DTYPE)
-                kwargs: dict = {}
-                xn = x
-                if self.folds and step in ("qkv", "gate_up"):
-                    kwargs = dict(norm_weight=norm, eps=self.shapes.eps)
-                    xn = reference_rms_norm(x, norm, self.shapes.eps, "llama")
-                if call.gate_up:
-                    kwargs["gate_up"] = True
-                    gate, up = reference_fp8_sums(xn, weight, scale, self.block, bias).chunk(2, dim=-1)
-                    measure = functools.partial(gated_error_ulps, gate=gate, up=up)
-                else:
-                    want = reference_fp8_matmul(xn, weight, scale, self.block, bias)
-                    if self.folds and step in ("o", "down"):
-                        kwargs["residual"] = residual
-                        want = residual + want
-                    measure = functools.partial(error_ulps, want=want)
-                self._checked[(step, call.name)] = x, kwargs, measure
-            x, kwargs, measure = self._checked[(step, call.name)]
-            error = measure(fp8_skinny.launch(x, weight, scale, self.block, bias, cfg=cfg, **kwargs))
-            if math.isnan(error):
-                return error
-            worst = max(worst, error)
-        return worst
+            x, kwargs = self._call_inputs(step, call)
+            norm = kwargs.get("norm_weight")
+            xn = x if norm is None else reference_rms_norm(x, norm, self.shapes.eps, "llama")
+            if call.gate_up:
+                gate, up = reference_fp8_sums(xn, weight, scale, self.block, bias).chunk(2, dim=-1)
+                measure = functools.partial(gated_error_ulps, gate=gate, up=up)
+            else:
+                want = reference_fp8_matmul(xn, weight, scale, self.block, bias)
+                if "residual" in kwargs:
+                    want = kwargs["residual"] + want
+                measure = functools.partial(error_ulps, want=want)
+            self._checked[(step, call.name)] = x, kwargs, measure
+        return self._checked[(step, call.name)]
 
     def _calls_of(self, op: str) -> list[tuple[str, Fp8Call]]:
         """Each distinct way the chain calls `op`: (its step, its first call there)."""

@@ -31,6 +31,7 @@ class TuneReport:
     added: int = 0
     changed: int = 0
     weights: str = "model"
+    compile_workers: int = 0  # processes that compiled the FP8 sweep's configs ahead of it
 
     def to_dict(self) -> dict:
         return {
@@ -40,6 +41,7 @@ class TuneReport:
             "table": str(self.path),
             "added": self.added,
             "changed": self.changed,
+            "compile_workers": self.compile_workers,
             "buckets": [
                 {
                     "rows": r.rows,
@@ -47,6 +49,7 @@ class TuneReport:
                     "chosen_us_per_layer": round(r.chosen_us, 3),
                     "inductor_us_per_layer": None if r.inductor_us is None else round(r.inductor_us, 3),
                     "written": r.written,
+                    "seconds": round(r.seconds, 1),
                     "chosen": {r.keys[op]: dataclasses.asdict(cfg) for op, cfg in r.chosen.items()},
                     "wrong": r.wrong,
                     "unchecked": sorted(r.unchecked),
@@ -133,22 +136,27 @@ def run_tune(
     revision: str | None = None,
     say: Callable[[str], None] = lambda text: None,
     weights: str = "model",
+    compile_workers: int | None = None,
 ) -> TuneReport:
     """Sweeps MODEL's shapes at each of `buckets` rows (default: every bucket of the weights' table) on the GPU
     at hand, `budget_s` seconds of trying configs shared among them, and merges what won into the table at
     `out` (default the user's table for this GPU: the skinny kernels' for `weights` "model", configs that beat
     inductor's kernels at one row; the FP8 kernel's for "fp8" / "fp8-block", configs that agree with the
-    reference). Later lookups in this process read it."""
+    reference; `compile_workers` processes, default compile_ahead.default_workers(), compile the FP8 configs
+    ahead of the sweep). Later lookups in this process read it."""
     from accelerate_graph.fused.kernels import skinny_matmul
     from accelerate_graph.quant import fp8_skinny
     from accelerate_graph.quant.quantize import check_weights
     from accelerate_graph.tune.chain import Chain
+    from accelerate_graph.tune.compile_ahead import compiling_ahead, default_workers
     from accelerate_graph.tune.fp8_chain import Fp8Chain
 
     fp8 = check_weights(weights) != "model"
     buckets = check_buckets(configs.M_BUCKETS if buckets is None else buckets)
     if budget_s < 0:
         raise BadOptionError(f"{option('budget_s', budget_s)} is negative.", "Give 0 or more seconds.")
+    if compile_workers is not None and compile_workers < 0:
+        raise BadOptionError(f"{option('compile_workers', compile_workers)} is negative.", "Give 0 or more.")
     device = gpu_at_hand()
     name = torch.cuda.get_device_name(device)
     path = Path(out) if out is not None else (fp8_skinny.user_table_path if fp8 else configs.user_table_path)(name)
@@ -158,22 +166,30 @@ def run_tune(
     sms = configs.multiprocessors(device)
     if not fp8:
         skinny_matmul.prepare_split_finish(device)  # split-K's counters, made before any capture
+    workers = (default_workers() if compile_workers is None else compile_workers) if fp8 else 0
     kind = f", weights {weights}" if fp8 else ""
-    say(f"{name}: {model}{kind}, row buckets {','.join(map(str, buckets))}, {budget_s:g} s of trials")
+    ahead = f", {workers} processes compiling ahead" if workers else ""
+    say(f"{name}: {model}{kind}, row buckets {','.join(map(str, buckets))}, {budget_s:g} s of trials{ahead}")
     results = []
     start = time.monotonic()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), compiling_ahead(shapes, block, device, workers) as compiler:
         warnings.filterwarnings("ignore", message="no tuning table")  # what this run is making
         for index, rows in enumerate(buckets):
-            share = (budget_s - (time.monotonic() - start)) / (len(buckets) - index)
+            began = time.monotonic()
+            share = (budget_s - (began - start)) / (len(buckets) - index)
             chain = Fp8Chain(shapes, block, rows, device) if fp8 else Chain(shapes, rows, device)
             say(f"{rows} row(s): {chain.layers_count} layers in the chain")
             deadline = time.monotonic() + max(0.0, share)
-            tune = tune_fp8_bucket if fp8 else tune_bucket
-            results.append(tune(chain, sms, deadline, _announcer(rows, say)))
+            if fp8:
+                result = tune_fp8_bucket(chain, sms, deadline, _announcer(rows, say), compiler)
+            else:
+                result = tune_bucket(chain, sms, deadline, _announcer(rows, say))
+            result.seconds = time.monotonic() - began
+            say(f"{rows} row(s): {len(result.trials)} configs tried in {result.seconds:.0f} s")
+            results.append(result)
             del chain
             torch.cuda.empty_cache()
-    report = TuneReport(name, shapes, results, path, weights=weights)
+    report = TuneReport(name, shapes, results, path, weights=weights, compile_workers=workers)
     chosen = {key: cfg for result in results for key, cfg in result.entries().items()}
     if chosen:
         report.added, report.changed = merge_into(path, chosen, name, swept_with(), force)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from accelerate_graph.fused.kernels import configs
 from accelerate_graph.fused.kernels.configs import SkinnyConfig
 from accelerate_graph.tune import grids
+from accelerate_graph.tune.compile_ahead import CompileAhead, first_round_order
 from accelerate_graph.tune.model_shapes import LayerShapes
 
 MIN_GAIN = 0.005  # relative: below this a timing difference is noise
@@ -106,6 +107,7 @@ class BucketResult:
     # each op's configs to try besides the one it started from: where trials are fewer, the deadline cut it
     grid_sizes: dict[str, int] = dataclasses.field(default_factory=dict)
     unreached: frozenset[str] = frozenset()  # FP8 ops the deadline never reached, not written
+    seconds: float = 0.0  # the bucket's wall time: its chain made, timed before, swept, timed after
 
     @property
     def cut_short(self) -> dict[str, tuple[int, int]]:
@@ -162,10 +164,13 @@ def tune_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took: No
     )
 
 
-def tune_fp8_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took: None) -> BucketResult:
+def tune_fp8_bucket(
+    chain, sms: int, deadline: float, trial=lambda op, cfg, took: None, ahead: CompileAhead | None = None
+) -> BucketResult:
     """The configs of an FP8 chain's ops (tune/fp8_chain.py) at its rows, chosen by coordinate descent until
     `deadline`; a config enters only after its product agreed with the reference (chain.error_ulps within
-    chain.max_ulps). An op whose config in use disagrees starts from the first of its grid that agrees."""
+    chain.max_ulps). An op whose config in use disagrees starts from the first of its grid that agrees.
+    `ahead`: workers that compile the configs before the descent reaches them."""
     from accelerate_graph.quant import fp8_skinny
 
     rows, block, name = chain.rows, chain.block, fp8_skinny.device_name(chain.device)
@@ -173,6 +178,13 @@ def tune_fp8_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took
         op: fp8_skinny.fitted(fp8_skinny.config_named(name, rows, n, k, block, sms, op in chain.gate_up_ops), block)
         for op, (n, k) in chain.ops.items()
     }
+
+    def grid(op: str) -> list[SkinnyConfig]:
+        n, k = chain.ops[op]
+        return grids.fp8_grid(rows, n, k, block, sms, op in chain.gate_up_ops, op in chain.normed_ops)
+
+    if ahead is not None:
+        ahead.queue(rows, first_round_order(before, grid))
     before_us = chain.layer_us(before)
     wrong: list[str] = []
 
@@ -181,10 +193,6 @@ def tune_fp8_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took
         if not error <= chain.max_ulps:  # NaN too
             wrong.append(f"{op} {grids.describe(cfg)}: {error:.1f} ulps")
         return error <= chain.max_ulps
-
-    def grid(op: str) -> list[SkinnyConfig]:
-        n, k = chain.ops[op]
-        return grids.fp8_grid(rows, n, k, block, sms, op in chain.gate_up_ops, op in chain.normed_ops)
 
     start, unchecked = dict(before), set()
     for op, cfg in before.items():
