@@ -20,7 +20,8 @@
 #             --weights fp8; ";" between phases, as on 80 GB), then a bench of the checkpoint alone  ~500 s
 #   tune      a bench on the tables as they are, cugraph-accel tune $TUNE_RECIPE (qwen2.5-0.5b), then a
 #             bench in a new process whose header names the table it used; TUNE_WEIGHTS=fp8 or
-#             fp8-block: the FP8 kernel's table, as --weights to all, then the bf16 fused step      ~420 s
+#             fp8-block: the FP8 kernel's table, as --weights to all, then the bf16 fused step
+#             (TUNE_COMPILE_WORKERS: tune's --compile-workers; its log says the configs tried a bucket) ~420 s
 #   zoo       the zoo on CUDA (isolated children) beside the CPU emulation, and where they differ    ~420 s
 #   faults    the CUDA fault suites (tests/verify/test_faults.py, test_fused_faults.py), then fault_sweep.py
 #             (FAULT_SWEEP=--fuse: of the fused step)                                                ~540 s
@@ -254,7 +255,8 @@ tune_suite() {  # the table goes to this run's cache folder (archived), not the 
   # what the tables served before the tune (the shipped one, if any), in this run: what tuning bought
   tune_bench before "$recipe" ${weights:+--weights "$weights"}
   part tune 120 $((${TUNE_BUDGET:-180} + 120)) "${CLI[@]}" tune "$recipe" --buckets "${TUNE_BUCKETS:-1,8}" \
-    --budget-s "${TUNE_BUDGET:-180}" ${weights:+--weights "$weights"} --json "$WORK/tune.json"
+    --budget-s "${TUNE_BUDGET:-180}" ${weights:+--weights "$weights"} --json "$WORK/tune.json" \
+    ${TUNE_COMPILE_WORKERS:+--compile-workers "$TUNE_COMPILE_WORKERS"}
   tune_bench tuned "$recipe" ${weights:+--weights "$weights"}
   echo "the bench's header on its tuning table:"
   grep -iE "tuning|table" "$WORK/bench-tuned.log" | head -n 4
