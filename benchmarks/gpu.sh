@@ -262,6 +262,7 @@ tune_suite() {  # the table goes to this run's cache folder (archived), not the 
   grep -iE "tuning|table" "$WORK/bench-tuned.log" | head -n 4
   (cd "$WORK" && find cache -name '*.json' -printf 'the table, in the archive: %p\n' 2>/dev/null)
   TABLES+=("bench $WORK/bench-before.csv $WORK/bench-tuned.csv")  # one table, the rows before the tune above
+  TABLES+=("tune $WORK/tune.json")
   [ -n "$weights" ] || return 0
   # FP8's aims are also against the bf16 fused step: that step in the same run, on its own shipped table
   tune_bench bf16 "$recipe"

@@ -6,6 +6,7 @@
     python3 benchmarks/summary.py generate WORK               # generate-bench.json, first-token.json: tok/s
     python3 benchmarks/summary.py agreement WORK              # agreement-*.json: greedy tokens equal, per pair
     python3 benchmarks/summary.py eval WORK                   # eval-*.json: each arm, and what other weights cost
+    python3 benchmarks/summary.py tune WORK/tune.json         # `tune --json`: each bucket, each op's tile kinds
     python3 benchmarks/summary.py pytest WORK/tests.log       # failures and the closing line of pytest logs
 
 A file that is missing is named as missing, so a suite cut short still prints what it has.
@@ -211,6 +212,39 @@ def eval_table(work: Path) -> list[str]:
     return out
 
 
+def tune_table(path: Path) -> list[str]:
+    """`tune --json`: each bucket's seconds, configs tried (refused or wrong ones among them) and the chain's us a
+    layer before and chosen; then, by bucket and op, the fastest trial of each kind of tile (the words after
+    its sizes in tune's output: "fma ahead", "swap e4m3 x-apart"), fastest first. Trials of one op share a
+    sweep's other configs only within that sweep: a hint of which kind wins, the chosen configs are the answer."""
+    if not path.is_file():
+        return [f"{path}: missing"]
+    report = json.loads(path.read_text(encoding="utf-8"))
+    workers = report.get("compile_workers", 0)
+    out = [
+        f"{report['model']}, weights {report['weights']}, {workers} compile workers",
+        f"{'rows':>4} {'seconds':>8} {'tried':>6} {'refused':>8} {'before us':>10} {'chosen us':>10}",
+    ]
+    for bucket in report["buckets"]:
+        trials = bucket["trials"]
+        refused = sum(1 for trial in trials if trial["us_per_layer"] is None)
+        out.append(
+            f"{bucket['rows']:>4} {bucket.get('seconds', '-'):>8} {len(trials):>6} {refused:>8} "
+            f"{bucket['before_us_per_layer']:>10.2f} {bucket['chosen_us_per_layer']:>10.2f}"
+        )
+    for bucket in report["buckets"]:
+        fastest: dict[str, dict[str, float]] = {}  # op -> kind -> us
+        for trial in bucket["trials"]:
+            if trial["us_per_layer"] is not None:
+                kinds = fastest.setdefault(trial["op"], {})
+                kind = " ".join(trial["config"].split()[5:])  # past "n64 k128 w4 s4 x1"
+                kinds[kind] = min(kinds.get(kind, trial["us_per_layer"]), trial["us_per_layer"])
+        for op, kinds in fastest.items():
+            ranked = sorted(kinds.items(), key=lambda item: item[1])
+            out.append(f"{bucket['rows']:>4} {op}: " + ", ".join(f"{kind} {us:.2f}" for kind, us in ranked))
+    return out
+
+
 def pytest_lines(paths: list[Path]) -> list[str]:
     """Each log's failures (its -rf lines) and its closing count line."""
     out = []
@@ -233,6 +267,7 @@ def main(argv: list[str]) -> int:
         "generate": lambda args: generate_table(Path(args[0])),
         "agreement": lambda args: agreement_table(Path(args[0])),
         "eval": lambda args: eval_table(Path(args[0])),
+        "tune": lambda args: tune_table(Path(args[0])),
         "pytest": lambda args: pytest_lines([Path(a) for a in args]),
     }
     if not argv or argv[0] not in kinds or (argv[0] != "bench" and len(argv) < 2):

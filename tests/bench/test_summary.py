@@ -116,3 +116,34 @@ def test_agreement_one_line_per_pair_of_each_model(tmp_path):
 def test_an_unknown_kind_is_one_usage_line_and_exit_2():
     done = summary("benches", "x")
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and "usage" in done.stderr
+
+
+def test_tune_a_line_per_bucket_then_each_ops_fastest_of_each_tile_kind(tmp_path):
+    from accelerate_graph.fused.kernels.configs import SkinnyConfig
+    from accelerate_graph.tune.model_shapes import layer_shapes
+    from accelerate_graph.tune.run import TuneReport
+    from accelerate_graph.tune.sweep import BucketResult
+
+    plain, staged = SkinnyConfig(4, 1024), SkinnyConfig(64, 256, num_warps=8, num_stages=3, staged=True)
+    e4m3 = SkinnyConfig(64, 128, num_stages=4, dot=True, e4m3_dot=True)
+    apart = SkinnyConfig(64, 128, num_stages=4, dot=True, e4m3_dot=True, x_apart=True)
+    one = BucketResult(1, {"down": plain}, {"down": staged}, 50.0, 45.5, None, {"down": "fp8_channel|1"})
+    one.trials = [("down", staged, 45.5), ("down", SkinnyConfig(2, 2048), 48.25), ("down", plain, None)]
+    one.seconds = 61.04
+    eight = BucketResult(8, {"gate_up": e4m3}, {"gate_up": apart}, 30.0, 28.0, None, {"gate_up": "k"})
+    eight.trials = [("gate_up", apart, 28.0), ("gate_up", e4m3, 29.5), ("gate_up", apart, 27.9)]
+    report = TuneReport("NVIDIA H200", layer_shapes("tiny"), [one, eight], tmp_path / "t.json", weights="fp8")
+    report.compile_workers = 12
+    path = tmp_path / "tune.json"
+    path.write_text(json.dumps(report.to_dict()), encoding="utf-8")
+    done = summary("tune", str(path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "tiny, weights fp8, 12 compile workers",
+        "rows  seconds  tried  refused  before us  chosen us",
+        "   1     61.0      3        1      50.00      45.50",
+        "   8      0.0      3        0      30.00      28.00",
+        "   1 down: fma staged 45.50, fma 48.25",
+        "   8 gate_up: dot e4m3 x-apart 27.90, dot e4m3 29.50",
+    ]
+    assert summary("tune", str(tmp_path / "none.json")).stdout.strip().endswith("none.json: missing")
