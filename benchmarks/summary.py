@@ -213,8 +213,8 @@ def eval_table(work: Path) -> list[str]:
 
 
 def tune_table(path: Path) -> list[str]:
-    """`tune --json`: each bucket's seconds, configs tried (refused or wrong ones among them) and the chain's us a
-    layer before and chosen; then, by bucket and op, the fastest trial of each kind of tile (the words after
+    """`tune --json`: each bucket's seconds, configs tried (refused or wrong ones among them), a trial's median
+    seconds and the chain's us a layer before and chosen; then, by bucket and op, the fastest trial of each kind of tile (the words after
     its sizes in tune's output: "fma ahead", "swap e4m3 x-apart"), fastest first. Trials of one op share a
     sweep's other configs only within that sweep: a hint of which kind wins, the chosen configs are the answer."""
     if not path.is_file():
@@ -223,13 +223,15 @@ def tune_table(path: Path) -> list[str]:
     workers = report.get("compile_workers", 0)
     out = [
         f"{report['model']}, weights {report['weights']}, {workers} compile workers",
-        f"{'rows':>4} {'seconds':>8} {'tried':>6} {'refused':>8} {'before us':>10} {'chosen us':>10}",
+        f"{'rows':>4} {'seconds':>8} {'tried':>6} {'refused':>8} {'s a trial':>10} {'before us':>10} {'chosen us':>10}",
     ]
     for bucket in report["buckets"]:
         trials = bucket["trials"]
         refused = sum(1 for trial in trials if trial["us_per_layer"] is None)
+        spent = sorted(trial["seconds"] for trial in trials if trial.get("seconds") is not None)
+        median = f"{spent[len(spent) // 2]:.2f}" if spent else "-"  # compiling is most of a trial not compiled ahead
         out.append(
-            f"{bucket['rows']:>4} {bucket.get('seconds', '-'):>8} {len(trials):>6} {refused:>8} "
+            f"{bucket['rows']:>4} {bucket.get('seconds', '-'):>8} {len(trials):>6} {refused:>8} {median:>10} "
             f"{bucket['before_us_per_layer']:>10.2f} {bucket['chosen_us_per_layer']:>10.2f}"
         )
     for bucket in report["buckets"]:

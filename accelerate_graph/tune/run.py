@@ -5,6 +5,7 @@ into the user's table for this GPU: the skinny kernels' (`--weights model`) or t
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -56,8 +57,13 @@ class TuneReport:
                     "cut_short": {op: {"tried": tried, "of": size} for op, (tried, size) in r.cut_short.items()},
                     "unreached": sorted(r.unreached),
                     "trials": [
-                        {"op": op, "config": grids.describe(cfg), "us_per_layer": None if us is None else round(us, 3)}
-                        for op, cfg, us in r.trials
+                        {
+                            "op": op,
+                            "config": grids.describe(cfg),
+                            "us_per_layer": None if us is None else round(us, 3),
+                            "seconds": round(seconds, 3) if seconds is not None else None,
+                        }
+                        for (op, cfg, us), seconds in itertools.zip_longest(r.trials, r.trial_seconds)
                     ],
                 }
                 for r in self.results

@@ -108,6 +108,7 @@ class BucketResult:
     grid_sizes: dict[str, int] = dataclasses.field(default_factory=dict)
     unreached: frozenset[str] = frozenset()  # FP8 ops the deadline never reached, not written
     seconds: float = 0.0  # the bucket's wall time: its chain made, timed before, swept, timed after
+    trial_seconds: list[float] = dataclasses.field(default_factory=list)  # each trial's wall time, as `trials`
 
     @property
     def cut_short(self) -> dict[str, tuple[int, int]]:
@@ -126,15 +127,21 @@ class BucketResult:
         return {self.keys[op]: cfg for op, cfg in self.chosen.items() if op not in left_out}
 
 
-def _recorded(trial: Callable) -> tuple[list, Callable]:
-    """A list of every trial and a callback that appends to it, then tells `trial`."""
-    tried: list[tuple[str, SkinnyConfig, float | None]] = []
+class _Recorded:
+    """A sweep's trial callback that records every trial and its wall seconds (since the one before, or since
+    it was made: compiling, checking and timing the config), then tells `trial`."""
 
-    def heard(op: str, cfg: SkinnyConfig, took: float | None) -> None:
-        tried.append((op, cfg, took))
-        trial(op, cfg, took)
+    def __init__(self, trial: Callable):
+        self.trial, self.last = trial, time.monotonic()
+        self.tried: list[tuple[str, SkinnyConfig, float | None]] = []
+        self.seconds: list[float] = []
 
-    return tried, heard
+    def __call__(self, op: str, cfg: SkinnyConfig, took: float | None) -> None:
+        now = time.monotonic()
+        self.tried.append((op, cfg, took))
+        self.seconds.append(now - self.last)
+        self.last = now
+        self.trial(op, cfg, took)
 
 
 def table_configs(shapes: LayerShapes, rows: int, sms: int) -> dict[str, SkinnyConfig]:
@@ -152,16 +159,18 @@ def tune_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took: No
         _, ns, k = shapes.calls[op]
         return grids.grid(rows, sum(ns), k, sms)
 
-    tried, heard = _recorded(trial)
+    heard = _Recorded(trial)
     sizes = _grid_sizes(before, grid)
     chosen, _ = descend(dict(before), grid, chain.layer_us, before_us, deadline, trial=heard)
     # timed again: the descent's best was one sample among many; unchanged configs keep their first time,
     # so a report never shows the table's own configs as a change
     chosen_us = before_us if chosen == before else chain.layer_us(chosen)
     keys = {op: configs.table_key(kind, configs.m_bucket(rows), ns, k) for op, (kind, ns, k) in shapes.calls.items()}
-    return BucketResult(
-        rows, before, chosen, before_us, chosen_us, chain.inductor_layer_us(), keys, tried, grid_sizes=sizes
+    result = BucketResult(
+        rows, before, chosen, before_us, chosen_us, chain.inductor_layer_us(), keys, heard.tried, grid_sizes=sizes
     )
+    result.trial_seconds = heard.seconds
+    return result
 
 
 def tune_fp8_bucket(
@@ -201,15 +210,16 @@ def tune_fp8_bucket(
             if start[op] == cfg:
                 unchecked.add(op)
     start_us = before_us if start == before else chain.layer_us(start)
-    tried, heard = _recorded(trial)
+    heard = _Recorded(trial)
     sizes = _grid_sizes(start, grid)
     chosen, _ = descend(start, grid, chain.layer_us, start_us, deadline, trial=heard, accept=agrees)
     chosen_us = start_us if chosen == start else chain.layer_us(chosen)
     keys = {op: fp8_skinny.table_key(block, rows, n, k, op in chain.gate_up_ops) for op, (n, k) in chain.ops.items()}
     wrong = list(dict.fromkeys(wrong))  # an op none of whose configs agreed tried them twice
     result = BucketResult(
-        rows, before, chosen, before_us, chosen_us, None, keys, tried, wrong, frozenset(unchecked), sizes
+        rows, before, chosen, before_us, chosen_us, None, keys, heard.tried, wrong, frozenset(unchecked), sizes
     )
+    result.trial_seconds = heard.seconds
     # an op the deadline never reached keeps what it started from, not written unless that corrected the config
     # in use: the FP8 kernel runs the default without an entry, and a default in the table would read as tuned
     result.unreached = frozenset(

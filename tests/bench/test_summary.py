@@ -129,7 +129,7 @@ def test_tune_a_line_per_bucket_then_each_ops_fastest_of_each_tile_kind(tmp_path
     apart = SkinnyConfig(64, 128, num_stages=4, dot=True, e4m3_dot=True, x_apart=True)
     one = BucketResult(1, {"down": plain}, {"down": staged}, 50.0, 45.5, None, {"down": "fp8_channel|1"})
     one.trials = [("down", staged, 45.5), ("down", SkinnyConfig(2, 2048), 48.25), ("down", plain, None)]
-    one.seconds = 61.04
+    one.seconds, one.trial_seconds = 61.04, [2.5, 0.25, 0.5]
     eight = BucketResult(8, {"gate_up": e4m3}, {"gate_up": apart}, 30.0, 28.0, None, {"gate_up": "k"})
     eight.trials = [("gate_up", apart, 28.0), ("gate_up", e4m3, 29.5), ("gate_up", apart, 27.9)]
     report = TuneReport("NVIDIA H200", layer_shapes("tiny"), [one, eight], tmp_path / "t.json", weights="fp8")
@@ -140,9 +140,9 @@ def test_tune_a_line_per_bucket_then_each_ops_fastest_of_each_tile_kind(tmp_path
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "tiny, weights fp8, 12 compile workers",
-        "rows  seconds  tried  refused  before us  chosen us",
-        "   1     61.0      3        1      50.00      45.50",
-        "   8      0.0      3        0      30.00      28.00",
+        "rows  seconds  tried  refused  s a trial  before us  chosen us",
+        "   1     61.0      3        1       0.50      50.00      45.50",
+        "   8      0.0      3        0          -      30.00      28.00",
         "   1 down: fma staged 45.50, fma 48.25",
         "   8 gate_up: dot e4m3 x-apart 27.90, dot e4m3 29.50",
     ]
