@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -214,9 +215,10 @@ def eval_table(work: Path) -> list[str]:
 
 def tune_table(path: Path) -> list[str]:
     """`tune --json`: each bucket's seconds, configs tried (refused or wrong ones among them), a trial's median
-    seconds and the chain's us a layer before and chosen; then, by bucket and op, the fastest trial of each kind of tile (the words after
-    its sizes in tune's output: "fma ahead", "swap e4m3 x-apart"), fastest first. Trials of one op share a
-    sweep's other configs only within that sweep: a hint of which kind wins, the chosen configs are the answer."""
+    seconds and the chain's us a layer before and chosen; then, by bucket and op, the fastest trial of each
+    kind of tile (the words after its sizes in tune's output: "fma ahead", "swap e4m3 x-apart"), fastest first.
+    Trials of one op share a sweep's other configs only within that sweep: a hint of which kind wins, the
+    chosen configs are the answer."""
     if not path.is_file():
         return [f"{path}: missing"]
     report = json.loads(path.read_text(encoding="utf-8"))
@@ -228,8 +230,8 @@ def tune_table(path: Path) -> list[str]:
     for bucket in report["buckets"]:
         trials = bucket["trials"]
         refused = sum(1 for trial in trials if trial["us_per_layer"] is None)
-        spent = sorted(trial["seconds"] for trial in trials if trial.get("seconds") is not None)
-        median = f"{spent[len(spent) // 2]:.2f}" if spent else "-"  # compiling is most of a trial not compiled ahead
+        spent = [trial["seconds"] for trial in trials if trial.get("seconds") is not None]
+        median = f"{statistics.median_high(spent):.2f}" if spent else "-"  # mostly compiling where not done ahead
         out.append(
             f"{bucket['rows']:>4} {bucket.get('seconds', '-'):>8} {len(trials):>6} {refused:>8} {median:>10} "
             f"{bucket['before_us_per_layer']:>10.2f} {bucket['chosen_us_per_layer']:>10.2f}"

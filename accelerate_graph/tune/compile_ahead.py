@@ -133,15 +133,15 @@ def _work(jobs, rows, shapes, block, device: str, run_settings: dict, compile_jo
     where = torch.device(device)
     if where.type == "cuda":
         torch.cuda.set_device(where)
-    chains: dict = {}
+    chain, chain_rows = None, None
     while True:
         bucket, op, cfg = jobs.get()
         if bucket != rows.value:
             continue
         try:
-            if bucket not in chains:
-                chains.clear()  # one bucket's chain at a time
-                chains[bucket] = make_chain(shapes, block, bucket, where)
-            compile_job(chains[bucket], op, cfg)
+            if bucket != chain_rows:
+                chain = None  # one bucket's chain at a time: the last one's freed before the next is made
+                chain, chain_rows = make_chain(shapes, block, bucket, where), bucket
+            compile_job(chain, op, cfg)
         except Exception:  # noqa: BLE001, S112 - the sweep compiles it again and records why it failed
             continue

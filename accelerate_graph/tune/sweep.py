@@ -166,11 +166,10 @@ def tune_bucket(chain, sms: int, deadline: float, trial=lambda op, cfg, took: No
     # so a report never shows the table's own configs as a change
     chosen_us = before_us if chosen == before else chain.layer_us(chosen)
     keys = {op: configs.table_key(kind, configs.m_bucket(rows), ns, k) for op, (kind, ns, k) in shapes.calls.items()}
-    result = BucketResult(
-        rows, before, chosen, before_us, chosen_us, chain.inductor_layer_us(), keys, heard.tried, grid_sizes=sizes
-    )
-    result.trial_seconds = heard.seconds
-    return result
+    return BucketResult(
+        rows, before, chosen, before_us, chosen_us, chain.inductor_layer_us(), keys, heard.tried, grid_sizes=sizes,
+        trial_seconds=heard.seconds,
+    )  # fmt: skip
 
 
 def tune_fp8_bucket(
@@ -217,9 +216,9 @@ def tune_fp8_bucket(
     keys = {op: fp8_skinny.table_key(block, rows, n, k, op in chain.gate_up_ops) for op, (n, k) in chain.ops.items()}
     wrong = list(dict.fromkeys(wrong))  # an op none of whose configs agreed tried them twice
     result = BucketResult(
-        rows, before, chosen, before_us, chosen_us, None, keys, heard.tried, wrong, frozenset(unchecked), sizes
-    )
-    result.trial_seconds = heard.seconds
+        rows, before, chosen, before_us, chosen_us, None, keys, heard.tried, wrong, frozenset(unchecked), sizes,
+        trial_seconds=heard.seconds,
+    )  # fmt: skip
     # an op the deadline never reached keeps what it started from, not written unless that corrected the config
     # in use: the FP8 kernel runs the default without an entry, and a default in the table would read as tuned
     result.unreached = frozenset(
